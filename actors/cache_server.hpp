@@ -1,0 +1,30 @@
+// Spawns the KV cache server: engine bridge, registry, store, GPU transfer
+// (sessions are spawned on demand, one per request id).
+#pragma once
+
+#include "actors/interfaces.hpp"
+#include "actors/relay_queue.hpp"
+#include "config/config.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <zmq.hpp>
+
+#include <string>
+#include <vector>
+
+namespace kvs {
+
+struct cache_server_actors {
+  std::vector<caf::actor> input_bridges; ///< the engine bridge
+  std::vector<caf::actor> workers;       ///< registry, store, gpu transfer
+  std::vector<std::string> summary;
+  std::string error; ///< non-empty: could not start (e.g. backend "cuda" without a GPU)
+};
+
+/// `events` / `events_queue` may be null: the cache then announces nothing.
+cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& ctx,
+                                       const config& cfg, caf::actor supervisor,
+                                       publisher_actor events, relay_queue_ptr events_queue);
+
+} // namespace kvs

@@ -1,0 +1,88 @@
+// ingest_bridge[dp=r]: subscribes to one DP rank's engine KV-event stream.
+//
+// Decodes every dialect engines send (vLLM tagged maps, vLLM legacy and
+// tokenspeed positional arrays) into typed batches. An event with an unknown
+// tag or a malformed field is dropped alone, counted, and logged once per
+// kind; a payload that is not a batch is dropped and counted. The batch's
+// rank field picks the publisher when set and valid.
+//
+// The engine's seq is tracked: a jump is logged and, with an engine replay
+// endpoint, the missing batches are fetched over a DEALER and published in
+// order before the later ones (bounded by ingest_gap_timeout; what did not
+// arrive is counted as lost).
+#pragma once
+
+#include "actors/interfaces.hpp"
+#include "actors/relay_queue.hpp"
+#include "actors/zmq_bridge.hpp"
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <vector>
+
+namespace kvs {
+
+struct ingest_bridge_params {
+  int64_t rank = 0;
+  std::string endpoint;        ///< engine PUB, offset for the rank
+  std::string replay_endpoint; ///< engine replay ROUTER ("" = none)
+  std::chrono::nanoseconds gap_timeout{};
+  std::vector<publisher_actor> publishers; ///< one per rank
+  std::vector<relay_queue_ptr> queues;     ///< one per rank
+};
+
+class ingest_bridge : public zmq_bridge {
+public:
+  ingest_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor supervisor,
+                std::chrono::nanoseconds stats_interval, ingest_bridge_params params);
+
+protected:
+  std::optional<std::string> open() override;
+  caf::behavior handlers() override;
+  void on_socket(size_t index, short revents) override;
+  void log_stats() override;
+  std::chrono::milliseconds poll_timeout() override;
+  void after_poll() override;
+  void drain() override;
+
+private:
+  using clock = std::chrono::steady_clock;
+
+  struct gap_fill {
+    uint64_t from = 0; ///< first missing seq
+    uint64_t to = 0;   ///< the live seq that revealed the gap (exclusive)
+    clock::time_point deadline;
+    std::map<uint64_t, kv_event_batch> fetched;
+    std::vector<std::pair<uint64_t, kv_event_batch>> live; ///< held back meanwhile
+  };
+
+  void on_live_message();
+  void on_replay_message();
+  void accept(uint64_t seq, kv_event_batch batch);
+  void finish_gap();
+  bool decode(const zmq::message_t& payload, kv_event_batch& out);
+  void publish(kv_event_batch batch);
+  void note(std::set<std::string>& seen, const std::string& kind, const std::string& detail);
+
+  ingest_bridge_params p_;
+  zmq::socket_t sub_;
+  zmq::socket_t dealer_;
+  bool have_dealer_ = false;
+  std::optional<uint64_t> expected_;
+  std::optional<gap_fill> gap_;
+
+  // stats
+  uint64_t received_ = 0;
+  uint64_t published_ = 0;
+  uint64_t dropped_events_ = 0;
+  uint64_t bad_payloads_ = 0;
+  uint64_t dropped_queue_full_ = 0;
+  uint64_t gaps_ = 0;
+  uint64_t refilled_ = 0;
+  uint64_t lost_ = 0;
+  std::set<std::string> seen_event_errors_;
+  std::set<std::string> seen_payload_errors_;
+};
+
+} // namespace kvs

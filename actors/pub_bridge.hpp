@@ -1,0 +1,45 @@
+// pub_bridge[dp=r]: the PUB side routers subscribe to.
+//
+// Owns an XPUB socket (XPUB so that it can count subscribers and, with
+// XPUB_NODROP, learn about a full high-water mark instead of dropping
+// silently as PUB does). Takes `publish_atom, encoded_batch` from the
+// publisher and sends `[topic, seq BE u64, payload]`. A send refused at the
+// HWM is dropped and counted; routers recover it through replay.
+#pragma once
+
+#include "actors/relay_queue.hpp"
+#include "actors/zmq_bridge.hpp"
+
+namespace kvs {
+
+struct pub_bridge_params {
+  int64_t rank = 0;
+  std::string endpoint;   ///< already offset for the rank
+  std::string config_key; ///< "events.endpoint", for errors
+  std::string topic;
+  int64_t hwm = 0;
+  relay_queue_ptr queue;
+  std::chrono::nanoseconds linger{};
+};
+
+class pub_bridge : public zmq_bridge {
+public:
+  pub_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor supervisor,
+             std::chrono::nanoseconds stats_interval, pub_bridge_params params);
+
+protected:
+  std::optional<std::string> open() override;
+  caf::behavior handlers() override;
+  void on_socket(size_t index, short revents) override;
+  void log_stats() override;
+  void close_sockets() override;
+
+private:
+  pub_bridge_params p_;
+  zmq::socket_t pub_;
+  uint64_t sent_ = 0;
+  uint64_t hwm_drops_ = 0;
+  int64_t subscribers_ = 0;
+};
+
+} // namespace kvs

@@ -1,0 +1,47 @@
+#include "actors/publisher.hpp"
+
+#include "actors/actor_logging.hpp"
+#include "messages/kv_event_codec.hpp"
+
+namespace kvs {
+
+publisher_actor::behavior_type
+publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
+          event_dialect dialect, pub_bridge_actor pub_bridge, replay_actor replay,
+          relay_queue_ptr queue, std::chrono::nanoseconds stats_interval) {
+  auto& st = self->state;
+  st.label = log::label(publisher_state::name, "dp=" + std::to_string(rank), self->id());
+  st.rank = rank;
+  st.dialect = dialect;
+  st.pub_bridge = std::move(pub_bridge);
+  st.replay = std::move(replay);
+  st.queue = std::move(queue);
+  log_lifecycle(self, st.label,
+                fmt::format("started, dialect {}",
+                            dialect == event_dialect::vllm ? "vllm" : "tokenspeed"));
+  arm_stats(self, stats_interval);
+  return {
+    [self](publish_atom, kv_event_batch& batch) {
+      auto& st = self->state;
+      if (!batch.dp_rank)
+        batch.dp_rank = st.rank;
+      st.scratch.clear();
+      encode_event_batch(batch, st.dialect, st.scratch);
+      encoded_batch out{st.next_seq++, std::make_shared<const std::string>(st.scratch)};
+      ++st.batches;
+      st.events += batch.events.size();
+      if (st.replay)
+        self->send(st.replay, record_atom_v, out);
+      self->send(st.pub_bridge, publish_atom_v, std::move(out));
+    },
+    [self, stats_interval](stats_atom) {
+      auto& st = self->state;
+      KVS_INFO(st.label, "stats: batches={} events={} next_seq={} queued={} dropped_queue_full={}",
+               st.batches, st.events, st.next_seq, st.queue->queued.load(),
+               st.queue->dropped_full.load());
+      self->delayed_send(self, stats_interval, stats_atom_v);
+    },
+  };
+}
+
+} // namespace kvs

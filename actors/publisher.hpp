@@ -1,0 +1,34 @@
+// publisher[dp=r]: see actors/interfaces.hpp.
+#pragma once
+
+#include "actors/interfaces.hpp"
+#include "actors/relay_queue.hpp"
+
+#include <chrono>
+#include <string>
+
+namespace kvs {
+
+struct publisher_state {
+  static inline const char* name = "publisher";
+
+  std::string label;
+  int64_t rank = 0;
+  event_dialect dialect = event_dialect::vllm;
+  pub_bridge_actor pub_bridge;
+  replay_actor replay; ///< may be null (replay off)
+  relay_queue_ptr queue;
+  uint64_t next_seq = 0;
+  std::string scratch; ///< encode buffer, reused
+
+  // stats since start
+  uint64_t batches = 0;
+  uint64_t events = 0;
+};
+
+publisher_actor::behavior_type
+publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
+          event_dialect dialect, pub_bridge_actor pub_bridge, replay_actor replay,
+          relay_queue_ptr queue, std::chrono::nanoseconds stats_interval);
+
+} // namespace kvs

@@ -1,0 +1,42 @@
+// relay_queue: the bounded queue of one DP rank's event relay.
+//
+// "Queued" counts batches accepted for a rank and not yet handed to its PUB
+// socket: producers (ingest bridge, store) admit a batch here before sending
+// it to the publisher, the PUB bridge releases it after zmq_send. When the
+// count reaches max_queue_size, new batches are dropped and counted instead
+// of blocking the engine (vLLM's blocking put deadlocks DP ranks).
+// Shared between threads, so atomics and nothing else.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace kvs {
+
+struct relay_queue {
+  explicit relay_queue(int64_t max) : max_size(max) {}
+
+  /// Reserves room for one batch; false (and counted) when full.
+  bool admit() {
+    if (queued.fetch_add(1, std::memory_order_acq_rel) >= max_size) {
+      queued.fetch_sub(1, std::memory_order_acq_rel);
+      dropped_full.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    return true;
+  }
+
+  /// The batch left the queue (sent, or dropped downstream).
+  void release() {
+    queued.fetch_sub(1, std::memory_order_acq_rel);
+  }
+
+  const int64_t max_size;
+  std::atomic<int64_t> queued{0};
+  std::atomic<uint64_t> dropped_full{0};
+};
+
+using relay_queue_ptr = std::shared_ptr<relay_queue>;
+
+} // namespace kvs

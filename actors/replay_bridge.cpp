@@ -1,0 +1,166 @@
+#include "actors/replay_bridge.hpp"
+
+#include "actors/zmq_frames.hpp"
+#include "app/log.hpp"
+
+#include <caf/send.hpp>
+
+#include <cerrno>
+
+namespace kvs {
+
+namespace {
+// How many messages one client gets per round before the others' turn.
+constexpr size_t batches_per_turn = 256;
+constexpr uint64_t end_seq = ~uint64_t{0}; // -1 as signed BE
+} // namespace
+
+replay_bridge::replay_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
+                             caf::actor supervisor, std::chrono::nanoseconds stats_interval,
+                             replay_bridge_params params)
+  : zmq_bridge(cfg, ctx, "replay_bridge", "dp=" + std::to_string(params.rank),
+               std::move(supervisor), stats_interval),
+    p_(std::move(params)) {}
+
+std::optional<std::string> replay_bridge::open() {
+  router_ = zmq::socket_t{ctx_, zmq::socket_type::router};
+  router_.set(zmq::sockopt::router_mandatory, 1);
+  router_.set(zmq::sockopt::sndhwm, 10000);
+  auto r = open_endpoint(router_, p_.endpoint, true);
+  if (!r.ok)
+    return p_.config_key + " = \"" + p_.endpoint + "\": " + r.endpoint;
+  KVS_INFO(label(), "bound {} ({})", r.endpoint, p_.config_key);
+  watch(router_, ZMQ_POLLIN);
+  return std::nullopt;
+}
+
+void replay_bridge::reject(const std::string& kind, const std::string& detail) {
+  ++rejected_;
+  if (rejected_kinds_.insert(kind).second)
+    KVS_WARN(label(), "ignored a malformed replay request ({}): {} (further ones of this kind "
+                      "are only counted)", kind, detail);
+}
+
+void replay_bridge::on_socket(size_t, short revents) {
+  if (!(revents & ZMQ_POLLIN))
+    return;
+  for (;;) {
+    std::vector<zmq::message_t> frames;
+    zmq::message_t m;
+    if (!router_.recv(m, zmq::recv_flags::dontwait))
+      break;
+    frames.push_back(std::move(m));
+    while (frames.back().more()) {
+      zmq::message_t part;
+      (void) router_.recv(part, zmq::recv_flags::none);
+      frames.push_back(std::move(part));
+    }
+    if (frames.size() != 3) {
+      reject("frame_count", "expected 3 frames [identity, \"\", start_seq], got "
+                              + std::to_string(frames.size()));
+      continue;
+    }
+    if (frames[1].size() != 0) {
+      reject("delimiter", "frame 1 must be empty, got " + std::to_string(frames[1].size()) + " bytes");
+      continue;
+    }
+    if (frames[2].size() != 8) {
+      reject("seq_length", "start_seq must be 8 bytes big-endian, got "
+                             + std::to_string(frames[2].size()) + " bytes");
+      continue;
+    }
+    ++requests_;
+    replay_request req{frames[0].to_string(), get_be64(frames[2].data())};
+    KVS_DEBUG(label(), "replay request from seq {}", req.start_seq);
+    send(p_.replay, replay_atom_v, std::move(req));
+  }
+}
+
+caf::behavior replay_bridge::handlers() {
+  return {
+    [this](replay_stream& s) {
+      streams_.push_back(pending{std::move(s), 0, false});
+      pump();
+    },
+  };
+}
+
+bool replay_bridge::send_batch(const std::string& client, const encoded_batch* b) {
+  // The identity frame decides: EAGAIN there means the client's pipe is full
+  // (nothing sent, retry later); once it is accepted the rest follows.
+  auto first = router_.send(zmq::buffer(client), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+  if (!first)
+    return false;
+  router_.send(zmq::message_t{}, zmq::send_flags::sndmore);
+  bool vllm = p_.dialect == event_dialect::vllm;
+  if (b) {
+    if (vllm)
+      router_.send(zmq::buffer(p_.topic), zmq::send_flags::sndmore);
+    router_.send(be64_frame(b->seq), zmq::send_flags::sndmore);
+    router_.send(shared_frame(b->payload), zmq::send_flags::none);
+  } else {
+    if (vllm)
+      router_.send(zmq::message_t{}, zmq::send_flags::sndmore);
+    router_.send(be64_frame(end_seq), zmq::send_flags::sndmore);
+    router_.send(zmq::message_t{}, zmq::send_flags::none);
+  }
+  return true;
+}
+
+void replay_bridge::pump() {
+  // Round-robin over clients so one big replay never starves another.
+  size_t rounds = streams_.size();
+  for (size_t i = 0; i < rounds && !streams_.empty(); ++i) {
+    auto cur = std::move(streams_.front());
+    streams_.pop_front();
+    bool finished = false;
+    cur.blocked = false;
+    try {
+      for (size_t n = 0; n < batches_per_turn; ++n) {
+        auto& bs = cur.stream.batches;
+        const encoded_batch* b = cur.next < bs.size() ? &bs[cur.next] : nullptr;
+        if (!send_batch(cur.stream.client, b)) {
+          cur.blocked = true;
+          break;
+        }
+        if (!b) {
+          finished = true;
+          break;
+        }
+        ++cur.next;
+        ++sent_;
+      }
+    } catch (const zmq::error_t& e) {
+      // EHOSTUNREACH: the client left; drop what it asked for.
+      ++abandoned_;
+      KVS_DEBUG(label(), "replay client gone ({}), {} batches not sent", e.what(),
+                cur.stream.batches.size() - cur.next);
+      finished = true;
+    }
+    if (!finished)
+      streams_.push_back(std::move(cur));
+  }
+}
+
+std::chrono::milliseconds replay_bridge::poll_timeout() {
+  if (streams_.empty())
+    return std::chrono::milliseconds{-1};
+  // Deferred streams: a client with a full pipe is retried shortly; one that
+  // still has room continues at once.
+  for (auto& s : streams_)
+    if (!s.blocked)
+      return std::chrono::milliseconds{0};
+  return std::chrono::milliseconds{1};
+}
+
+void replay_bridge::after_poll() {
+  if (!streams_.empty())
+    pump();
+}
+
+void replay_bridge::log_stats() {
+  KVS_INFO(label(), "stats: requests={} rejected={} batches_sent={} streaming={} abandoned={}",
+           requests_, rejected_, sent_, streams_.size(), abandoned_);
+}
+
+} // namespace kvs

@@ -1,0 +1,81 @@
+// replay_ring: the last N encoded batches of one rank, by sequence number.
+//
+// Pure data structure (no CAF), owned by the replay actor. Sequence numbers
+// are consecutive (the publisher assigns them), so a lookup by seq is index
+// arithmetic.
+#pragma once
+
+#include "messages/encoded_batch.hpp"
+
+#include <cstddef>
+#include <vector>
+
+namespace kvs {
+
+class replay_ring {
+public:
+  explicit replay_ring(size_t capacity) : slots_(capacity) {}
+
+  size_t capacity() const {
+    return slots_.size();
+  }
+  size_t size() const {
+    return size_;
+  }
+  bool empty() const {
+    return size_ == 0;
+  }
+  uint64_t oldest_seq() const {
+    return at(0).seq;
+  }
+  uint64_t newest_seq() const {
+    return at(size_ - 1).seq;
+  }
+
+  /// Keeps `b`, dropping the oldest batch when full. A seq that does not
+  /// follow the newest (publisher restarted) resets the ring.
+  void push(encoded_batch b) {
+    if (slots_.empty())
+      return;
+    if (size_ > 0 && b.seq != newest_seq() + 1)
+      clear();
+    if (size_ < slots_.size()) {
+      slots_[(head_ + size_) % slots_.size()] = std::move(b);
+      ++size_;
+    } else {
+      slots_[head_] = std::move(b);
+      head_ = (head_ + 1) % slots_.size();
+    }
+  }
+
+  void clear() {
+    for (auto& s : slots_)
+      s = encoded_batch{};
+    head_ = size_ = 0;
+  }
+
+  /// Every kept batch with seq >= start, oldest first. A start older than
+  /// the oldest kept batch starts at the oldest; one beyond the newest
+  /// yields nothing.
+  std::vector<encoded_batch> from(uint64_t start) const {
+    std::vector<encoded_batch> out;
+    if (size_ == 0 || start > newest_seq())
+      return out;
+    size_t first = start <= oldest_seq() ? 0 : static_cast<size_t>(start - oldest_seq());
+    out.reserve(size_ - first);
+    for (size_t i = first; i < size_; ++i)
+      out.push_back(at(i));
+    return out;
+  }
+
+private:
+  const encoded_batch& at(size_t i) const {
+    return slots_[(head_ + i) % slots_.size()];
+  }
+
+  std::vector<encoded_batch> slots_;
+  size_t head_ = 0;
+  size_t size_ = 0;
+};
+
+} // namespace kvs

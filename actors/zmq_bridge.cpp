@@ -1,0 +1,170 @@
+#include "actors/zmq_bridge.hpp"
+
+#include "app/log.hpp"
+#include "config/config.hpp"
+#include "messages/type_ids.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/send.hpp>
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kvs {
+
+zmq_bridge::zmq_bridge(caf::actor_config& cfg, zmq::context_t& ctx, std::string name,
+                       std::string detail, caf::actor supervisor,
+                       std::chrono::nanoseconds stats_interval)
+  : caf::blocking_actor(cfg),
+    ctx_(ctx),
+    supervisor_(std::move(supervisor)),
+    name_(std::move(name)),
+    label_(log::label(name_, detail, id())),
+    stats_interval_(stats_interval) {
+  efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+zmq_bridge::~zmq_bridge() {
+  if (efd_ >= 0)
+    ::close(efd_);
+}
+
+const char* zmq_bridge::name() const {
+  return name_.c_str();
+}
+
+void zmq_bridge::enqueue(caf::mailbox_element_ptr ptr, caf::execution_unit* eu) {
+  caf::blocking_actor::enqueue(std::move(ptr), eu);
+  uint64_t one = 1;
+  // A full counter (never in practice) still leaves the fd readable.
+  [[maybe_unused]] auto n = ::write(efd_, &one, sizeof(one));
+}
+
+size_t zmq_bridge::watch(zmq::socket_t& s, short events) {
+  sockets_.push_back(&s);
+  items_.push_back(zmq::pollitem_t{s.handle(), 0, events, 0});
+  return sockets_.size() - 1;
+}
+
+void zmq_bridge::set_interest(size_t index, short events) {
+  items_[index + 1].events = events;
+}
+
+void zmq_bridge::close_sockets() {
+  for (auto* s : sockets_)
+    if (s->handle() != nullptr) {
+      s->set(zmq::sockopt::linger, 0);
+      s->close();
+    }
+}
+
+void zmq_bridge::dispatch_mailbox(caf::behavior& base, caf::behavior& own) {
+  // Drains everything queued; handlers run here, on the bridge's thread.
+  while (running_ && has_next_message()) {
+    auto ptr = dequeue();
+    if (!ptr)
+      break;
+    auto msg = ptr->move_content_to_message();
+    if (msg.match_elements<caf::exit_msg>()) {
+      KVS_INFO(label_, "exit requested ({})", to_string(msg.get_as<caf::exit_msg>(0).reason));
+      drain();
+      running_ = false;
+      break;
+    }
+    if (!base(msg) && !own(msg))
+      KVS_WARN(label_, "ignored an unexpected message: {}", to_string(msg));
+  }
+}
+
+void zmq_bridge::act() {
+  if (efd_ < 0) {
+    auto why = std::string{"eventfd: "} + std::strerror(errno);
+    send(supervisor_, failed_atom_v, label_, why);
+    return;
+  }
+  std::optional<std::string> err;
+  try {
+    err = open();
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  if (err) {
+    close_sockets();
+    KVS_ERROR(label_, "failed to start: {}", *err);
+    send(supervisor_, failed_atom_v, label_, *err);
+    return;
+  }
+  items_.insert(items_.begin(), zmq::pollitem_t{nullptr, efd_, ZMQ_POLLIN, 0});
+  KVS_DEBUG(label_, "started");
+  send(supervisor_, ready_atom_v, label_);
+
+  bool stopping = false;
+  auto base = handlers();
+  caf::behavior own{
+    [&](stop_atom) {
+      drain();
+      stopping = true;
+      running_ = false;
+    },
+    [&](stats_atom) {
+      log_stats();
+      delayed_send(caf::actor_cast<caf::actor>(this), stats_interval_, stats_atom_v);
+    },
+  };
+  if (stats_interval_.count() > 0)
+    delayed_send(caf::actor_cast<caf::actor>(this), stats_interval_, stats_atom_v);
+
+  while (running_) {
+    try {
+      zmq::poll(items_.data(), items_.size(), poll_timeout());
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR)
+        continue;
+      KVS_ERROR(label_, "poll failed: {}", e.what());
+      break;
+    }
+    if (items_[0].revents & ZMQ_POLLIN) {
+      uint64_t n;
+      [[maybe_unused]] auto r = ::read(efd_, &n, sizeof(n));
+    }
+    dispatch_mailbox(base, own);
+    if (!running_)
+      break;
+    for (size_t i = 1; i < items_.size(); ++i)
+      if (items_[i].revents != 0) {
+        try {
+          on_socket(i - 1, items_[i].revents);
+        } catch (const zmq::error_t& e) {
+          KVS_ERROR(label_, "socket error: {}", e.what());
+        }
+      }
+    after_poll();
+  }
+  close_sockets();
+  KVS_INFO(label_, "stopped, sockets closed{}", stopping ? "" : " (not by a stop request)");
+  if (stopping)
+    send(supervisor_, stop_atom_v, label_);
+}
+
+open_result open_endpoint(zmq::socket_t& s, const std::string& ep, bool force_bind) {
+  open_result r;
+  r.bound = force_bind || endpoint_binds(ep);
+  try {
+    if (r.bound)
+      s.bind(ep);
+    else
+      s.connect(ep);
+    r.endpoint = r.bound ? s.get(zmq::sockopt::last_endpoint) : ep;
+    r.ok = true;
+  } catch (const zmq::error_t& e) {
+    r.endpoint = std::string{r.bound ? "bind " : "connect "} + ep + ": " + e.what();
+  }
+  return r;
+}
+
+} // namespace kvs

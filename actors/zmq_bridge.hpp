@@ -1,0 +1,105 @@
+// zmq_bridge: the base of every actor that owns ZeroMQ sockets.
+//
+// A blocking CAF actor on its own thread. It owns its sockets for its whole
+// life (xeus-zmq style: one thread per component, no socket shared) and
+// waits in zmq_poll with no timeout on its sockets plus an eventfd. Every
+// message put into its mailbox writes the eventfd, so a typed message wakes
+// the poll at once: no busy loop, no polling interval.
+//
+// Start-up handshake: after open() the bridge sends `ready_atom, label` (or
+// `failed_atom, label, why`) to its supervisor. Shutdown handshake: on
+// `stop_atom` the bridge calls drain(), closes its sockets on its own thread,
+// sends `stop_atom, label` to the supervisor and returns from act().
+#pragma once
+
+#include <caf/blocking_actor.hpp>
+#include <zmq.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvs {
+
+class zmq_bridge : public caf::blocking_actor {
+public:
+  zmq_bridge(caf::actor_config& cfg, zmq::context_t& ctx, std::string name,
+             std::string detail, caf::actor supervisor,
+             std::chrono::nanoseconds stats_interval);
+  ~zmq_bridge() override;
+
+  zmq_bridge(const zmq_bridge&) = delete;
+  zmq_bridge& operator=(const zmq_bridge&) = delete;
+
+  /// Wakes the poll loop after the message is in the mailbox.
+  void enqueue(caf::mailbox_element_ptr ptr, caf::execution_unit* eu) override;
+
+  void act() final;
+
+  const char* name() const override;
+
+  /// "ingest[dp=0]#7": how this bridge names itself in logs.
+  const std::string& label() const {
+    return label_;
+  }
+
+protected:
+  // -- hooks, all called on the bridge's own thread ---------------------------
+
+  /// Creates, configures and binds/connects the sockets; returns why not.
+  virtual std::optional<std::string> open() = 0;
+  /// The typed messages this bridge handles.
+  virtual caf::behavior handlers() = 0;
+  /// Socket `index` (order of watch()) is ready with `revents`.
+  virtual void on_socket(size_t index, short revents) = 0;
+  /// Periodic stats line (every stats_interval when > 0).
+  virtual void log_stats() {}
+  /// Called on stop, before the sockets close: flush what was accepted.
+  virtual void drain() {}
+  /// Closes the sockets (default: every watched socket, linger 0).
+  virtual void close_sockets();
+  /// Poll timeout while the bridge has deferred work (default: none, -1).
+  virtual std::chrono::milliseconds poll_timeout() {
+    return std::chrono::milliseconds{-1};
+  }
+  /// Called after each poll round, e.g. to retry deferred sends.
+  virtual void after_poll() {}
+
+  // -- helpers for subclasses -------------------------------------------------
+
+  /// Adds `s` to the poll set with interest `events`; returns its index.
+  size_t watch(zmq::socket_t& s, short events);
+  /// Changes the interest of watched socket `index`.
+  void set_interest(size_t index, short events);
+  /// Leaves the loop after the current round (without the stop handshake).
+  void leave() {
+    running_ = false;
+  }
+
+  zmq::context_t& ctx_;
+  caf::actor supervisor_;
+
+private:
+  void dispatch_mailbox(caf::behavior& base, caf::behavior& own);
+
+  std::string name_;
+  std::string label_;
+  std::chrono::nanoseconds stats_interval_;
+  int efd_ = -1;
+  std::vector<zmq::socket_t*> sockets_;
+  std::vector<zmq::pollitem_t> items_; // [0] = eventfd, then sockets_
+  bool running_ = true;
+};
+
+/// Opens `ep` on `s` by vLLM's rule: bind for * / :: / ipc:// / inproc://,
+/// else connect. `force_bind` always binds. Returns the endpoint actually
+/// bound (ZMQ_LAST_ENDPOINT, so port 0 shows the real port) or the error.
+struct open_result {
+  bool ok = false;
+  bool bound = false;
+  std::string endpoint; ///< actual endpoint on success, error text on failure
+};
+open_result open_endpoint(zmq::socket_t& s, const std::string& ep, bool force_bind);
+
+} // namespace kvs

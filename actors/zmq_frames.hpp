@@ -1,0 +1,44 @@
+// Small ZeroMQ frame helpers shared by the bridges.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace kvs {
+
+/// 8-byte big-endian encoding of a sequence number (vLLM's `seq` frame).
+inline void put_be64(uint64_t v, unsigned char out[8]) {
+  for (int i = 7; i >= 0; --i) {
+    out[i] = static_cast<unsigned char>(v & 0xff);
+    v >>= 8;
+  }
+}
+
+inline uint64_t get_be64(const void* p) {
+  auto b = static_cast<const unsigned char*>(p);
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i)
+    v = (v << 8) | b[i];
+  return v;
+}
+
+inline zmq::message_t be64_frame(uint64_t v) {
+  zmq::message_t m{8};
+  put_be64(v, static_cast<unsigned char*>(m.data()));
+  return m;
+}
+
+/// A frame that points into a shared payload without copying it; the
+/// payload stays alive until ZeroMQ is done with the frame.
+inline zmq::message_t shared_frame(const std::shared_ptr<const std::string>& payload) {
+  auto* keep = new std::shared_ptr<const std::string>(payload);
+  return zmq::message_t{
+    const_cast<char*>((*keep)->data()), (*keep)->size(),
+    [](void*, void* hint) { delete static_cast<std::shared_ptr<const std::string>*>(hint); },
+    keep};
+}
+
+} // namespace kvs

@@ -1,0 +1,104 @@
+#include "app/actor_tree.hpp"
+
+#include "actors/cache_server.hpp"
+#include "actors/ingest_bridge.hpp"
+#include "actors/pub_bridge.hpp"
+#include "actors/publisher.hpp"
+#include "actors/replay.hpp"
+#include "actors/replay_bridge.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <fmt/format.h>
+
+namespace kvs {
+
+namespace {
+
+void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx, const config& cfg,
+                       caf::actor supervisor, actor_tree& t,
+                       std::vector<publisher_actor>& publishers) {
+  auto& ev = cfg.events;
+  auto interval = cfg.sidecar.stats_interval;
+  auto dialect = ev.format == "tokenspeed" ? event_dialect::tokenspeed : event_dialect::vllm;
+  for (int64_t r = 0; r < ev.dp_size; ++r) {
+    auto queue = std::make_shared<relay_queue>(ev.max_queue_size);
+    t.queues.push_back(queue);
+
+    replay_actor rep;
+    if (!ev.replay_endpoint.empty()) {
+      rep = sys.spawn(replay, r, static_cast<size_t>(ev.buffer_steps), interval);
+      t.workers.push_back(caf::actor_cast<caf::actor>(rep));
+      replay_bridge_params rp;
+      rp.rank = r;
+      rp.endpoint = *offset_endpoint(ev.replay_endpoint, r);
+      rp.config_key = "events.replay_endpoint";
+      rp.topic = ev.topic;
+      rp.dialect = dialect;
+      rp.replay = rep;
+      t.output_bridges.push_back(
+        sys.spawn<replay_bridge, caf::detached>(ctx, supervisor, interval, rp));
+      t.summary.push_back(fmt::format("dp={}: replay (last {} batches) <- replay_bridge {}", r,
+                                      ev.buffer_steps, rp.endpoint));
+    }
+
+    pub_bridge_params pp;
+    pp.rank = r;
+    pp.endpoint = *offset_endpoint(ev.endpoint, r);
+    pp.config_key = "events.endpoint";
+    pp.topic = ev.topic;
+    pp.hwm = ev.hwm;
+    pp.queue = queue;
+    pp.linger = std::min<std::chrono::nanoseconds>(cfg.sidecar.shutdown_timeout / 4,
+                                                   std::chrono::seconds{1});
+    auto pub = sys.spawn<pub_bridge, caf::detached>(ctx, supervisor, interval, pp);
+    t.output_bridges.push_back(pub);
+
+    auto p = sys.spawn(publisher, r, dialect, caf::actor_cast<pub_bridge_actor>(pub), rep,
+                       queue, interval);
+    publishers.push_back(p);
+    t.workers.push_back(caf::actor_cast<caf::actor>(p));
+    t.summary.push_back(fmt::format("dp={}: publisher ({}) -> pub_bridge {}", r, ev.format,
+                                    pp.endpoint));
+  }
+  for (int64_t r = 0; r < ev.dp_size; ++r) {
+    ingest_bridge_params ip;
+    ip.rank = r;
+    ip.endpoint = *offset_endpoint(ev.ingest_endpoint, r);
+    ip.replay_endpoint = ev.ingest_replay_endpoint.empty()
+                           ? std::string{}
+                           : *offset_endpoint(ev.ingest_replay_endpoint, r);
+    ip.gap_timeout = ev.ingest_gap_timeout;
+    ip.publishers = publishers;
+    ip.queues = t.queues;
+    t.input_bridges.push_back(
+      sys.spawn<ingest_bridge, caf::detached>(ctx, supervisor, interval, ip));
+    t.summary.push_back(fmt::format("dp={}: ingest_bridge {} -> publisher", r, ip.endpoint));
+  }
+}
+
+} // namespace
+
+actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx, const config& cfg,
+                            caf::actor supervisor) {
+  actor_tree t;
+  std::vector<publisher_actor> publishers;
+  if (cfg.events.enabled)
+    spawn_event_relay(sys, ctx, cfg, supervisor, t, publishers);
+  if (cfg.cache.enabled) {
+    publisher_actor events_pub;
+    relay_queue_ptr events_queue;
+    if (cfg.events.enabled && cfg.cache.events_rank >= 0) {
+      events_pub = publishers[static_cast<size_t>(cfg.cache.events_rank)];
+      events_queue = t.queues[static_cast<size_t>(cfg.cache.events_rank)];
+    }
+    auto cache = spawn_cache_server(sys, ctx, cfg, supervisor, events_pub, events_queue);
+    t.input_bridges.insert(t.input_bridges.end(), cache.input_bridges.begin(),
+                           cache.input_bridges.end());
+    t.workers.insert(t.workers.end(), cache.workers.begin(), cache.workers.end());
+    t.summary.insert(t.summary.end(), cache.summary.begin(), cache.summary.end());
+    t.error = cache.error;
+  }
+  return t;
+}
+
+} // namespace kvs

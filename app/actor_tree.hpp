@@ -1,0 +1,39 @@
+// Spawns the actor tree a config describes, and remembers it for shutdown.
+#pragma once
+
+#include "actors/interfaces.hpp"
+#include "actors/relay_queue.hpp"
+#include "config/config.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <zmq.hpp>
+
+#include <string>
+#include <vector>
+
+namespace kvs {
+
+struct actor_tree {
+  /// Bridges that take input from outside: stopped first on shutdown.
+  std::vector<caf::actor> input_bridges;
+  /// Bridges that send to the outside: stopped after the drain.
+  std::vector<caf::actor> output_bridges;
+  /// Event-based actors: told to exit last.
+  std::vector<caf::actor> workers;
+  /// One per DP rank: empty once everything accepted has been sent.
+  std::vector<relay_queue_ptr> queues;
+  /// One line per actor, for the start-up log.
+  std::vector<std::string> summary;
+  /// Set when the tree cannot be built (e.g. no GPU with backend "cuda").
+  std::string error;
+
+  size_t bridge_count() const {
+    return input_bridges.size() + output_bridges.size();
+  }
+};
+
+actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx, const config& cfg,
+                            caf::actor supervisor);
+
+} // namespace kvs

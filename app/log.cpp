@@ -1,0 +1,127 @@
+#include "app/log.hpp"
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+
+namespace kvs::log {
+
+namespace {
+
+std::atomic<int> min_level_{static_cast<int>(level::info)};
+std::atomic<bool> json_{false};
+std::shared_ptr<spdlog::logger> logger_;
+
+spdlog::level::level_enum to_spd(level l) {
+  switch (l) {
+    case level::trace: return spdlog::level::trace;
+    case level::debug: return spdlog::level::debug;
+    case level::info: return spdlog::level::info;
+    case level::warn: return spdlog::level::warn;
+    case level::error: return spdlog::level::err;
+    default: return spdlog::level::off;
+  }
+}
+
+level parse_level(std::string_view s) {
+  if (s == "trace") return level::trace;
+  if (s == "debug") return level::debug;
+  if (s == "warn") return level::warn;
+  if (s == "error") return level::error;
+  return level::info;
+}
+
+// Escapes a string for a JSON string literal (without the quotes).
+void json_escape(std::string& out, std::string_view s) {
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20)
+          out += fmt::format("\\u{:04x}", c);
+        else
+          out += static_cast<char>(c);
+    }
+  }
+}
+
+std::shared_ptr<spdlog::logger> make_logger(bool json) {
+  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto lg = std::make_shared<spdlog::logger>("kvsidecar", sink);
+  // spdlog's %l gives "info"/"warning"/"error"; we want short upper-case
+  // names in text and the same lower-case names in JSON.
+  if (json)
+    lg->set_pattern("{\"ts\":\"%Y-%m-%dT%H:%M:%S.%fZ\",%v}", spdlog::pattern_time_type::utc);
+  else
+    lg->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %v", spdlog::pattern_time_type::utc);
+  lg->set_level(spdlog::level::trace);
+  lg->flush_on(spdlog::level::trace);
+  return lg;
+}
+
+const char* level_name(level l, bool json) {
+  static const char* text[] = {"TRACE", "DEBUG", "INFO ", "WARN ", "ERROR"};
+  static const char* js[] = {"trace", "debug", "info", "warn", "error"};
+  auto i = static_cast<int>(l);
+  return i >= 0 && i < 5 ? (json ? js[i] : text[i]) : "?";
+}
+
+} // namespace
+
+void init(std::string_view format, std::string_view min_level, std::string_view) {
+  json_ = format == "json";
+  min_level_ = static_cast<int>(parse_level(min_level));
+  auto lg = make_logger(json_);
+  std::atomic_store(&logger_, lg);
+}
+
+bool enabled(level lvl) {
+  return static_cast<int>(lvl) >= min_level_.load(std::memory_order_relaxed);
+}
+
+void write(level lvl, std::string_view actor, std::string_view msg) {
+  auto lg = std::atomic_load(&logger_);
+  if (!lg) {
+    lg = make_logger(false);
+    std::shared_ptr<spdlog::logger> expected;
+    std::atomic_compare_exchange_strong(&logger_, &expected, lg);
+    lg = std::atomic_load(&logger_);
+  }
+  std::string line;
+  line.reserve(actor.size() + msg.size() + 48);
+  if (json_) {
+    line += "\"level\":\"";
+    line += level_name(lvl, true);
+    line += "\",\"actor\":\"";
+    json_escape(line, actor);
+    line += "\",\"msg\":\"";
+    json_escape(line, msg);
+    line += "\"";
+  } else {
+    line += level_name(lvl, false);
+    line += ' ';
+    line += actor;
+    line += ' ';
+    line += msg;
+  }
+  lg->log(to_spd(lvl), "{}", line);
+}
+
+std::string label(std::string_view name, std::string_view detail, uint64_t id) {
+  std::string s{name};
+  if (!detail.empty()) {
+    s += '[';
+    s += detail;
+    s += ']';
+  }
+  s += '#';
+  s += std::to_string(id);
+  return s;
+}
+
+} // namespace kvs::log

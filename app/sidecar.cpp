@@ -1,0 +1,170 @@
+#include "app/sidecar.hpp"
+
+#include "app/actor_tree.hpp"
+#include "app/log.hpp"
+#include "messages/type_ids.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <ctime>
+#include <set>
+
+namespace kvs {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+/// Waits for SIGINT/SIGTERM with no timeout; returns the signal.
+int wait_for_signal() {
+  auto set = stop_signals();
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0)
+      return sig;
+  }
+}
+
+/// During shutdown: a second SIGINT (Ctrl-C twice) ends the process at
+/// once; a repeated SIGTERM (orchestrators resend it) does not cut the drain.
+void exit_on_second_signal(const std::string& me) {
+  auto set = stop_signals();
+  timespec zero{0, 0};
+  int sig = sigtimedwait(&set, nullptr, &zero);
+  if (sig == SIGINT) {
+    KVS_WARN(me, "second SIGINT during shutdown: exiting now");
+    std::_Exit(130);
+  }
+  if (sig == SIGTERM)
+    KVS_INFO(me, "SIGTERM again: already shutting down");
+}
+
+/// Collects `stop_atom, label` acknowledgements from `n` bridges.
+bool await_stops(caf::scoped_actor& self, size_t n, clock::time_point deadline,
+                 const std::string& me) {
+  size_t got = 0;
+  while (got < n) {
+    if (clock::now() >= deadline)
+      return false;
+    exit_on_second_signal(me);
+    self->receive(
+      [&](stop_atom, const std::string&) { ++got; },
+      [&](ready_atom, const std::string&) {},
+      [&](failed_atom, const std::string&, const std::string&) {},
+      caf::after(std::chrono::milliseconds{50}) >> [] {});
+  }
+  return true;
+}
+
+bool queues_empty(const actor_tree& t) {
+  for (auto& q : t.queues)
+    if (q->queued.load() > 0)
+      return false;
+  return true;
+}
+
+void stop_all(caf::scoped_actor& self, actor_tree& t, clock::time_point deadline,
+              const std::string& me, bool drain) {
+  auto start = clock::now();
+  auto drain_deadline = start + (deadline - start) * 6 / 10;
+  // 1. Stop taking input.
+  for (auto& b : t.input_bridges)
+    self->send(b, stop_atom_v);
+  if (!await_stops(self, t.input_bridges.size(), drain_deadline, me))
+    KVS_WARN(me, "input bridges did not stop in time");
+  // 2. Drain what was accepted through the publishers to the PUB sockets.
+  if (drain) {
+    while (!queues_empty(t) && clock::now() < drain_deadline) {
+      exit_on_second_signal(me);
+      self->receive(caf::after(std::chrono::milliseconds{5}) >> [] {});
+    }
+    int64_t left = 0;
+    for (auto& q : t.queues)
+      left += q->queued.load();
+    if (left > 0)
+      KVS_WARN(me, "shutdown deadline reached with {} batches not yet published", left);
+    else
+      KVS_INFO(me, "drained: every accepted batch was published");
+  }
+  // 3. Close the outputs (each flushes and closes its sockets on its thread).
+  for (auto& b : t.output_bridges)
+    self->send(b, stop_atom_v);
+  if (!await_stops(self, t.output_bridges.size(), deadline, me))
+    KVS_WARN(me, "output bridges did not stop in time");
+  // 4. The rest.
+  for (auto& w : t.workers)
+    self->send_exit(w, caf::exit_reason::user_shutdown);
+}
+
+} // namespace
+
+void block_signals() {
+  auto set = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int run_sidecar(const config& cfg) {
+  auto me = log::label("sidecar", cfg.sidecar.name, 0);
+  // Declared before the actor system: destroyed after it, when every bridge
+  // has closed its sockets.
+  zmq::context_t ctx{1};
+  caf::actor_system_config sys_cfg;
+  sys_cfg.set("scheduler.max-threads", size_t{2});
+  int status = exit_ok;
+  {
+    caf::actor_system sys{sys_cfg};
+    caf::scoped_actor self{sys};
+    KVS_INFO(me, "starting: events {}, cache {}, gpu backend \"{}\"",
+             cfg.events.enabled ? "on" : "off", cfg.cache.enabled ? "on" : "off",
+             cfg.gpu.backend);
+    auto tree = spawn_actor_tree(sys, ctx, cfg, self);
+    // Start-up handshake: every bridge reports ready or why it failed.
+    size_t ready = 0;
+    std::vector<std::string> failures;
+    auto deadline = clock::now() + std::chrono::seconds{10};
+    while (ready + failures.size() < tree.bridge_count() && clock::now() < deadline) {
+      self->receive([&](ready_atom, const std::string&) { ++ready; },
+                    [&](failed_atom, const std::string& who, const std::string& why) {
+                      failures.push_back(who + ": " + why);
+                    },
+                    caf::after(std::chrono::milliseconds{100}) >> [] {});
+    }
+    if (!tree.error.empty())
+      failures.push_back(tree.error);
+    if (ready + failures.size() < tree.bridge_count())
+      failures.push_back("bridges did not report ready within 10s");
+    if (!failures.empty()) {
+      for (auto& f : failures)
+        KVS_ERROR(me, "start-up failed: {}", f);
+      stop_all(self, tree, clock::now() + std::chrono::seconds{2}, me, false);
+      status = exit_startup_failed;
+    } else {
+      for (auto& line : tree.summary)
+        KVS_INFO(me, "actor tree: {}", line);
+      KVS_INFO(me, "kvsidecar ready ({} bridges, {} actors)", tree.bridge_count(),
+               tree.workers.size());
+      int sig = wait_for_signal();
+      KVS_INFO(me, "{} received: stopping input, draining, closing sockets (deadline {})",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", to_string(cfg.sidecar.shutdown_timeout));
+      stop_all(self, tree, clock::now() + cfg.sidecar.shutdown_timeout, me, true);
+    }
+  }
+  ctx.close();
+  KVS_INFO(me, "exited with status {}", status);
+  return status;
+}
+
+} // namespace kvs

@@ -1,0 +1,479 @@
+#include "config/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace kvs {
+
+std::string config_error::to_string() const {
+  std::ostringstream os;
+  os << "config error: " << source;
+  if (line > 0)
+    os << ":" << line;
+  if (!key.empty())
+    os << ": key '" << key << "'";
+  os << ": " << what;
+  return os.str();
+}
+
+// -- units ---------------------------------------------------------------------
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
+    s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+    s.remove_suffix(1);
+  return s;
+}
+
+// Splits "512MiB" into 512 and "MiB"; false when there is no leading number.
+bool split_number(std::string_view text, double& number, std::string_view& unit) {
+  text = trim(text);
+  size_t i = 0;
+  bool digits = false;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    digits |= std::isdigit(static_cast<unsigned char>(text[i])) != 0;
+    ++i;
+  }
+  if (!digits)
+    return false;
+  try {
+    size_t used = 0;
+    number = std::stod(std::string{text.substr(0, i)}, &used);
+    if (used != i)
+      return false;
+  } catch (...) {
+    return false;
+  }
+  unit = trim(text.substr(i));
+  return std::isfinite(number) && number >= 0;
+}
+
+} // namespace
+
+std::optional<uint64_t> parse_size(std::string_view text) {
+  double n = 0;
+  std::string_view unit;
+  if (!split_number(text, n, unit))
+    return std::nullopt;
+  static const std::pair<std::string_view, double> units[] = {
+    {"", 1},         {"B", 1},
+    {"KiB", 1024.0}, {"MiB", 1024.0 * 1024}, {"GiB", 1024.0 * 1024 * 1024},
+    {"TiB", 1024.0 * 1024 * 1024 * 1024},
+    {"KB", 1e3},     {"MB", 1e6},            {"GB", 1e9}, {"TB", 1e12},
+  };
+  for (auto& [name, factor] : units) {
+    if (unit == name) {
+      double bytes = n * factor;
+      if (bytes > 1.8e19 || bytes != std::floor(bytes))
+        return std::nullopt;
+      return static_cast<uint64_t>(bytes);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<duration> parse_duration(std::string_view text) {
+  double n = 0;
+  std::string_view unit;
+  if (!split_number(text, n, unit))
+    return std::nullopt;
+  static const std::pair<std::string_view, double> units[] = {
+    {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"m", 60e9}, {"h", 3600e9},
+  };
+  for (auto& [name, factor] : units)
+    if (unit == name) {
+      double ns = n * factor;
+      if (ns > 9e18)
+        return std::nullopt;
+      return duration{static_cast<int64_t>(ns)};
+    }
+  return std::nullopt;
+}
+
+std::string to_string(duration d) {
+  auto ns = d.count();
+  if (ns == 0)
+    return "0s";
+  if (ns % 1000000000 == 0)
+    return std::to_string(ns / 1000000000) + "s";
+  if (ns % 1000000 == 0)
+    return std::to_string(ns / 1000000) + "ms";
+  if (ns % 1000 == 0)
+    return std::to_string(ns / 1000) + "us";
+  return std::to_string(ns) + "ns";
+}
+
+// -- endpoints -----------------------------------------------------------------
+
+bool endpoint_binds(const std::string& ep) {
+  return ep.find('*') != std::string::npos || ep.find("::") != std::string::npos
+         || ep.rfind("ipc://", 0) == 0 || ep.rfind("inproc://", 0) == 0;
+}
+
+namespace {
+
+// Parses the port of a tcp endpoint; -1 when there is none or it is not a number.
+long tcp_port(const std::string& ep) {
+  auto colon = ep.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= ep.size() || colon < 6)
+    return -1;
+  auto digits = ep.substr(colon + 1);
+  if (digits.size() > 6)
+    return -1;
+  for (char c : digits)
+    if (!std::isdigit(static_cast<unsigned char>(c)))
+      return -1;
+  return std::stol(digits);
+}
+
+} // namespace
+
+std::optional<std::string> offset_endpoint(const std::string& ep, int64_t rank,
+                                           std::string* why) {
+  if (ep.empty() || rank == 0)
+    return ep;
+  if (ep.rfind("inproc://", 0) == 0 || ep.rfind("ipc://", 0) == 0)
+    return ep + "_dp" + std::to_string(rank);
+  if (ep.rfind("tcp://", 0) == 0) {
+    auto port = tcp_port(ep);
+    if (port < 0) {
+      if (why)
+        *why = "tcp endpoint without a numeric port";
+      return std::nullopt;
+    }
+    if (port == 0)
+      return ep; // ephemeral: every rank gets its own anyway
+    if (port + rank > 65535) {
+      if (why)
+        *why = "port " + std::to_string(port) + " + dp rank " + std::to_string(rank)
+               + " exceeds 65535";
+      return std::nullopt;
+    }
+    return ep.substr(0, ep.rfind(':') + 1) + std::to_string(port + rank);
+  }
+  if (why)
+    *why = "endpoint must be tcp://, ipc:// or inproc://";
+  return std::nullopt;
+}
+
+// -- loading -------------------------------------------------------------------
+
+namespace {
+
+// Where a key's final value came from, for error messages.
+struct origin {
+  std::string source;
+  int64_t line = 0;
+};
+
+class loader {
+public:
+  std::optional<config_error> error;
+
+  bool parse_into(toml::table& dst, std::string_view text, const std::string& source,
+                  bool is_default) {
+    toml::table src;
+    try {
+      src = toml::parse(text, source);
+    } catch (const toml::parse_error& e) {
+      fail(source, "", static_cast<int64_t>(e.source().begin.line),
+           std::string{"not valid TOML: "} + std::string{e.description()});
+      return false;
+    }
+    return merge(dst, src, source, is_default);
+  }
+
+  bool apply_override(toml::table& dst, const std::string& kv) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) {
+      fail("--set", kv, 0, "expected section.key=value");
+      return false;
+    }
+    auto key = std::string{trim(std::string_view{kv}.substr(0, eq))};
+    auto value = std::string{trim(std::string_view{kv}.substr(eq + 1))};
+    auto dot = key.find('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == key.size()) {
+      fail("--set", key, 0, "expected section.key=value");
+      return false;
+    }
+    // A TOML value when it parses as one; otherwise a bare string, so that
+    // `--set events.endpoint=tcp://*:5600` works without shell-quoted quotes.
+    toml::table parsed;
+    try {
+      parsed = toml::parse("v = " + value);
+    } catch (const toml::parse_error&) {
+      parsed = toml::table{};
+      parsed.insert("v", value);
+    }
+    toml::table wrapper;
+    toml::table section;
+    section.insert(key.substr(dot + 1), *parsed.get("v"));
+    wrapper.insert(key.substr(0, dot), std::move(section));
+    return merge(dst, wrapper, "--set", false);
+  }
+
+  const origin& where(const std::string& key) const {
+    static const origin none{"<default>", 0};
+    auto i = origins_.find(key);
+    return i == origins_.end() ? none : i->second;
+  }
+
+  void fail(const std::string& source, const std::string& key, int64_t line,
+            std::string what) {
+    if (!error)
+      error = config_error{source, key, line, std::move(what)};
+  }
+
+  void fail_at(const std::string& key, std::string what) {
+    auto& o = where(key);
+    fail(o.source, key, o.line, std::move(what));
+  }
+
+private:
+  std::map<std::string, origin> origins_;
+
+  static const char* type_name(const toml::node& n) {
+    switch (n.type()) {
+      case toml::node_type::string: return "a string";
+      case toml::node_type::integer: return "an integer";
+      case toml::node_type::floating_point: return "a float";
+      case toml::node_type::boolean: return "a boolean";
+      case toml::node_type::table: return "a table";
+      case toml::node_type::array: return "an array";
+      default: return "a date/time";
+    }
+  }
+
+  bool merge(toml::table& dst, toml::table& src, const std::string& source,
+             bool is_default) {
+    for (auto&& [skey, snode] : src) {
+      std::string section{skey.str()};
+      auto line = static_cast<int64_t>(snode.source().begin.line);
+      auto* stbl = snode.as_table();
+      if (!stbl) {
+        fail(source, section, line, "top-level keys must be sections: [sidecar], [events], [cache], [gpu]");
+        return false;
+      }
+      auto* dtbl = dst.get_as<toml::table>(section);
+      if (!dtbl) {
+        if (!is_default) {
+          fail(source, section, line, "unknown section (expected sidecar, events, cache or gpu)");
+          return false;
+        }
+        dst.insert(section, toml::table{});
+        dtbl = dst.get_as<toml::table>(section);
+      }
+      for (auto&& [k, v] : *stbl) {
+        std::string key = section + "." + std::string{k.str()};
+        auto vline = static_cast<int64_t>(v.source().begin.line);
+        auto* old = dtbl->get(k.str());
+        if (!is_default) {
+          if (!old) {
+            fail(source, key, vline, "unknown key");
+            return false;
+          }
+          bool ok = old->type() == v.type()
+                    || (old->is_floating_point() && v.is_integer());
+          if (!ok) {
+            fail(source, key, vline,
+                 std::string{"expected "} + type_name(*old) + ", got " + type_name(v));
+            return false;
+          }
+        }
+        if (v.is_integer() && old && old->is_floating_point())
+          dtbl->insert_or_assign(k.str(), static_cast<double>(v.as_integer()->get()));
+        else
+          dtbl->insert_or_assign(k.str(), v);
+        origins_[key] = origin{source, vline};
+      }
+    }
+    return true;
+  }
+};
+
+// Typed reading with semantic checks; each failure names the key.
+class reader {
+public:
+  reader(const toml::table& t, loader& l) : t_(t), l_(l) {}
+
+  std::string str(const char* key) {
+    auto v = node(key);
+    return v ? v->value_or(std::string{}) : std::string{};
+  }
+  int64_t integer(const char* key, int64_t lo, int64_t hi) {
+    auto v = node(key);
+    int64_t x = v ? v->value_or(int64_t{0}) : 0;
+    if (x < lo || x > hi)
+      l_.fail_at(key, "expected an integer in " + std::to_string(lo) + ".."
+                        + std::to_string(hi) + ", got " + std::to_string(x));
+    return x;
+  }
+  double real(const char* key, double lo, double hi) {
+    auto v = node(key);
+    double x = v ? v->value_or(0.0) : 0.0;
+    if (!(x >= lo && x <= hi)) {
+      std::ostringstream os;
+      os << "expected a number in " << lo << ".." << hi << ", got " << x;
+      l_.fail_at(key, os.str());
+    }
+    return x;
+  }
+  bool boolean(const char* key) {
+    auto v = node(key);
+    return v ? v->value_or(false) : false;
+  }
+  std::string one_of(const char* key, std::initializer_list<const char*> allowed) {
+    auto s = str(key);
+    std::string list;
+    for (auto a : allowed) {
+      if (s == a)
+        return s;
+      list += list.empty() ? "" : ", ";
+      list += std::string{"\""} + a + "\"";
+    }
+    l_.fail_at(key, "expected one of " + list + ", got \"" + s + "\"");
+    return s;
+  }
+  uint64_t size(const char* key, uint64_t min) {
+    auto s = str(key);
+    auto v = parse_size(s);
+    if (!v)
+      l_.fail_at(key, "expected a size like \"512MiB\" or \"4GiB\", got \"" + s + "\"");
+    else if (*v < min)
+      l_.fail_at(key, "expected at least " + std::to_string(min) + " bytes, got \"" + s + "\"");
+    return v.value_or(0);
+  }
+  duration dur(const char* key, bool zero_ok) {
+    auto s = str(key);
+    auto v = parse_duration(s);
+    if (!v)
+      l_.fail_at(key, "expected a duration like \"250ms\" or \"10s\", got \"" + s + "\"");
+    else if (!zero_ok && v->count() == 0)
+      l_.fail_at(key, "expected a duration above 0, got \"" + s + "\"");
+    return v.value_or(duration{});
+  }
+  /// Endpoint check: scheme, and a port in range for tcp (0 = ephemeral).
+  std::string endpoint(const char* key, bool empty_ok) {
+    auto s = str(key);
+    if (s.empty()) {
+      if (!empty_ok)
+        l_.fail_at(key, "expected an endpoint like \"tcp://*:5600\", got \"\"");
+      return s;
+    }
+    if (s.rfind("tcp://", 0) == 0) {
+      auto port = tcp_port(s);
+      if (port < 0 || port > 65535)
+        l_.fail_at(key, "expected tcp://host:port with a port in 0..65535, got \"" + s + "\"");
+    } else if (!((s.rfind("ipc://", 0) == 0 && s.size() > 6)
+                 || (s.rfind("inproc://", 0) == 0 && s.size() > 9))) {
+      l_.fail_at(key, "expected a tcp://, ipc:// or inproc:// endpoint, got \"" + s + "\"");
+    }
+    return s;
+  }
+
+private:
+  const toml::node* node(const char* key) {
+    return t_.at_path(key).node();
+  }
+  const toml::table& t_;
+  loader& l_;
+};
+
+config_result finish(const toml::table& t, loader& l) {
+  config c;
+  reader r{t, l};
+  c.sidecar.name = r.str("sidecar.name");
+  if (c.sidecar.name.empty())
+    l.fail_at("sidecar.name", "expected a non-empty name");
+  c.sidecar.log_level = r.one_of("sidecar.log_level", {"trace", "debug", "info", "warn", "error"});
+  c.sidecar.log_format = r.one_of("sidecar.log_format", {"text", "json"});
+  c.sidecar.stats_interval = r.dur("sidecar.stats_interval", true);
+  c.sidecar.shutdown_timeout = r.dur("sidecar.shutdown_timeout", false);
+
+  auto& e = c.events;
+  e.enabled = r.boolean("events.enabled");
+  e.format = r.one_of("events.format", {"vllm", "tokenspeed"});
+  e.dp_size = r.integer("events.dp_size", 1, 1024);
+  e.ingest_endpoint = r.endpoint("events.ingest_endpoint", false);
+  e.ingest_replay_endpoint = r.endpoint("events.ingest_replay_endpoint", true);
+  e.ingest_gap_timeout = r.dur("events.ingest_gap_timeout", false);
+  e.endpoint = r.endpoint("events.endpoint", false);
+  e.replay_endpoint = r.endpoint("events.replay_endpoint", true);
+  e.buffer_steps = r.integer("events.buffer_steps", 0, 100000000);
+  e.hwm = r.integer("events.hwm", 0, 1000000000);
+  e.max_queue_size = r.integer("events.max_queue_size", 1, 1000000000);
+  e.topic = r.str("events.topic");
+  // Every rank's endpoints must be derivable (vLLM's offset rule).
+  for (auto key : {"events.ingest_endpoint", "events.ingest_replay_endpoint",
+                   "events.endpoint", "events.replay_endpoint"}) {
+    auto ep = r.str(key);
+    std::string why;
+    if (!l.error && !ep.empty() && !offset_endpoint(ep, e.dp_size - 1, &why))
+      l.fail_at(key, "cannot derive the endpoint of dp rank " + std::to_string(e.dp_size - 1)
+                       + ": " + why);
+  }
+
+  auto& k = c.cache;
+  k.enabled = r.boolean("cache.enabled");
+  k.endpoint = r.endpoint("cache.endpoint", false);
+  k.chunk_size = r.integer("cache.chunk_size", 1, 1 << 20);
+  k.l1_size = r.size("cache.l1_size", 1 << 20);
+  k.evict_high = r.real("cache.evict_high", 0.01, 1.0);
+  k.evict_low = r.real("cache.evict_low", 0.0, 1.0);
+  if (!l.error && k.evict_low >= k.evict_high)
+    l.fail_at("cache.evict_low", "expected evict_low below evict_high");
+  k.session_ttl = r.dur("cache.session_ttl", false);
+  k.lock_ttl = r.dur("cache.lock_ttl", false);
+  k.heartbeat_timeout = r.dur("cache.heartbeat_timeout", false);
+  k.events_rank = r.integer("cache.events_rank", -1, 1023);
+  if (!l.error && k.events_rank >= e.dp_size)
+    l.fail_at("cache.events_rank", "expected -1 or a dp rank below events.dp_size ("
+                                     + std::to_string(e.dp_size) + "), got "
+                                     + std::to_string(k.events_rank));
+
+  c.gpu.backend = r.one_of("gpu.backend", {"auto", "cuda", "host"});
+
+  if (l.error)
+    return {std::nullopt, l.error};
+  return {std::move(c), std::nullopt};
+}
+
+} // namespace
+
+config_result load_config_text(std::string_view text, const std::string& source,
+                               const std::vector<std::string>& overrides) {
+  loader l;
+  toml::table t;
+  if (!l.parse_into(t, default_config_toml, "<default>", true))
+    return {std::nullopt, l.error};
+  if (!text.empty() && !l.parse_into(t, text, source, false))
+    return {std::nullopt, l.error};
+  for (auto& kv : overrides)
+    if (!l.apply_override(t, kv))
+      return {std::nullopt, l.error};
+  return finish(t, l);
+}
+
+config_result load_config(const std::string& file, const std::vector<std::string>& overrides) {
+  if (file.empty())
+    return load_config_text({}, "<default>", overrides);
+  std::ifstream in{file, std::ios::binary};
+  if (!in)
+    return {std::nullopt, config_error{file, "", 0, "cannot read the file"}};
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  auto text = buf.str();
+  if (text.empty())
+    text = "\n"; // an empty file is a valid config: all defaults
+  return load_config_text(text, file, overrides);
+}
+
+} // namespace kvs

@@ -1,0 +1,110 @@
+// The typed configuration of kvsidecar and its loader.
+//
+// One TOML document: the compiled-in default (config/default.toml), then an
+// optional file over it, then `--set section.key=value` overrides. Every key
+// is validated; the first problem becomes one config_error naming the source,
+// the key, the line and what was expected.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvs {
+
+using duration = std::chrono::nanoseconds;
+
+struct sidecar_config {
+  std::string name;
+  std::string log_level;  // trace|debug|info|warn|error
+  std::string log_format; // text|json
+  duration stats_interval{};
+  duration shutdown_timeout{};
+};
+
+struct events_config {
+  bool enabled = true;
+  std::string format; // vllm|tokenspeed
+  int64_t dp_size = 1;
+  std::string ingest_endpoint;
+  std::string ingest_replay_endpoint;
+  duration ingest_gap_timeout{};
+  std::string endpoint;
+  std::string replay_endpoint;
+  int64_t buffer_steps = 0;
+  int64_t hwm = 0;
+  int64_t max_queue_size = 0;
+  std::string topic;
+};
+
+struct cache_config {
+  bool enabled = true;
+  std::string endpoint;
+  int64_t chunk_size = 0;
+  uint64_t l1_size = 0;
+  double evict_high = 0;
+  double evict_low = 0;
+  duration session_ttl{};
+  duration lock_ttl{};
+  duration heartbeat_timeout{};
+  int64_t events_rank = 0;
+};
+
+struct gpu_config {
+  std::string backend; // auto|cuda|host
+};
+
+struct config {
+  sidecar_config sidecar;
+  events_config events;
+  cache_config cache;
+  gpu_config gpu;
+};
+
+/// What went wrong, ready for one line on stderr.
+struct config_error {
+  std::string source; ///< file name, "<default>" or "--set"
+  std::string key;    ///< "events.endpoint"
+  int64_t line = 0;   ///< 0 when unknown
+  std::string what;   ///< "expected a port in 1..65535, got 70000"
+  std::string to_string() const;
+};
+
+/// The compiled-in default TOML text (config/default.toml).
+extern const std::string_view default_config_toml;
+
+/// Loads the default, then `file` (if not empty), then each `key=value` in
+/// `overrides`. Returns the config or the first error.
+struct config_result {
+  std::optional<config> value;
+  std::optional<config_error> error;
+};
+config_result load_config(const std::string& file,
+                          const std::vector<std::string>& overrides);
+
+/// Same, from TOML text (tests; `source` names it in errors).
+config_result load_config_text(std::string_view toml_text, const std::string& source,
+                               const std::vector<std::string>& overrides = {});
+
+/// "512MiB" -> bytes; nullopt when malformed.
+std::optional<uint64_t> parse_size(std::string_view text);
+/// "250ms" -> nanoseconds; nullopt when malformed.
+std::optional<duration> parse_duration(std::string_view text);
+
+/// vLLM/tokenspeed endpoint offset for DP rank r: tcp port + r, inproc/ipc
+/// suffix `_dp{r}`, rank 0 unchanged. nullopt when the endpoint can't be
+/// offset (then `why` says why).
+std::optional<std::string> offset_endpoint(const std::string& endpoint, int64_t rank,
+                                           std::string* why = nullptr);
+
+/// vLLM's bind-or-connect rule: bind when the endpoint has `*` or `::` or is
+/// ipc:// or inproc://.
+bool endpoint_binds(const std::string& endpoint);
+
+/// Human form of a duration for logs ("10s", "250ms").
+std::string to_string(duration d);
+
+} // namespace kvs

@@ -1,0 +1,65 @@
+// Typed KV-cache events, as vLLM and tokenspeed define them.
+//
+// These are the values actors exchange; the wire dialects (vLLM tagged maps,
+// positional arrays) live in kv_event_codec.hpp. No CAF and no msgpack here,
+// so every part of the project can include this cheaply.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kvs {
+
+/// vLLM `BlockStored`. Fields in vLLM's declaration order; the ones after
+/// `lora_name` carry a default of None in vLLM and are omitted when empty.
+struct block_stored {
+  std::vector<uint64_t> block_hashes;
+  std::optional<uint64_t> parent_block_hash;
+  std::vector<int64_t> token_ids;
+  int64_t block_size = 0;
+  std::optional<int64_t> lora_id;
+  std::optional<std::string> medium;
+  std::optional<std::string> lora_name;
+  /// `extra_keys` is arbitrary msgpack in vLLM (a list of tuples or None): we
+  /// relay it verbatim, as the raw msgpack bytes of the value.
+  std::optional<std::string> extra_keys_msgpack;
+  std::optional<int64_t> group_idx;
+  std::optional<std::string> kv_cache_spec_kind;
+  std::optional<int64_t> kv_cache_spec_sliding_window;
+  std::optional<std::string> locality;
+  std::optional<std::string> ownership;
+  /// The request context that emitted the event (vLLM main, after ownership).
+  std::optional<std::string> session_id;
+};
+
+/// vLLM `BlockRemoved`.
+struct block_removed {
+  std::vector<uint64_t> block_hashes;
+  std::optional<std::string> medium;
+  std::optional<int64_t> group_idx;
+  std::optional<std::string> locality;
+  std::optional<std::string> ownership;
+};
+
+/// vLLM `AllBlocksCleared`.
+struct all_blocks_cleared {};
+
+using kv_event = std::variant<block_stored, block_removed, all_blocks_cleared>;
+
+/// One `KVEventBatch`: `[ts, events, dp_rank]` on the wire.
+struct kv_event_batch {
+  double ts = 0.0;
+  std::vector<kv_event> events;
+  std::optional<int64_t> dp_rank;
+};
+
+/// The dialect a batch is written in.
+enum class event_dialect {
+  vllm,       ///< tagged maps (vLLM >= PR #42892); 5-frame replay
+  tokenspeed, ///< positional arrays (tokenspeed, older vLLM); 4-frame replay
+};
+
+} // namespace kvs

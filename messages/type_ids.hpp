@@ -1,0 +1,48 @@
+// Every atom and message type actors exchange, in one CAF type-id block.
+//
+// All messages stay inside the process, so the types are whitelisted as
+// "unsafe" (never serialized) instead of getting inspect() overloads.
+#pragma once
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/type_id.hpp>
+
+#include "messages/cache_messages.hpp"
+#include "messages/encoded_batch.hpp"
+#include "messages/kv_events.hpp"
+
+CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
+
+  // -- lifecycle ------------------------------------------------------------
+  CAF_ADD_ATOM(kvsidecar, kvs, ready_atom, "ready")
+  CAF_ADD_ATOM(kvsidecar, kvs, failed_atom, "failed")
+  CAF_ADD_ATOM(kvsidecar, kvs, stop_atom, "stop")
+  CAF_ADD_ATOM(kvsidecar, kvs, stats_atom, "stats")
+  CAF_ADD_ATOM(kvsidecar, kvs, tick_atom, "tick")
+
+  // -- event relay ----------------------------------------------------------
+  CAF_ADD_ATOM(kvsidecar, kvs, publish_atom, "publish")
+  CAF_ADD_ATOM(kvsidecar, kvs, record_atom, "record")
+  CAF_ADD_ATOM(kvsidecar, kvs, replay_atom, "replay")
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::kv_event_batch))
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::encoded_batch))
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::replay_request))
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::replay_stream))
+
+  // -- cache server ---------------------------------------------------------
+  CAF_ADD_ATOM(kvsidecar, kvs, request_atom, "request")
+  CAF_ADD_ATOM(kvsidecar, kvs, reply_atom, "reply")
+  CAF_ADD_ATOM(kvsidecar, kvs, ended_atom, "ended")
+  CAF_ADD_ATOM(kvsidecar, kvs, expire_atom, "expire")
+  CAF_ADD_ATOM(kvsidecar, kvs, done_atom, "done")
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::mp_call))
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::mp_reply))
+
+CAF_END_TYPE_ID_BLOCK(kvsidecar)
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::kv_event_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::encoded_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::replay_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::replay_stream)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::mp_call)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::mp_reply)
