@@ -1,10 +1,105 @@
 #include "actors/cache_server.hpp"
 
+#include "actors/engine_bridge.hpp"
+#include "actors/gpu_transfer.hpp"
+#include "actors/registry.hpp"
+#include "actors/store.hpp"
+#include "app/log.hpp"
+
+#include <caf/actor_cast.hpp>
+
 namespace kvs {
 
-cache_server_actors spawn_cache_server(caf::actor_system&, zmq::context_t&, const config&,
-                                       caf::actor, publisher_actor, relay_queue_ptr) {
-  return {}; // filled in by the cache server work
+namespace {
+
+/// The transfer backend `gpu.backend` asks for, or why there is none.
+std::shared_ptr<transfer_backend> pick_backend(const std::string& wanted, std::string& error) {
+  const std::string who = "cache_server";
+  if (wanted == "host") {
+    KVS_INFO(who, "gpu.backend = \"host\": engine KV pools are host shared memory");
+    return make_host_backend();
+  }
+  std::string why;
+  auto cuda = make_cuda_backend(&why);
+  if (cuda) {
+    KVS_INFO(who, "gpu.backend = \"{}\": CUDA backend ({})", wanted, why);
+    return cuda;
+  }
+  if (wanted == "cuda") {
+    error = "gpu.backend = \"cuda\" but the CUDA backend cannot run: " + why;
+    return nullptr;
+  }
+  KVS_INFO(who, "gpu.backend = \"auto\": no usable GPU ({}), using the host backend", why);
+  return make_host_backend();
+}
+
+} // namespace
+
+cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& ctx,
+                                       const config& cfg, caf::actor supervisor,
+                                       publisher_actor events, relay_queue_ptr events_queue) {
+  cache_server_actors out;
+  auto& c = cfg.cache;
+  auto interval = cfg.sidecar.stats_interval;
+  auto backend = pick_backend(cfg.gpu.backend, out.error);
+  if (!backend)
+    return out;
+  pool_options po;
+  po.capacity_bytes = c.l1_size;
+  std::string err;
+  std::shared_ptr<slot_pool> pool{slot_pool::create(po, &err)};
+  if (!pool) {
+    out.error = "cache.l1_size = " + std::to_string(c.l1_size) + " bytes: " + err;
+    return out;
+  }
+  if (auto pinned = backend->pin_host_memory(pool->base(), pool->mapped_bytes()); !pinned) {
+    out.error = "pinning L1 (cache.l1_size) for the " + std::string{backend->name()}
+                + " backend: " + pinned.error().detail;
+    return out;
+  }
+
+  auto gpu = sys.spawn<caf::detached>(gpu_transfer, gpu_transfer_params{backend, interval});
+
+  store_params sp;
+  sp.pool = pool;
+  sp.chunk_size = c.chunk_size;
+  sp.evict_high = c.evict_high;
+  sp.evict_low = c.evict_low;
+  sp.lock_ttl = c.lock_ttl;
+  sp.session_ttl = c.session_ttl;
+  sp.events = events;
+  sp.events_queue = events_queue;
+  sp.stats_interval = interval;
+  auto st = sys.spawn(store, sp);
+
+  registry_params rp;
+  rp.chunk_size = c.chunk_size;
+  rp.heartbeat_timeout = c.heartbeat_timeout;
+  rp.gpu = gpu;
+  rp.store = st;
+  rp.stats_interval = interval;
+  auto reg = sys.spawn(registry, rp);
+
+  engine_bridge_params ep;
+  ep.endpoint = c.endpoint;
+  ep.chunk_size = c.chunk_size;
+  ep.session_ttl = c.session_ttl;
+  ep.registry = reg;
+  ep.store = st;
+  ep.gpu = gpu;
+  out.input_bridges.push_back(
+    sys.spawn<engine_bridge, caf::detached>(ctx, supervisor, interval, ep));
+  for (auto& a : {caf::actor_cast<caf::actor>(reg), caf::actor_cast<caf::actor>(st),
+                  caf::actor_cast<caf::actor>(gpu)})
+    out.workers.push_back(a);
+  out.summary.push_back(fmt::format("engine_bridge {} -> registry, session[rid] (on demand), "
+                                    "store (L1 {} MiB, chunk {} tokens)",
+                                    c.endpoint, c.l1_size >> 20, c.chunk_size));
+  out.summary.push_back(fmt::format("gpu_transfer ({} backend){}", backend->name(),
+                                    events ? fmt::format(" ; store events -> publisher[dp={}]",
+                                                         c.events_rank)
+                                           : ""));
+  return out;
 }
 
 } // namespace kvs

@@ -43,3 +43,66 @@ using replay_actor = caf::typed_actor<
   caf::reacts_to<stats_atom>>;
 
 } // namespace kvs
+
+namespace kvs {
+
+// -- cache server ------------------------------------------------------------
+
+/// engine_bridge (actors/engine_bridge.hpp) — the ROUTER engine connectors
+/// talk to. Decodes LMCache MP requests, routes them (registry, a session
+/// per request id, store), sends replies. Spawns the session actors and is
+/// the only one that addresses them, so a session never receives a request
+/// after it was told to end.
+using engine_bridge_actor = caf::typed_actor<
+  caf::reacts_to<mp_reply>,
+  caf::reacts_to<ended_atom, std::string>, ///< session idle past session_ttl
+  caf::reacts_to<expire_atom, int64_t>>;   ///< instance reaped: end its sessions
+
+/// session[rid=…] — one per request id. Runs LOOKUP (hash, lock the hit
+/// prefix through the store), answers the prefetch queries, drives STORE and
+/// RETRIEVE copies through the GPU-transfer actor, and releases whatever the
+/// request still holds when it ends (END_SESSION, session_ttl, or its
+/// instance being reaped).
+using session_actor = caf::typed_actor<
+  caf::reacts_to<mp_call>,
+  caf::reacts_to<expire_atom>, ///< end now, releasing everything
+  caf::reacts_to<tick_atom>>;  ///< idle check
+
+/// registry — engine instances: their KV-cache registrations, layouts and
+/// liveness. Opens an instance's pools in the GPU-transfer actor, sizes the
+/// store's chunk slots, and reaps instances silent past heartbeat_timeout.
+using registry_actor = caf::typed_actor<
+  caf::reacts_to<mp_call>,           ///< register / unregister / ping
+  caf::reacts_to<tick_atom, int64_t>, ///< instance seen (store/retrieve)
+  caf::reacts_to<tick_atom>,         ///< reaper round
+  caf::reacts_to<stats_atom>>;
+
+/// store — sole owner of the L1 pool and chunk index: lookup-and-lock,
+/// reserve, commit/abort, acquire/release for reads, LRU eviction between
+/// the watermarks, lock and session TTLs. Announces committed and evicted
+/// chunks as BlockStored / BlockRemoved through a publisher.
+using store_actor = caf::typed_actor<
+  caf::replies_to<store_lookup>::with<uint64_t>,
+  caf::reacts_to<store_release_range>,
+  caf::replies_to<store_end_session>::with<uint64_t>,
+  caf::replies_to<store_reserve>::with<store_reserve_reply>,
+  caf::reacts_to<store_finish>,
+  caf::replies_to<store_acquire>::with<store_acquire_reply>,
+  caf::reacts_to<store_release>,
+  caf::replies_to<store_configure>::with<store_configure_reply>,
+  caf::reacts_to<mp_call>, ///< clear
+  caf::reacts_to<tick_atom>,
+  caf::reacts_to<stats_atom>>;
+
+/// gpu_transfer — opens engine pools (CUDA IPC or host shared memory) once
+/// per instance and copies pages between them and L1 slots. Answers a copy at
+/// once with the event to hand the engine, and its completion later.
+using gpu_transfer_actor = caf::typed_actor<
+  caf::replies_to<gpu_open>::with<gpu_status_reply>,
+  caf::reacts_to<gpu_close>,
+  caf::replies_to<gpu_copy>::with<gpu_copy_started>,
+  caf::replies_to<gpu_await>::with<gpu_copy_done>,
+  caf::reacts_to<tick_atom>,
+  caf::reacts_to<stats_atom>>;
+
+} // namespace kvs

@@ -52,9 +52,18 @@ void exit_on_second_signal(const std::string& me) {
     KVS_INFO(me, "SIGTERM again: already shutting down");
 }
 
-/// Collects `stop_atom, label` acknowledgements from `n` bridges.
-bool await_stops(caf::scoped_actor& self, size_t n, clock::time_point deadline,
-                 const std::string& me) {
+/// Bridges that completed the start-up handshake (only they answer stops).
+using ready_set = std::set<caf::actor_addr>;
+
+/// Sends stop to `bridges` and collects the acknowledgements of those that
+/// are running.
+bool stop_bridges(caf::scoped_actor& self, const std::vector<caf::actor>& bridges,
+                  const ready_set& ready, clock::time_point deadline, const std::string& me) {
+  size_t n = 0;
+  for (auto& b : bridges) {
+    self->send(b, stop_atom_v);
+    n += ready.count(b.address());
+  }
   size_t got = 0;
   while (got < n) {
     if (clock::now() >= deadline)
@@ -76,14 +85,12 @@ bool queues_empty(const actor_tree& t) {
   return true;
 }
 
-void stop_all(caf::scoped_actor& self, actor_tree& t, clock::time_point deadline,
-              const std::string& me, bool drain) {
+void stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready,
+              clock::time_point deadline, const std::string& me, bool drain) {
   auto start = clock::now();
   auto drain_deadline = start + (deadline - start) * 6 / 10;
   // 1. Stop taking input.
-  for (auto& b : t.input_bridges)
-    self->send(b, stop_atom_v);
-  if (!await_stops(self, t.input_bridges.size(), drain_deadline, me))
+  if (!stop_bridges(self, t.input_bridges, ready, drain_deadline, me))
     KVS_WARN(me, "input bridges did not stop in time");
   // 2. Drain what was accepted through the publishers to the PUB sockets.
   if (drain) {
@@ -100,9 +107,7 @@ void stop_all(caf::scoped_actor& self, actor_tree& t, clock::time_point deadline
       KVS_INFO(me, "drained: every accepted batch was published");
   }
   // 3. Close the outputs (each flushes and closes its sockets on its thread).
-  for (auto& b : t.output_bridges)
-    self->send(b, stop_atom_v);
-  if (!await_stops(self, t.output_bridges.size(), deadline, me))
+  if (!stop_bridges(self, t.output_bridges, ready, deadline, me))
     KVS_WARN(me, "output bridges did not stop in time");
   // 4. The rest.
   for (auto& w : t.workers)
@@ -132,11 +137,13 @@ int run_sidecar(const config& cfg) {
              cfg.gpu.backend);
     auto tree = spawn_actor_tree(sys, ctx, cfg, self);
     // Start-up handshake: every bridge reports ready or why it failed.
-    size_t ready = 0;
+    ready_set ready;
     std::vector<std::string> failures;
     auto deadline = clock::now() + std::chrono::seconds{10};
-    while (ready + failures.size() < tree.bridge_count() && clock::now() < deadline) {
-      self->receive([&](ready_atom, const std::string&) { ++ready; },
+    while (ready.size() + failures.size() < tree.bridge_count() && clock::now() < deadline) {
+      self->receive([&](ready_atom, const std::string&) {
+                      ready.insert(self->current_sender()->address());
+                    },
                     [&](failed_atom, const std::string& who, const std::string& why) {
                       failures.push_back(who + ": " + why);
                     },
@@ -144,12 +151,12 @@ int run_sidecar(const config& cfg) {
     }
     if (!tree.error.empty())
       failures.push_back(tree.error);
-    if (ready + failures.size() < tree.bridge_count())
+    if (ready.size() + failures.size() < tree.bridge_count())
       failures.push_back("bridges did not report ready within 10s");
     if (!failures.empty()) {
       for (auto& f : failures)
         KVS_ERROR(me, "start-up failed: {}", f);
-      stop_all(self, tree, clock::now() + std::chrono::seconds{2}, me, false);
+      stop_all(self, tree, ready, clock::now() + std::chrono::seconds{2}, me, false);
       status = exit_startup_failed;
     } else {
       for (auto& line : tree.summary)
@@ -159,7 +166,7 @@ int run_sidecar(const config& cfg) {
       int sig = wait_for_signal();
       KVS_INFO(me, "{} received: stopping input, draining, closing sockets (deadline {})",
                sig == SIGINT ? "SIGINT" : "SIGTERM", to_string(cfg.sidecar.shutdown_timeout));
-      stop_all(self, tree, clock::now() + cfg.sidecar.shutdown_timeout, me, true);
+      stop_all(self, tree, ready, clock::now() + cfg.sidecar.shutdown_timeout, me, true);
     }
   }
   ctx.close();

@@ -1,18 +1,26 @@
-// Messages of the cache server: a decoded LMCache MP request travelling from
-// the engine bridge to the actor that handles it, and the reply going back.
+// Messages of the cache server.
+//
+// mp_call / mp_reply travel between the engine bridge and the actors that
+// handle LMCache MP requests; the store_* / gpu_* structs are the typed
+// requests of the store and GPU-transfer actors (see actors/interfaces.hpp).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kvs {
 
-struct mp_request; // messages/lmcache_protocol.hpp
+struct mp_request;   // messages/lmcache_protocol.hpp
+struct kv_layout;    // gpu/kv_layout.hpp
+struct tensor_desc;  // messages/tensor_desc.hpp
 
 /// One request from an engine connector, with what is needed to answer it.
 struct mp_call {
-  std::string identity;  ///< ROUTER identity of the connector's DEALER
+  std::string identity; ///< ROUTER identity of the connector's DEALER
   std::shared_ptr<const mp_request> request;
 };
 
@@ -23,6 +31,134 @@ struct mp_reply {
   std::string uid_frame;
   std::string op_frame;
   std::optional<std::string> body;
+};
+
+/// Builds the reply to `call` with `body` (nullopt = None).
+mp_reply make_reply(const mp_call& call, std::optional<std::string> body);
+
+// -- store ---------------------------------------------------------------------
+
+/// LOOKUP: lock the prefix of `hashes` (chunk 0..n) present on every rank.
+struct store_lookup {
+  std::string session;
+  std::vector<uint64_t> hashes;
+  int32_t world_size = 1;
+  uint32_t readers_per_key = 1;
+};
+
+/// FREE_LOOKUP_LOCKS: release the session's locks on chunks [begin, end).
+struct store_release_range {
+  std::string session;
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+/// END_SESSION / TTL: release everything the session holds.
+struct store_end_session {
+  std::string session;
+};
+
+/// STORE step 1: a slot for each chunk of `hashes` on `rank`.
+struct store_reserve {
+  int32_t rank = 0;
+  std::vector<uint64_t> hashes; ///< the chunks to store, in order
+};
+struct reserved_chunk {
+  size_t position = 0;      ///< index into store_reserve::hashes
+  uint8_t* slot = nullptr;  ///< where the copy writes
+};
+struct store_reserve_reply {
+  bool ok = false;
+  std::string why;                    ///< when !ok
+  std::vector<reserved_chunk> chunks; ///< to copy (chunks already present are left out)
+  size_t already_present = 0;
+  size_t slot_bytes = 0;
+};
+
+/// STORE step 2: the copy finished (commit) or failed (abort). Committed
+/// chunks are announced as BlockStored: `tokens` are the chunk tokens of
+/// hashes[positions[i]], `parents` the hash of the chunk before (0 = none).
+struct store_finish {
+  bool commit = false;
+  int32_t rank = 0;
+  std::vector<uint64_t> hashes;   ///< reserved chunks only
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<std::optional<uint64_t>> parents;
+};
+
+/// RETRIEVE step 1: pin chunks [begin, end) of `hashes` on `rank` for
+/// reading (the session's lookup locks, or fresh ones).
+struct store_acquire {
+  std::string session;
+  int32_t rank = 0;
+  size_t begin = 0; ///< absolute chunk index of hashes[0]
+  std::vector<uint64_t> hashes;
+};
+struct store_acquire_reply {
+  bool ok = false;
+  std::string why;
+  uint64_t ticket = 0;           ///< give back with store_release
+  std::vector<uint8_t*> slots;   ///< one per hash
+  size_t slot_bytes = 0;
+};
+/// RETRIEVE step 2: the copy is over; release what acquire pinned.
+struct store_release {
+  uint64_t ticket = 0;
+};
+
+/// Sets the chunk slot size (first registration decides).
+struct store_configure {
+  size_t slot_bytes = 0;
+};
+struct store_configure_reply {
+  bool ok = false;
+  std::string why;
+  size_t slot_bytes = 0; ///< the pool's slot size after the call
+};
+
+// -- gpu transfer --------------------------------------------------------------
+
+struct gpu_open {
+  int64_t instance_id = 0;
+  std::string engine; ///< "sglang", "vllm", ... (how RETRIEVE's skip counts)
+  std::shared_ptr<const std::vector<tensor_desc>> tensors;
+  std::shared_ptr<const kv_layout> layout;
+};
+struct gpu_close {
+  int64_t instance_id = 0;
+};
+struct gpu_copy {
+  int64_t instance_id = 0;
+  bool to_l1 = true; ///< STORE; false = RETRIEVE
+  std::vector<std::vector<int64_t>> block_ids;
+  std::vector<uint64_t> chunk_positions; ///< chunk index within the request
+  std::vector<uint8_t*> slots;
+  uint64_t chunk_tokens = 0;
+  uint64_t slot_bytes = 0;
+  /// RETRIEVE: the connector's skip argument as sent. SGLang's connector
+  /// counts pages, LMCache 0.5.6's vLLM adapter counts tokens; the transfer
+  /// actor knows the instance's engine and converts.
+  uint64_t skip_first_n = 0;
+  std::string engine_event_handle;
+};
+/// Sent at once: the event to answer the engine with, and a ticket to
+/// await the completion with.
+struct gpu_copy_started {
+  bool ok = false;
+  std::string why;
+  std::string event_handle;
+  uint64_t ticket = 0;
+};
+struct gpu_await {
+  uint64_t ticket = 0;
+};
+struct gpu_copy_done {
+  bool ok = false;
+  std::string why;
+};
+struct gpu_status_reply {
+  bool ok = false;
+  std::string why;
 };
 
 } // namespace kvs

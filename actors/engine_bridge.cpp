@@ -1,0 +1,268 @@
+#include "actors/engine_bridge.hpp"
+
+#include "actors/session.hpp"
+#include "app/log.hpp"
+#include "messages/lmcache_protocol.hpp"
+
+#include <caf/send.hpp>
+
+namespace kvs {
+
+namespace {
+
+std::string hex(const std::string& s, size_t max = 16) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < max; ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+/// The request id a request belongs to, or nullptr for session-less ops.
+const std::string* request_id_of(const mp_request& r) {
+  return std::visit(
+    [](const auto& b) -> const std::string* {
+      using T = std::decay_t<decltype(b)>;
+      if constexpr (std::is_same_v<T, lookup_req> || std::is_same_v<T, free_lookup_locks_req>
+                    || std::is_same_v<T, store_req> || std::is_same_v<T, retrieve_req>)
+        return &b.key.request_id;
+      else if constexpr (std::is_same_v<T, query_prefetch_status_req>
+                         || std::is_same_v<T, wait_prefetch_status_req>
+                         || std::is_same_v<T, query_prefetch_lookup_hits_req>
+                         || std::is_same_v<T, end_session_req>)
+        return &b.request_id;
+      else
+        return nullptr;
+    },
+    r.body);
+}
+
+} // namespace
+
+mp_reply make_reply(const mp_call& call, std::optional<std::string> body) {
+  return mp_reply{call.identity, call.request->uid_frame, call.request->op_frame,
+                  std::move(body)};
+}
+
+engine_bridge::engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
+                             caf::actor supervisor, std::chrono::nanoseconds stats_interval,
+                             engine_bridge_params params)
+  : zmq_bridge(cfg, ctx, "engine_bridge", "", std::move(supervisor), stats_interval),
+    p_(std::move(params)) {}
+
+std::optional<std::string> engine_bridge::open() {
+  router_ = zmq::socket_t{ctx_, zmq::socket_type::router};
+  router_.set(zmq::sockopt::rcvhwm, 0);
+  router_.set(zmq::sockopt::sndhwm, 0);
+  auto r = open_endpoint(router_, p_.endpoint, true);
+  if (!r.ok)
+    return "cache.endpoint = \"" + p_.endpoint + "\": " + r.endpoint;
+  KVS_INFO(label(), "bound {} (cache.endpoint): serving the LMCache MP protocol, chunk_size {}",
+           r.endpoint, p_.chunk_size);
+  watch(router_, ZMQ_POLLIN);
+  return std::nullopt;
+}
+
+caf::behavior engine_bridge::handlers() {
+  return {
+    [this](mp_reply& r) { send_reply(r); },
+    [this](ended_atom, const std::string& rid) {
+      // The session went idle past session_ttl: no more requests reach it.
+      if (sessions_.count(rid)) {
+        KVS_INFO(label(), "session {} idle past session_ttl: ending it", rid);
+        end_session(rid);
+      }
+    },
+    [this](expire_atom, int64_t instance) {
+      std::vector<std::string> doomed;
+      for (auto& [rid, e] : sessions_)
+        for (auto id : e.instances)
+          if (id == instance)
+            doomed.push_back(rid);
+      for (auto& rid : doomed)
+        end_session(rid);
+      if (!doomed.empty())
+        KVS_INFO(label(), "instance {} reaped: ended its {} sessions", instance, doomed.size());
+    },
+  };
+}
+
+void engine_bridge::on_socket(size_t, short revents) {
+  if (!(revents & ZMQ_POLLIN))
+    return;
+  for (int burst = 0; burst < 256; ++burst) {
+    zmq::message_t first;
+    if (!router_.recv(first, zmq::recv_flags::dontwait))
+      return;
+    std::vector<zmq::message_t> frames;
+    frames.push_back(std::move(first));
+    while (frames.back().more()) {
+      zmq::message_t part;
+      (void) router_.recv(part, zmq::recv_flags::none);
+      frames.push_back(std::move(part));
+    }
+    on_request(frames);
+  }
+}
+
+void engine_bridge::reject(const std::string& peer, const std::string& uid, const std::string& op,
+                           const wire_error& err) {
+  auto n = ++rejected_[err.kind];
+  // Every bad request counts; the log names the first ones of each kind and
+  // then one in a thousand, so a broken client cannot flood the log.
+  if (n <= 10 || n % 1000 == 0)
+    KVS_WARN(label(), "bad request from peer {} uid {} op {}: {}: {} (#{} of this kind)", peer,
+             uid, op, err.kind, err.detail, n);
+}
+
+void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
+  ++requests_;
+  auto identity = frames[0].to_string();
+  std::vector<std::string_view> args;
+  args.reserve(frames.size() - 1);
+  for (size_t i = 1; i < frames.size(); ++i)
+    args.emplace_back(static_cast<const char*>(frames[i].data()), frames[i].size());
+  auto res = decode_mp_request(args);
+  if (auto* err = std::get_if<wire_error>(&res)) {
+    auto uid = args.size() > 0 ? hex(std::string{args[0]}) : std::string{"-"};
+    auto op = args.size() > 1 ? hex(std::string{args[1]}) : std::string{"-"};
+    reject(hex(identity), uid, op, *err);
+    return;
+  }
+  auto req = std::make_shared<mp_request>(std::move(std::get<mp_request>(res)));
+  route(mp_call{std::move(identity), std::move(req)});
+}
+
+session_actor& engine_bridge::session_for(const std::string& rid, bool create) {
+  auto i = sessions_.find(rid);
+  if (i != sessions_.end())
+    return i->second.actor;
+  if (!create)
+    return none_;
+  session_params sp;
+  sp.request_id = rid;
+  sp.chunk_size = p_.chunk_size;
+  sp.session_ttl = p_.session_ttl;
+  sp.bridge = caf::actor_cast<engine_bridge_actor>(this);
+  sp.store = p_.store;
+  sp.gpu = p_.gpu;
+  auto s = home_system().spawn(session, std::move(sp));
+  ++sessions_started_;
+  return sessions_.emplace(rid, session_entry{s, {}}).first->second.actor;
+}
+
+void engine_bridge::end_session(const std::string& rid) {
+  auto i = sessions_.find(rid);
+  if (i == sessions_.end())
+    return;
+  send(i->second.actor, expire_atom_v);
+  sessions_.erase(i);
+  ++sessions_ended_;
+}
+
+void engine_bridge::route(mp_call call) {
+  const auto& req = *call.request;
+  switch (req.op) {
+    case mp_op::get_chunk_size:
+      send_reply(make_reply(call, encode_mp_int(p_.chunk_size)));
+      return;
+    case mp_op::noop:
+      send_reply(make_reply(call, encode_mp_str("OK")));
+      return;
+    case mp_op::get_experimental:
+      send_reply(make_reply(call, encode_mp_str_list({})));
+      return;
+    case mp_op::ping: {
+      // Answered here (the heartbeat must not queue behind anything); the
+      // registry learns the instance is alive.
+      auto& b = std::get<ping_req>(req.body);
+      if (b.instance_id)
+        send(p_.registry, tick_atom_v, *b.instance_id);
+      send_reply(make_reply(call, encode_mp_bool(true)));
+      return;
+    }
+    case mp_op::register_kv_cache:
+    case mp_op::unregister_kv_cache:
+      send(p_.registry, std::move(call));
+      return;
+    case mp_op::clear:
+      send(p_.store, std::move(call));
+      return;
+    default:
+      break;
+  }
+  const auto* rid = request_id_of(req);
+  if (!rid)
+    return; // every op is covered above
+  switch (req.op) {
+    case mp_op::lookup:
+    case mp_op::store:
+    case mp_op::retrieve: {
+      auto& s = session_for(*rid, true);
+      int64_t instance = -1;
+      if (auto* st = std::get_if<store_req>(&req.body))
+        instance = st->instance_id;
+      else if (auto* rt = std::get_if<retrieve_req>(&req.body))
+        instance = rt->instance_id;
+      if (instance >= 0) {
+        send(p_.registry, tick_atom_v, instance);
+        auto& ids = sessions_[*rid].instances;
+        if (std::find(ids.begin(), ids.end(), instance) == ids.end())
+          ids.push_back(instance);
+      }
+      send(s, std::move(call));
+      return;
+    }
+    case mp_op::end_session: {
+      auto i = sessions_.find(*rid);
+      if (i != sessions_.end()) {
+        send(i->second.actor, std::move(call)); // it releases, answers, ends
+        sessions_.erase(i);
+        ++sessions_ended_;
+      } else {
+        send_reply(make_reply(call, std::nullopt));
+      }
+      return;
+    }
+    default: {
+      auto& s = session_for(*rid, false);
+      if (s) {
+        send(s, std::move(call));
+        return;
+      }
+      // No such request: LMCache's answers for an unknown job.
+      if (req.op == mp_op::query_prefetch_status || req.op == mp_op::wait_prefetch_status)
+        send_reply(make_reply(call, encode_mp_int(0)));
+      else
+        send_reply(make_reply(call, std::nullopt));
+      return;
+    }
+  }
+}
+
+void engine_bridge::send_reply(const mp_reply& r) {
+  try {
+    router_.send(zmq::buffer(r.identity), zmq::send_flags::sndmore);
+    router_.send(zmq::buffer(r.uid_frame), zmq::send_flags::sndmore);
+    router_.send(zmq::buffer(r.op_frame),
+                 r.body ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    if (r.body)
+      router_.send(zmq::buffer(*r.body), zmq::send_flags::none);
+    ++replies_;
+  } catch (const zmq::error_t& e) {
+    KVS_WARN(label(), "reply to peer {} failed: {}", hex(r.identity), e.what());
+  }
+}
+
+void engine_bridge::log_stats() {
+  uint64_t rejected = 0;
+  for (auto& [k, n] : rejected_)
+    rejected += n;
+  KVS_INFO(label(), "stats: requests={} replies={} rejected={} sessions={} started={} ended={}",
+           requests_, replies_, rejected, sessions_.size(), sessions_started_, sessions_ended_);
+}
+
+} // namespace kvs

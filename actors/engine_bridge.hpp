@@ -1,0 +1,65 @@
+// engine_bridge: the ROUTER LMCache engine connectors talk to (see
+// actors/interfaces.hpp). Simple ops are answered here (get_chunk_size,
+// noop, ping's reply); the rest go to the registry, a session per request
+// id (spawned on demand) or the store. A bad request is logged with peer,
+// uid, op and reason, counted, and never disturbs other clients.
+#pragma once
+
+#include "actors/interfaces.hpp"
+#include "actors/zmq_bridge.hpp"
+#include "messages/wire_error.hpp"
+
+#include <chrono>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+namespace kvs {
+
+struct engine_bridge_params {
+  std::string endpoint;
+  int64_t chunk_size = 256;
+  std::chrono::nanoseconds session_ttl{};
+  registry_actor registry;
+  store_actor store;
+  gpu_transfer_actor gpu;
+};
+
+class engine_bridge : public zmq_bridge {
+public:
+  engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor supervisor,
+                std::chrono::nanoseconds stats_interval, engine_bridge_params params);
+
+protected:
+  std::optional<std::string> open() override;
+  caf::behavior handlers() override;
+  void on_socket(size_t index, short revents) override;
+  void log_stats() override;
+
+private:
+  struct session_entry {
+    session_actor actor;
+    std::vector<int64_t> instances; ///< instances that stored/retrieved through it
+  };
+
+  void on_request(std::vector<zmq::message_t>& frames);
+  void route(mp_call call);
+  session_actor& session_for(const std::string& rid, bool create);
+  void end_session(const std::string& rid);
+  void send_reply(const mp_reply& r);
+  void reject(const std::string& peer, const std::string& uid, const std::string& op,
+              const wire_error& err);
+
+  engine_bridge_params p_;
+  zmq::socket_t router_;
+  std::unordered_map<std::string, session_entry> sessions_;
+  session_actor none_;
+
+  uint64_t requests_ = 0;
+  uint64_t replies_ = 0;
+  uint64_t sessions_started_ = 0;
+  uint64_t sessions_ended_ = 0;
+  std::map<std::string, uint64_t> rejected_; ///< by error kind
+};
+
+} // namespace kvs

@@ -1,0 +1,134 @@
+#include "actors/gpu_transfer.hpp"
+
+#include "actors/actor_logging.hpp"
+
+namespace kvs {
+
+namespace {
+
+using self_ptr = gpu_transfer_actor::stateful_pointer<gpu_transfer_state>;
+
+gpu_copy_done done_of(copy_completion& c, copy_completion::state s) {
+  return gpu_copy_done{s == copy_completion::state::done, c.error()};
+}
+
+/// Polls in-flight (asynchronous, CUDA) copies until none is left.
+void arm_poll(self_ptr self) {
+  auto& st = self->state;
+  if (st.polling || st.inflight.empty())
+    return;
+  st.polling = true;
+  self->delayed_send(self, std::chrono::microseconds{100}, tick_atom_v);
+}
+
+} // namespace
+
+gpu_transfer_actor::behavior_type
+gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
+             gpu_transfer_params params) {
+  auto& st = self->state;
+  st.p = std::move(params);
+  st.label = log::label(gpu_transfer_state::name, st.p.backend->name(), self->id());
+  log_lifecycle(self, st.label, fmt::format("started with the {} backend", st.p.backend->name()));
+  arm_stats(self, st.p.stats_interval);
+  return {
+    [self](gpu_open& op) -> gpu_status_reply {
+      auto& st = self->state;
+      auto opened = st.p.backend->open(*op.tensors, *op.layout);
+      if (!opened)
+        return {false, opened.error().kind + ": " + opened.error().detail};
+      st.instances[op.instance_id] = {std::move(opened.value()), op.engine};
+      KVS_INFO(st.label, "opened {} tensors of instance {}", op.tensors->size(), op.instance_id);
+      return {true, {}};
+    },
+    [self](gpu_close& c) {
+      auto& st = self->state;
+      auto i = st.instances.find(c.instance_id);
+      if (i == st.instances.end())
+        return;
+      // close() waits for copies still using these pools.
+      st.p.backend->close(*i->second.pools);
+      st.instances.erase(i);
+      KVS_INFO(st.label, "closed the memory of instance {}", c.instance_id);
+    },
+    [self](gpu_copy& cp) -> gpu_copy_started {
+      auto& st = self->state;
+      auto i = st.instances.find(cp.instance_id);
+      if (i == st.instances.end()) {
+        ++st.failed;
+        return {false, "instance " + std::to_string(cp.instance_id) + " is not registered", {}, 0};
+      }
+      auto& pools = *i->second.pools;
+      copy_request req;
+      req.direction = cp.to_l1 ? copy_direction::to_l1 : copy_direction::from_l1;
+      req.pools = &pools;
+      req.block_ids = std::move(cp.block_ids);
+      for (size_t k = 0; k < cp.slots.size(); ++k)
+        req.chunks.push_back(l1_chunk{cp.chunk_positions[k], cp.slots[k]});
+      req.chunk_tokens = cp.chunk_tokens;
+      req.slot_bytes = cp.slot_bytes;
+      // SGLang's connector counts skipped pages; LMCache 0.5.6's vLLM
+      // adapter counts tokens (block-aligned).
+      auto bs = pools.layout().block_size;
+      req.skip_prefix_n_blocks = i->second.engine == "sglang" || bs == 0
+                                   ? cp.skip_first_n
+                                   : cp.skip_first_n / bs;
+      req.engine_event_handle = std::move(cp.engine_event_handle);
+      auto res = st.p.backend->copy(req);
+      if (!res) {
+        ++st.failed;
+        return {false, res.error().kind + ": " + res.error().detail, {}, 0};
+      }
+      ++st.copies;
+      st.bytes += req.chunks.size() * pools.layout().chunk_bytes(cp.chunk_tokens);
+      auto ticket = st.next_ticket++;
+      gpu_copy_started out{true, {}, res.value()->event_handle(), ticket};
+      st.inflight[ticket] = {std::move(res.value()), std::nullopt};
+      return out;
+    },
+    [self](gpu_await& a) -> caf::result<gpu_copy_done> {
+      auto& st = self->state;
+      auto i = st.inflight.find(a.ticket);
+      if (i == st.inflight.end())
+        return gpu_copy_done{false, "unknown copy ticket"};
+      auto s = i->second.completion->poll();
+      if (s != copy_completion::state::pending) {
+        auto d = done_of(*i->second.completion, s);
+        if (!d.ok)
+          ++st.failed;
+        st.inflight.erase(i);
+        return d;
+      }
+      auto rp = self->make_response_promise<gpu_copy_done>();
+      i->second.promise = rp;
+      arm_poll(self);
+      return rp;
+    },
+    [self](tick_atom) {
+      auto& st = self->state;
+      st.polling = false;
+      for (auto i = st.inflight.begin(); i != st.inflight.end();) {
+        auto& pend = i->second;
+        auto s = pend.completion->poll();
+        if (s == copy_completion::state::pending || !pend.promise) {
+          ++i;
+          continue;
+        }
+        auto d = done_of(*pend.completion, s);
+        if (!d.ok)
+          ++st.failed;
+        pend.promise->deliver(std::move(d));
+        i = st.inflight.erase(i);
+      }
+      arm_poll(self);
+    },
+    [self](stats_atom) {
+      auto& st = self->state;
+      KVS_INFO(st.label, "stats: instances={} copies={} failed={} bytes={}MiB inflight={}",
+               st.instances.size(), st.copies, st.failed, st.bytes >> 20, st.inflight.size());
+      self->delayed_send(self, st.p.stats_interval, stats_atom_v);
+    },
+  };
+}
+
+} // namespace kvs

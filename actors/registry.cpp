@@ -1,0 +1,156 @@
+#include "actors/registry.hpp"
+
+#include "actors/actor_logging.hpp"
+#include "config/config.hpp"
+#include "messages/lmcache_protocol.hpp"
+
+namespace kvs {
+
+namespace {
+
+using self_ptr = registry_actor::stateful_pointer<registry_state>;
+
+kv_layout_hints to_layout_hints(const register_kv_cache_req& r) {
+  kv_layout_hints h;
+  h.engine_type = to_string(r.engine);
+  h.tokens_per_block = r.hints.tokens_per_block.value_or(0);
+  h.kv_layout = r.hints.kv_layout.value_or("");
+  h.kv_list_layout = r.hints.kv_list_layout.value_or("");
+  for (auto& g : r.groups)
+    h.group_layer_indices.push_back(g.layer_indices);
+  return h;
+}
+
+void forget(self_ptr self, int64_t id) {
+  self->send(self->state.p.gpu, gpu_close{id});
+  self->state.instances.erase(id);
+}
+
+void on_register(self_ptr self, const mp_call& call, const register_kv_cache_req& r) {
+  auto& st = self->state;
+  auto fail = [self, id = r.instance_id](const std::string& why) {
+    ++self->state.failed;
+    // Like LMCache's daemon, a failed registration gets no reply: the
+    // connector's start-up fails on its timeout instead of running uncached.
+    KVS_ERROR(self->state.label, "register_kv_cache of instance {} failed: {}", id, why);
+  };
+  auto layout = detect_kv_layout(r.kv_caches, to_layout_hints(r));
+  if (!layout) {
+    fail(layout.error().kind + ": " + layout.error().detail);
+    return;
+  }
+  auto lay = std::make_shared<const kv_layout>(std::move(layout.value()));
+  auto slot = lay->chunk_bytes(static_cast<uint64_t>(st.p.chunk_size));
+  if (slot == 0) {
+    fail("chunk_size " + std::to_string(st.p.chunk_size) + " is not a multiple of the engine's "
+         "block size " + std::to_string(lay->block_size));
+    return;
+  }
+  if (st.instances.count(r.instance_id)) {
+    KVS_INFO(st.label, "instance {} registers again: replacing its registration", r.instance_id);
+    forget(self, r.instance_id);
+  }
+  gpu_open op{r.instance_id, to_string(r.engine),
+              std::make_shared<const std::vector<tensor_desc>>(r.kv_caches), lay};
+  self->request(st.p.gpu, caf::infinite, std::move(op))
+    .then([self, call, r, lay, slot, fail](gpu_status_reply& opened) {
+      if (!opened.ok) {
+        fail("opening its memory: " + opened.why);
+        return;
+      }
+      self->request(self->state.p.store, caf::infinite, store_configure{slot})
+        .then([self, call, r, lay, fail](store_configure_reply& cfg) {
+          auto& st = self->state;
+          if (!cfg.ok) {
+            self->send(st.p.gpu, gpu_close{r.instance_id});
+            fail(cfg.why);
+            return;
+          }
+          registry_state::instance in;
+          in.model = r.model_name;
+          in.world_size = r.world_size;
+          in.engine = to_string(r.engine);
+          in.layout = lay;
+          in.tensors = r.kv_caches.size();
+          in.last_seen = registry_state::clock::now();
+          st.instances[r.instance_id] = std::move(in);
+          ++st.registered;
+          KVS_INFO(st.label,
+                   "instance {} registered: model {}, world_size {}, engine {}, layout {} "
+                   "({} layers, {} blocks of {} tokens, {} B per token per layer), {} tensors{}",
+                   r.instance_id, r.model_name, r.world_size, to_string(r.engine),
+                   to_string(lay->kind), lay->num_layers, lay->num_blocks, lay->block_size,
+                   lay->token_bytes, r.kv_caches.size(),
+                   lay->note.empty() ? "" : "; note: " + lay->note);
+          self->send(st.bridge, make_reply(call, std::nullopt));
+        },
+        [fail](caf::error& err) { fail(caf::to_string(err)); });
+    },
+    [fail](caf::error& err) { fail(caf::to_string(err)); });
+}
+
+} // namespace
+
+registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry_state> self,
+                                       registry_params params) {
+  auto& st = self->state;
+  st.p = std::move(params);
+  st.label = log::label(registry_state::name, "", self->id());
+  log_lifecycle(self, st.label,
+                fmt::format("started: instances silent for {} are reaped",
+                            to_string(st.p.heartbeat_timeout)));
+  arm_stats(self, st.p.stats_interval);
+  auto reap_every = std::clamp<std::chrono::nanoseconds>(st.p.heartbeat_timeout / 4,
+                                                         std::chrono::milliseconds{10},
+                                                         std::chrono::seconds{5});
+  self->delayed_send(self, reap_every, tick_atom_v);
+  return {
+    [self](mp_call& call) {
+      auto& st = self->state;
+      st.bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
+      auto& req = *call.request;
+      if (auto* r = std::get_if<register_kv_cache_req>(&req.body)) {
+        on_register(self, call, *r);
+      } else if (auto* u = std::get_if<unregister_kv_cache_req>(&req.body)) {
+        if (st.instances.count(u->instance_id)) {
+          forget(self, u->instance_id);
+          KVS_INFO(st.label, "instance {} unregistered", u->instance_id);
+        } else {
+          KVS_WARN(st.label, "unregister_kv_cache of unknown instance {}", u->instance_id);
+        }
+        self->send(st.bridge, make_reply(call, std::nullopt));
+      }
+    },
+    [self](tick_atom, int64_t id) {
+      auto i = self->state.instances.find(id);
+      if (i != self->state.instances.end())
+        i->second.last_seen = registry_state::clock::now();
+    },
+    [self, reap_every](tick_atom) {
+      auto& st = self->state;
+      auto now = registry_state::clock::now();
+      std::vector<int64_t> dead;
+      for (auto& [id, in] : st.instances)
+        if (now - in.last_seen >= st.p.heartbeat_timeout)
+          dead.push_back(id);
+      for (auto id : dead) {
+        KVS_WARN(st.label, "instance {} silent for over {}: reaped (registration dropped, its "
+                           "sessions ended, their locks released)",
+                 id, to_string(st.p.heartbeat_timeout));
+        forget(self, id);
+        ++st.reaped;
+        if (st.bridge)
+          self->send(st.bridge, expire_atom_v, id);
+      }
+      self->delayed_send(self, reap_every, tick_atom_v);
+    },
+    [self](stats_atom) {
+      auto& st = self->state;
+      KVS_INFO(st.label, "stats: instances={} registered={} failed={} reaped={}",
+               st.instances.size(), st.registered, st.failed, st.reaped);
+      self->delayed_send(self, st.p.stats_interval, stats_atom_v);
+    },
+  };
+}
+
+} // namespace kvs

@@ -1,0 +1,48 @@
+// registry: see actors/interfaces.hpp.
+#pragma once
+
+#include "actors/interfaces.hpp"
+#include "gpu/kv_layout.hpp"
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace kvs {
+
+struct registry_params {
+  int64_t chunk_size = 256;
+  std::chrono::nanoseconds heartbeat_timeout{};
+  gpu_transfer_actor gpu;
+  store_actor store;
+  std::chrono::nanoseconds stats_interval{};
+};
+
+struct registry_state {
+  static inline const char* name = "registry";
+
+  using clock = std::chrono::steady_clock;
+
+  struct instance {
+    std::string model;
+    int64_t world_size = 0;
+    std::string engine;
+    std::shared_ptr<const kv_layout> layout;
+    size_t tensors = 0;
+    clock::time_point last_seen;
+  };
+
+  registry_params p;
+  std::string label;
+  engine_bridge_actor bridge; ///< learnt from the first request it forwards
+  std::map<int64_t, instance> instances;
+  uint64_t registered = 0;
+  uint64_t reaped = 0;
+  uint64_t failed = 0;
+};
+
+registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry_state> self,
+                                       registry_params params);
+
+} // namespace kvs

@@ -1,0 +1,58 @@
+// store: see actors/interfaces.hpp.
+#pragma once
+
+#include "actors/interfaces.hpp"
+#include "actors/relay_queue.hpp"
+#include "cache/chunk_index.hpp"
+#include "cache/lock_ledger.hpp"
+#include "cache/slot_pool.hpp"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace kvs {
+
+struct store_params {
+  std::shared_ptr<slot_pool> pool; ///< allocated (and pinned) before spawning
+  int64_t chunk_size = 256;
+  double evict_high = 0.9;
+  double evict_low = 0.8;
+  std::chrono::nanoseconds lock_ttl{};
+  std::chrono::nanoseconds session_ttl{};
+  publisher_actor events;   ///< may be null: announce nothing
+  relay_queue_ptr events_queue;
+  std::chrono::nanoseconds stats_interval{};
+};
+
+struct store_state {
+  static inline const char* name = "store";
+
+  /// What a RETRIEVE pinned, until its copy is over.
+  struct read_ticket {
+    std::string session;
+    int32_t rank = 0;
+    size_t begin = 0;
+    size_t end = 0;
+    std::vector<lock_token> locks;
+  };
+
+  store_params p;
+  std::string label;
+  std::unique_ptr<chunk_index> index;
+  std::unique_ptr<lock_ledger> ledger;
+  std::unordered_map<uint64_t, read_ticket> tickets;
+  uint64_t next_ticket = 1;
+
+  uint64_t stored = 0;
+  uint64_t evicted = 0;
+  uint64_t refused = 0;
+  uint64_t events_dropped = 0;
+};
+
+store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self,
+                                 store_params params);
+
+} // namespace kvs
