@@ -25,6 +25,8 @@ std::optional<std::string> ingest_bridge::open() {
   sub_ = zmq::socket_t{ctx_, zmq::socket_type::sub};
   sub_.set(zmq::sockopt::subscribe, "");
   sub_.set(zmq::sockopt::rcvhwm, 0);
+  // A batch is a few KiB; refuse absurd frames before they are buffered.
+  sub_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);
   auto r = open_endpoint(sub_, p_.endpoint, false);
   if (!r.ok)
     return "events.ingest_endpoint = \"" + p_.endpoint + "\": " + r.endpoint;

@@ -1,0 +1,87 @@
+// Wire codec for KV event batches: msgpack payload frame <-> kv_event_batch.
+//
+// Decoding accepts every dialect engines send, even mixed in one batch:
+//   - vLLM tagged maps (vLLM >= PR #42892): {"type": "BlockStored", ...}
+//   - vLLM positional arrays (older vLLM): ["BlockStored", hashes, parent,
+//     tokens, block_size, lora_id, medium, lora_name, extra_keys, group_idx,
+//     kv_cache_spec_kind, kv_cache_spec_sliding_window, ...] and any shorter
+//     arity down to the 4 fields tokenspeed sends;
+//   - tokenspeed positional arrays (["BlockStored", hashes, parent, tokens,
+//     block_size], ["BlockRemoved", hashes], ["AllBlocksCleared"]).
+// Encoding writes exactly the bytes msgspec writes for vLLM's or tokenspeed's
+// structs (golden-tested against msgspec in tests/unit/test_events_codec.cpp).
+//
+// No msgpack and no CAF in this header: callers see only typed values.
+#pragma once
+
+#include "messages/kv_events.hpp"
+#include "messages/wire_error.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kvs {
+
+struct event_decode_result {
+  /// The events that decoded fine, in their order in the frame.
+  kv_event_batch batch;
+  /// One entry per dropped event, in order. kind is "unknown_tag" (a tag we do
+  /// not know: a newer engine's event), "bad_field" (a field missing, of the
+  /// wrong type or out of range) or "bad_event" (not a map or array, no tag,
+  /// non-string key); detail names the event index and the field.
+  std::vector<wire_error> dropped;
+};
+
+/// Decodes one payload frame.
+///
+/// The envelope must be an array of 2 or 3: [ts (float or int), events
+/// (array), dp_rank (int or nil)], followed by nothing. Anything else (not
+/// msgpack, truncated, trailing bytes, wrong envelope) is a wire_error of kind
+/// "not_a_batch"; so is an event that cannot even be skipped (truncated).
+/// An event that is well-formed msgpack but not a valid event is dropped alone
+/// and reported in `dropped`.
+///
+/// Field rules (msgspec's, plus what the relay needs):
+///   - block hashes: msgpack uint -> as is; negative int -> its two's
+///     complement (vLLM's hashes are u64; a consumer that wrote them back as
+///     i64 meant the same bits); bin or str -> the low 64 bits of the bytes
+///     read big-endian, i.e. int.from_bytes(b, "big") & (2**64 - 1), exactly
+///     vLLM's maybe_convert_block_hash (so 32-byte sha256 digests work).
+///   - required: BlockStored block_hashes, parent_block_hash, token_ids,
+///     block_size; BlockRemoved block_hashes. Every other field may be absent
+///     (= None), so older vLLM, tokenspeed and SGLang's map dialect decode too.
+///   - block_size must be >= 0; token ids must fit int64; strings must be
+///     valid UTF-8 (msgspec consumers reject invalid UTF-8 for the whole batch).
+///   - extra_keys must be nil or an array of (nil or array); it is kept as its
+///     raw msgpack bytes and relayed verbatim.
+///   - unknown map keys and extra trailing array elements are ignored, as
+///     msgspec does (newer engines add fields).
+/// No allocation is sized from a length field beyond what the remaining input
+/// could hold.
+std::variant<event_decode_result, wire_error> decode_event_batch(const uint8_t* data,
+                                                                 size_t size);
+
+/// Appends the msgpack payload of `batch` to `out` (which the caller reuses
+/// between batches to avoid reallocations).
+///
+/// dialect vllm: msgspec's encoding of vLLM's KVEventBatch: array envelope
+///   [ts float64, events, data_parallel_rank int|nil]; events are maps, "type"
+///   first, then the fields in vLLM's declaration order; fields without a
+///   default always written (nil for None), defaulted ones only when set.
+/// dialect tokenspeed: tokenspeed's KVEventBatch: events are positional arrays
+///   ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size],
+///   ["BlockRemoved", block_hashes], ["AllBlocksCleared"]. tokenspeed's structs
+///   have no other fields, so every vLLM-only field (lora_id, medium,
+///   lora_name, extra_keys, group_idx, kv_cache_spec_*, locality, ownership,
+///   session_id) is dropped: it cannot be represented there.
+/// Both: the envelope always has 3 elements (msgspec writes trailing defaults
+/// of array_like structs), a missing dp_rank is nil, hashes are msgpack uints
+/// (uint64 when >= 2^63), ints use the smallest encoding.
+/// Precondition: block_stored::extra_keys_msgpack, when set, holds one
+/// complete msgpack value (decode_event_batch guarantees it).
+void encode_event_batch(const kv_event_batch& batch, event_dialect dialect, std::string& out);
+
+} // namespace kvs
