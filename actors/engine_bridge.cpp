@@ -55,8 +55,11 @@ engine_bridge::engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
 
 std::optional<std::string> engine_bridge::open() {
   router_ = zmq::socket_t{ctx_, zmq::socket_type::router};
+  own(router_);
   router_.set(zmq::sockopt::rcvhwm, 0);
   router_.set(zmq::sockopt::sndhwm, 0);
+  // Decoders are bounded by the frame size; refuse absurd frames up front.
+  router_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);
   auto r = open_endpoint(router_, p_.endpoint, true);
   if (!r.ok)
     return "cache.endpoint = \"" + p_.endpoint + "\": " + r.endpoint;

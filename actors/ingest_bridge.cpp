@@ -23,6 +23,7 @@ ingest_bridge::ingest_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
 
 std::optional<std::string> ingest_bridge::open() {
   sub_ = zmq::socket_t{ctx_, zmq::socket_type::sub};
+  own(sub_);
   sub_.set(zmq::sockopt::subscribe, "");
   sub_.set(zmq::sockopt::rcvhwm, 0);
   // A batch is a few KiB; refuse absurd frames before they are buffered.
@@ -35,6 +36,7 @@ std::optional<std::string> ingest_bridge::open() {
   watch(sub_, ZMQ_POLLIN);
   if (!p_.replay_endpoint.empty()) {
     dealer_ = zmq::socket_t{ctx_, zmq::socket_type::dealer};
+    own(dealer_);
     dealer_.set(zmq::sockopt::rcvhwm, 0);
     auto d = open_endpoint(dealer_, p_.replay_endpoint, false);
     if (!d.ok)
@@ -77,6 +79,8 @@ bool ingest_bridge::decode(const zmq::message_t& payload, kv_event_batch& out) {
 void ingest_bridge::publish(kv_event_batch batch) {
   auto n = static_cast<int64_t>(p_.publishers.size());
   auto r = batch.dp_rank && *batch.dp_rank >= 0 && *batch.dp_rank < n ? *batch.dp_rank : p_.rank;
+  // A rank we do not publish is replaced by the stream's own.
+  batch.dp_rank = r;
   if (!p_.queues[r]->admit()) {
     if (dropped_queue_full_++ == 0)
       KVS_WARN(label(), "publisher queue of dp={} is full ({} batches): dropping new batches "

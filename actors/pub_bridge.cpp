@@ -14,6 +14,7 @@ pub_bridge::pub_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor s
 
 std::optional<std::string> pub_bridge::open() {
   pub_ = zmq::socket_t{ctx_, zmq::socket_type::xpub};
+  own(pub_);
   pub_.set(zmq::sockopt::sndhwm, static_cast<int>(p_.hwm));
   pub_.set(zmq::sockopt::xpub_nodrop, 1);
   auto r = open_endpoint(pub_, p_.endpoint, false);
@@ -27,25 +28,27 @@ std::optional<std::string> pub_bridge::open() {
 caf::behavior pub_bridge::handlers() {
   return {
     [this](publish_atom, encoded_batch& b) {
-      bool ok = false;
       try {
-        ok = pub_.send(zmq::buffer(p_.topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait)
-               .has_value();
-        if (ok) {
-          // Once the first frame is in, the rest of the message follows.
-          pub_.send(be64_frame(b.seq), zmq::send_flags::sndmore);
-          pub_.send(shared_frame(b.payload), zmq::send_flags::none);
+        // First try with XPUB_NODROP: it refuses (EAGAIN) when any matching
+        // subscriber is at its high-water mark, which is how we learn about
+        // a drop at all. Then send with dropping on, like PUB: the full
+        // subscriber loses this batch (it can replay it), the others get it.
+        auto first = pub_.send(zmq::buffer(p_.topic),
+                               zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        if (!first) {
+          if (hwm_drops_++ == 0)
+            KVS_WARN(label(), "a subscriber reached the high-water mark ({}): it misses seq {} "
+                              "and later ones until it catches up (it can replay them; counted "
+                              "in stats as hwm_drops)", p_.hwm, b.seq);
+          pub_.set(zmq::sockopt::xpub_nodrop, 0);
+          pub_.send(zmq::buffer(p_.topic), zmq::send_flags::sndmore);
+          pub_.set(zmq::sockopt::xpub_nodrop, 1);
         }
+        pub_.send(be64_frame(b.seq), zmq::send_flags::sndmore);
+        pub_.send(shared_frame(b.payload), zmq::send_flags::none);
+        ++sent_;
       } catch (const zmq::error_t& e) {
         KVS_ERROR(label(), "send of seq {} failed: {}", b.seq, e.what());
-        ok = false;
-      }
-      if (ok) {
-        ++sent_;
-      } else {
-        if (hwm_drops_++ == 0)
-          KVS_WARN(label(), "high-water mark ({}) reached: seq {} dropped; routers can "
-                            "replay it (counted in stats as hwm_drops)", p_.hwm, b.seq);
       }
       p_.queue->release();
     },
@@ -60,16 +63,16 @@ void pub_bridge::on_socket(size_t, short revents) {
   while (pub_.recv(m, zmq::recv_flags::dontwait)) {
     if (m.size() >= 1) {
       auto first = static_cast<const unsigned char*>(m.data())[0];
-      subscribers_ += first == 1 ? 1 : first == 0 ? -1 : 0;
-      KVS_DEBUG(label(), "{} (subscriptions now {})", first == 1 ? "subscribe" : "unsubscribe",
-                subscribers_);
+      topics_ += first == 1 ? 1 : first == 0 ? -1 : 0;
+      KVS_DEBUG(label(), "{} (distinct topics subscribed now {})",
+                first == 1 ? "subscribe" : "unsubscribe", topics_);
     }
   }
 }
 
 void pub_bridge::log_stats() {
-  KVS_INFO(label(), "stats: sent={} hwm_drops={} subscriptions={} queued={}", sent_, hwm_drops_,
-           subscribers_, p_.queue->queued.load());
+  KVS_INFO(label(), "stats: sent={} hwm_drops={} topics={} queued={}", sent_, hwm_drops_,
+           topics_, p_.queue->queued.load());
 }
 
 void pub_bridge::close_sockets() {

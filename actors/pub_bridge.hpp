@@ -1,10 +1,11 @@
 // pub_bridge[dp=r]: the PUB side routers subscribe to.
 //
-// Owns an XPUB socket (XPUB so that it can count subscribers and, with
-// XPUB_NODROP, learn about a full high-water mark instead of dropping
-// silently as PUB does). Takes `publish_atom, encoded_batch` from the
-// publisher and sends `[topic, seq BE u64, payload]`. A send refused at the
-// HWM is dropped and counted; routers recover it through replay.
+// Owns an XPUB socket, so that it sees subscriptions and, with XPUB_NODROP,
+// learns when a subscriber is at its high-water mark instead of dropping
+// silently as PUB does. Takes `publish_atom, encoded_batch` from the
+// publisher and sends `[topic, seq BE u64, payload]`. A batch that a full
+// subscriber must miss is counted (hwm_drops) and still reaches every other
+// subscriber; the slow one recovers it through replay.
 #pragma once
 
 #include "actors/relay_queue.hpp"
@@ -39,7 +40,7 @@ private:
   zmq::socket_t pub_;
   uint64_t sent_ = 0;
   uint64_t hwm_drops_ = 0;
-  int64_t subscribers_ = 0;
+  int64_t topics_ = 0; ///< distinct topics subscribed (XPUB reports each once)
 };
 
 } // namespace kvs

@@ -24,6 +24,7 @@ replay_bridge::replay_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
 
 std::optional<std::string> replay_bridge::open() {
   router_ = zmq::socket_t{ctx_, zmq::socket_type::router};
+  own(router_);
   router_.set(zmq::sockopt::router_mandatory, 1);
   router_.set(zmq::sockopt::sndhwm, 10000);
   auto r = open_endpoint(router_, p_.endpoint, true);
@@ -60,10 +61,7 @@ void replay_bridge::on_socket(size_t, short revents) {
                               + std::to_string(frames.size()));
       continue;
     }
-    if (frames[1].size() != 0) {
-      reject("delimiter", "frame 1 must be empty, got " + std::to_string(frames[1].size()) + " bytes");
-      continue;
-    }
+    // Frame 1 is the REQ/DEALER delimiter; like vLLM we do not inspect it.
     if (frames[2].size() != 8) {
       reject("seq_length", "start_seq must be 8 bytes big-endian, got "
                              + std::to_string(frames[2].size()) + " bytes");

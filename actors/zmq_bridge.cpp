@@ -56,14 +56,14 @@ void zmq_bridge::set_interest(size_t index, short events) {
 }
 
 void zmq_bridge::close_sockets() {
-  for (auto* s : sockets_)
+  for (auto* s : owned_)
     if (s->handle() != nullptr) {
       s->set(zmq::sockopt::linger, 0);
       s->close();
     }
 }
 
-void zmq_bridge::dispatch_mailbox(caf::behavior& base, caf::behavior& own) {
+void zmq_bridge::dispatch_mailbox(caf::behavior& base, caf::behavior& builtin) {
   // Drains everything queued; handlers run here, on the bridge's thread.
   while (running_ && has_next_message()) {
     auto ptr = dequeue();
@@ -76,7 +76,7 @@ void zmq_bridge::dispatch_mailbox(caf::behavior& base, caf::behavior& own) {
       running_ = false;
       break;
     }
-    if (!base(msg) && !own(msg))
+    if (!base(msg) && !builtin(msg))
       KVS_WARN(label_, "ignored an unexpected message: {}", to_string(msg));
   }
 }
@@ -105,7 +105,7 @@ void zmq_bridge::act() {
 
   bool stopping = false;
   auto base = handlers();
-  caf::behavior own{
+  caf::behavior builtin{
     [&](stop_atom) {
       drain();
       stopping = true;
@@ -132,7 +132,7 @@ void zmq_bridge::act() {
       uint64_t n;
       [[maybe_unused]] auto r = ::read(efd_, &n, sizeof(n));
     }
-    dispatch_mailbox(base, own);
+    dispatch_mailbox(base, builtin);
     if (!running_)
       break;
     for (size_t i = 1; i < items_.size(); ++i)

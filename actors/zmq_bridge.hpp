@@ -57,7 +57,7 @@ protected:
   virtual void log_stats() {}
   /// Called on stop, before the sockets close: flush what was accepted.
   virtual void drain() {}
-  /// Closes the sockets (default: every watched socket, linger 0).
+  /// Closes the sockets (default: every owned socket, linger 0).
   virtual void close_sockets();
   /// Poll timeout while the bridge has deferred work (default: none, -1).
   virtual std::chrono::milliseconds poll_timeout() {
@@ -68,6 +68,12 @@ protected:
 
   // -- helpers for subclasses -------------------------------------------------
 
+  /// Registers a socket the bridge created: close_sockets() closes it on
+  /// this thread, even when open() fails half-way. Call right after creating.
+  zmq::socket_t& own(zmq::socket_t& s) {
+    owned_.push_back(&s);
+    return s;
+  }
   /// Adds `s` to the poll set with interest `events`; returns its index.
   size_t watch(zmq::socket_t& s, short events);
   /// Changes the interest of watched socket `index`.
@@ -81,12 +87,13 @@ protected:
   caf::actor supervisor_;
 
 private:
-  void dispatch_mailbox(caf::behavior& base, caf::behavior& own);
+  void dispatch_mailbox(caf::behavior& base, caf::behavior& builtin);
 
   std::string name_;
   std::string label_;
   std::chrono::nanoseconds stats_interval_;
   int efd_ = -1;
+  std::vector<zmq::socket_t*> owned_;
   std::vector<zmq::socket_t*> sockets_;
   std::vector<zmq::pollitem_t> items_; // [0] = eventfd, then sockets_
   bool running_ = true;

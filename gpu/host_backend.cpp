@@ -1,0 +1,168 @@
+// Host backend: the engine's KV pools are POSIX shared-memory objects
+// (engines without a GPU, and the integration tests). Each object is mapped
+// read/write once per instance; a copy is one memcpy per page, done before
+// copy() returns, so its completion is always ready.
+#include "gpu/copy_plan.hpp"
+#include "gpu/transfer_backend.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace kvs {
+
+namespace {
+
+class host_pools final : public opened_pools {
+public:
+  struct mapping {
+    std::string name;
+    uint8_t* base = nullptr;
+    size_t size = 0;
+  };
+
+  explicit host_pools(kv_layout l) : opened_pools(std::move(l)) {}
+  ~host_pools() override { release(); }
+
+  const char* backend_name() const override { return "host"; }
+  bool is_open() const override { return open_; }
+
+  void release() {
+    for (mapping& m : maps)
+      if (m.base != nullptr) munmap(m.base, m.size);
+    maps.clear();
+    plane_base.clear();
+    open_ = false;
+  }
+
+  std::vector<mapping> maps;
+  std::vector<uint8_t*> plane_base;  ///< [kv * num_layers + layer]: block 0 of the plane
+  bool open_ = true;
+};
+
+class host_completion final : public copy_completion {
+public:
+  state poll() override { return state::done; }
+  state wait() override { return state::done; }
+  std::string error() const override { return {}; }
+};
+
+std::string errno_text(int e) { return std::string(std::strerror(e)); }
+
+gpu_result<host_pools::mapping> map_shm(const std::string& name) {
+  if (name.empty() || name.size() > 255)
+    return gpu_error("open", "bad shared-memory name '" + name + "'");
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) return gpu_error("open", "shm_open('" + name + "'): " + errno_text(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    close(fd);
+    return gpu_error("open", "fstat('" + name + "'): " + errno_text(e));
+  }
+  if (st.st_size <= 0) {
+    close(fd);
+    return gpu_error("open", "shared-memory object '" + name + "' is empty");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int e = errno;
+  close(fd);  // the mapping keeps the object alive
+  if (p == MAP_FAILED) return gpu_error("open", "mmap('" + name + "'): " + errno_text(e));
+  host_pools::mapping m;
+  m.name = name;
+  m.base = static_cast<uint8_t*>(p);
+  m.size = size;
+  return m;
+}
+
+class host_backend final : public transfer_backend {
+public:
+  const char* name() const override { return "host"; }
+
+  gpu_result<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
+                                                 const kv_layout& layout) override {
+    if (tensors.size() != layout.tensor_end_bytes.size())
+      return gpu_error("open", "layout was detected for " +
+                                   std::to_string(layout.tensor_end_bytes.size()) +
+                                   " tensors, " + std::to_string(tensors.size()) + " given");
+    auto pools = std::make_unique<host_pools>(layout);
+    std::vector<uint8_t*> storage(tensors.size(), nullptr);
+    std::vector<size_t> room(tensors.size(), 0);  // mapped bytes from the storage start
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const tensor_desc& t = tensors[i];
+      if (t.kind != tensor_desc::memory_kind::host_shm)
+        return gpu_error("unsupported", "tensor " + std::to_string(i) +
+                                            " is a CUDA IPC tensor; the host backend maps "
+                                            "shared memory only (set gpu.backend=cuda)");
+      size_t m = 0;
+      while (m < pools->maps.size() && pools->maps[m].name != t.shm_name) ++m;
+      if (m == pools->maps.size()) {
+        auto mapped = map_shm(t.shm_name);
+        if (!mapped) return mapped.error();  // pools' destructor unmaps the others
+        pools->maps.push_back(std::move(mapped.value()));
+      }
+      const host_pools::mapping& mp = pools->maps[m];
+      if (t.shm_offset_bytes > mp.size ||
+          layout.tensor_end_bytes[i] > mp.size - t.shm_offset_bytes)
+        return gpu_error("open", "tensor " + std::to_string(i) + " needs bytes up to " +
+                                     std::to_string(t.shm_offset_bytes + layout.tensor_end_bytes[i]) +
+                                     " of '" + t.shm_name + "', which has " +
+                                     std::to_string(mp.size));
+      storage[i] = mp.base + t.shm_offset_bytes;
+      room[i] = mp.size - t.shm_offset_bytes;
+    }
+    // Every plane's last page must lie inside its mapping (the layout
+    // derives planes from the views, so this is belt and braces).
+    const uint64_t plane_span =
+        (layout.num_blocks - 1) * layout.block_stride_bytes + layout.page_bytes;
+    for (const kv_plane& p : layout.planes) {
+      if (p.tensor >= storage.size() || p.offset_bytes > room[p.tensor] ||
+          plane_span > room[p.tensor] - p.offset_bytes)
+        return gpu_error("open", "a K/V plane of tensor " + std::to_string(p.tensor) +
+                                     " does not fit in its shared-memory object");
+      pools->plane_base.push_back(storage[p.tensor] + p.offset_bytes);
+    }
+    return std::unique_ptr<opened_pools>(std::move(pools));
+  }
+
+  void close(opened_pools& pools) override {
+    if (auto* hp = dynamic_cast<host_pools*>(&pools)) hp->release();
+  }
+
+  gpu_result<std::unique_ptr<copy_completion>> copy(const copy_request& req) override {
+    auto* hp = dynamic_cast<host_pools*>(req.pools);
+    if (hp == nullptr) return gpu_error("bad_request", "pools were not opened by the host backend");
+    if (!hp->is_open()) return gpu_error("bad_request", "pools are closed");
+    auto plan = plan_copy(req, hp->layout());
+    if (!plan) return plan.error();
+    const copy_plan& p = plan.value();
+    for (uint64_t u = 0; u < p.total_units; ++u) {
+      const block_copy::unit x = block_copy::unit_at(p.geo, u);
+      const uint64_t chunk_index = p.chunk_index[x.chunk];
+      if (!p.to_l1 && page_skipped(p.geo, p.skip_blocks, chunk_index, x.page)) continue;
+      const uint32_t group = hp->layout().layer_group[x.layer];
+      const int64_t block = p.blocks[block_copy::packed_block_index(p.geo, x.chunk, group, x.page)];
+      uint8_t* engine = hp->plane_base[block_copy::plane_index(p.geo, x.kv, x.layer)] +
+                        block_copy::engine_offset(p.geo, static_cast<uint64_t>(block), 0);
+      uint8_t* l1 = p.slots[x.chunk] + block_copy::l1_page_offset(p.geo, x);
+      if (p.to_l1)
+        std::memcpy(l1, engine, p.geo.page_bytes);
+      else
+        std::memcpy(engine, l1, p.geo.page_bytes);
+    }
+    return std::unique_ptr<copy_completion>(std::make_unique<host_completion>());
+  }
+
+  gpu_status pin_host_memory(void*, size_t) override { return gpu_ok{}; }
+  void unpin_host_memory(void*) override {}
+};
+
+} // namespace
+
+std::unique_ptr<transfer_backend> make_host_backend() { return std::make_unique<host_backend>(); }
+
+} // namespace kvs

@@ -1,0 +1,287 @@
+#include "gpu/kv_layout.hpp"
+
+#include <sstream>
+
+namespace kvs {
+
+const char* to_string(kv_layout_kind k) {
+  switch (k) {
+    case kv_layout_kind::sglang_mha: return "sglang_mha";
+    case kv_layout_kind::vllm_flash_attn: return "vllm_flash_attn";
+    case kv_layout_kind::vllm_flashinfer: return "vllm_flashinfer";
+  }
+  return "?";
+}
+
+uint64_t kv_layout::blocks_per_chunk(uint64_t chunk_tokens) const {
+  if (block_size == 0 || chunk_tokens == 0 || chunk_tokens % block_size != 0) return 0;
+  return chunk_tokens / block_size;
+}
+
+uint64_t kv_layout::chunk_bytes(uint64_t chunk_tokens) const {
+  return 2ull * num_layers * chunk_tokens * token_bytes;
+}
+
+namespace {
+
+// Registration sizes come from the wire: every product is checked.
+constexpr uint64_t max_reasonable = uint64_t{1} << 52;
+
+bool mul(uint64_t a, uint64_t b, uint64_t& out) {
+  return !__builtin_mul_overflow(a, b, &out) && out <= max_reasonable;
+}
+bool add(uint64_t a, uint64_t b, uint64_t& out) {
+  return !__builtin_add_overflow(a, b, &out) && out <= max_reasonable;
+}
+
+std::string dims(const std::vector<int64_t>& v) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  os << ']';
+  return os.str();
+}
+
+std::string where(size_t i, const tensor_desc& t) {
+  return "tensor " + std::to_string(i) + " (shape " + dims(t.shape) + ", stride " +
+         dims(t.stride) + ")";
+}
+
+wire_error layout_err(std::string detail) { return gpu_error("layout", std::move(detail)); }
+wire_error unsupported(std::string detail) {
+  return gpu_error("unsupported", std::move(detail));
+}
+
+/// Checks what every layout needs from each tensor and computes how far
+/// into its storage each view reaches.
+gpu_result<std::vector<uint64_t>> check_tensors(const std::vector<tensor_desc>& ts) {
+  if (ts.empty()) return layout_err("registration has no KV tensors");
+  if (ts.size() > 16384) return layout_err("registration has " + std::to_string(ts.size()) +
+                                           " tensors; more than any model has layers");
+  const tensor_desc& first = ts.front();
+  std::vector<uint64_t> ends;
+  ends.reserve(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const tensor_desc& t = ts[i];
+    if (t.kind != first.kind)
+      return layout_err(where(i, t) + ": mixes CUDA IPC and host shared-memory tensors");
+    if (t.kind == tensor_desc::memory_kind::cuda_ipc && t.device_uuid != first.device_uuid)
+      return layout_err(where(i, t) + ": on device '" + t.device_uuid + "', tensor 0 on '" +
+                        first.device_uuid + "'; one registration must use one device");
+    if (t.dtype != first.dtype || t.element_size != first.element_size)
+      return layout_err(where(i, t) + ": dtype " + t.dtype + " differs from tensor 0's " +
+                        first.dtype);
+    if (t.element_size != 1 && t.element_size != 2 && t.element_size != 4 &&
+        t.element_size != 8)
+      return layout_err(where(i, t) + ": element size " + std::to_string(t.element_size) +
+                        " bytes is not 1, 2, 4 or 8");
+    if (t.shape.empty() || t.shape.size() != t.stride.size())
+      return layout_err(where(i, t) + ": shape and stride must have the same, nonzero rank");
+    if (t.storage_offset < 0) return layout_err(where(i, t) + ": negative storage offset");
+    // Exclusive end of the view in elements: offset + 1 + sum((size-1)*stride).
+    uint64_t end = static_cast<uint64_t>(t.storage_offset) + 1;
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (t.shape[d] <= 0)
+        return layout_err(where(i, t) + ": dimension " + std::to_string(d) + " is empty");
+      if (t.stride[d] < 0)
+        return layout_err(where(i, t) + ": negative stride in dimension " + std::to_string(d));
+      uint64_t reach = 0;
+      if (!mul(static_cast<uint64_t>(t.shape[d] - 1), static_cast<uint64_t>(t.stride[d]),
+               reach) ||
+          !add(end, reach, end))
+        return layout_err(where(i, t) + ": size overflows");
+    }
+    uint64_t end_bytes = 0;
+    if (!mul(end, t.element_size, end_bytes)) return layout_err(where(i, t) + ": size overflows");
+    if (t.kind == tensor_desc::memory_kind::cuda_ipc && end_bytes > t.storage_size_bytes)
+      return layout_err(where(i, t) + ": view reaches byte " + std::to_string(end_bytes) +
+                        " of a " + std::to_string(t.storage_size_bytes) + "-byte CUDA storage");
+    ends.push_back(end_bytes);
+  }
+  for (size_t i = 1; i < ts.size(); ++i)
+    if (ts[i].shape != first.shape || ts[i].stride != first.stride)
+      return layout_err(where(i, ts[i]) + ": differs from " + where(0, first) +
+                        "; all layers must share one geometry");
+  return ends;
+}
+
+/// Fills the fields shared by all layouts once heads/head_dim/block size are known.
+gpu_result<kv_layout> finish(kv_layout l, const tensor_desc& t) {
+  l.element_size = t.element_size;
+  l.dtype = t.dtype;
+  if (!mul(uint64_t{l.num_heads} * l.head_dim, l.element_size, l.token_bytes) ||
+      !mul(l.token_bytes, l.block_size, l.page_bytes))
+    return layout_err("page size overflows");
+  if (l.block_stride_bytes < l.page_bytes)
+    return layout_err("blocks overlap: block stride " + std::to_string(l.block_stride_bytes) +
+                      " bytes < page " + std::to_string(l.page_bytes) + " bytes");
+  return l;
+}
+
+bool fits_u32(int64_t v) { return v > 0 && v <= static_cast<int64_t>(UINT32_MAX); }
+
+gpu_result<kv_layout> detect_sglang(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
+  if (h.kv_list_layout == "unified")
+    return unsupported("SGLang kv_list_layout 'unified' (per-component views) is not supported; "
+                       "register the flat K-then-V list ('k_v')");
+  if (!h.kv_list_layout.empty() && h.kv_list_layout != "k_v")
+    return layout_err("unknown SGLang kv_list_layout '" + h.kv_list_layout + "'");
+  if (h.group_layer_indices.size() > 1)
+    return unsupported("SGLang registration with " + std::to_string(h.group_layer_indices.size()) +
+                       " engine groups; SGLang MHA has one");
+  const tensor_desc& t = ts.front();
+  if (t.shape.size() != 3)
+    return unsupported("SGLang tensors must be [num_pages*page_size, heads, head_dim]; got " +
+                       where(0, t));
+  if (ts.size() % 2 != 0)
+    return layout_err("SGLang MHA registers K layers then V layers, so an even number of "
+                      "tensors; got " + std::to_string(ts.size()));
+  if (h.tokens_per_block <= 0)
+    return layout_err("SGLang registration without kv_layout_hints.tokens_per_block; the page "
+                      "size cannot be derived from [num_pages*page_size, heads, head_dim]");
+  if (!fits_u32(h.tokens_per_block) || !fits_u32(t.shape[1]) || !fits_u32(t.shape[2]))
+    return layout_err("SGLang page size, heads or head_dim out of range in " + where(0, t));
+
+  const uint64_t pbs = static_cast<uint64_t>(t.shape[0]);
+  const uint64_t nh = static_cast<uint64_t>(t.shape[1]);
+  const uint64_t hd = static_cast<uint64_t>(t.shape[2]);
+  const uint64_t bs = static_cast<uint64_t>(h.tokens_per_block);
+  if (t.stride[2] != 1 || static_cast<uint64_t>(t.stride[1]) != hd ||
+      static_cast<uint64_t>(t.stride[0]) != nh * hd)
+    return unsupported("SGLang tensor is not token-major contiguous: " + where(0, t) +
+                       "; expected stride [heads*head_dim, head_dim, 1]");
+  if (pbs % bs != 0)
+    return layout_err("SGLang page_buffer_size " + std::to_string(pbs) +
+                      " is not a multiple of tokens_per_block " + std::to_string(bs));
+
+  kv_layout l;
+  l.kind = kv_layout_kind::sglang_mha;
+  l.num_layers = static_cast<uint32_t>(ts.size() / 2);
+  l.num_blocks = pbs / bs;
+  l.block_size = static_cast<uint32_t>(bs);
+  l.num_heads = static_cast<uint32_t>(nh);
+  l.head_dim = static_cast<uint32_t>(hd);
+  l.block_stride_bytes = bs * nh * hd * t.element_size;
+  l.planes.resize(ts.size());
+  for (uint32_t kv = 0; kv < 2; ++kv)
+    for (uint32_t layer = 0; layer < l.num_layers; ++layer) {
+      const uint32_t i = kv * l.num_layers + layer;
+      l.planes[i].tensor = i;
+      l.planes[i].offset_bytes = static_cast<uint64_t>(ts[i].storage_offset) * t.element_size;
+    }
+  l.layer_group.assign(l.num_layers, 0);
+  l.num_groups = 1;
+  if (nh == 1 && h.kv_list_layout.empty())
+    l.note = "single-head SGLang registration without kv_list_layout='k_v': read as MHA "
+             "(K layers then V layers); LMCache 0.5.6 would read it as MLA";
+  return finish(std::move(l), t);
+}
+
+gpu_result<kv_layout> detect_vllm(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
+  if (h.kv_layout == "HND" || h.kv_layout == "BLHNC" || h.kv_layout == "BLNHC")
+    return unsupported("vLLM kv_layout '" + h.kv_layout +
+                       "' is not supported; only NHD pages are copied");
+  if (!h.kv_layout.empty() && h.kv_layout != "NHD")
+    return layout_err("unknown vLLM kv_layout '" + h.kv_layout + "'");
+  const tensor_desc& t = ts.front();
+  if (t.shape.size() == 4)
+    return unsupported("vLLM fused K/V layout " + where(0, t) + " is not supported");
+  if (t.shape.size() == 3)
+    return unsupported("vLLM MLA layout " + where(0, t) + " is not supported");
+  if (t.shape.size() != 5)
+    return unsupported("vLLM per-layer tensors must be 5-D; got " + where(0, t));
+
+  kv_layout l;
+  int kv_axis = -1, block_axis = -1;
+  if (t.shape[0] == 2) {
+    l.kind = kv_layout_kind::vllm_flash_attn;  // [2, NB, BS, NH, HD]
+    kv_axis = 0;
+    block_axis = 1;
+  } else if (t.shape[1] == 2) {
+    l.kind = kv_layout_kind::vllm_flashinfer;  // [NB, 2, BS, NH, HD]
+    kv_axis = 1;
+    block_axis = 0;
+  } else {
+    return unsupported("vLLM tensor " + where(0, t) +
+                       " has no K/V axis of size 2 in position 0 or 1");
+  }
+  if (!fits_u32(t.shape[2]) || !fits_u32(t.shape[3]) || !fits_u32(t.shape[4]))
+    return layout_err("vLLM block size, heads or head_dim out of range in " + where(0, t));
+  const uint64_t nb = static_cast<uint64_t>(t.shape[block_axis]);
+  const uint64_t bs = static_cast<uint64_t>(t.shape[2]);
+  const uint64_t nh = static_cast<uint64_t>(t.shape[3]);
+  const uint64_t hd = static_cast<uint64_t>(t.shape[4]);
+  const uint64_t page_elems = bs * nh * hd;
+  const uint64_t kv_stride = static_cast<uint64_t>(t.stride[kv_axis]);
+  const uint64_t block_stride = static_cast<uint64_t>(t.stride[block_axis]);
+  if (t.stride[4] != 1 || static_cast<uint64_t>(t.stride[3]) != hd ||
+      static_cast<uint64_t>(t.stride[2]) != nh * hd)
+    return unsupported("vLLM page is not [block_size, heads, head_dim] contiguous: " +
+                       where(0, t));
+  if (block_stride < page_elems)
+    return layout_err("vLLM blocks overlap in " + where(0, t));
+  // K and V must not overlap: a whole plane (flash-attn) or a page (flashinfer) apart.
+  if (l.kind == kv_layout_kind::vllm_flash_attn) {
+    uint64_t kv_min = 0;
+    if (!mul(nb - 1, block_stride, kv_min) || !add(kv_min, page_elems, kv_min))
+      return layout_err("size overflows in " + where(0, t));
+    if (kv_stride < kv_min) return layout_err("vLLM K and V planes overlap in " + where(0, t));
+  } else {
+    if (kv_stride < page_elems || block_stride < kv_stride + page_elems)
+      return layout_err("vLLM K and V pages overlap in " + where(0, t));
+  }
+
+  l.num_layers = static_cast<uint32_t>(ts.size());
+  l.num_blocks = nb;
+  l.block_size = static_cast<uint32_t>(bs);
+  l.num_heads = static_cast<uint32_t>(nh);
+  l.head_dim = static_cast<uint32_t>(hd);
+  l.block_stride_bytes = block_stride * t.element_size;
+  l.planes.resize(2 * ts.size());
+  for (uint32_t kv = 0; kv < 2; ++kv)
+    for (uint32_t layer = 0; layer < l.num_layers; ++layer) {
+      kv_plane& p = l.planes[static_cast<size_t>(kv) * l.num_layers + layer];
+      p.tensor = layer;
+      p.offset_bytes =
+          (static_cast<uint64_t>(ts[layer].storage_offset) + kv * kv_stride) * t.element_size;
+    }
+
+  // Engine groups: each layer in exactly one group; the group picks the block ids.
+  l.layer_group.assign(l.num_layers, 0);
+  l.num_groups = 1;
+  if (!h.group_layer_indices.empty()) {
+    l.num_groups = static_cast<uint32_t>(h.group_layer_indices.size());
+    std::vector<int> seen(l.num_layers, 0);
+    for (size_t g = 0; g < h.group_layer_indices.size(); ++g)
+      for (int64_t layer : h.group_layer_indices[g]) {
+        if (layer < 0 || layer >= static_cast<int64_t>(l.num_layers))
+          return layout_err("engine group " + std::to_string(g) + " names layer " +
+                            std::to_string(layer) + " of " + std::to_string(l.num_layers));
+        if (seen[static_cast<size_t>(layer)]++)
+          return layout_err("layer " + std::to_string(layer) + " is in more than one engine group");
+        l.layer_group[static_cast<size_t>(layer)] = static_cast<uint32_t>(g);
+      }
+    for (uint32_t layer = 0; layer < l.num_layers; ++layer)
+      if (!seen[layer])
+        return unsupported("layer " + std::to_string(layer) +
+                           " is in no engine group (cross-layer KV sharing is not supported)");
+  }
+  return finish(std::move(l), t);
+}
+
+} // namespace
+
+gpu_result<kv_layout> detect_kv_layout(const std::vector<tensor_desc>& tensors,
+                                       const kv_layout_hints& hints) {
+  if (hints.engine_type != "sglang" && hints.engine_type != "vllm")
+    return unsupported("engine_type '" + hints.engine_type +
+                       "' is not supported by the block copy (supported: sglang, vllm)");
+  auto ends = check_tensors(tensors);
+  if (!ends) return ends.error();
+  auto l = hints.engine_type == "sglang" ? detect_sglang(tensors, hints)
+                                         : detect_vllm(tensors, hints);
+  if (l) l.value().tensor_end_bytes = std::move(ends.value());
+  return l;
+}
+
+} // namespace kvs

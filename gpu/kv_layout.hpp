@@ -1,0 +1,81 @@
+// Detects and validates the paged KV layout an engine registered, and
+// reduces it to what the block copy needs: per layer and K/V a "plane"
+// (which registered tensor, where block 0 starts, the distance between
+// blocks) plus the page size. Both supported layouts keep one page of one
+// layer's K (or V) contiguous, so a copy moves whole pages.
+//
+// Mirrors LMCache 0.5.6 detection (lmcache/v1/gpu_connector/kv_format/
+// detectors/{sglang,vllm}.py) for the layouts we copy:
+//   sglang_mha       flat list of 2*NL tensors [NB*BS, NH, HD]: all K layers,
+//                    then all V layers; BS comes from layout_hints.tokens_per_block
+//   vllm_flash_attn  per layer [2, NB, BS, NH, HD] (NHD; K/V axis first)
+//   vllm_flashinfer  per layer [NB, 2, BS, NH, HD] (NHD; blocks first)
+// Everything else (MLA, HND, fused K/V, cross-layer, TRT-LLM) is refused
+// with an "unsupported" error naming what was seen.
+#pragma once
+
+#include "gpu/gpu_result.hpp"
+#include "messages/tensor_desc.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvs {
+
+enum class kv_layout_kind { sglang_mha, vllm_flash_attn, vllm_flashinfer };
+const char* to_string(kv_layout_kind k);
+
+/// What the engine said about its cache besides the tensors (REGISTER_KV_CACHE
+/// engine_type, layout_hints, engine_group_infos).
+struct kv_layout_hints {
+  std::string engine_type;       ///< "sglang", "vllm", "trtllm", ...
+  int64_t tokens_per_block = 0;  ///< layout_hints.tokens_per_block; 0 = absent
+  std::string kv_layout;         ///< layout_hints.kv_layout ("NHD", "HND", ...); "" = absent
+  std::string kv_list_layout;    ///< layout_hints.kv_list_layout ("k_v", "unified"); "" = absent
+  /// engine_group_infos[i].layer_indices; empty = one group with every layer.
+  std::vector<std::vector<int64_t>> group_layer_indices;
+};
+
+/// One layer's K or V pages inside one registered tensor.
+struct kv_plane {
+  uint32_t tensor = 0;        ///< index into the registration's tensors
+  uint64_t offset_bytes = 0;  ///< block 0, token 0, from the start of the tensor's storage
+};
+
+struct kv_layout {
+  kv_layout_kind kind = kv_layout_kind::sglang_mha;
+  uint32_t num_layers = 0;
+  uint64_t num_blocks = 0;          ///< pages per plane
+  uint32_t block_size = 0;          ///< tokens per page
+  uint32_t num_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t element_size = 0;
+  std::string dtype;
+  uint64_t token_bytes = 0;         ///< one token of one layer's K: heads*head_dim*elem
+  uint64_t page_bytes = 0;          ///< block_size * token_bytes, contiguous
+  uint64_t block_stride_bytes = 0;  ///< from one block to the next within a plane
+  std::vector<kv_plane> planes;     ///< [kv * num_layers + layer], kv 0 = K, 1 = V
+  std::vector<uint32_t> layer_group;///< block-id group of each layer
+  uint32_t num_groups = 1;
+  /// Per registered tensor: bytes from the start of its storage that the
+  /// view reaches; the backends check their mappings cover it.
+  std::vector<uint64_t> tensor_end_bytes;
+  /// A caveat worth one log line (e.g. single-head SGLang without
+  /// kv_list_layout, which LMCache would read as MLA); empty if none.
+  std::string note;
+
+  const kv_plane& plane(uint32_t kv, uint32_t layer) const {
+    return planes[static_cast<size_t>(kv) * num_layers + layer];
+  }
+  /// Pages per L1 chunk; 0 when chunk_tokens is not a positive multiple of block_size.
+  uint64_t blocks_per_chunk(uint64_t chunk_tokens) const;
+  /// Bytes of one L1 chunk slot for this rank: [2, num_layers, chunk_tokens, token_bytes].
+  uint64_t chunk_bytes(uint64_t chunk_tokens) const;
+};
+
+/// Validates the registration and computes its layout. Never throws.
+gpu_result<kv_layout> detect_kv_layout(const std::vector<tensor_desc>& tensors,
+                                       const kv_layout_hints& hints);
+
+} // namespace kvs

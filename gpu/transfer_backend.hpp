@@ -1,0 +1,122 @@
+// The interface the gpu-transfer actor drives: open an instance's KV pools
+// once at registration, copy pages between them and L1 chunk slots, close
+// them at unregistration. Two implementations: host (POSIX shared memory,
+// memcpy, synchronous) and CUDA (IPC handles, one kernel per request,
+// asynchronous and ordered after the engine's event).
+//
+// How the actor uses a copy:
+//   auto c = backend.copy(req);              // validated before anything is written
+//   if (!c) -> reply [b"", false], commit/unlock nothing from this copy
+//   reply [c->event_handle(), true] at once  // 64 bytes (CUDA) or empty (host)
+//   later: c->poll() / c->wait() == done     -> STORE: commit the chunks
+//                                               RETRIEVE: release the read locks
+//          == failed                         -> STORE: discard the reservations
+// Slots stay reserved/locked until then, so the copy never outlives them.
+#pragma once
+
+#include "gpu/gpu_result.hpp"
+#include "gpu/kv_layout.hpp"
+#include "messages/tensor_desc.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvs {
+
+enum class copy_direction {
+  to_l1,    ///< STORE: engine pages -> L1 chunk slots
+  from_l1,  ///< RETRIEVE: L1 chunk slots -> engine pages
+};
+
+/// An instance's registered pools, opened by one backend (mappings, streams).
+/// Owned by the actor's per-instance state; released by close() or on
+/// destruction, whichever comes first.
+class opened_pools {
+public:
+  virtual ~opened_pools() = default;
+  const kv_layout& layout() const { return layout_; }
+  /// Name of the backend that opened these pools ("host", "cuda").
+  virtual const char* backend_name() const = 0;
+  virtual bool is_open() const = 0;
+
+protected:
+  explicit opened_pools(kv_layout l) : layout_(std::move(l)) {}
+
+private:
+  kv_layout layout_;
+};
+
+/// One L1 chunk taking part in a copy.
+struct l1_chunk {
+  /// Position of the chunk in the request, counted from the key's start
+  /// token: selects block ids [chunk_index*bpc, (chunk_index+1)*bpc) of each
+  /// group. Lets a STORE copy only the chunks L1 does not hold yet.
+  uint64_t chunk_index = 0;
+  /// Host memory, slot_bytes long, layout [2, num_layers, chunk_tokens, token_bytes].
+  uint8_t* slot = nullptr;
+};
+
+struct copy_request {
+  copy_direction direction = copy_direction::to_l1;
+  opened_pools* pools = nullptr;                  ///< not owned
+  std::vector<std::vector<int64_t>> block_ids;    ///< per engine group, as on the wire
+  std::vector<l1_chunk> chunks;                   ///< one per chunk copied
+  uint64_t chunk_tokens = 0;                      ///< LMCache chunk size (256)
+  uint64_t slot_bytes = 0;                        ///< capacity of every slot; >= chunk_bytes
+  /// RETRIEVE only: the first N entries of each block-id list are never
+  /// written (the engine already holds those pages; their ids are
+  /// placeholders and are not even range-checked).
+  uint64_t skip_prefix_n_blocks = 0;
+  /// The engine's 64-byte cudaIpcEventHandle_t to order after, or empty.
+  std::string engine_event_handle;
+};
+
+/// Completion of one copy. Destroying it early is safe: backends keep what
+/// the device still uses alive on their own.
+class copy_completion {
+public:
+  enum class state { pending, done, failed };
+  virtual ~copy_completion() = default;
+  /// Our event's handle to answer the engine with: 64 bytes (CUDA) or empty.
+  const std::string& event_handle() const { return event_handle_; }
+  /// Non-blocking.
+  virtual state poll() = 0;
+  /// Blocks until the copy finished or failed.
+  virtual state wait() = 0;
+  /// Why it failed; empty otherwise.
+  virtual std::string error() const = 0;
+
+protected:
+  std::string event_handle_;
+};
+
+class transfer_backend {
+public:
+  virtual ~transfer_backend() = default;
+  virtual const char* name() const = 0;
+  /// Maps every registered tensor (once per distinct memory object) and
+  /// checks the layout fits inside the mappings.
+  virtual gpu_result<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
+                                                         const kv_layout& layout) = 0;
+  /// Waits for in-flight copies on these pools and releases the mappings.
+  /// Idempotent.
+  virtual void close(opened_pools& pools) = 0;
+  /// Validates the whole request (block ids, slots, sizes) before touching
+  /// any memory: an invalid request writes nothing.
+  virtual gpu_result<std::unique_ptr<copy_completion>> copy(const copy_request& req) = 0;
+  /// Makes [p, p+n) usable as L1 slot memory for copies (CUDA: page-locks and
+  /// maps it for device access). Host backend: no-op.
+  virtual gpu_status pin_host_memory(void* p, size_t n) = 0;
+  virtual void unpin_host_memory(void* p) = 0;
+};
+
+std::unique_ptr<transfer_backend> make_host_backend();
+/// nullptr and the reason in *why_not when built without CUDA or no usable GPU.
+std::unique_ptr<transfer_backend> make_cuda_backend(std::string* why_not);
+/// True when the CUDA runtime sees at least one device; *detail says which or why not.
+bool cuda_device_present(std::string* detail);
+
+} // namespace kvs

@@ -1,0 +1,267 @@
+// LMCache multi-process (MP) protocol, as LMCache 0.5.6 speaks it over ZeroMQ
+// (lmcache/v1/multiprocess/transport/zmq_impl/{mq,wire}.py), decoded into
+// typed requests and encoded back into response bodies. The facts and the
+// differences from older releases are in docs/lmcache-mp-compat.md.
+//
+// A request as the ROUTER receives it is `identity · uid · op · arg_0 …`;
+// decode_mp_request() takes the frames after the identity. Each argument is
+// its own msgpack frame. The reply is `identity · uid · op` (echoed byte for
+// byte) plus at most one body frame, built with the encode_mp_* functions; no
+// body frame means None.
+//
+// No msgpack and no CAF in this header: actors include it freely.
+#pragma once
+
+#include "messages/tensor_desc.hpp"
+#include "messages/wire_error.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace kvs {
+
+// ---------------------------------------------------------------------------
+// Operations
+// ---------------------------------------------------------------------------
+
+/// The operations kvsidecar serves, numbered with LMCache's frozen legacy ids
+/// (wire.py LEGACY_OPERATION_IDS). 11 is retired in 0.5.6 but older clients
+/// (the SGLang seed's era) still send it.
+enum class mp_op : uint8_t {
+  register_kv_cache = 1,
+  unregister_kv_cache = 2,
+  store = 6,
+  retrieve = 7,
+  lookup = 8,
+  query_prefetch_status = 9,
+  wait_prefetch_status = 10,
+  query_prefetch_lookup_hits = 11,
+  free_lookup_locks = 12,
+  end_session = 13,
+  clear = 20,
+  get_chunk_size = 21,
+  ping = 22,
+  noop = 24,
+  /// 0.5.6's vLLM adapter asks for it at start-up and waits up to its RPC
+  /// timeout (300 s) for the answer, so a drop-in must reply (an empty list).
+  get_experimental = 32,
+};
+
+/// snake_case name, as LMCache routes operations ("get_chunk_size").
+const char* to_string(mp_op op);
+/// The op for a snake_case name, or nullopt (also for LMCache ops we do not serve).
+std::optional<mp_op> mp_op_from_name(std::string_view name);
+/// The op for a legacy id, or nullopt.
+std::optional<mp_op> mp_op_from_id(int64_t id);
+
+// ---------------------------------------------------------------------------
+// Argument types
+// ---------------------------------------------------------------------------
+
+/// LMCache `EngineType`, sent by value.
+enum class engine_type : uint8_t { vllm, atom, sglang, trtllm, mock };
+const char* to_string(engine_type t);
+
+/// `IPCCacheServerKey` (custom_types.py, 0.5.6): a msgpack map keyed by field
+/// name; unknown keys are ignored, missing defaulted fields take the default,
+/// a missing required field is an error.
+struct cache_key {
+  std::string model_name;
+  int64_t world_size = 0;
+  std::optional<int64_t> worker_id; ///< nil for scheduler-side LOOKUP / FREE_LOOKUP_LOCKS
+  /// Token ids. LMCache hashes them as big-endian uint32 (token_hasher.py),
+  /// so a value outside [0, 2^32) is rejected here.
+  std::vector<uint32_t> token_ids;
+  int64_t start = 0; ///< chunk-aligned token offsets, not checked here
+  int64_t end = 0;
+  std::string request_id;  ///< session id, not part of the cache identity
+  std::string cache_salt;  ///< part of the identity; default ""; LMCache's rules enforced
+  /// `request_configs` (dict[str, Any] | None) kept verbatim as the raw msgpack
+  /// of the map; empty when nil or absent.
+  std::string request_configs_msgpack;
+  /// Readers that will RETRIEVE this key (0 = not sent; pre-0.5.6 clients,
+  /// the SGLang seed included, never send it).
+  int64_t num_kv_readers = 0;
+};
+
+/// `LayoutHints` (a TypedDict, total=False): every key optional; unknown keys
+/// ignored; the Literal-typed keys are checked.
+struct layout_hints {
+  std::optional<std::string> kv_layout;      ///< "NHD" | "HND" | "BLHNC" | "BLNHC"
+  std::optional<int64_t> num_kv_heads;
+  std::optional<int64_t> tokens_per_block;
+  std::optional<std::string> kv_list_layout; ///< "k_v" | "unified"
+  std::optional<int64_t> head_dim;
+};
+
+/// `EngineGroupInfo` (group_view.py, a msgspec Struct encoded as a map).
+struct engine_group_info {
+  int64_t engine_group_id = 0; ///< required
+  std::vector<int64_t> layer_indices;
+  int64_t tokens_per_block = 0;
+  int64_t sw_size_tokens = -1;
+  int64_t extra_object_group_tag = 0;
+  bool recurrent_state = false;
+};
+
+// ---------------------------------------------------------------------------
+// Requests: one struct per op, fields in LMCache's argument order
+// ---------------------------------------------------------------------------
+
+struct register_kv_cache_req {
+  int64_t instance_id = 0; ///< the worker's pid
+  std::vector<tensor_desc> kv_caches;
+  std::string model_name;
+  int64_t world_size = 0;
+  engine_type engine = engine_type::vllm;
+  layout_hints hints;
+  std::vector<engine_group_info> groups; ///< empty = one group over all layers
+};
+struct unregister_kv_cache_req {
+  int64_t instance_id = 0;
+};
+struct store_req {
+  cache_key key;
+  int64_t instance_id = 0;
+  std::vector<std::vector<int64_t>> block_ids; ///< one list per KV group
+  std::string event_ipc_handle;                ///< cudaIpcEventHandle_t bytes (not length-checked)
+};
+struct retrieve_req {
+  cache_key key;
+  int64_t instance_id = 0;
+  std::vector<std::vector<int64_t>> block_ids;
+  std::string event_ipc_handle;
+  /// 0.5.6 names it skip_first_n_tokens and counts tokens (block-aligned);
+  /// the SGLang seed sends a count of pages here (skip_prefix_n_blocks). The
+  /// decoder carries the number; see docs/lmcache-mp-compat.md.
+  int64_t skip_first_n = 0;
+};
+struct lookup_req {
+  cache_key key;
+  int64_t tp_size = 0; ///< ignored by LMCache
+};
+struct query_prefetch_status_req {
+  std::string request_id;
+};
+struct wait_prefetch_status_req {
+  std::string request_id;
+  double timeout_s = 0; ///< finite and >= 0 (int accepted, as msgspec does)
+};
+struct query_prefetch_lookup_hits_req {
+  std::string request_id;
+};
+struct free_lookup_locks_req {
+  cache_key key;
+  int64_t tp_size = 0;
+};
+struct end_session_req {
+  std::string request_id;
+};
+struct clear_req {
+  bool force = false; ///< 0.5.6 always sends it; older clients send no argument
+};
+struct get_chunk_size_req {};
+struct ping_req {
+  std::optional<int64_t> instance_id; ///< nil from the scheduler's untracked prober
+};
+struct noop_req {};
+struct get_experimental_req {};
+
+using mp_request_body =
+    std::variant<register_kv_cache_req, unregister_kv_cache_req, store_req, retrieve_req,
+                 lookup_req, query_prefetch_status_req, wait_prefetch_status_req,
+                 query_prefetch_lookup_hits_req, free_lookup_locks_req, end_session_req,
+                 clear_req, get_chunk_size_req, ping_req, noop_req, get_experimental_req>;
+
+struct mp_request {
+  std::string uid_frame; ///< echoed byte for byte in the reply
+  std::string op_frame;  ///< echoed byte for byte in the reply
+  int64_t uid = 0;       ///< the decoded uid, for logs
+  mp_op op = mp_op::noop;
+  mp_request_body body;
+};
+
+/// Decodes the frames after the ROUTER identity: uid, op, then one frame per
+/// argument. Never throws. Error kinds:
+///   "bad_frames"     fewer than two frames
+///   "bad_uid"        the uid frame is not one msgpack int
+///   "unknown_op"     op frame is not a known id/name (or not an int/str)
+///   "unsupported_op" a real LMCache op that kvsidecar does not serve (named)
+///   "arity"          wrong number of argument frames
+///   "bad_arg"        an argument failed to decode; detail names the argument
+///                    and the place ("arg 0 'key': field 'token_ids'[2]: ...")
+std::variant<mp_request, wire_error>
+decode_mp_request(const std::vector<std::string_view>& frames_after_identity);
+
+// ---------------------------------------------------------------------------
+// KV-cache wrappers (the elements of register_kv_cache's kv_cache list)
+// ---------------------------------------------------------------------------
+
+/// msgpack ext code LMCache uses for every DeviceIPCWrapper (custom_types.py).
+constexpr int8_t lmcache_ipc_wrapper_ext = 1;
+/// kvsidecar's own ext code for a host shared-memory tensor (not an LMCache
+/// code; LMCache 0.5.6 uses only 1). Payload: a msgpack map
+/// {"shm_name": str, "offset": int, "dtype": str, "shape": [int], "stride": [int],
+///  "storage_offset": int, "nbytes": int (optional)}. See docs/lmcache-mp-compat.md.
+constexpr int8_t kvs_host_shm_ext = 0x4b;
+
+/// Decodes one wrapper from its msgpack ext type and payload:
+///  - ext 1, 0.5.6 data-only descriptor (a tagged map): "cuda" (torch
+///    storage IPC) and "cuda_raw" -> cuda_ipc, "cpu_shm" -> host_shm;
+///    "cuda_vmm", "musa", "npu" -> error kind "unsupported_wrapper";
+///  - ext 1, legacy pickle (clients before 0.5.6, e.g. the SGLang seed's era):
+///    read by the strict pickle reader (messages/pickle_reader.hpp);
+///  - ext kvs_host_shm_ext: our host shared-memory extension.
+std::variant<tensor_desc, wire_error> decode_kv_cache_wrapper(int8_t ext_type,
+                                                              std::string_view payload);
+
+// Helpers shared by both ext-1 encodings (descriptor and pickle).
+
+/// Bytes per element of a torch dtype given by its name without "torch."
+/// ("float16", "bfloat16", "float8_e4m3fn", ...), or nullopt if unknown.
+std::optional<uint32_t> torch_dtype_size(std::string_view dtype);
+
+/// torch `UntypedStorage._share_cuda_()` tuple, the `handle` of a
+/// CudaIPCWrapper: (device, mem handle, storage size bytes, storage offset
+/// bytes, ref-counter handle, ref-counter offset, event handle, event sync).
+struct torch_cuda_share {
+  int64_t device = 0;
+  std::optional<std::string> mem_handle;
+  int64_t storage_size_bytes = 0;
+  int64_t storage_offset_bytes = 0;
+  std::optional<std::string> ref_counter_handle;
+  int64_t ref_counter_offset = 0;
+  std::optional<std::string> event_handle;
+  bool event_sync_required = false;
+};
+
+/// Fills the cuda_ipc fields of `out` from a torch share tuple. The mem
+/// handle is torch's shareable handle: either a bare 64-byte
+/// cudaIpcMemHandle_t or `[version 1..3]['c'][64 bytes]`; 'e' (expandable
+/// segment) handles are rejected as "unsupported_wrapper".
+std::optional<wire_error> apply_torch_cuda_share(const torch_cuda_share& share, tensor_desc& out);
+
+/// Sets and checks the tensor view as LMCache's TensorMetadata does: dtype
+/// known, ranks equal (<= 64), sizes, strides and storage_offset >= 0, and,
+/// when `check_span`, the view's byte span within `out.storage_size_bytes`.
+std::optional<wire_error> apply_tensor_view(std::string dtype, std::vector<int64_t> shape,
+                                            std::vector<int64_t> stride, int64_t storage_offset,
+                                            tensor_desc& out, bool check_span = true);
+
+// ---------------------------------------------------------------------------
+// Response bodies, encoded exactly as msgspec encodes them
+// ---------------------------------------------------------------------------
+
+std::string encode_mp_int(int64_t v);         ///< get_chunk_size, prefetch counts
+std::string encode_mp_bool(bool v);           ///< ping
+std::string encode_mp_str(std::string_view v); ///< noop ("OK")
+/// store / retrieve: tuple[bytes, bool] -> [bin, bool].
+std::string encode_mp_event_ok(std::string_view event_handle, bool ok);
+/// get_experimental: list[str].
+std::string encode_mp_str_list(const std::vector<std::string>& v);
+
+} // namespace kvs

@@ -1,0 +1,17 @@
+// libFuzzer target: the strict pickle reader. Any input must end in a
+// tensor_desc that is self-consistent or in a named error, within the caps.
+#include "messages/pickle_reader.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto r = kvs::decode_pickled_ipc_wrapper(std::string_view(reinterpret_cast<const char*>(data), size));
+  if (auto* d = std::get_if<kvs::tensor_desc>(&r)) {
+    if (d->shape.size() != d->stride.size() || d->element_size == 0 || d->dtype.empty()) __builtin_trap();
+  } else if (std::get<kvs::wire_error>(r).kind.empty()) {
+    __builtin_trap();
+  }
+  return 0;
+}

@@ -1,0 +1,185 @@
+// Config loading: defaults, overrides, and one clear error per bad input.
+#include "config/config.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <fstream>
+
+using namespace kvs;
+
+namespace {
+
+config_error error_of(const std::string& toml, std::vector<std::string> sets = {}) {
+  auto r = load_config_text(toml, "test.toml", sets);
+  REQUIRE_MESSAGE(r.error.has_value(), "expected an error for: " << toml);
+  return *r.error;
+}
+
+config ok(const std::string& toml, std::vector<std::string> sets = {}) {
+  auto r = load_config_text(toml, "test.toml", sets);
+  REQUIRE_MESSAGE(!r.error, (r.error ? r.error->to_string() : ""));
+  return *r.value;
+}
+
+} // namespace
+
+TEST_CASE("the compiled-in default is valid and has the documented values") {
+  auto c = ok("");
+  CHECK(c.sidecar.log_format == "text");
+  CHECK(c.sidecar.stats_interval == std::chrono::seconds{10});
+  CHECK(c.events.enabled);
+  CHECK(c.events.format == "vllm");
+  CHECK(c.events.dp_size == 1);
+  CHECK(c.events.ingest_endpoint == "tcp://127.0.0.1:5557");
+  CHECK(c.events.endpoint == "tcp://*:5600");
+  CHECK(c.events.replay_endpoint == "tcp://*:5700");
+  CHECK(c.events.buffer_steps == 10000);
+  CHECK(c.events.hwm == 100000);
+  CHECK(c.events.max_queue_size == 100000);
+  CHECK(c.events.topic.empty());
+  CHECK(c.cache.endpoint == "tcp://*:5555");
+  CHECK(c.cache.chunk_size == 256);
+  CHECK(c.cache.l1_size == (uint64_t{4} << 30));
+  CHECK(c.cache.evict_high == doctest::Approx(0.9));
+  CHECK(c.cache.evict_low == doctest::Approx(0.8));
+  CHECK(c.cache.session_ttl == std::chrono::seconds{600});
+  CHECK(c.cache.lock_ttl == std::chrono::seconds{300});
+  CHECK(c.cache.heartbeat_timeout == std::chrono::seconds{120});
+  CHECK(c.cache.events_rank == 0);
+  CHECK(c.gpu.backend == "auto");
+}
+
+TEST_CASE("a file overrides only the keys it names; --set comes last") {
+  auto c = ok("[events]\nformat = \"tokenspeed\"\ndp_size = 2\n", {"events.dp_size=4", "cache.l1_size=\"512MiB\""});
+  CHECK(c.events.format == "tokenspeed");
+  CHECK(c.events.dp_size == 4);
+  CHECK(c.cache.l1_size == (uint64_t{512} << 20));
+  CHECK(c.cache.chunk_size == 256);
+}
+
+TEST_CASE("--set takes bare strings and typed values") {
+  auto c = ok("", {"events.endpoint=tcp://*:7000", "cache.evict_high=1", "events.enabled=false",
+                   "sidecar.stats_interval=0s"});
+  CHECK(c.events.endpoint == "tcp://*:7000");
+  CHECK(c.cache.evict_high == doctest::Approx(1.0));
+  CHECK_FALSE(c.events.enabled);
+  CHECK(c.sidecar.stats_interval.count() == 0);
+}
+
+TEST_CASE("unknown key: names file, key and line") {
+  auto e = error_of("[events]\n\nfromat = \"vllm\"\n");
+  CHECK(e.source == "test.toml");
+  CHECK(e.key == "events.fromat");
+  CHECK(e.line == 3);
+  CHECK(e.what == "unknown key");
+  CHECK(e.to_string() == "config error: test.toml:3: key 'events.fromat': unknown key");
+}
+
+TEST_CASE("unknown section") {
+  auto e = error_of("[evnts]\nformat = \"vllm\"\n");
+  CHECK(e.key == "evnts");
+  CHECK(e.line == 1);
+}
+
+TEST_CASE("wrong type") {
+  auto e = error_of("[events]\ndp_size = \"two\"\n");
+  CHECK(e.key == "events.dp_size");
+  CHECK(e.line == 2);
+  CHECK(e.what == "expected an integer, got a string");
+}
+
+TEST_CASE("port out of range") {
+  auto e = error_of("[events]\nendpoint = \"tcp://*:70000\"\n");
+  CHECK(e.key == "events.endpoint");
+  CHECK(e.line == 2);
+  CHECK(e.what.find("0..65535") != std::string::npos);
+}
+
+TEST_CASE("impossible sizes and durations") {
+  auto e = error_of("[cache]\nl1_size = \"4XB\"\n");
+  CHECK(e.key == "cache.l1_size");
+  CHECK(e.line == 2);
+  CHECK(e.what.find("\"4XB\"") != std::string::npos);
+  e = error_of("[cache]\nlock_ttl = \"10 parsecs\"\n");
+  CHECK(e.key == "cache.lock_ttl");
+  e = error_of("[cache]\nlock_ttl = \"0s\"\n");
+  CHECK(e.what.find("above 0") != std::string::npos);
+}
+
+TEST_CASE("enums, ranges and cross-key rules") {
+  CHECK(error_of("[events]\nformat = \"json\"\n").key == "events.format");
+  CHECK(error_of("[sidecar]\nlog_format = \"xml\"\n").key == "sidecar.log_format");
+  CHECK(error_of("[gpu]\nbackend = \"rocm\"\n").key == "gpu.backend");
+  CHECK(error_of("[events]\ndp_size = 0\n").key == "events.dp_size");
+  CHECK(error_of("[cache]\nevict_low = 0.95\n").key == "cache.evict_low");
+  CHECK(error_of("[cache]\nevents_rank = 3\n").key == "cache.events_rank");
+  CHECK(error_of("[events]\nendpoint = \"udp://x:1\"\n").key == "events.endpoint");
+  CHECK(error_of("[events]\ndp_size = 2\nendpoint = \"tcp://*:65535\"\n").what.find("dp rank 1")
+        != std::string::npos);
+}
+
+TEST_CASE("--set errors name the key") {
+  auto e = error_of("", {"events.nope=1"});
+  CHECK(e.source == "--set");
+  CHECK(e.key == "events.nope");
+  e = error_of("", {"cache.chunk_size=abc"});
+  CHECK(e.key == "cache.chunk_size");
+  e = error_of("", {"novalue"});
+  CHECK(e.source == "--set");
+}
+
+TEST_CASE("invalid TOML reports the line") {
+  auto e = error_of("[events]\nformat = \n");
+  CHECK(e.line == 2);
+  CHECK(e.what.find("not valid TOML") != std::string::npos);
+}
+
+TEST_CASE("load_config reads files and reports unreadable ones") {
+  auto path = std::string{"/tmp/kvs_test_config.toml"};
+  {
+    std::ofstream out{path};
+    out << "[cache]\nchunk_size = 512\n";
+  }
+  auto r = load_config(path, {});
+  REQUIRE(r.value);
+  CHECK(r.value->cache.chunk_size == 512);
+  std::remove(path.c_str());
+  auto missing = load_config("/nonexistent/kvs.toml", {});
+  REQUIRE(missing.error);
+  CHECK(missing.error->what == "cannot read the file");
+}
+
+TEST_CASE("units") {
+  CHECK(parse_size("512MiB") == (uint64_t{512} << 20));
+  CHECK(parse_size("4GiB") == (uint64_t{4} << 30));
+  CHECK(parse_size("1KB") == 1000u);
+  CHECK(parse_size("1024") == 1024u);
+  CHECK_FALSE(parse_size("4XB"));
+  CHECK_FALSE(parse_size("-1MiB"));
+  CHECK_FALSE(parse_size("MiB"));
+  CHECK(parse_duration("250ms") == std::chrono::milliseconds{250});
+  CHECK(parse_duration("10s") == std::chrono::seconds{10});
+  CHECK(parse_duration("1.5s") == std::chrono::milliseconds{1500});
+  CHECK(parse_duration("2m") == std::chrono::minutes{2});
+  CHECK_FALSE(parse_duration("10"));
+  CHECK_FALSE(parse_duration("10 parsecs"));
+  CHECK(to_string(std::chrono::milliseconds{250}) == "250ms");
+}
+
+TEST_CASE("endpoint offsets follow vLLM's rule") {
+  CHECK(offset_endpoint("tcp://*:5557", 0) == "tcp://*:5557");
+  CHECK(offset_endpoint("tcp://*:5557", 2) == "tcp://*:5559");
+  CHECK(offset_endpoint("tcp://127.0.0.1:5557", 1) == "tcp://127.0.0.1:5558");
+  CHECK(offset_endpoint("inproc://cache", 1) == "inproc://cache_dp1");
+  CHECK(offset_endpoint("ipc:///tmp/kv", 3) == "ipc:///tmp/kv_dp3");
+  CHECK(offset_endpoint("tcp://*:0", 3) == "tcp://*:0");
+  std::string why;
+  CHECK_FALSE(offset_endpoint("tcp://*:65535", 1, &why));
+  CHECK(why.find("65535") != std::string::npos);
+  CHECK(endpoint_binds("tcp://*:1"));
+  CHECK(endpoint_binds("tcp://[::]:1"));
+  CHECK(endpoint_binds("ipc:///tmp/x"));
+  CHECK(endpoint_binds("inproc://x"));
+  CHECK_FALSE(endpoint_binds("tcp://0.0.0.0:5557")); // the known trap: connects
+}

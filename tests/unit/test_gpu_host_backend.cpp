@@ -1,0 +1,385 @@
+// Host backend against real POSIX shared memory: store pages into L1
+// slots and retrieve them into other pages, byte for byte; skip_prefix,
+// chunk subsets, per-group block ids; invalid requests write nothing.
+// Expected bytes are computed here from shapes and strides, independently
+// of block_copy.hpp.
+#include <doctest/doctest.h>
+
+#include "gpu/transfer_backend.hpp"
+
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+using namespace kvs;
+
+namespace {
+
+// A POSIX shm object created (and unlinked) by the test.
+class shm_object {
+public:
+  explicit shm_object(size_t size) : size_(size) {
+    static int counter = 0;
+    name_ = "/kvs_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+    const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(p != MAP_FAILED);
+    data_ = static_cast<uint8_t*>(p);
+  }
+  ~shm_object() {
+    munmap(data_, size_);
+    shm_unlink(name_.c_str());
+  }
+  shm_object(const shm_object&) = delete;
+  shm_object& operator=(const shm_object&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::vector<uint8_t> snapshot() const { return std::vector<uint8_t>(data_, data_ + size_); }
+
+private:
+  std::string name_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size() - 1; i > 0; --i) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+tensor_desc shm_tensor(const shm_object& o, std::vector<int64_t> shape, uint64_t shm_offset = 0,
+                       int64_t storage_offset = 0) {
+  tensor_desc t;
+  t.kind = tensor_desc::memory_kind::host_shm;
+  t.shm_name = o.name();
+  t.shm_offset_bytes = shm_offset;
+  t.dtype = "bfloat16";
+  t.element_size = 2;
+  t.stride = contiguous_strides(shape);
+  t.shape = std::move(shape);
+  t.storage_offset = storage_offset;
+  return t;
+}
+
+void fill_pattern(shm_object& o, uint32_t seed) {
+  for (size_t i = 0; i < o.size(); ++i)
+    o.data()[i] = static_cast<uint8_t>((i * 131 + seed * 7 + (i >> 8)) & 0xff);
+}
+
+// --- SGLang fixture: 3 layers, 2 heads x 4 dims bf16 (16 bytes/token), 4-token pages, 16 pages.
+constexpr int64_t kLayers = 3, kPage = 4, kPages = 16, kHeads = 2, kDim = 4;
+constexpr uint64_t kTokenBytes = kHeads * kDim * 2;
+constexpr uint64_t kPoolBytes = kPages * kPage * kTokenBytes;  // one layer's K or V
+constexpr uint64_t kChunkTokens = 8;                           // 2 pages per chunk
+constexpr uint64_t kChunkBytes = 2 * kLayers * kChunkTokens * kTokenBytes;
+
+struct sglang_fixture {
+  // K layers share one object (at offsets 64, 64+pool, ...); V layers one object each.
+  shm_object k_pool{64 + kLayers * kPoolBytes + 32};
+  std::vector<std::unique_ptr<shm_object>> v_pools;
+  std::vector<tensor_desc> tensors;
+  std::unique_ptr<transfer_backend> backend = make_host_backend();
+  std::unique_ptr<opened_pools> pools;
+
+  sglang_fixture() {
+    fill_pattern(k_pool, 1);
+    for (int64_t l = 0; l < kLayers; ++l) {
+      tensors.push_back(shm_tensor(k_pool, {kPages * kPage, kHeads, kDim}, 64 + l * kPoolBytes));
+    }
+    for (int64_t l = 0; l < kLayers; ++l) {
+      v_pools.push_back(std::make_unique<shm_object>(kPoolBytes));
+      fill_pattern(*v_pools.back(), static_cast<uint32_t>(10 + l));
+      tensors.push_back(shm_tensor(*v_pools.back(), {kPages * kPage, kHeads, kDim}));
+    }
+    kv_layout_hints h;
+    h.engine_type = "sglang";
+    h.tokens_per_block = kPage;
+    auto layout = detect_kv_layout(tensors, h);
+    REQUIRE_MESSAGE(layout.ok(), layout.error().detail);
+    auto opened = backend->open(tensors, layout.value());
+    REQUIRE_MESSAGE(opened.ok(), opened.error().detail);
+    pools = std::move(opened.value());
+  }
+
+  // Where (kv, layer, block, token) lives, straight from the SGLang layout.
+  const uint8_t* engine(uint32_t kv, uint32_t layer, int64_t block, uint64_t token) const {
+    const uint64_t off = (static_cast<uint64_t>(block) * kPage + token) * kTokenBytes;
+    if (kv == 0) return k_pool_data() + 64 + layer * kPoolBytes + off;
+    return v_pools[layer]->data() + off;
+  }
+  const uint8_t* k_pool_data() const { return k_pool.data(); }
+
+  copy_request request(copy_direction d, std::vector<int64_t> ids,
+                       std::vector<std::vector<uint8_t>>& slots) {
+    copy_request r;
+    r.direction = d;
+    r.pools = pools.get();
+    r.block_ids = {std::move(ids)};
+    r.chunk_tokens = kChunkTokens;
+    r.slot_bytes = kChunkBytes;
+    for (size_t c = 0; c < slots.size(); ++c) r.chunks.push_back(l1_chunk{c, slots[c].data()});
+    return r;
+  }
+
+  std::vector<std::vector<uint8_t>> all_pools() const {
+    std::vector<std::vector<uint8_t>> s{k_pool.snapshot()};
+    for (const auto& v : v_pools) s.push_back(v->snapshot());
+    return s;
+  }
+};
+
+// L1 chunk layout [2, layers, chunk_tokens, token_bytes].
+uint64_t l1_at(uint32_t kv, uint32_t layer, uint64_t token) {
+  return ((kv * kLayers + layer) * kChunkTokens + token) * kTokenBytes;
+}
+
+} // namespace
+
+TEST_CASE("host backend: store pages into L1 slots, then retrieve them into other pages") {
+  sglang_fixture f;
+  std::vector<std::vector<uint8_t>> slots(2, std::vector<uint8_t>(kChunkBytes, 0xEE));
+  const std::vector<int64_t> src = {5, 2, 9, 0};
+  auto c = f.backend->copy(f.request(copy_direction::to_l1, src, slots));
+  REQUIRE_MESSAGE(c.ok(), c.error().detail);
+  CHECK(c.value()->poll() == copy_completion::state::done);
+  CHECK(c.value()->wait() == copy_completion::state::done);
+  CHECK(c.value()->event_handle().empty());
+  CHECK(c.value()->error().empty());
+
+  for (uint32_t chunk = 0; chunk < 2; ++chunk)
+    for (uint32_t kv = 0; kv < 2; ++kv)
+      for (uint32_t layer = 0; layer < kLayers; ++layer)
+        for (uint64_t t = 0; t < kChunkTokens; ++t) {
+          const int64_t block = src[chunk * 2 + t / kPage];
+          const uint8_t* want = f.engine(kv, layer, block, t % kPage);
+          REQUIRE(std::memcmp(slots[chunk].data() + l1_at(kv, layer, t), want, kTokenBytes) == 0);
+        }
+
+  // Retrieve into pages 7, 8, 10, 11: they must become bit-identical to 5, 2, 9, 0,
+  // and nothing else in any pool may change.
+  auto before = f.all_pools();
+  const std::vector<int64_t> dst = {7, 8, 10, 11};
+  auto r = f.backend->copy(f.request(copy_direction::from_l1, dst, slots));
+  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  for (uint32_t kv = 0; kv < 2; ++kv)
+    for (uint32_t layer = 0; layer < kLayers; ++layer)
+      for (size_t i = 0; i < dst.size(); ++i)
+        CHECK(std::memcmp(f.engine(kv, layer, dst[i], 0), f.engine(kv, layer, src[i], 0),
+                          kPage * kTokenBytes) == 0);
+  auto after = f.all_pools();
+  size_t changed = 0;
+  for (size_t p = 0; p < before.size(); ++p)
+    for (size_t i = 0; i < before[p].size(); ++i) changed += before[p][i] != after[p][i];
+  // Only the 4 destination pages of 6 planes could change (patterns differ there).
+  CHECK(changed > 0);
+  CHECK(changed <= 6 * 4 * kPage * kTokenBytes);
+  // Reverting the destination pages gives back the old pools exactly.
+  for (uint32_t kv = 0; kv < 2; ++kv)
+    for (uint32_t layer = 0; layer < kLayers; ++layer)
+      for (int64_t b : dst) {
+        uint8_t* page = const_cast<uint8_t*>(f.engine(kv, layer, b, 0));
+        const uint8_t* base = kv == 0 ? f.k_pool_data() : f.v_pools[layer]->data();
+        const size_t pool = kv == 0 ? 0 : 1 + layer;
+        std::memcpy(page, before[pool].data() + (page - base), kPage * kTokenBytes);
+      }
+  CHECK(f.all_pools() == before);
+}
+
+TEST_CASE("host backend: skip_prefix_n_blocks leaves the first pages alone, placeholders unchecked") {
+  sglang_fixture f;
+  std::vector<std::vector<uint8_t>> slots(2, std::vector<uint8_t>(kChunkBytes));
+  for (size_t i = 0; i < kChunkBytes; ++i) slots[0][i] = slots[1][i] = static_cast<uint8_t>(i * 3);
+  auto before = f.all_pools();
+  // Positions 0..2 are placeholders (even out of range); only position 3 (chunk 1, page 1) is written.
+  auto req = f.request(copy_direction::from_l1, {999, -1, 999, 6}, slots);
+  req.skip_prefix_n_blocks = 3;
+  auto r = f.backend->copy(req);
+  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  for (uint32_t kv = 0; kv < 2; ++kv)
+    for (uint32_t layer = 0; layer < kLayers; ++layer)
+      CHECK(std::memcmp(f.engine(kv, layer, 6, 0), slots[1].data() + l1_at(kv, layer, kPage),
+                        kPage * kTokenBytes) == 0);
+  auto after = f.all_pools();
+  size_t changed = 0;
+  for (size_t p = 0; p < before.size(); ++p)
+    for (size_t i = 0; i < before[p].size(); ++i) changed += before[p][i] != after[p][i];
+  CHECK(changed > 0);
+  CHECK(changed <= 6 * kPage * kTokenBytes);  // one page per plane
+}
+
+TEST_CASE("host backend: a chunk subset uses its own block ids (chunk_index)") {
+  sglang_fixture f;
+  std::vector<uint8_t> slot(kChunkBytes, 0);
+  copy_request req;
+  req.direction = copy_direction::to_l1;
+  req.pools = f.pools.get();
+  req.block_ids = {{1, 3, 12, 13}};
+  req.chunk_tokens = kChunkTokens;
+  req.slot_bytes = kChunkBytes;
+  req.chunks = {l1_chunk{1, slot.data()}};  // only the second chunk
+  auto c = f.backend->copy(req);
+  REQUIRE_MESSAGE(c.ok(), c.error().detail);
+  for (uint32_t kv = 0; kv < 2; ++kv)
+    for (uint32_t layer = 0; layer < kLayers; ++layer) {
+      CHECK(std::memcmp(slot.data() + l1_at(kv, layer, 0), f.engine(kv, layer, 12, 0),
+                        kPage * kTokenBytes) == 0);
+      CHECK(std::memcmp(slot.data() + l1_at(kv, layer, kPage), f.engine(kv, layer, 13, 0),
+                        kPage * kTokenBytes) == 0);
+    }
+}
+
+TEST_CASE("host backend: invalid requests are refused and write nothing") {
+  sglang_fixture f;
+  std::vector<std::vector<uint8_t>> slots(2, std::vector<uint8_t>(kChunkBytes, 0xEE));
+  const auto pristine = slots;
+  const auto pools_before = f.all_pools();
+
+  auto expect_refused = [&](const copy_request& req, const char* needle) {
+    auto r = f.backend->copy(req);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().kind == "bad_request");
+    CHECK_MESSAGE(r.error().detail.find(needle) != std::string::npos, r.error().detail);
+    CHECK(slots == pristine);
+    CHECK(f.all_pools() == pools_before);
+  };
+
+  // Chunk 0 is fine, chunk 1 names block 16 of 16: neither chunk may be copied.
+  expect_refused(f.request(copy_direction::to_l1, {1, 2, 3, 16}, slots), "outside the pool");
+  expect_refused(f.request(copy_direction::from_l1, {1, 2, 3, 16}, slots), "outside the pool");
+  expect_refused(f.request(copy_direction::from_l1, {-2, 2, 3, 4}, slots), "outside the pool");
+  expect_refused(f.request(copy_direction::to_l1, {1, 2, 3}, slots), "too few block ids");
+  expect_refused(f.request(copy_direction::from_l1, {1, 2, 3}, slots), "too few block ids");
+
+  auto groups = f.request(copy_direction::to_l1, {1, 2, 3, 4}, slots);
+  groups.block_ids.push_back({1, 2, 3, 4});
+  expect_refused(groups, "engine group");
+
+  auto skip_store = f.request(copy_direction::to_l1, {1, 2, 3, 4}, slots);
+  skip_store.skip_prefix_n_blocks = 1;
+  expect_refused(skip_store, "only meaningful for a retrieve");
+
+  auto odd_chunk = f.request(copy_direction::to_l1, {1, 2, 3, 4}, slots);
+  odd_chunk.chunk_tokens = 6;
+  expect_refused(odd_chunk, "multiple of the engine page size");
+
+  auto small_slots = f.request(copy_direction::to_l1, {1, 2, 3, 4}, slots);
+  small_slots.slot_bytes = kChunkBytes - 1;
+  expect_refused(small_slots, "a chunk needs");
+
+  auto no_slot = f.request(copy_direction::to_l1, {1, 2, 3, 4}, slots);
+  no_slot.chunks[1].slot = nullptr;
+  expect_refused(no_slot, "no L1 slot");
+
+  auto no_pools = f.request(copy_direction::to_l1, {1, 2, 3, 4}, slots);
+  no_pools.pools = nullptr;
+  expect_refused(no_pools, "not opened by the host backend");
+
+  f.backend->close(*f.pools);
+  CHECK_FALSE(f.pools->is_open());
+  expect_refused(f.request(copy_direction::to_l1, {1, 2, 3, 4}, slots), "closed");
+  f.backend->close(*f.pools);  // idempotent
+}
+
+TEST_CASE("host backend: vLLM per-layer tensors in one object, per-group block ids") {
+  // 4 layers of [2, 6 blocks, 2 tokens, 1 head, 8 dims] bf16 (16 bytes/token), views of one
+  // storage at element offsets; groups {0, 2} and {1, 3}.
+  constexpr int64_t layers = 4, blocks = 6, bs = 2, hd = 8;
+  constexpr uint64_t token = hd * 2, page = bs * token;
+  constexpr int64_t layer_elems = 2 * blocks * bs * hd;
+  shm_object pool(layers * layer_elems * 2 + 128);
+  fill_pattern(pool, 3);
+  std::vector<tensor_desc> ts;
+  for (int64_t l = 0; l < layers; ++l)
+    ts.push_back(shm_tensor(pool, {2, blocks, bs, 1, hd}, 0, 64 / 2 + l * layer_elems));
+  kv_layout_hints h;
+  h.engine_type = "vllm";
+  h.group_layer_indices = {{0, 2}, {1, 3}};
+  auto layout = detect_kv_layout(ts, h);
+  REQUIRE_MESSAGE(layout.ok(), layout.error().detail);
+  auto backend = make_host_backend();
+  auto pools = backend->open(ts, layout.value());
+  REQUIRE_MESSAGE(pools.ok(), pools.error().detail);
+
+  // [kv][block] of layer l: element so + kv*(blocks*bs*hd) + block*(bs*hd).
+  auto engine = [&](uint32_t kv, int64_t layer, int64_t block) {
+    return pool.data() + (64 / 2 + layer * layer_elems + kv * blocks * bs * hd + block * bs * hd) * 2;
+  };
+  const uint64_t chunk_tokens = 4;  // 2 pages
+  const uint64_t chunk_bytes = 2 * layers * chunk_tokens * token;
+  std::vector<uint8_t> slot(chunk_bytes, 0);
+  copy_request req;
+  req.direction = copy_direction::to_l1;
+  req.pools = pools.value().get();
+  req.block_ids = {{1, 2}, {3, 4}};
+  req.chunk_tokens = chunk_tokens;
+  req.slot_bytes = chunk_bytes;
+  req.chunks = {l1_chunk{0, slot.data()}};
+  auto c = backend->copy(req);
+  REQUIRE_MESSAGE(c.ok(), c.error().detail);
+  for (uint32_t kv = 0; kv < 2; ++kv)
+    for (int64_t l = 0; l < layers; ++l)
+      for (uint32_t p = 0; p < 2; ++p) {
+        const int64_t block = req.block_ids[l % 2][p];
+        const uint64_t l1 = ((kv * layers + l) * chunk_tokens + p * bs) * token;
+        CHECK(std::memcmp(slot.data() + l1, engine(kv, l, block), page) == 0);
+      }
+
+  // And back into other blocks: group 0 -> {5, 0}, group 1 -> {0, 5}.
+  req.direction = copy_direction::from_l1;
+  req.block_ids = {{5, 0}, {0, 5}};
+  auto r = backend->copy(req);
+  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  for (uint32_t kv = 0; kv < 2; ++kv)
+    for (int64_t l = 0; l < layers; ++l)
+      for (uint32_t p = 0; p < 2; ++p) {
+        const uint64_t l1 = ((kv * layers + l) * chunk_tokens + p * bs) * token;
+        CHECK(std::memcmp(engine(kv, l, req.block_ids[l % 2][p]), slot.data() + l1, page) == 0);
+      }
+}
+
+TEST_CASE("host backend: open refuses what it cannot map") {
+  auto backend = make_host_backend();
+  shm_object small(1024);
+  std::vector<tensor_desc> ts(2, shm_tensor(small, {64, 2, 4}));  // needs 1024 bytes each: fits
+  kv_layout_hints h;
+  h.engine_type = "sglang";
+  h.tokens_per_block = 4;
+  auto layout = detect_kv_layout(ts, h);
+  REQUIRE(layout.ok());
+  CHECK(backend->open(ts, layout.value()).ok());
+
+  ts[1].shm_offset_bytes = 8;  // now runs 8 bytes past the end
+  auto too_small = backend->open(ts, layout.value());
+  REQUIRE_FALSE(too_small.ok());
+  CHECK(too_small.error().kind == "open");
+
+  ts[1].shm_offset_bytes = 0;
+  ts[1].shm_name = "/kvs_test_does_not_exist";
+  auto missing = backend->open(ts, layout.value());
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().kind == "open");
+  CHECK(missing.error().detail.find("shm_open") != std::string::npos);
+
+  ts[1].shm_name = small.name();
+  ts[1].kind = tensor_desc::memory_kind::cuda_ipc;
+  auto cuda = backend->open(ts, layout.value());
+  REQUIRE_FALSE(cuda.ok());
+  CHECK(cuda.error().kind == "unsupported");
+}
+
+TEST_CASE("CUDA backend availability is reported, never a crash") {
+  std::string detail, why;
+  const bool present = cuda_device_present(&detail);
+  CHECK_FALSE(detail.empty());
+  auto b = make_cuda_backend(&why);
+  CHECK((b != nullptr) == present);
+  if (b == nullptr) CHECK_FALSE(why.empty());
+  else CHECK(std::string(b->name()) == "cuda");
+}

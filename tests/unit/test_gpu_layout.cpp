@@ -1,0 +1,336 @@
+// KV layout detection (SGLang MHA, vLLM flash-attn/flashinfer) and its
+// errors, the shared block-copy index math with golden values, and device
+// UUID parsing.
+#include <doctest/doctest.h>
+
+#include "gpu/block_copy.hpp"
+#include "gpu/device_uuid.hpp"
+#include "gpu/kv_layout.hpp"
+
+#include <set>
+#include <utility>
+
+using namespace kvs;
+
+namespace {
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size() - 1; i > 0; --i) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+tensor_desc host_tensor(std::vector<int64_t> shape, uint32_t elem = 2, int64_t storage_offset = 0) {
+  tensor_desc t;
+  t.kind = tensor_desc::memory_kind::host_shm;
+  t.shm_name = "/kvs_test";
+  t.dtype = elem == 2 ? "bfloat16" : "float32";
+  t.element_size = elem;
+  t.stride = contiguous_strides(shape);
+  t.shape = std::move(shape);
+  t.storage_offset = storage_offset;
+  return t;
+}
+
+tensor_desc cuda_tensor(std::vector<int64_t> shape, uint64_t storage_bytes) {
+  tensor_desc t = host_tensor(std::move(shape));
+  t.kind = tensor_desc::memory_kind::cuda_ipc;
+  t.device_uuid = "GPU-00000000-0000-0000-0000-000000000001";
+  t.ipc_mem_handle.assign(64, '\x01');
+  t.storage_size_bytes = storage_bytes;
+  return t;
+}
+
+// SGLang: 2*layers tensors [pages*page_size, heads, head_dim].
+std::vector<tensor_desc> sglang(uint32_t layers, int64_t pbs, int64_t heads, int64_t hd) {
+  return std::vector<tensor_desc>(2 * layers, host_tensor({pbs, heads, hd}));
+}
+
+kv_layout_hints sglang_hints(int64_t page) {
+  kv_layout_hints h;
+  h.engine_type = "sglang";
+  h.tokens_per_block = page;
+  return h;
+}
+
+kv_layout_hints vllm_hints() {
+  kv_layout_hints h;
+  h.engine_type = "vllm";
+  return h;
+}
+
+void check_error(const gpu_result<kv_layout>& r, const char* kind, const char* needle) {
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().kind == kind);
+  CHECK_MESSAGE(r.error().detail.find(needle) != std::string::npos, r.error().detail);
+}
+
+} // namespace
+
+TEST_CASE("SGLang MHA: flat K layers then V layers, page size from the hint") {
+  auto r = detect_kv_layout(sglang(4, 128, 2, 8), sglang_hints(16));
+  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  const kv_layout& l = r.value();
+  CHECK(l.kind == kv_layout_kind::sglang_mha);
+  CHECK(l.num_layers == 4);
+  CHECK(l.num_blocks == 8);
+  CHECK(l.block_size == 16);
+  CHECK(l.num_heads == 2);
+  CHECK(l.head_dim == 8);
+  CHECK(l.token_bytes == 32);          // 2 heads * 8 * 2 bytes
+  CHECK(l.page_bytes == 512);          // 16 tokens
+  CHECK(l.block_stride_bytes == 512);  // pages back to back
+  REQUIRE(l.planes.size() == 8);
+  CHECK(l.plane(0, 0).tensor == 0);
+  CHECK(l.plane(0, 3).tensor == 3);
+  CHECK(l.plane(1, 0).tensor == 4);    // V of layer 0 is the first tensor of the second half
+  CHECK(l.plane(1, 3).tensor == 7);
+  CHECK(l.plane(1, 3).offset_bytes == 0);
+  CHECK(l.num_groups == 1);
+  CHECK(l.layer_group == std::vector<uint32_t>{0, 0, 0, 0});
+  CHECK(l.tensor_end_bytes == std::vector<uint64_t>(8, 128 * 2 * 8 * 2));
+  CHECK(l.blocks_per_chunk(256) == 16);
+  CHECK(l.blocks_per_chunk(100) == 0);
+  CHECK(l.blocks_per_chunk(0) == 0);
+  CHECK(l.chunk_bytes(256) == 2ull * 4 * 256 * 32);
+  CHECK(l.note.empty());
+}
+
+TEST_CASE("SGLang: storage offsets, kv_list_layout k_v, and the single-head caveat") {
+  auto ts = sglang(2, 64, 1, 128);
+  ts[3].storage_offset = 1000;  // V of layer 1
+  kv_layout_hints h = sglang_hints(1);
+  auto r = detect_kv_layout(ts, h);
+  REQUIRE(r.ok());
+  CHECK(r.value().plane(1, 1).offset_bytes == 2000);
+  CHECK(r.value().tensor_end_bytes[3] == (1000 + 64 * 128) * 2);
+  CHECK(r.value().num_blocks == 64);
+  CHECK_FALSE(r.value().note.empty());  // one head and no kv_list_layout: LMCache would say MLA
+  h.kv_list_layout = "k_v";
+  auto r2 = detect_kv_layout(ts, h);
+  REQUIRE(r2.ok());
+  CHECK(r2.value().note.empty());
+}
+
+TEST_CASE("SGLang registration errors") {
+  check_error(detect_kv_layout(std::vector<tensor_desc>(3, host_tensor({64, 2, 8})), sglang_hints(16)),
+              "layout", "even number");
+  check_error(detect_kv_layout(sglang(2, 64, 2, 8), sglang_hints(0)), "layout", "tokens_per_block");
+  check_error(detect_kv_layout(sglang(2, 60, 2, 8), sglang_hints(16)), "layout", "not a multiple");
+  kv_layout_hints unified = sglang_hints(16);
+  unified.kv_list_layout = "unified";
+  check_error(detect_kv_layout(sglang(2, 64, 2, 8), unified), "unsupported", "unified");
+  kv_layout_hints groups = sglang_hints(16);
+  groups.group_layer_indices = {{0}, {1}};
+  check_error(detect_kv_layout(sglang(2, 64, 2, 8), groups), "unsupported", "engine groups");
+  check_error(detect_kv_layout(std::vector<tensor_desc>(4, host_tensor({8, 64, 2, 8})), sglang_hints(8)),
+              "unsupported", "[num_pages*page_size, heads, head_dim]");
+
+  auto strided = sglang(2, 64, 2, 8);
+  for (auto& t : strided) t.stride = {1, 64 * 8, 64};  // head-major: tokens not contiguous
+  check_error(detect_kv_layout(strided, sglang_hints(16)), "unsupported", "token-major");
+
+  auto mixed = sglang(2, 64, 2, 8);
+  mixed[2].dtype = "float32";
+  mixed[2].element_size = 4;
+  check_error(detect_kv_layout(mixed, sglang_hints(16)), "layout", "dtype");
+
+  auto shapes = sglang(2, 64, 2, 8);
+  shapes[1].shape = {128, 2, 8};
+  shapes[1].stride = contiguous_strides(shapes[1].shape);
+  check_error(detect_kv_layout(shapes, sglang_hints(16)), "layout", "one geometry");
+
+  auto kinds = sglang(2, 64, 2, 8);
+  kinds[1].kind = tensor_desc::memory_kind::cuda_ipc;
+  check_error(detect_kv_layout(kinds, sglang_hints(16)), "layout", "mixes");
+
+  auto empty_dim = sglang(1, 64, 2, 8);
+  empty_dim[0].shape[1] = 0;
+  empty_dim[1].shape[1] = 0;
+  check_error(detect_kv_layout(empty_dim, sglang_hints(16)), "layout", "empty");
+
+  auto huge = sglang(1, 64, 2, 8);
+  huge[0].shape[0] = huge[1].shape[0] = int64_t{1} << 62;
+  check_error(detect_kv_layout(huge, sglang_hints(16)), "layout", "overflow");
+
+  check_error(detect_kv_layout({}, sglang_hints(16)), "layout", "no KV tensors");
+}
+
+TEST_CASE("vLLM flash-attn: [2, NB, BS, NH, HD] per layer") {
+  std::vector<tensor_desc> ts(3, host_tensor({2, 10, 16, 4, 64}));
+  ts[2].storage_offset = 7;
+  auto r = detect_kv_layout(ts, vllm_hints());
+  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  const kv_layout& l = r.value();
+  CHECK(l.kind == kv_layout_kind::vllm_flash_attn);
+  CHECK(l.num_layers == 3);
+  CHECK(l.num_blocks == 10);
+  CHECK(l.block_size == 16);
+  CHECK(l.token_bytes == 4 * 64 * 2);
+  CHECK(l.page_bytes == 16 * 4 * 64 * 2);
+  CHECK(l.block_stride_bytes == 16 * 4 * 64 * 2);
+  CHECK(l.plane(0, 1).tensor == 1);
+  CHECK(l.plane(1, 1).tensor == 1);
+  CHECK(l.plane(0, 1).offset_bytes == 0);
+  CHECK(l.plane(1, 1).offset_bytes == 10ull * 16 * 4 * 64 * 2);  // the V half of the tensor
+  CHECK(l.plane(1, 2).offset_bytes == (7 + 10ull * 16 * 4 * 64) * 2);
+  CHECK(l.chunk_bytes(256) == 2ull * 3 * 256 * 512);
+
+  kv_layout_hints nhd = vllm_hints();
+  nhd.kv_layout = "NHD";
+  CHECK(detect_kv_layout(ts, nhd).ok());
+}
+
+TEST_CASE("vLLM: padded blocks (dim-0 padding) keep their stride") {
+  tensor_desc t = host_tensor({2, 10, 16, 4, 64});
+  t.stride[1] = 16 * 4 * 64 + 256;  // each block padded by 256 elements
+  t.stride[0] = 10 * t.stride[1];
+  auto r = detect_kv_layout({t}, vllm_hints());
+  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  CHECK(r.value().block_stride_bytes == (16 * 4 * 64 + 256) * 2);
+  CHECK(r.value().plane(1, 0).offset_bytes == 10ull * (16 * 4 * 64 + 256) * 2);
+}
+
+TEST_CASE("vLLM flashinfer: [NB, 2, BS, NH, HD] per layer") {
+  auto r = detect_kv_layout({host_tensor({10, 2, 16, 4, 64}), host_tensor({10, 2, 16, 4, 64})},
+                            vllm_hints());
+  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  const kv_layout& l = r.value();
+  CHECK(l.kind == kv_layout_kind::vllm_flashinfer);
+  CHECK(l.num_blocks == 10);
+  CHECK(l.page_bytes == 16 * 4 * 64 * 2);
+  CHECK(l.block_stride_bytes == 2 * l.page_bytes);
+  CHECK(l.plane(0, 1).offset_bytes == 0);
+  CHECK(l.plane(1, 1).offset_bytes == l.page_bytes);
+}
+
+TEST_CASE("vLLM engine groups pick each layer's block ids") {
+  std::vector<tensor_desc> ts(4, host_tensor({2, 10, 16, 4, 64}));
+  kv_layout_hints h = vllm_hints();
+  h.group_layer_indices = {{0, 2}, {3, 1}};
+  auto r = detect_kv_layout(ts, h);
+  REQUIRE(r.ok());
+  CHECK(r.value().num_groups == 2);
+  CHECK(r.value().layer_group == std::vector<uint32_t>{0, 1, 0, 1});
+
+  h.group_layer_indices = {{0, 2}, {2, 1, 3}};
+  check_error(detect_kv_layout(ts, h), "layout", "more than one engine group");
+  h.group_layer_indices = {{0, 2}, {1}};
+  check_error(detect_kv_layout(ts, h), "unsupported", "layer 3 is in no engine group");
+  h.group_layer_indices = {{0, 1, 2, 4}};
+  check_error(detect_kv_layout(ts, h), "layout", "names layer 4");
+}
+
+TEST_CASE("vLLM registration errors") {
+  kv_layout_hints hnd = vllm_hints();
+  hnd.kv_layout = "HND";
+  check_error(detect_kv_layout({host_tensor({2, 10, 4, 16, 64})}, hnd), "unsupported", "HND");
+  kv_layout_hints odd = vllm_hints();
+  odd.kv_layout = "XYZ";
+  check_error(detect_kv_layout({host_tensor({2, 10, 16, 4, 64})}, odd), "layout", "XYZ");
+  check_error(detect_kv_layout({host_tensor({10, 16, 4, 128})}, vllm_hints()), "unsupported", "fused");
+  check_error(detect_kv_layout({host_tensor({10, 16, 576})}, vllm_hints()), "unsupported", "MLA");
+  check_error(detect_kv_layout({host_tensor({3, 10, 16, 4, 64})}, vllm_hints()), "unsupported",
+              "K/V axis");
+
+  tensor_desc overlap = host_tensor({2, 10, 16, 4, 64});
+  overlap.stride[0] = 5 * overlap.stride[1];  // V starts in the middle of K
+  check_error(detect_kv_layout({overlap}, vllm_hints()), "layout", "overlap");
+
+  tensor_desc not_nhd = host_tensor({2, 10, 16, 4, 64});
+  not_nhd.stride = {10 * 16 * 4 * 64, 16 * 4 * 64, 64, 16 * 64, 1};  // HND memory, NHD shape
+  check_error(detect_kv_layout({not_nhd}, vllm_hints()), "unsupported", "contiguous");
+
+  kv_layout_hints trt;
+  trt.engine_type = "trtllm";
+  check_error(detect_kv_layout({host_tensor({2, 10, 16, 4, 64})}, trt), "unsupported", "trtllm");
+}
+
+TEST_CASE("CUDA tensors: the view must fit the storage; one device per registration") {
+  const uint64_t need = 2ull * 10 * 16 * 4 * 64 * 2;
+  CHECK(detect_kv_layout({cuda_tensor({2, 10, 16, 4, 64}, need)}, vllm_hints()).ok());
+  check_error(detect_kv_layout({cuda_tensor({2, 10, 16, 4, 64}, need - 1)}, vllm_hints()), "layout",
+              "CUDA storage");
+  auto a = cuda_tensor({2, 10, 16, 4, 64}, need);
+  auto b = a;
+  b.device_uuid = "GPU-00000000-0000-0000-0000-000000000002";
+  check_error(detect_kv_layout({a, b}, vllm_hints()), "layout", "one device");
+}
+
+TEST_CASE("block copy index math: golden values") {
+  block_copy::geometry g;
+  g.num_layers = 2;
+  g.block_size = 4;
+  g.blocks_per_chunk = 2;  // 8-token chunks
+  g.num_groups = 2;
+  g.token_bytes = 16;
+  g.page_bytes = 64;
+  g.block_stride_bytes = 128;
+
+  CHECK(block_copy::chunk_tokens(g) == 8);
+  CHECK(block_copy::units_per_chunk(g) == 8);
+
+  auto u1 = block_copy::unit_at(g, 1);
+  CHECK(u1.chunk == 0);
+  CHECK(u1.kv == 0);
+  CHECK(u1.layer == 0);
+  CHECK(u1.page == 1);
+  auto u2 = block_copy::unit_at(g, 2);
+  CHECK(u2.layer == 1);
+  CHECK(u2.page == 0);
+  auto u4 = block_copy::unit_at(g, 4);
+  CHECK(u4.kv == 1);
+  CHECK(u4.layer == 0);
+  auto u13 = block_copy::unit_at(g, 13);
+  CHECK(u13.chunk == 1);
+  CHECK(u13.kv == 1);
+  CHECK(u13.layer == 0);
+  CHECK(u13.page == 1);
+
+  CHECK(block_copy::plane_index(g, 1, 1) == 3);
+  CHECK(block_copy::l1_offset(g, 1, 1, 3) == 432);       // ((1*2+1)*8+3)*16
+  CHECK(block_copy::l1_page_offset(g, u13) == 320);      // ((1*2+0)*8+4)*16
+  CHECK(block_copy::engine_offset(g, 5, 2) == 672);      // 5*128 + 2*16
+  CHECK(block_copy::block_list_index(g, 3, 1) == 7);
+  CHECK(block_copy::packed_block_index(g, 1, 1, 0) == 6);  // (1*2+1)*2+0
+}
+
+TEST_CASE("block copy: a chunk's units tile its L1 slot exactly, in order") {
+  block_copy::geometry g;
+  g.num_layers = 3;
+  g.block_size = 16;
+  g.blocks_per_chunk = 16;
+  g.token_bytes = 256;
+  g.page_bytes = 16 * 256;
+  g.block_stride_bytes = 16 * 256;
+  const uint64_t chunk_bytes = 2ull * 3 * 256 * 256;
+  std::set<std::pair<uint32_t, uint64_t>> seen;
+  for (uint64_t u = 0; u < 2 * block_copy::units_per_chunk(g); ++u) {
+    const auto x = block_copy::unit_at(g, u);
+    const uint64_t off = block_copy::l1_page_offset(g, x);
+    // Consecutive units walk consecutive L1 pages; every page lands in the slot.
+    CHECK(off == (u % block_copy::units_per_chunk(g)) * g.page_bytes);
+    CHECK(off + g.page_bytes <= chunk_bytes);
+    CHECK(seen.insert({x.chunk, off}).second);
+  }
+  CHECK(seen.size() == 2 * chunk_bytes / g.page_bytes);
+}
+
+TEST_CASE("device UUIDs: torch's bare form and nvidia-smi's GPU- form") {
+  device_uuid_bytes b{};
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 17);
+  const std::string s = format_device_uuid(b);
+  CHECK(s == "00112233-4455-6677-8899-aabbccddeeff");
+  device_uuid_bytes p{};
+  REQUIRE(parse_device_uuid("GPU-00112233-4455-6677-8899-AABBCCDDEEFF", p));
+  CHECK(p == b);
+  device_uuid_bytes q{};
+  REQUIRE(parse_device_uuid(s, q));
+  CHECK(q == b);
+  device_uuid_bytes r{};
+  CHECK_FALSE(parse_device_uuid("MIG-00112233-4455-6677-8899-aabbccddeeff", r));
+  CHECK_FALSE(parse_device_uuid("GPU-00112233-4455-6677-8899-aabbccddee", r));
+  CHECK_FALSE(parse_device_uuid("GPU-00112233-4455-6677-8899-aabbccddeeff00", r));
+  CHECK_FALSE(parse_device_uuid("cpu", r));
+  CHECK_FALSE(parse_device_uuid("", r));
+}
