@@ -14,7 +14,7 @@ namespace {
 
 /// The transfer backend `gpu.backend` asks for, or why there is none.
 std::shared_ptr<transfer_backend> pick_backend(const std::string& wanted, std::string& error) {
-  const std::string who = "cache_server";
+  const std::string who = log::label("cache_server", "", 0);
   if (wanted == "host") {
     KVS_INFO(who, "gpu.backend = \"host\": engine KV pools are host shared memory");
     return make_host_backend();

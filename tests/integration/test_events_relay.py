@@ -472,7 +472,8 @@ def test_replay_client_leaving_or_stalling_does_not_hurt_others(rig, zctx):
     # A third client still gets its whole stream, twice over.
     for _ in range(2):
         assert replay_batches(r.replay(r.base[0], timeout=20), "vllm") == want
-    s = r.sidecar.wait_stats("replay_bridge", lambda s: s["abandoned"] >= 1, timeout=10)
+    s = r.sidecar.wait_stats("replay_bridge",
+                             lambda s: s["abandoned"] >= 1 and s["streaming"] <= 1, timeout=10)
     assert s["abandoned"] == 1 and s["streaming"] == 1, s
     # SIGTERM with a replay client stalled mid-stream: exit 0 within 5 s.
     r.sidecar.stop()
@@ -767,17 +768,17 @@ def test_stalled_subscriber_never_blocks_the_relay(rig, zctx):
     r = rig(overrides={"events.hwm": 10})
     stalled, base = join_stalled_subscriber(r, zctx)
     burst_with_fast_reader(r, STORM)
-    # Every batch was handed to the PUB socket or counted as an HWM drop...
-    s = r.sidecar.wait_stats("pub", lambda s: s["sent"] + s["hwm_drops"] >= base + STORM,
-                             timeout=15)
-    assert s["sent"] + s["hwm_drops"] == base + STORM, s
-    assert s["hwm_drops"] > 0, f"a stalled subscriber and no HWM drop counted: {s}"
+    # Every batch was handed to the PUB socket; the ones the stalled peer
+    # had to miss are counted as HWM drops...
+    s = r.sidecar.wait_stats("pub", lambda s: s["sent"] >= base + STORM, timeout=15)
+    assert s["sent"] == base + STORM, s
+    assert 0 < s["hwm_drops"] <= STORM, f"a stalled subscriber and no HWM drop counted: {s}"
     # ...every one is in the replay buffer for routers to recover...
     kept = replay_batches(r.replay(base), "vllm")
     assert [sq for sq, _ in kept] == list(range(base, base + STORM))
     # ...and the relay keeps taking the engine's batches.
     r.engine.send(0, batch_at(123456.0))
-    r.sidecar.wait_stats("pub", lambda s: s["sent"] + s["hwm_drops"] >= base + STORM + 1)
+    r.sidecar.wait_stats("pub", lambda s: s["sent"] >= base + STORM + 1)
     kept = replay_batches(r.replay(base + STORM), "vllm")
     assert [ts_of(p) for _, p in kept] == [123456.0]
     # SIGTERM with the stalled peer still connected: exit 0 within 5 s.
@@ -788,11 +789,13 @@ def test_stalled_subscriber_never_blocks_the_relay(rig, zctx):
 def test_stalled_subscriber_does_not_make_others_lose_batches(rig, zctx):
     """vLLM's plain PUB drops only for the peer whose pipe is full; a router
     that reads must get every batch although another one stalls."""
-    r = rig(overrides={"events.hwm": 10})
+    # Room for the reading router to absorb a burst (a PUB drops for any
+    # peer whose pipe is full, the reading one included), far less than the
+    # stalled one needs: only the stalled one may lose batches.
+    r = rig(overrides={"events.hwm": 200})
     stalled, base = join_stalled_subscriber(r, zctx)
     got = burst_with_fast_reader(r, STORM)
-    pub = r.sidecar.wait_stats("pub", lambda s: s["sent"] + s["hwm_drops"] >= base + STORM,
-                               timeout=15)
+    pub = r.sidecar.wait_stats("pub", lambda s: s["sent"] >= base + STORM, timeout=15)
     r.engine.send(0, batch_at(123456.0))
     after = r.sub.recv(0, 2.0)
     stalled.close(linger=0)
@@ -801,3 +804,4 @@ def test_stalled_subscriber_does_not_make_others_lose_batches(rig, zctx):
         f"stalled (pub stats: {pub})")
     assert after is not None and ts_of(after.payload) == 123456.0, \
         "a stalled subscriber cut the reading one off"
+    assert pub["hwm_drops"] > 0, f"the stalled subscriber never hit its HWM: {pub}"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what kvsidecar needs to build and test on Debian 12: the Debian
+# packages (only when one is missing) and the PyPI packages of the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEB_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libcaf-dev cppzmq-dev libzmq3-dev libmsgpack-cxx-dev libtomlplusplus-dev
+  doctest-dev libspdlog-dev libfmt-dev libxxhash-dev libcli11-dev libbenchmark-dev
+  clang libclang-rt-14-dev python3 python3-pip
+)
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ "${1:-}" = "--with-python" ]; then
+  req=tests/integration/requirements.txt
+  if ! python3 -c 'import zmq, msgspec, pytest, pydantic' 2>/dev/null; then
+    echo "installing PyPI packages from $req"
+    python3 -m pip install -q -r "$req" 2>/dev/null \
+      || python3 -m pip install -q --break-system-packages -r "$req"
+  fi
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Quick start: install what is missing, build, and start kvsidecar on its
+# built-in default configuration (extra arguments are passed to it, e.g.
+# `scripts/run.sh --config my.toml`). Ctrl-C stops it cleanly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)" --target kvsidecar
+exec build/kvsidecar "$@"

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Every test: installs what is missing, then
+#   1. release build (CUDA backend compiled when nvcc is present): unit tests
+#      (doctest) and integration tests (pytest against the real binary);
+#   2. the same tests built with AddressSanitizer + UBSan;
+#   3. each fuzz target (libFuzzer, clang) for a short run.
+# Set KVS_SKIP_ASAN=1 or KVS_SKIP_FUZZ=1 to leave a stage out locally.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh --with-python
+jobs=$(nproc)
+export KVS_SHARED_DIR="${KVS_SHARED_DIR:-$(cd .. && pwd)/shared}"
+
+echo "== release build and tests"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSIDECAR_CUDA=AUTO >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j1
+
+if [ -z "${KVS_SKIP_ASAN:-}" ]; then
+  echo "== AddressSanitizer + UBSan build and tests"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVSIDECAR_SANITIZE=ON \
+        -DKVSIDECAR_CUDA=OFF -DKVSIDECAR_BENCH=OFF >/dev/null
+  cmake --build build-asan -j"$jobs"
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j1
+fi
+
+if [ -z "${KVS_SKIP_FUZZ:-}" ]; then
+  echo "== fuzz targets (libFuzzer)"
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+        -DKVSIDECAR_FUZZ=ON -DKVSIDECAR_CUDA=OFF -DKVSIDECAR_BENCH=OFF >/dev/null
+  fuzzers=(fuzz_events_decode fuzz_lmcache_decode fuzz_pickle)
+  cmake --build build-fuzz -j"$jobs" --target "${fuzzers[@]}"
+  for f in "${fuzzers[@]}"; do
+    corpus=build-fuzz/corpus/$f
+    mkdir -p "$corpus"
+    seeds=tests/fuzz/seeds/$f
+    echo "-- $f (${KVS_FUZZ_SECONDS:-20}s)"
+    build-fuzz/tests/$f -max_total_time="${KVS_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 \
+      -print_final_stats=1 "$corpus" $( [ -d "$seeds" ] && echo "$seeds" ) 2>&1 | tail -3
+  done
+fi
+echo "all tests passed"
