@@ -202,6 +202,37 @@ def test_port_in_use_is_status_1_naming_endpoint_and_key(sidecar):
         blocker.close()
 
 
+def cuda_usable():
+    """True when this machine has a GPU the CUDA runtime can use."""
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(cuda_usable(), reason="a GPU is present: backend cuda starts")
+def test_backend_cuda_without_gpu_is_status_1(sidecar):
+    o = free_ports_overrides()
+    o["events.enabled"] = False
+    o["gpu.backend"] = "cuda"
+    o["cache.l1_size"] = "16MiB"
+    sc = sidecar(o).spawn()
+    rc = sc.wait_exit(10)
+    assert rc == 1, sc.log_text()
+    assert any("ERROR" in l and 'gpu.backend = "cuda"' in l for l in sc.lines()), sc.log_text()
+
+
+@pytest.mark.skipif(cuda_usable(), reason="a GPU is present: auto picks cuda")
+def test_backend_auto_without_gpu_says_host(sidecar):
+    o = free_ports_overrides()
+    o["events.enabled"] = False
+    o["cache.l1_size"] = "16MiB"
+    sc = sidecar(o).start()
+    assert any('gpu.backend = "auto": no usable GPU' in l and "host backend" in l
+               for l in sc.lines()), sc.log_text()
+    sc.stop(signal.SIGTERM, timeout=5.0, expect=0)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_exits_0_within_5s(sidecar, sig):
     o = free_ports_overrides()

@@ -1,0 +1,549 @@
+// bench_relay: the KV event relay benchmark driver.
+//
+// One process plays both ends of the relay so that it knows exactly what was
+// sent and when: the engine (a PUB, bound, sending pre-encoded batches as
+// [topic, seq, payload]) and the router (a SUB). Modes:
+//
+//   raw      engine PUB -> router SUB directly over tcp loopback: the ceiling,
+//            libzmq alone moving the same frames.
+//   relay    engine PUB -> kvsidecar (ingest) ... kvsidecar PUB -> router SUB.
+//   latency  as relay, paced at --rate batches/s; each batch carries its send
+//            time (CLOCK_MONOTONIC seconds) in the envelope's ts field, which
+//            the sidecar relays unchanged, so receive - ts is the latency.
+//            --replay-port adds a client that replays the sidecar's whole
+//            buffer from seq 0 in a loop for the whole measurement.
+//
+// Throughput runs send for --seconds with at most --window batches in flight
+// (sent, not yet received): a closed loop, so the number measured is what the
+// path sustains without queues growing or the sidecar dropping, and nothing
+// in the bench itself drops (HWM 0 on its sockets). events/s = events
+// received / (last receive - first receive).
+//
+// Slow joiners: before measuring, the engine sends warm-up batches (ts < 0,
+// no events) every 10 ms until the router has seen one; the router ignores
+// warm-ups, so the measured run starts with the first real batch.
+//
+// Prints a human line and one `RESULT key=value ...` line for scripts.
+//   bench_relay raw     --batch 16 --seconds 1.5 --port 41000
+//   bench_relay relay   --batch 16 --seconds 1.5 --ingest-port 41001 --sub-port 41002
+//   bench_relay latency --batch 16 --rate 5000 --seconds 3 --ingest-port .. --sub-port ..
+//                       [--replay-port ..] [--prefill 10000]
+#include "actors/zmq_frames.hpp"
+#include "messages/kv_event_codec.hpp"
+
+#include <zmq.hpp>
+
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct options {
+  std::string mode;
+  int batch = 16;
+  double seconds = 1.5;
+  int64_t window = 0; // batches in flight; 0 = max(64, 65536 / batch)
+  int port = 0;        // raw
+  int ingest_port = 0; // relay, latency: the engine PUB the sidecar connects to
+  int sub_port = 0;    // relay, latency: the sidecar's PUB
+  int replay_port = 0; // latency: the sidecar's replay ROUTER (0 = no replay load)
+  double rate = 5000;  // latency: batches/s
+  int64_t prefill = 0; // latency: batches sent (unpaced) before measuring
+  std::string format = "vllm";
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "bench_relay: %s\nusage: bench_relay raw|relay|latency [--batch N] [--seconds S] "
+               "[--window N] [--port P] [--ingest-port P] [--sub-port P] [--replay-port P] "
+               "[--rate R] [--prefill N] [--format vllm|tokenspeed]\n",
+               why);
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  if (argc < 2)
+    usage("no mode");
+  options o;
+  o.mode = argv[1];
+  for (int i = 2; i < argc; i += 2) {
+    std::string k = argv[i];
+    if (i + 1 >= argc)
+      usage(("no value for " + k).c_str());
+    const char* v = argv[i + 1];
+    if (k == "--batch") o.batch = std::atoi(v);
+    else if (k == "--seconds") o.seconds = std::atof(v);
+    else if (k == "--window") o.window = std::atoll(v);
+    else if (k == "--port") o.port = std::atoi(v);
+    else if (k == "--ingest-port") o.ingest_port = std::atoi(v);
+    else if (k == "--sub-port") o.sub_port = std::atoi(v);
+    else if (k == "--replay-port") o.replay_port = std::atoi(v);
+    else if (k == "--rate") o.rate = std::atof(v);
+    else if (k == "--prefill") o.prefill = std::atoll(v);
+    else if (k == "--format") o.format = v;
+    else usage(("unknown option " + k).c_str());
+  }
+  if (o.mode != "raw" && o.mode != "relay" && o.mode != "latency")
+    usage("mode must be raw, relay or latency");
+  if (o.batch < 1 || o.seconds <= 0 || o.rate <= 0)
+    usage("--batch, --seconds and --rate must be positive");
+  if (o.format != "vllm" && o.format != "tokenspeed")
+    usage("--format must be vllm or tokenspeed");
+  if (o.mode == "raw" ? o.port == 0 : (o.ingest_port == 0 || o.sub_port == 0))
+    usage("ports missing");
+  if (o.window <= 0)
+    o.window = std::max<int64_t>(64, 65536 / o.batch);
+  return o;
+}
+
+double mono_seconds() {
+  return std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();
+}
+
+// --- payloads ----------------------------------------------------------------
+
+/// A batch of n BlockStored events, one 16-token block each, chained by parent
+/// hash, shaped like vLLM 0.26's capture (medium, extra_keys [None], group_idx,
+/// kv_cache_spec_kind). The tokenspeed dialect keeps what it can represent.
+kvs::kv_event_batch make_batch(int n, std::mt19937_64& rng, double ts) {
+  kvs::kv_event_batch b;
+  b.ts = ts;
+  b.dp_rank = 0;
+  uint64_t parent = rng();
+  for (int i = 0; i < n; ++i) {
+    kvs::block_stored e;
+    uint64_t h = rng();
+    e.block_hashes = {h};
+    e.parent_block_hash = parent;
+    for (int t = 0; t < 16; ++t)
+      e.token_ids.push_back(static_cast<int64_t>(rng() % 128000));
+    e.block_size = 16;
+    e.medium = "GPU";
+    e.extra_keys_msgpack = std::string("\x91\xc0", 2); // [None]
+    e.group_idx = 0;
+    e.kv_cache_spec_kind = "full_attention";
+    b.events.emplace_back(std::move(e));
+    parent = h;
+  }
+  return b;
+}
+
+// Every payload starts [fixarray 3][float64 marker][8 bytes ts]: ts is patched
+// in place and read back without decoding the rest.
+constexpr size_t ts_offset = 2;
+
+bool has_ts_layout(const void* p, size_t n) {
+  auto b = static_cast<const unsigned char*>(p);
+  return n >= ts_offset + 8 && b[0] == 0x93 && b[1] == 0xcb;
+}
+
+double read_ts(const void* p, size_t n) {
+  if (!has_ts_layout(p, n))
+    return -1e300; // not one of ours: treated like a warm-up
+  uint64_t bits = kvs::get_be64(static_cast<const unsigned char*>(p) + ts_offset);
+  double v;
+  std::memcpy(&v, &bits, 8);
+  return v;
+}
+
+void write_ts(void* p, double ts) {
+  uint64_t bits;
+  std::memcpy(&bits, &ts, 8);
+  kvs::put_be64(bits, static_cast<unsigned char*>(p) + ts_offset);
+}
+
+struct payloads {
+  std::vector<std::string> real; // ts = 0 (relay/raw) or patched per send
+  std::string warmup;            // ts = -1, no events
+};
+
+payloads build_payloads(const options& o) {
+  auto dialect = o.format == "vllm" ? kvs::event_dialect::vllm : kvs::event_dialect::tokenspeed;
+  std::mt19937_64 rng{12345};
+  payloads p;
+  for (int k = 0; k < 16; ++k) {
+    std::string s;
+    kvs::encode_event_batch(make_batch(o.batch, rng, 0.0), dialect, s);
+    if (!has_ts_layout(s.data(), s.size()))
+      usage("encoded payload does not start [fixarray3, float64]");
+    p.real.push_back(std::move(s));
+  }
+  kvs::kv_event_batch w;
+  w.ts = -1.0;
+  w.dp_rank = 0;
+  kvs::encode_event_batch(w, dialect, p.warmup);
+  return p;
+}
+
+// --- sockets -------------------------------------------------------------------
+
+void send_batch(zmq::socket_t& pub, uint64_t seq, const void* data, size_t size) {
+  pub.send(zmq::message_t{}, zmq::send_flags::sndmore);
+  pub.send(kvs::be64_frame(seq), zmq::send_flags::sndmore);
+  pub.send(zmq::message_t{data, size}, zmq::send_flags::none);
+}
+
+/// Receives one [topic, seq, payload] message into `payload`; false on timeout.
+/// Counts messages of any other shape in `bad` (and skips them). Reuses the
+/// caller's frames: the receive loop is part of the measured path.
+bool recv_batch(zmq::socket_t& sub, zmq::message_t& payload, int timeout_ms, uint64_t& bad) {
+  zmq::pollitem_t it{sub.handle(), 0, ZMQ_POLLIN, 0};
+  zmq::message_t topic, seq, extra;
+  for (;;) {
+    if (!sub.recv(topic, zmq::recv_flags::dontwait)) {
+      if (zmq::poll(&it, 1, std::chrono::milliseconds{timeout_ms}) == 0)
+        return false;
+      continue;
+    }
+    size_t parts = 1;
+    bool shape_ok = topic.more();
+    if (shape_ok) {
+      (void) sub.recv(seq, zmq::recv_flags::none);
+      ++parts;
+      shape_ok = seq.size() == 8 && seq.more();
+      if (seq.more()) {
+        (void) sub.recv(payload, zmq::recv_flags::none);
+        ++parts;
+        bool more = payload.more();
+        while (more) {
+          (void) sub.recv(extra, zmq::recv_flags::none);
+          more = extra.more();
+          shape_ok = false;
+        }
+      }
+    }
+    if (!shape_ok || parts != 3) {
+      ++bad;
+      continue;
+    }
+    return true;
+  }
+}
+
+// Two contexts, one I/O thread each: the engine and the router are separate
+// processes in real life, and in raw mode they get the same I/O threads the
+// relay set-up has.
+struct ends {
+  zmq::context_t engine_ctx{1};
+  zmq::context_t router_ctx{1};
+  zmq::socket_t pub{engine_ctx, zmq::socket_type::pub};
+  zmq::socket_t sub{router_ctx, zmq::socket_type::sub};
+
+  explicit ends(const options& o) {
+    pub.set(zmq::sockopt::sndhwm, 0);
+    pub.set(zmq::sockopt::linger, 0);
+    sub.set(zmq::sockopt::rcvhwm, 0);
+    sub.set(zmq::sockopt::linger, 0);
+    sub.set(zmq::sockopt::subscribe, "");
+    int engine_port = o.mode == "raw" ? o.port : o.ingest_port;
+    int router_port = o.mode == "raw" ? o.port : o.sub_port;
+    pub.bind("tcp://127.0.0.1:" + std::to_string(engine_port));
+    sub.connect("tcp://127.0.0.1:" + std::to_string(router_port));
+  }
+};
+
+/// Shared between the engine (sender) thread and the router (main) thread.
+struct progress {
+  std::atomic<bool> synced{false};   // the router saw a warm-up batch
+  std::atomic<uint64_t> received{0}; // real batches the router got
+  std::atomic<uint64_t> sent{0};     // real batches the engine sent
+  std::atomic<bool> done{false};     // the engine stopped sending
+};
+
+/// The engine side of the slow-joiner handshake. Returns the next seq.
+uint64_t warm_up(zmq::socket_t& pub, const payloads& p, progress& pr) {
+  uint64_t seq = 0;
+  auto deadline = clock_type::now() + 20s;
+  while (!pr.synced.load()) {
+    if (clock_type::now() > deadline) {
+      std::fprintf(stderr, "bench_relay: no warm-up batch came through in 20 s\n");
+      std::exit(1);
+    }
+    send_batch(pub, seq++, p.warmup.data(), p.warmup.size());
+    std::this_thread::sleep_for(10ms);
+  }
+  return seq;
+}
+
+/// Sends real batches (as they are) for `seconds`, or `count` of them when
+/// count > 0, keeping at most `window` in flight.
+uint64_t send_windowed(zmq::socket_t& pub, const payloads& p, progress& pr, uint64_t seq,
+                       int64_t window, double seconds, uint64_t count) {
+  auto end = clock_type::now() + std::chrono::duration<double>(seconds);
+  uint64_t sent = pr.sent.load();
+  uint64_t target = sent + count;
+  for (size_t k = 0;; ++k) {
+    if (count > 0 ? sent >= target : clock_type::now() >= end)
+      break;
+    if (static_cast<int64_t>(sent - pr.received.load(std::memory_order_relaxed)) >= window) {
+      std::this_thread::sleep_for(20us);
+      continue;
+    }
+    const auto& s = p.real[k % p.real.size()];
+    send_batch(pub, seq++, s.data(), s.size());
+    pr.sent.store(++sent, std::memory_order_relaxed);
+  }
+  return seq;
+}
+
+void print_result(const options& o, const std::string& fields) {
+  std::printf("RESULT mode=%s format=%s batch=%d %s\n", o.mode.c_str(), o.format.c_str(), o.batch,
+              fields.c_str());
+  std::fflush(stdout);
+}
+
+// --- throughput ------------------------------------------------------------------
+
+int run_throughput(const options& o) {
+  auto p = build_payloads(o);
+  ends e{o};
+  progress pr;
+  std::thread engine([&] {
+    uint64_t seq = warm_up(e.pub, p, pr);
+    send_windowed(e.pub, p, pr, seq, o.window, o.seconds, 0);
+    pr.done.store(true);
+  });
+
+  zmq::message_t payload;
+  uint64_t n = 0, bad = 0, stray = 0;
+  clock_type::time_point first{}, last{};
+  auto idle_deadline = clock_type::now() + 25s;
+  for (;;) {
+    if (pr.done.load() && n >= pr.sent.load())
+      break;
+    if (!recv_batch(e.sub, payload, 100, bad)) {
+      if (clock_type::now() > idle_deadline)
+        break; // gave up: the rest is counted as lost
+      continue;
+    }
+    double ts = read_ts(payload.data(), payload.size());
+    if (ts < 0) {
+      if (n > 0)
+        ++stray; // a warm-up after real traffic: would mean reordering
+      pr.synced.store(true);
+      continue;
+    }
+    last = clock_type::now();
+    if (n == 0)
+      first = last;
+    pr.received.store(++n, std::memory_order_relaxed);
+    // Lost batches would stall the window; this bounds the wait for them.
+    idle_deadline = last + (pr.done.load() ? 2s : 10s);
+  }
+  pr.done.store(true);
+  engine.join();
+
+  uint64_t sent = pr.sent.load();
+  double secs = std::chrono::duration<double>(last - first).count();
+  double bps = n > 1 && secs > 0 ? static_cast<double>(n - 1) / secs : 0.0;
+  double eps = bps * o.batch;
+  size_t bytes = p.real[0].size();
+  std::fprintf(stderr,
+               "%-7s batch=%-4d %10.0f events/s %9.0f batches/s (%.1f MB/s payload)  sent=%llu "
+               "received=%llu lost=%llu in %.2f s\n",
+               o.mode.c_str(), o.batch, eps, bps, bps * static_cast<double>(bytes) / 1e6,
+               static_cast<unsigned long long>(sent), static_cast<unsigned long long>(n),
+               static_cast<unsigned long long>(sent - std::min(sent, n)), secs);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "events_per_s=%.0f batches_per_s=%.0f sent=%llu received=%llu lost=%llu "
+                "bad=%llu stray=%llu seconds=%.3f payload_bytes=%zu window=%lld",
+                eps, bps, static_cast<unsigned long long>(sent),
+                static_cast<unsigned long long>(n),
+                static_cast<unsigned long long>(sent - std::min(sent, n)),
+                static_cast<unsigned long long>(bad), static_cast<unsigned long long>(stray), secs,
+                bytes, static_cast<long long>(o.window));
+  print_result(o, buf);
+  return n == 0 ? 1 : 0;
+}
+
+// --- latency -------------------------------------------------------------------------
+
+/// A router replaying the sidecar's whole buffer from seq 0, over and over.
+struct replayer {
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> batches{0};
+  std::atomic<uint64_t> replays{0}; // completed (end marker seen)
+  std::atomic<bool> started{false}; // first reply arrived
+  std::thread thread;
+
+  void run(zmq::context_t& ctx, int port) {
+    thread = std::thread([this, &ctx, port] {
+      zmq::socket_t d{ctx, zmq::socket_type::dealer};
+      d.set(zmq::sockopt::rcvhwm, 0);
+      d.set(zmq::sockopt::linger, 0);
+      d.connect("tcp://127.0.0.1:" + std::to_string(port));
+      zmq::pollitem_t it{d.handle(), 0, ZMQ_POLLIN, 0};
+      while (!stop.load()) {
+        d.send(zmq::message_t{}, zmq::send_flags::sndmore);
+        d.send(kvs::be64_frame(0), zmq::send_flags::none);
+        for (;;) {
+          if (zmq::poll(&it, 1, 100ms) == 0) {
+            if (stop.load())
+              return;
+            continue;
+          }
+          std::vector<zmq::message_t> parts;
+          do {
+            parts.emplace_back();
+            (void) d.recv(parts.back(), zmq::recv_flags::none);
+          } while (parts.back().more());
+          started.store(true);
+          // ["", (topic,) seq, payload]; the end marker's seq is -1.
+          if (parts.size() >= 3 && parts[parts.size() - 2].size() == 8
+              && kvs::get_be64(parts[parts.size() - 2].data()) == ~uint64_t{0}) {
+            replays.fetch_add(1);
+            break;
+          }
+          batches.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    });
+  }
+};
+
+double percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty())
+    return 0.0;
+  auto idx = static_cast<size_t>(std::ceil(q * static_cast<double>(sorted.size()))) - 1;
+  return sorted[std::min(idx, sorted.size() - 1)];
+}
+
+int run_latency(const options& o) {
+  // Deadlines need better than the default 50 us timer slack.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  auto p = build_payloads(o);
+  ends e{o};
+  progress pr;
+  replayer rep;
+  zmq::context_t replay_ctx{1};
+  std::atomic<bool> measuring{false};
+  std::atomic<uint64_t> paced_sent{0};
+  double worst_late_us = 0;
+  double wall = 0;
+
+  std::thread engine([&] {
+    uint64_t seq = warm_up(e.pub, p, pr);
+    if (o.prefill > 0) {
+      // Fills the replay buffer; ts = 0 marks these as not timed.
+      seq = send_windowed(e.pub, p, pr, seq, o.window, 0, static_cast<uint64_t>(o.prefill));
+      while (pr.received.load() < pr.sent.load())
+        std::this_thread::sleep_for(1ms);
+    }
+    if (o.replay_port != 0) {
+      rep.run(replay_ctx, o.replay_port);
+      auto deadline = clock_type::now() + 10s;
+      while (!rep.started.load() && clock_type::now() < deadline)
+        std::this_thread::sleep_for(1ms);
+    }
+    measuring.store(true);
+    auto period = std::chrono::duration_cast<clock_type::duration>(
+      std::chrono::duration<double>(1.0 / o.rate));
+    auto n = static_cast<uint64_t>(o.seconds * o.rate);
+    auto t0 = clock_type::now();
+    std::vector<unsigned char> buf;
+    for (uint64_t i = 0; i < n; ++i) {
+      auto due = t0 + period * static_cast<int64_t>(i);
+      std::this_thread::sleep_until(due);
+      const auto& s = p.real[i % p.real.size()];
+      zmq::message_t m{s.data(), s.size()};
+      auto now = clock_type::now();
+      worst_late_us = std::max(worst_late_us,
+                               std::chrono::duration<double, std::micro>(now - due).count());
+      write_ts(m.data(), std::chrono::duration<double>(now.time_since_epoch()).count());
+      e.pub.send(zmq::message_t{}, zmq::send_flags::sndmore);
+      e.pub.send(kvs::be64_frame(seq++), zmq::send_flags::sndmore);
+      e.pub.send(m, zmq::send_flags::none);
+      paced_sent.store(i + 1);
+    }
+    wall = std::chrono::duration<double>(clock_type::now() - t0).count();
+    pr.done.store(true);
+  });
+
+  std::vector<double> lat_us;
+  lat_us.reserve(static_cast<size_t>(o.seconds * o.rate) + 16);
+  zmq::message_t payload;
+  uint64_t bad = 0;
+  auto idle_deadline = clock_type::now() + 30s;
+  for (;;) {
+    if (pr.done.load() && lat_us.size() >= paced_sent.load())
+      break;
+    if (!recv_batch(e.sub, payload, 100, bad)) {
+      if (clock_type::now() > idle_deadline)
+        break;
+      continue;
+    }
+    double now = mono_seconds();
+    double ts = read_ts(payload.data(), payload.size());
+    idle_deadline = clock_type::now() + (pr.done.load() ? 2s : 30s);
+    if (ts < 0) {
+      pr.synced.store(true);
+      continue;
+    }
+    if (ts == 0.0) {
+      pr.received.fetch_add(1, std::memory_order_relaxed); // prefill
+      continue;
+    }
+    lat_us.push_back((now - ts) * 1e6);
+  }
+  pr.done.store(true);
+  engine.join();
+  rep.stop.store(true);
+  if (rep.thread.joinable())
+    rep.thread.join();
+
+  uint64_t sent = paced_sent.load();
+  auto got = static_cast<uint64_t>(lat_us.size());
+  std::sort(lat_us.begin(), lat_us.end());
+  double p50 = percentile(lat_us, 0.50), p99 = percentile(lat_us, 0.99),
+         p999 = percentile(lat_us, 0.999), mx = lat_us.empty() ? 0.0 : lat_us.back();
+  double replay_bps = wall > 0 ? static_cast<double>(rep.batches.load()) / wall : 0.0;
+  std::fprintf(stderr,
+               "latency batch=%d rate=%.0f/s%s: p50 %.1f us  p99 %.1f us  p99.9 %.1f us  max "
+               "%.1f us  (sent=%llu received=%llu lost=%llu, sender at worst %.0f us late)%s\n",
+               o.batch, o.rate, o.replay_port ? " +replay" : "", p50, p99, p999, mx,
+               static_cast<unsigned long long>(sent), static_cast<unsigned long long>(got),
+               static_cast<unsigned long long>(sent - std::min(sent, got)), worst_late_us,
+               o.replay_port ? (" replays=" + std::to_string(rep.replays.load()) + " ("
+                                + std::to_string(static_cast<long long>(replay_bps))
+                                + " batches/s replayed)").c_str()
+                             : "");
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "rate=%.0f replay=%d p50_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f sent=%llu "
+                "received=%llu lost=%llu worst_late_us=%.0f replays=%llu replay_batches_per_s=%.0f "
+                "payload_bytes=%zu",
+                o.rate, o.replay_port ? 1 : 0, p50, p99, p999, mx,
+                static_cast<unsigned long long>(sent), static_cast<unsigned long long>(got),
+                static_cast<unsigned long long>(sent - std::min(sent, got)), worst_late_us,
+                static_cast<unsigned long long>(rep.replays.load()), replay_bps,
+                p.real[0].size());
+  print_result(o, buf);
+  return got == 0 ? 1 : 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  auto o = parse(argc, argv);
+  try {
+    return o.mode == "latency" ? run_latency(o) : run_throughput(o);
+  } catch (const zmq::error_t& e) {
+    std::fprintf(stderr, "bench_relay: zmq: %s\n", e.what());
+    return 1;
+  }
+}
