@@ -6,6 +6,7 @@
 // Encoding uses msgpack::packer, plus raw bytes where msgspec's choice differs
 // from packer's (float64 always, map16 headers).
 #include "messages/kv_event_codec.hpp"
+#include "messages/utf8.hpp"
 
 #include <msgpack.hpp>
 
@@ -57,44 +58,6 @@ uint32_t load32(const uint8_t* p) {
 }
 uint64_t load64(const uint8_t* p) { return (uint64_t{load32(p)} << 32) | load32(p + 4); }
 
-/// Strict UTF-8 (no overlongs, no surrogates, <= U+10FFFF), as Python's
-/// decoder that msgspec consumers use.
-bool valid_utf8(const uint8_t* p, size_t n) {
-  const uint8_t* end = p + n;
-  while (p < end) {
-    uint8_t c = *p;
-    if (c < 0x80) {
-      ++p;
-      continue;
-    }
-    size_t need;
-    uint32_t cp;
-    if ((c & 0xe0) == 0xc0) {
-      need = 1;
-      cp = c & 0x1fu;
-    } else if ((c & 0xf0) == 0xe0) {
-      need = 2;
-      cp = c & 0x0fu;
-    } else if ((c & 0xf8) == 0xf0) {
-      need = 3;
-      cp = c & 0x07u;
-    } else {
-      return false;
-    }
-    if (static_cast<size_t>(end - p) < need + 1)
-      return false;
-    for (size_t k = 1; k <= need; ++k) {
-      if ((p[k] & 0xc0) != 0x80)
-        return false;
-      cp = (cp << 6) | (p[k] & 0x3fu);
-    }
-    static const uint32_t min_cp[4] = {0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[need] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-      return false;
-    p += need + 1;
-  }
-  return true;
-}
 
 class reader {
 public:

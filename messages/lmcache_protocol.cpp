@@ -9,6 +9,7 @@
 // (transport/zmq_impl/mq.py msgspec_decode), so whatever LMCache would reject
 // is rejected here with the place named.
 #include "messages/lmcache_protocol.hpp"
+#include "messages/utf8.hpp"
 
 #include "messages/pickle_reader.hpp"
 
@@ -63,44 +64,6 @@ uint64_t load_be(const uint8_t* p, size_t n) {
   return v;
 }
 
-/// Strict UTF-8 (no overlongs, no surrogates, <= U+10FFFF), as msgspec checks.
-bool valid_utf8(const uint8_t* p, size_t n, size_t* code_points = nullptr) {
-  size_t cps = 0;
-  const uint8_t* end = p + n;
-  while (p < end) {
-    uint8_t c = *p;
-    ++cps;
-    if (c < 0x80) {
-      ++p;
-      continue;
-    }
-    size_t need;
-    uint32_t cp;
-    if ((c & 0xe0) == 0xc0) {
-      need = 1;
-      cp = c & 0x1fu;
-    } else if ((c & 0xf0) == 0xe0) {
-      need = 2;
-      cp = c & 0x0fu;
-    } else if ((c & 0xf8) == 0xf0) {
-      need = 3;
-      cp = c & 0x07u;
-    } else {
-      return false;
-    }
-    if (static_cast<size_t>(end - p) <= need) return false;
-    for (size_t k = 1; k <= need; ++k) {
-      if ((p[k] & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (p[k] & 0x3fu);
-    }
-    if ((need == 1 && cp < 0x80) || (need == 2 && cp < 0x800) || (need == 3 && cp < 0x10000) ||
-        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-      return false;
-    p += need + 1;
-  }
-  if (code_points) *code_points = cps;
-  return true;
-}
 
 class cursor {
 public:

@@ -2,6 +2,7 @@
 // pickle_reader.hpp for what is accepted and why; the opcode semantics follow
 // CPython's Lib/pickle.py (_Unpickler.load_*).
 #include "messages/pickle_reader.hpp"
+#include "messages/utf8.hpp"
 
 #include "messages/lmcache_protocol.hpp"
 
@@ -153,42 +154,6 @@ std::string hex2(uint8_t c) {
   return std::string("0x") + d[c >> 4] + d[c & 15];
 }
 
-/// UTF-8 as Python's pickle decodes it ("utf-8", "surrogatepass"): well-formed
-/// sequences, surrogate code points allowed.
-bool valid_utf8_surrogatepass(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    auto c = static_cast<uint8_t>(s[i]);
-    size_t need;
-    uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      need = 1;
-      cp = c & 0x1fu;
-    } else if ((c & 0xf0) == 0xe0) {
-      need = 2;
-      cp = c & 0x0fu;
-    } else if ((c & 0xf8) == 0xf0) {
-      need = 3;
-      cp = c & 0x07u;
-    } else {
-      return false;
-    }
-    if (i + need >= s.size()) return false;
-    for (size_t k = 1; k <= need; ++k) {
-      auto cc = static_cast<uint8_t>(s[i + k]);
-      if ((cc & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3fu);
-    }
-    if ((need == 1 && cp < 0x80) || (need == 2 && cp < 0x800) || (need == 3 && cp < 0x10000) ||
-        cp > 0x10ffff)
-      return false;
-    i += need + 1;
-  }
-  return true;
-}
 
 // ---------------------------------------------------------------------------
 // The machine
@@ -349,7 +314,7 @@ std::optional<wire_error> pickle_vm::op_string(size_t len_width, vt type) {
   if (n > in_.size() - pos_ || !take(static_cast<size_t>(n), b))
     return err("pickle_truncated", std::string(vt_name(type)) + " of " + std::to_string(n) +
                                        " bytes runs past the end");
-  if (type == vt::str && !valid_utf8_surrogatepass(b)) return err("pickle_malformed", "str is not UTF-8");
+  if (type == vt::str && !valid_utf8(reinterpret_cast<const uint8_t*>(b.data()), b.size(), nullptr, true)) return err("pickle_malformed", "str is not UTF-8");
   value v;
   v.type = type;
   v.s.assign(b.data(), b.size());
