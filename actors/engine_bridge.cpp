@@ -4,6 +4,7 @@
 #include "app/log.hpp"
 #include "messages/lmcache_protocol.hpp"
 
+#include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 
 namespace kvs {
@@ -258,6 +259,15 @@ void engine_bridge::send_reply(const mp_reply& r) {
   } catch (const zmq::error_t& e) {
     KVS_WARN(label(), "reply to peer {} failed: {}", hex(r.identity), e.what());
   }
+}
+
+void engine_bridge::drain() {
+  // Shutdown: no request can reach a session any more; end them all so the
+  // actor system can finish (their locks die with the store).
+  for (auto& [rid, e] : sessions_)
+    send_exit(e.actor, caf::exit_reason::user_shutdown);
+  sessions_ended_ += sessions_.size();
+  sessions_.clear();
 }
 
 void engine_bridge::log_stats() {

@@ -35,6 +35,7 @@ protected:
   caf::behavior handlers() override;
   void on_socket(size_t index, short revents) override;
   void log_stats() override;
+  void drain() override;
 
 private:
   struct session_entry {

@@ -81,8 +81,16 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       }
       ++st.copies;
       st.bytes += req.chunks.size() * pools.layout().chunk_bytes(cp.chunk_tokens);
+      auto& completion = *res.value();
+      auto state = completion.poll();
+      if (state == copy_completion::state::failed) {
+        ++st.failed;
+        return {false, completion.error(), {}, 0};
+      }
+      if (state == copy_completion::state::done)
+        return {true, {}, completion.event_handle(), 0, true};
       auto ticket = st.next_ticket++;
-      gpu_copy_started out{true, {}, res.value()->event_handle(), ticket};
+      gpu_copy_started out{true, {}, completion.event_handle(), ticket};
       st.inflight[ticket] = {std::move(res.value()), std::nullopt};
       return out;
     },

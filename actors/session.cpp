@@ -159,15 +159,19 @@ void on_store(self_ptr self, const mp_call& call, const store_req& r) {
           .then(
             [self, call, fin](gpu_copy_started& started) mutable {
               auto& st = self->state;
-              reply_copy(self, call, started.event_handle, started.ok);
-              if (!started.ok) {
-                KVS_WARN(st.label, "store copy refused: {}", started.why);
-                fin.commit = false;
+              if (!started.ok || started.complete) {
+                // Settled already: commit (or abort) before answering, so a
+                // lookup after the reply sees the chunks.
+                if (!started.ok)
+                  KVS_WARN(st.label, "store copy refused: {}", started.why);
+                fin.commit = started.ok;
                 self->send(st.p.store, std::move(fin));
+                reply_copy(self, call, started.event_handle, started.ok);
                 --st.inflight;
                 maybe_finish(self);
                 return;
               }
+              reply_copy(self, call, started.event_handle, true);
               // Commit only once the copy has completed.
               self->request(st.p.gpu, caf::infinite, gpu_await{started.ticket})
                 .then(
@@ -251,12 +255,14 @@ void on_retrieve(self_ptr self, const mp_call& call, const retrieve_req& r) {
           .then(
             [self, call, ticket, release](gpu_copy_started& started) {
               auto& st = self->state;
-              reply_copy(self, call, started.event_handle, started.ok);
-              if (!started.ok) {
-                KVS_WARN(st.label, "retrieve copy refused: {}", started.why);
+              if (!started.ok || started.complete) {
+                if (!started.ok)
+                  KVS_WARN(st.label, "retrieve copy refused: {}", started.why);
                 release(ticket);
+                reply_copy(self, call, started.event_handle, started.ok);
                 return;
               }
+              reply_copy(self, call, started.event_handle, true);
               // Locks are released after the copy, never before.
               self->request(st.p.gpu, caf::infinite, gpu_await{started.ticket})
                 .then(

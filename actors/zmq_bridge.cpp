@@ -40,9 +40,15 @@ const char* zmq_bridge::name() const {
 
 void zmq_bridge::enqueue(caf::mailbox_element_ptr ptr, caf::execution_unit* eu) {
   caf::blocking_actor::enqueue(std::move(ptr), eu);
-  uint64_t one = 1;
-  // A full counter (never in practice) still leaves the fd readable.
-  [[maybe_unused]] auto n = ::write(efd_, &one, sizeof(one));
+  // Only a bridge that is (about to be) asleep in zmq_poll needs the
+  // eventfd: under load this saves a syscall per message. Paired with the
+  // fence in act(): either we see `polling_`, or the bridge sees the message.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (polling_.load(std::memory_order_relaxed)) {
+    uint64_t one = 1;
+    // A full counter (never in practice) still leaves the fd readable.
+    [[maybe_unused]] auto n = ::write(efd_, &one, sizeof(one));
+  }
 }
 
 size_t zmq_bridge::watch(zmq::socket_t& s, short events) {
@@ -121,8 +127,14 @@ void zmq_bridge::act() {
 
   while (running_) {
     try {
-      zmq::poll(items_.data(), items_.size(), poll_timeout());
+      polling_.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      // Messages that arrived meanwhile are handled without sleeping.
+      auto timeout = has_next_message() ? std::chrono::milliseconds{0} : poll_timeout();
+      zmq::poll(items_.data(), items_.size(), timeout);
+      polling_.store(false, std::memory_order_relaxed);
     } catch (const zmq::error_t& e) {
+      polling_.store(false, std::memory_order_relaxed);
       if (e.num() == EINTR)
         continue;
       KVS_ERROR(label_, "poll failed: {}", e.what());

@@ -15,6 +15,7 @@
 #include <caf/blocking_actor.hpp>
 #include <zmq.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -93,6 +94,7 @@ private:
   std::string label_;
   std::chrono::nanoseconds stats_interval_;
   int efd_ = -1;
+  std::atomic<bool> polling_{false}; ///< in (or entering) zmq_poll: wake via efd_
   std::vector<zmq::socket_t*> owned_;
   std::vector<zmq::socket_t*> sockets_;
   std::vector<zmq::pollitem_t> items_; // [0] = eventfd, then sockets_

@@ -148,6 +148,9 @@ struct gpu_copy_started {
   std::string why;
   std::string event_handle;
   uint64_t ticket = 0;
+  /// The copy already finished (host backend): no gpu_await needed, and the
+  /// session commits/releases before it answers (read-your-writes).
+  bool complete = false;
 };
 struct gpu_await {
   uint64_t ticket = 0;

@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh --with-python
 jobs=$(nproc)
 export KVS_SHARED_DIR="${KVS_SHARED_DIR:-$(cd .. && pwd)/shared}"
+wheel=$(ls build-wheels/lmcache-0.5.6-*.whl 2>/dev/null | head -1 || true)
+[ -n "$wheel" ] && export LMCACHE_WHEEL="$PWD/$wheel"
 
 echo "== release build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSIDECAR_CUDA=AUTO >/dev/null

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
-import msgspec
 import pytest
 import zmq
 
@@ -152,7 +152,6 @@ class CacheServer:
 
         def have():
             return [e for e in self.events_seen if kind is None or isinstance(e, kind)]
-        import time
         deadline = time.monotonic() + timeout
         while len(have()) < n:
             left = deadline - time.monotonic()
@@ -283,7 +282,3 @@ def snapshot_pages(pools, blocks: list[int]) -> dict:
 
 def changed_pages(pools, snap: dict) -> list:
     return [k for k, v in snap.items() if pools.page(*k) != v]
-
-
-def event_batch_decode(payload: bytes):
-    return msgspec.msgpack.decode(payload)

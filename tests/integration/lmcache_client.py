@@ -133,11 +133,19 @@ def host_shm_wrapper(shm_name: str, dtype: str, shape: list[int], stride: list[i
     return msgspec.msgpack.Ext(HOST_SHM_EXT, msgspec.msgpack.encode(m))
 
 
+def cpu_shm_descriptor(d: dict) -> dict:
+    """A CpuShmIPCData map with its keys in the order msgspec writes them
+    (tag, the subclass's own fields, then the kw_only base fields)."""
+    return {"type": "cpu_shm", "shm_name": d["shm_name"], "nbytes": d["nbytes"],
+            "version": d["version"], "metadata": d["metadata"]}
+
+
 def pool_wrappers(pools, kind: str = "host_shm") -> list[msgspec.msgpack.Ext]:
     """REGISTER_KV_CACHE's kv_cache list for a tests/tools/shm_pool.py KVPools:
     ext 0x4b ("host_shm") or LMCache 0.5.6's cpu_shm descriptor ("cpu_shm")."""
     if kind == "cpu_shm":
-        return pools.wire_kv_cache()
+        return [msgspec.msgpack.Ext(LMCACHE_WRAPPER_EXT, msgspec.msgpack.encode(cpu_shm_descriptor(d)))
+                for d in pools.descriptors()]
     if kind != "host_shm":
         raise ValueError(f"unknown wrapper kind {kind!r}")
     return [host_shm_wrapper(t.obj.name, pools.dtype, t.shape, t.stride, t.storage_offset,
