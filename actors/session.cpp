@@ -324,7 +324,10 @@ void on_call(self_ptr self, mp_call& call) {
       auto cs = static_cast<size_t>(st.p.chunk_size);
       auto begin = static_cast<size_t>(std::max<int64_t>(key.start, 0)) / cs;
       auto end = (static_cast<size_t>(std::max<int64_t>(key.end, 0)) + cs - 1) / cs;
-      self->send(st.p.store, store_release_range{st.p.request_id, begin, end});
+      std::optional<int32_t> rank;
+      if (key.worker_id)
+        rank = static_cast<int32_t>(*key.worker_id);
+      self->send(st.p.store, store_release_range{st.p.request_id, begin, end, rank});
       reply(self, call, std::nullopt);
       return;
     }

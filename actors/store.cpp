@@ -82,7 +82,11 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
                                q.readers_per_key, cache_clock::now());
     },
     [self](store_release_range& q) {
-      self->state.ledger->release_range(q.session, q.begin, q.end, cache_clock::now());
+      auto& ledger = *self->state.ledger;
+      if (q.rank)
+        ledger.release_rank(q.session, *q.rank, q.begin, q.end, cache_clock::now(), UINT32_MAX);
+      else
+        ledger.release_range(q.session, q.begin, q.end, cache_clock::now());
     },
     [self](store_end_session& q) -> uint64_t {
       return self->state.ledger->end_session(q.session);

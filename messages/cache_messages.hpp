@@ -46,11 +46,13 @@ struct store_lookup {
   uint32_t readers_per_key = 1;
 };
 
-/// FREE_LOOKUP_LOCKS: release the session's locks on chunks [begin, end).
+/// FREE_LOOKUP_LOCKS: release the session's locks on chunks [begin, end):
+/// every rank's (scheduler key, worker_id nil) or one rank's.
 struct store_release_range {
   std::string session;
   size_t begin = 0;
   size_t end = 0;
+  std::optional<int32_t> rank;
 };
 
 /// END_SESSION / TTL: release everything the session holds.

@@ -347,6 +347,12 @@ def test_tp2_scheduler_lookup_hits_only_chunks_every_rank_has(cache_server, kv_p
     assert lookup_wait(sched, toks, "req-u", world_size=2) == 2
     assert lookup_wait(sched, toks, "req-v", world_size=1) == 0
     srv.wait_locks(4)
+    # A worker-specific FREE_LOOKUP_LOCKS frees only that rank's share
+    # (LMCache 0.5.6 resolves a key with worker_id to that rank's objects).
+    assert sched.free_lookup_locks(cache_key(MODEL, 2, 0, toks, 0, 2 * CHUNK, "req-u"), 2) is None
+    srv.wait_locks(2)
+    assert sched.free_lookup_locks(cache_key(MODEL, 2, 1, toks, 0, 2 * CHUNK, "req-u"), 2) is None
+    srv.wait_locks(0)
     for rid in ("req-u", "req-v"):
         sched.end_session(rid)
     w0.end_session("req-t")
