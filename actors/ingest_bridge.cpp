@@ -19,7 +19,8 @@ ingest_bridge::ingest_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
                              ingest_bridge_params params)
   : zmq_bridge(cfg, ctx, "ingest", "dp=" + std::to_string(params.rank), std::move(supervisor),
                stats_interval),
-    p_(std::move(params)) {}
+    p_(std::move(params)),
+    pending_(p_.publishers.size()) {}
 
 std::optional<std::string> ingest_bridge::open() {
   sub_ = zmq::socket_t{ctx_, zmq::socket_type::sub};
@@ -88,7 +89,16 @@ void ingest_bridge::publish(kv_event_batch batch) {
     return;
   }
   ++published_;
-  send(p_.publishers[r], publish_atom_v, std::move(batch));
+  pending_[static_cast<size_t>(r)].items.push_back(std::move(batch));
+}
+
+void ingest_bridge::flush() {
+  // Everything one wake-up accepted goes to each publisher in one message.
+  for (size_t r = 0; r < pending_.size(); ++r)
+    if (!pending_[r].items.empty()) {
+      send(p_.publishers[r], publish_atom_v, std::move(pending_[r]));
+      pending_[r] = kv_event_batches{};
+    }
 }
 
 void ingest_bridge::on_socket(size_t index, short revents) {
@@ -238,12 +248,14 @@ std::chrono::milliseconds ingest_bridge::poll_timeout() {
 void ingest_bridge::after_poll() {
   if (gap_ && clock::now() >= gap_->deadline)
     finish_gap();
+  flush();
 }
 
 void ingest_bridge::drain() {
   // Stop accepting: whatever is held back for a gap is published now.
   if (gap_)
     finish_gap();
+  flush();
 }
 
 void ingest_bridge::log_stats() {

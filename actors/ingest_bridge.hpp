@@ -63,6 +63,7 @@ private:
   void finish_gap();
   bool decode(const zmq::message_t& payload, kv_event_batch& out);
   void publish(kv_event_batch batch);
+  void flush();
   void note(std::set<std::string>& seen, const std::string& kind, const std::string& detail);
 
   ingest_bridge_params p_;
@@ -71,6 +72,7 @@ private:
   bool have_dealer_ = false;
   std::optional<uint64_t> expected_;
   std::optional<gap_fill> gap_;
+  std::vector<kv_event_batches> pending_; ///< per rank, sent by flush()
 
   // stats
   uint64_t received_ = 0;

@@ -18,7 +18,7 @@ namespace kvs {
 // -- bridges, as typed handles for typed senders (actor_cast of the bridge) --
 
 /// pub_bridge[dp=r] (actors/pub_bridge.hpp): sends a batch to routers.
-using pub_bridge_actor = caf::typed_actor<caf::reacts_to<publish_atom, encoded_batch>>;
+using pub_bridge_actor = caf::typed_actor<caf::reacts_to<publish_atom, encoded_batches>>;
 
 /// replay_bridge[dp=r] (actors/replay_bridge.hpp): streams a replay to a client.
 using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>>;
@@ -30,7 +30,7 @@ using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>>;
 /// dialect, hands it to the PUB bridge and to the rank's replay actor.
 /// Fed by the ingest bridges and by the cache store (its own events).
 using publisher_actor = caf::typed_actor<
-  caf::reacts_to<publish_atom, kv_event_batch>,
+  caf::reacts_to<publish_atom, kv_event_batches>,
   caf::reacts_to<stats_atom>>;
 
 /// replay[dp=r] — one per DP rank. Keeps the last buffer_steps encoded
@@ -38,7 +38,7 @@ using publisher_actor = caf::typed_actor<
 /// payloads, no copies) to the replay bridge that asked, which streams it at
 /// the client's pace. Live publishing never waits for a replay.
 using replay_actor = caf::typed_actor<
-  caf::reacts_to<record_atom, encoded_batch>,
+  caf::reacts_to<record_atom, encoded_batches>,
   caf::reacts_to<replay_atom, replay_request>,
   caf::reacts_to<stats_atom>>;
 

@@ -27,32 +27,37 @@ std::optional<std::string> pub_bridge::open() {
 
 caf::behavior pub_bridge::handlers() {
   return {
-    [this](publish_atom, encoded_batch& b) {
-      try {
-        // First try with XPUB_NODROP: it refuses (EAGAIN) when any matching
-        // subscriber is at its high-water mark, which is how we learn about
-        // a drop at all. Then send with dropping on, like PUB: the full
-        // subscriber loses this batch (it can replay it), the others get it.
-        auto first = pub_.send(zmq::buffer(p_.topic),
-                               zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-        if (!first) {
-          if (hwm_drops_++ == 0)
-            KVS_WARN(label(), "a subscriber reached the high-water mark ({}): it misses seq {} "
-                              "and later ones until it catches up (it can replay them; counted "
-                              "in stats as hwm_drops)", p_.hwm, b.seq);
-          pub_.set(zmq::sockopt::xpub_nodrop, 0);
-          pub_.send(zmq::buffer(p_.topic), zmq::send_flags::sndmore);
-          pub_.set(zmq::sockopt::xpub_nodrop, 1);
-        }
-        pub_.send(be64_frame(b.seq), zmq::send_flags::sndmore);
-        pub_.send(shared_frame(b.payload), zmq::send_flags::none);
-        ++sent_;
-      } catch (const zmq::error_t& e) {
-        KVS_ERROR(label(), "send of seq {} failed: {}", b.seq, e.what());
-      }
-      p_.queue->release();
+    [this](publish_atom, encoded_batches& bs) {
+      for (auto& b : bs.items)
+        send_batch(b);
+      p_.queue->release(static_cast<int64_t>(bs.items.size()));
     },
   };
+}
+
+void pub_bridge::send_batch(const encoded_batch& b) {
+  try {
+    // First try with XPUB_NODROP: it refuses (EAGAIN) when any matching
+    // subscriber is at its high-water mark, which is how we learn about a
+    // drop at all. Then send with dropping on, like PUB: the full subscriber
+    // loses this batch (it can replay it), the others get it.
+    auto first = pub_.send(zmq::buffer(p_.topic),
+                           zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    if (!first) {
+      if (hwm_drops_++ == 0)
+        KVS_WARN(label(), "a subscriber reached the high-water mark ({}): it misses seq {} "
+                          "and later ones until it catches up (it can replay them; counted "
+                          "in stats as hwm_drops)", p_.hwm, b.seq);
+      pub_.set(zmq::sockopt::xpub_nodrop, 0);
+      pub_.send(zmq::buffer(p_.topic), zmq::send_flags::sndmore);
+      pub_.set(zmq::sockopt::xpub_nodrop, 1);
+    }
+    pub_.send(be64_frame(b.seq), zmq::send_flags::sndmore);
+    pub_.send(shared_frame(b.payload), zmq::send_flags::none);
+    ++sent_;
+  } catch (const zmq::error_t& e) {
+    KVS_ERROR(label(), "send of seq {} failed: {}", b.seq, e.what());
+  }
 }
 
 void pub_bridge::on_socket(size_t, short revents) {

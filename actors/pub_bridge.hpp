@@ -2,7 +2,7 @@
 //
 // Owns an XPUB socket, so that it sees subscriptions and, with XPUB_NODROP,
 // learns when a subscriber is at its high-water mark instead of dropping
-// silently as PUB does. Takes `publish_atom, encoded_batch` from the
+// silently as PUB does. Takes `publish_atom, encoded_batches` from the
 // publisher and sends `[topic, seq BE u64, payload]`. A batch that a full
 // subscriber must miss is counted (hwm_drops) and still reaches every other
 // subscriber; the slow one recovers it through replay.
@@ -10,6 +10,7 @@
 
 #include "actors/relay_queue.hpp"
 #include "actors/zmq_bridge.hpp"
+#include "messages/encoded_batch.hpp"
 
 namespace kvs {
 
@@ -36,6 +37,8 @@ protected:
   void close_sockets() override;
 
 private:
+  void send_batch(const encoded_batch& b);
+
   pub_bridge_params p_;
   zmq::socket_t pub_;
   uint64_t sent_ = 0;

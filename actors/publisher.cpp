@@ -21,15 +21,19 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
                             dialect == event_dialect::vllm ? "vllm" : "tokenspeed"));
   arm_stats(self, stats_interval);
   return {
-    [self](publish_atom, kv_event_batch& batch) {
+    [self](publish_atom, kv_event_batches& in) {
       auto& st = self->state;
-      if (!batch.dp_rank)
-        batch.dp_rank = st.rank;
-      st.scratch.clear();
-      encode_event_batch(batch, st.dialect, st.scratch);
-      encoded_batch out{st.next_seq++, std::make_shared<const std::string>(st.scratch)};
-      ++st.batches;
-      st.events += batch.events.size();
+      encoded_batches out;
+      out.items.reserve(in.items.size());
+      for (auto& batch : in.items) {
+        if (!batch.dp_rank)
+          batch.dp_rank = st.rank;
+        auto payload = std::make_shared<std::string>();
+        encode_event_batch(batch, st.dialect, *payload);
+        out.items.push_back(encoded_batch{st.next_seq++, std::move(payload)});
+        ++st.batches;
+        st.events += batch.events.size();
+      }
       if (st.replay)
         self->send(st.replay, record_atom_v, out);
       self->send(st.pub_bridge, publish_atom_v, std::move(out));

@@ -19,7 +19,6 @@ struct publisher_state {
   replay_actor replay; ///< may be null (replay off)
   relay_queue_ptr queue;
   uint64_t next_seq = 0;
-  std::string scratch; ///< encode buffer, reused
 
   // stats since start
   uint64_t batches = 0;

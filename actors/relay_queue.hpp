@@ -27,9 +27,9 @@ struct relay_queue {
     return true;
   }
 
-  /// The batch left the queue (sent, or dropped downstream).
-  void release() {
-    queued.fetch_sub(1, std::memory_order_acq_rel);
+  /// `n` batches left the queue (sent, or dropped downstream).
+  void release(int64_t n = 1) {
+    queued.fetch_sub(n, std::memory_order_acq_rel);
   }
 
   const int64_t max_size;

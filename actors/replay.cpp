@@ -13,7 +13,10 @@ replay(replay_actor::stateful_pointer<replay_state> self, int64_t rank,
   log_lifecycle(self, st.label, fmt::format("started, keeps the last {} batches", buffer_steps));
   arm_stats(self, stats_interval);
   return {
-    [self](record_atom, encoded_batch& b) { self->state.ring.push(std::move(b)); },
+    [self](record_atom, encoded_batches& bs) {
+      for (auto& b : bs.items)
+        self->state.ring.push(std::move(b));
+    },
     [self](replay_atom, replay_request& req) {
       auto& st = self->state;
       ++st.requests;

@@ -31,7 +31,9 @@ void announce(self_ptr self, std::vector<kv_event> events) {
   kv_event_batch b;
   b.ts = wall_seconds();
   b.events = std::move(events);
-  self->send(st.p.events, publish_atom_v, std::move(b));
+  kv_event_batches one;
+  one.items.push_back(std::move(b));
+  self->send(st.p.events, publish_atom_v, std::move(one));
 }
 
 /// BlockRemoved for evicted rank-0 chunks (one announcement per prefix hash).

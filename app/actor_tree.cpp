@@ -14,7 +14,8 @@ namespace kvs {
 
 namespace {
 
-void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx, const config& cfg,
+void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
+                       zmq::context_t& replay_ctx, const config& cfg,
                        caf::actor supervisor, actor_tree& t,
                        std::vector<publisher_actor>& publishers) {
   auto& ev = cfg.events;
@@ -36,7 +37,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx, const config
       rp.dialect = dialect;
       rp.replay = rep;
       t.output_bridges.push_back(
-        sys.spawn<replay_bridge, caf::detached>(ctx, supervisor, interval, rp));
+        sys.spawn<replay_bridge, caf::detached>(replay_ctx, supervisor, interval, rp));
       t.summary.push_back(fmt::format("dp={}: replay (last {} batches) <- replay_bridge {}", r,
                                       ev.buffer_steps, rp.endpoint));
     }
@@ -78,12 +79,13 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx, const config
 
 } // namespace
 
-actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx, const config& cfg,
+actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx,
+                            zmq::context_t& replay_ctx, const config& cfg,
                             caf::actor supervisor) {
   actor_tree t;
   std::vector<publisher_actor> publishers;
   if (cfg.events.enabled)
-    spawn_event_relay(sys, ctx, cfg, supervisor, t, publishers);
+    spawn_event_relay(sys, ctx, replay_ctx, cfg, supervisor, t, publishers);
   if (cfg.cache.enabled) {
     publisher_actor events_pub;
     relay_queue_ptr events_queue;

@@ -33,7 +33,10 @@ struct actor_tree {
   }
 };
 
-actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx, const config& cfg,
+/// `replay_ctx` serves the replay ROUTERs: its own I/O thread, so that
+/// streaming a whole buffer to a router never delays live publishing.
+actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx,
+                            zmq::context_t& replay_ctx, const config& cfg,
                             caf::actor supervisor);
 
 } // namespace kvs

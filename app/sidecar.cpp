@@ -126,6 +126,7 @@ int run_sidecar(const config& cfg) {
   // Declared before the actor system: destroyed after it, when every bridge
   // has closed its sockets.
   zmq::context_t ctx{1};
+  zmq::context_t replay_ctx{1};
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", size_t{2});
   int status = exit_ok;
@@ -135,7 +136,7 @@ int run_sidecar(const config& cfg) {
     KVS_INFO(me, "starting: events {}, cache {}, gpu backend \"{}\"",
              cfg.events.enabled ? "on" : "off", cfg.cache.enabled ? "on" : "off",
              cfg.gpu.backend);
-    auto tree = spawn_actor_tree(sys, ctx, cfg, self);
+    auto tree = spawn_actor_tree(sys, ctx, replay_ctx, cfg, self);
     // Start-up handshake: every bridge reports ready or why it failed.
     ready_set ready;
     std::vector<std::string> failures;
@@ -169,6 +170,7 @@ int run_sidecar(const config& cfg) {
       stop_all(self, tree, ready, clock::now() + cfg.sidecar.shutdown_timeout, me, true);
     }
   }
+  replay_ctx.close();
   ctx.close();
   KVS_INFO(me, "exited with status {}", status);
   return status;

@@ -15,6 +15,11 @@ struct encoded_batch {
   std::shared_ptr<const std::string> payload;
 };
 
+/// Encoded batches travelling together (publisher -> PUB bridge, replay).
+struct encoded_batches {
+  std::vector<encoded_batch> items;
+};
+
 /// A replay client's request, as the replay bridge decoded it.
 struct replay_request {
   std::string client;  ///< ROUTER identity frame

@@ -56,6 +56,12 @@ struct kv_event_batch {
   std::optional<int64_t> dp_rank;
 };
 
+/// Batches travelling together between actors: a producer hands over
+/// everything one wake-up gave it in one message (fewer hops under load).
+struct kv_event_batches {
+  std::vector<kv_event_batch> items;
+};
+
 /// The dialect a batch is written in.
 enum class event_dialect {
   vllm,       ///< tagged maps (vLLM >= PR #42892); 5-frame replay

@@ -741,9 +741,10 @@ def big_batch(k: float) -> bytes:
         block_size=16, lora_id=None, medium="GPU", lora_name=None)]))
 
 
-def burst_with_fast_reader(r, n, quiet=1.0):
+def burst_with_fast_reader(r, n, quiet=1.0, window=None):
     """Publishes n big batches while r.sub reads; returns the seqs it got
-    (it stops after `quiet` seconds without a batch)."""
+    (it stops after `quiet` seconds without a batch). With `window`, at most
+    that many batches are ahead of the reader (a router that keeps up)."""
     got = []
 
     def read():
@@ -756,6 +757,9 @@ def burst_with_fast_reader(r, n, quiet=1.0):
     th = threading.Thread(target=read, daemon=True)
     th.start()
     for k in range(n):
+        if window is not None:
+            wait_until(lambda: k - len(got) < window or not th.is_alive(), 10,
+                       "the reading subscriber to keep up")
         r.engine.send(0, big_batch(k))
     th.join(30)
     return got
@@ -794,7 +798,7 @@ def test_stalled_subscriber_does_not_make_others_lose_batches(rig, zctx):
     # stalled one needs: only the stalled one may lose batches.
     r = rig(overrides={"events.hwm": 200})
     stalled, base = join_stalled_subscriber(r, zctx)
-    got = burst_with_fast_reader(r, STORM)
+    got = burst_with_fast_reader(r, STORM, window=50)
     pub = r.sidecar.wait_stats("pub", lambda s: s["sent"] >= base + STORM, timeout=15)
     r.engine.send(0, batch_at(123456.0))
     after = r.sub.recv(0, 2.0)

@@ -30,7 +30,10 @@ struct fixture {
 /// Stands in for the PUB bridge: records what it is asked to send.
 pub_bridge_actor::behavior_type fake_pub(pub_bridge_actor::pointer,
                                          std::vector<encoded_batch>* sent) {
-  return {[sent](publish_atom, encoded_batch& b) { sent->push_back(b); }};
+  return {[sent](publish_atom, encoded_batches& bs) {
+    for (auto& b : bs.items)
+      sent->push_back(b);
+  }};
 }
 
 /// Stands in for the replay bridge: asks once, records the stream.
@@ -70,8 +73,9 @@ TEST_CASE_FIXTURE(fixture, "publisher: gapless seq, rank filled in, same bytes t
   sched.run();
   for (uint64_t i = 0; i < 5; ++i) {
     REQUIRE(queue->admit());
-    caf::anon_send(p, publish_atom_v, batch_with(100 + i, i == 4 ? std::optional<int64_t>{0}
-                                                                  : std::nullopt));
+    kv_event_batches one;
+    one.items.push_back(batch_with(100 + i, i == 4 ? std::optional<int64_t>{0} : std::nullopt));
+    caf::anon_send(p, publish_atom_v, std::move(one));
   }
   sched.run();
   REQUIRE(sent.size() == 5);
