@@ -105,7 +105,21 @@ bool replay_bridge::send_batch(const std::string& client, const encoded_batch* b
   return true;
 }
 
+size_t replay_bridge::allowance() {
+  if (p_.rate <= 0)
+    return SIZE_MAX;
+  auto now = std::chrono::steady_clock::now();
+  double rate = static_cast<double>(p_.rate);
+  // At most 10 ms worth (and at least one turn) accumulates while idle.
+  double cap = std::max(rate / 100.0, static_cast<double>(batches_per_turn));
+  tokens_ = std::min(cap, tokens_ + rate * std::chrono::duration<double>(now - refilled_).count());
+  refilled_ = now;
+  return static_cast<size_t>(tokens_);
+}
+
 void replay_bridge::pump() {
+  const auto allowed = allowance();
+  auto budget = allowed;
   // Round-robin over clients so one big replay never starves another.
   size_t rounds = streams_.size();
   for (size_t i = 0; i < rounds && !streams_.empty(); ++i) {
@@ -114,7 +128,7 @@ void replay_bridge::pump() {
     bool finished = false;
     cur.blocked = false;
     try {
-      for (size_t n = 0; n < batches_per_turn; ++n) {
+      for (size_t n = 0; n < batches_per_turn && budget > 0; ++n, --budget) {
         auto& bs = cur.stream.batches;
         const encoded_batch* b = cur.next < bs.size() ? &bs[cur.next] : nullptr;
         if (!send_batch(cur.stream.client, b)) {
@@ -138,11 +152,16 @@ void replay_bridge::pump() {
     if (!finished)
       streams_.push_back(std::move(cur));
   }
+  if (p_.rate > 0)
+    tokens_ -= static_cast<double>(allowed - budget);
 }
 
 std::chrono::milliseconds replay_bridge::poll_timeout() {
   if (streams_.empty())
     return std::chrono::milliseconds{-1};
+  // Out of budget (events.replay_rate): continue when tokens are back.
+  if (p_.rate > 0 && tokens_ < 1)
+    return std::chrono::milliseconds{1};
   // Deferred streams: a client with a full pipe is retried shortly; one that
   // still has room continues at once.
   for (auto& s : streams_)

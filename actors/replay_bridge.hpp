@@ -24,6 +24,7 @@ struct replay_bridge_params {
   std::string topic;
   event_dialect dialect = event_dialect::vllm;
   replay_actor replay;
+  int64_t rate = 0; ///< batches/s streamed at most, all clients together (0 = unlimited)
 };
 
 class replay_bridge : public zmq_bridge {
@@ -47,6 +48,8 @@ private:
   };
 
   void pump();
+  /// Token bucket for `rate`: refills, returns how many batches may go now.
+  size_t allowance();
   /// Sends one message of the stream; false when the client's pipe is full.
   bool send_batch(const std::string& client, const encoded_batch* b);
   void reject(const std::string& kind, const std::string& detail);
@@ -59,6 +62,8 @@ private:
   uint64_t rejected_ = 0;
   uint64_t sent_ = 0;
   uint64_t abandoned_ = 0;
+  double tokens_ = 0;
+  std::chrono::steady_clock::time_point refilled_ = std::chrono::steady_clock::now();
 };
 
 } // namespace kvs

