@@ -12,6 +12,8 @@
 //            the sidecar relays unchanged, so receive - ts is the latency.
 //            --replay-port adds a client that replays the sidecar's whole
 //            buffer from seq 0 in a loop for the whole measurement.
+//   codec    decode_event_batch / encode_event_batch alone, per batch.
+//   minirelay  a one-thread reference relay without actors (see run_minirelay).
 //
 // Throughput runs send for --seconds with at most --window batches in flight
 // (sent, not yet received): a closed loop, so the number measured is what the
@@ -27,13 +29,19 @@
 //   bench_relay raw     --batch 16 --seconds 1.5 --port 41000
 //   bench_relay relay   --batch 16 --seconds 1.5 --ingest-port 41001 --sub-port 41002
 //   bench_relay latency --batch 16 --rate 5000 --seconds 3 --ingest-port .. --sub-port ..
-//                       [--replay-port ..] [--prefill 10000]
+//                       [--replay-port ..] [--prefill 10000] [--replay-nice 19]
+//   bench_relay codec   --batch 16 --seconds 1      (the codec alone, no sockets)
+//   bench_relay minirelay --work full|validate|none --ingest-port .. --sub-port .. --seconds 60
+//            (a one-thread reference relay without actors, to run in place of kvsidecar)
 #include "actors/zmq_frames.hpp"
 #include "messages/kv_event_codec.hpp"
 
 #include <zmq.hpp>
 
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,6 +53,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 namespace {
@@ -63,14 +72,17 @@ struct options {
   int replay_port = 0; // latency: the sidecar's replay ROUTER (0 = no replay load)
   double rate = 5000;  // latency: batches/s
   int64_t prefill = 0; // latency: batches sent (unpaced) before measuring
+  int replay_nice = 0; // latency: nice value of the replaying client's thread
+  std::string work = "full"; // minirelay: full | validate | none
   std::string format = "vllm";
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
-               "bench_relay: %s\nusage: bench_relay raw|relay|latency [--batch N] [--seconds S] "
+               "bench_relay: %s\nusage: bench_relay raw|relay|latency|codec|minirelay [--batch N] [--seconds S] "
                "[--window N] [--port P] [--ingest-port P] [--sub-port P] [--replay-port P] "
-               "[--rate R] [--prefill N] [--format vllm|tokenspeed]\n",
+               "[--rate R] [--prefill N] [--replay-nice N] [--work full|validate|none] "
+               "[--format vllm|tokenspeed]\n",
                why);
   std::exit(2);
 }
@@ -94,16 +106,22 @@ options parse(int argc, char** argv) {
     else if (k == "--replay-port") o.replay_port = std::atoi(v);
     else if (k == "--rate") o.rate = std::atof(v);
     else if (k == "--prefill") o.prefill = std::atoll(v);
+    else if (k == "--replay-nice") o.replay_nice = std::atoi(v);
+    else if (k == "--work") o.work = v;
     else if (k == "--format") o.format = v;
     else usage(("unknown option " + k).c_str());
   }
-  if (o.mode != "raw" && o.mode != "relay" && o.mode != "latency")
-    usage("mode must be raw, relay or latency");
+  if (o.mode != "raw" && o.mode != "relay" && o.mode != "latency" && o.mode != "codec"
+      && o.mode != "minirelay")
+    usage("mode must be raw, relay, latency, codec or minirelay");
+  if (o.work != "full" && o.work != "validate" && o.work != "none")
+    usage("--work must be full, validate or none");
   if (o.batch < 1 || o.seconds <= 0 || o.rate <= 0)
     usage("--batch, --seconds and --rate must be positive");
   if (o.format != "vllm" && o.format != "tokenspeed")
     usage("--format must be vllm or tokenspeed");
-  if (o.mode == "raw" ? o.port == 0 : (o.ingest_port == 0 || o.sub_port == 0))
+  if (o.mode == "raw" ? o.port == 0
+                      : o.mode != "codec" && (o.ingest_port == 0 || o.sub_port == 0))
     usage("ports missing");
   if (o.window <= 0)
     o.window = std::max<int64_t>(64, 65536 / o.batch);
@@ -381,10 +399,16 @@ struct replayer {
   std::atomic<bool> started{false}; // first reply arrived
   std::thread thread;
 
-  void run(zmq::context_t& ctx, int port) {
-    thread = std::thread([this, &ctx, port] {
+  void run(zmq::context_t& ctx, int port, int nice_value) {
+    thread = std::thread([this, &ctx, port, nice_value] {
+      // A niced client reads only with spare CPU: on a small machine it stands
+      // for a router on another host instead of competing with the sidecar.
+      if (nice_value != 0)
+        (void) setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), nice_value);
       zmq::socket_t d{ctx, zmq::socket_type::dealer};
-      d.set(zmq::sockopt::rcvhwm, 0);
+      // Niced, it must also push back: with a bounded pipe the (un-niced)
+      // I/O thread reads no faster than the client consumes.
+      d.set(zmq::sockopt::rcvhwm, nice_value != 0 ? 1000 : 0);
       d.set(zmq::sockopt::linger, 0);
       d.connect("tcp://127.0.0.1:" + std::to_string(port));
       zmq::pollitem_t it{d.handle(), 0, ZMQ_POLLIN, 0};
@@ -431,7 +455,6 @@ int run_latency(const options& o) {
   progress pr;
   replayer rep;
   zmq::context_t replay_ctx{1};
-  std::atomic<bool> measuring{false};
   std::atomic<uint64_t> paced_sent{0};
   double worst_late_us = 0;
   double wall = 0;
@@ -445,17 +468,15 @@ int run_latency(const options& o) {
         std::this_thread::sleep_for(1ms);
     }
     if (o.replay_port != 0) {
-      rep.run(replay_ctx, o.replay_port);
+      rep.run(replay_ctx, o.replay_port, o.replay_nice);
       auto deadline = clock_type::now() + 10s;
       while (!rep.started.load() && clock_type::now() < deadline)
         std::this_thread::sleep_for(1ms);
     }
-    measuring.store(true);
     auto period = std::chrono::duration_cast<clock_type::duration>(
       std::chrono::duration<double>(1.0 / o.rate));
     auto n = static_cast<uint64_t>(o.seconds * o.rate);
     auto t0 = clock_type::now();
-    std::vector<unsigned char> buf;
     for (uint64_t i = 0; i < n; ++i) {
       auto due = t0 + period * static_cast<int64_t>(i);
       std::this_thread::sleep_until(due);
@@ -526,14 +547,122 @@ int run_latency(const options& o) {
   std::snprintf(buf, sizeof buf,
                 "rate=%.0f replay=%d p50_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f sent=%llu "
                 "received=%llu lost=%llu worst_late_us=%.0f replays=%llu replay_batches_per_s=%.0f "
-                "payload_bytes=%zu",
+                "payload_bytes=%zu replay_nice=%d",
                 o.rate, o.replay_port ? 1 : 0, p50, p99, p999, mx,
                 static_cast<unsigned long long>(sent), static_cast<unsigned long long>(got),
                 static_cast<unsigned long long>(sent - std::min(sent, got)), worst_late_us,
                 static_cast<unsigned long long>(rep.replays.load()), replay_bps,
-                p.real[0].size());
+                p.real[0].size(), o.replay_nice);
   print_result(o, buf);
   return got == 0 ? 1 : 0;
+}
+
+// --- codec ---------------------------------------------------------------------------
+
+/// What the sidecar's ingest and publisher spend per batch on the codec alone
+/// (no sockets, no actors): decode_event_batch (and freeing the typed batch),
+/// then encode_event_batch into a reused buffer plus the copy the publisher
+/// makes into its shared payload. Single thread, --seconds each.
+int run_codec(const options& o) {
+  auto p = build_payloads(o);
+  auto dialect = o.format == "vllm" ? kvs::event_dialect::vllm : kvs::event_dialect::tokenspeed;
+  auto per_batch_ns = [&](auto&& body) {
+    uint64_t n = 0;
+    auto t0 = clock_type::now();
+    auto end = t0 + std::chrono::duration<double>(o.seconds);
+    while (clock_type::now() < end)
+      for (int i = 0; i < 64; ++i, ++n)
+        body(n);
+    return std::chrono::duration<double, std::nano>(clock_type::now() - t0).count()
+           / static_cast<double>(n);
+  };
+  std::vector<kvs::kv_event_batch> decoded;
+  for (auto& s : p.real) {
+    auto r = kvs::decode_event_batch(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+    if (!std::holds_alternative<kvs::event_decode_result>(r))
+      usage("a bench payload does not decode");
+    decoded.push_back(std::get<kvs::event_decode_result>(std::move(r)).batch);
+  }
+  size_t sink = 0;
+  double dec = per_batch_ns([&](uint64_t n) {
+    const auto& s = p.real[n % p.real.size()];
+    auto r = kvs::decode_event_batch(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+    sink += r.index();
+  });
+  std::string scratch;
+  double enc = per_batch_ns([&](uint64_t n) {
+    scratch.clear();
+    kvs::encode_event_batch(decoded[n % decoded.size()], dialect, scratch);
+    sink += scratch.size();
+  });
+  double enc_copy = per_batch_ns([&](uint64_t n) {
+    scratch.clear();
+    kvs::encode_event_batch(decoded[n % decoded.size()], dialect, scratch);
+    auto shared = std::make_shared<const std::string>(scratch);
+    sink += shared->size();
+  });
+  std::fprintf(stderr,
+               "codec   batch=%-4d decode+free %9.0f ns/batch (%5.0f ns/event)  encode %9.0f "
+               "ns/batch (%5.0f ns/event)  encode+copy %9.0f ns/batch  [%zu]\n",
+               o.batch, dec, dec / o.batch, enc, enc / o.batch, enc_copy, sink % 10);
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "decode_ns_per_batch=%.0f encode_ns_per_batch=%.0f encode_copy_ns_per_batch=%.0f "
+                "payload_bytes=%zu",
+                dec, enc, enc_copy, p.real[0].size());
+  print_result(o, buf);
+  return 0;
+}
+
+// --- minirelay ---------------------------------------------------------------------------
+
+/// A reference relay with no actors: one thread receives from the engine
+/// (connects to --ingest-port), and per batch does --work, then publishes on
+/// --sub-port (bound) with its own seq. full: decode_event_batch +
+/// encode_event_batch, what kvsidecar does per batch; validate: decode only,
+/// then forward the engine's payload bytes unchanged (a pass-through relay);
+/// none: forward blindly. Run it in place of kvsidecar and point `relay` at
+/// it: the gap to kvsidecar is what its actor plumbing costs. Runs --seconds.
+int run_minirelay(const options& o) {
+  auto dialect = o.format == "vllm" ? kvs::event_dialect::vllm : kvs::event_dialect::tokenspeed;
+  zmq::context_t ctx{1};
+  zmq::socket_t sub{ctx, zmq::socket_type::sub};
+  zmq::socket_t pub{ctx, zmq::socket_type::pub};
+  sub.set(zmq::sockopt::rcvhwm, 0);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.set(zmq::sockopt::linger, 0);
+  pub.set(zmq::sockopt::sndhwm, 0); // the bench's window bounds what is in flight
+  pub.set(zmq::sockopt::linger, 0);
+  sub.connect("tcp://127.0.0.1:" + std::to_string(o.ingest_port));
+  pub.bind("tcp://127.0.0.1:" + std::to_string(o.sub_port));
+  auto end = clock_type::now() + std::chrono::duration<double>(o.seconds);
+  zmq::message_t payload;
+  std::string scratch;
+  uint64_t seq = 0, bad = 0, n = 0;
+  while (clock_type::now() < end) {
+    if (!recv_batch(sub, payload, 100, bad))
+      continue;
+    ++n;
+    if (o.work != "none") {
+      auto r = kvs::decode_event_batch(static_cast<const uint8_t*>(payload.data()), payload.size());
+      auto* ok = std::get_if<kvs::event_decode_result>(&r);
+      if (!ok) {
+        ++bad;
+        continue;
+      }
+      if (o.work == "full") {
+        scratch.clear();
+        kvs::encode_event_batch(ok->batch, dialect, scratch);
+        payload = zmq::message_t{scratch.data(), scratch.size()};
+      }
+    }
+    pub.send(zmq::message_t{}, zmq::send_flags::sndmore);
+    pub.send(kvs::be64_frame(seq++), zmq::send_flags::sndmore);
+    pub.send(payload, zmq::send_flags::none);
+  }
+  std::fprintf(stderr, "minirelay work=%s: relayed %llu batches, %llu bad\n", o.work.c_str(),
+               static_cast<unsigned long long>(n), static_cast<unsigned long long>(bad));
+  return 0;
 }
 
 } // namespace
@@ -541,6 +670,10 @@ int run_latency(const options& o) {
 int main(int argc, char** argv) {
   auto o = parse(argc, argv);
   try {
+    if (o.mode == "codec")
+      return run_codec(o);
+    if (o.mode == "minirelay")
+      return run_minirelay(o);
     return o.mode == "latency" ? run_latency(o) : run_throughput(o);
   } catch (const zmq::error_t& e) {
     std::fprintf(stderr, "bench_relay: zmq: %s\n", e.what());
