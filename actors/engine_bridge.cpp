@@ -217,6 +217,10 @@ void engine_bridge::route(mp_call call) {
         if (std::find(ids.begin(), ids.end(), instance) == ids.end())
           ids.push_back(instance);
       }
+      // LMCache acks a LOOKUP at once (the result comes through the
+      // prefetch queries): answered here, without a hop to the session.
+      if (req.op == mp_op::lookup)
+        send_reply(make_reply(call, std::nullopt));
       send(s, std::move(call));
       return;
     }

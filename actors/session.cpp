@@ -84,8 +84,9 @@ void on_lookup(self_ptr self, const mp_call& call, const lookup_req& r) {
   st.lookup_running = true;
   st.matched.reset();
   auto gen = ++st.lookup_generation;
-  // LMCache acks the LOOKUP at once; the result comes through the prefetch queries.
-  reply(self, call, std::nullopt);
+  // The engine bridge already acked the LOOKUP; the result comes through
+  // the prefetch queries.
+  (void) call;
   auto world = static_cast<int32_t>(std::max<int64_t>(r.key.world_size, 1));
   self->request(st.p.store, caf::infinite,
                 store_lookup{st.p.request_id, std::move(hashes), world, 1})

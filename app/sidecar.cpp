@@ -129,6 +129,11 @@ int run_sidecar(const config& cfg) {
   zmq::context_t replay_ctx{1};
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", size_t{2});
+  // One shared queue whose idle workers block on a condition variable and
+  // are woken by the next message. CAF's default work stealing polls in
+  // 50 us sleeps for a while after each message, which on a sidecar's small
+  // CPU share doubled the cache server's request round trip (BENCHMARKS.md).
+  sys_cfg.set("scheduler.policy", caf::atom("sharing"));
   int status = exit_ok;
   {
     caf::actor_system sys{sys_cfg};
