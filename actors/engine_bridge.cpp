@@ -2,6 +2,7 @@
 
 #include "actors/session.hpp"
 #include "app/log.hpp"
+#include "config/config.hpp"
 #include "messages/lmcache_protocol.hpp"
 
 #include <caf/exit_reason.hpp>
@@ -67,18 +68,35 @@ std::optional<std::string> engine_bridge::open() {
   KVS_INFO(label(), "bound {} (cache.endpoint): serving the LMCache MP protocol, chunk_size {}",
            r.endpoint, p_.chunk_size);
   watch(router_, ZMQ_POLLIN);
+  delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(), tick_atom_v);
   return std::nullopt;
+}
+
+std::chrono::nanoseconds engine_bridge::sweep_interval() const {
+  return std::clamp<std::chrono::nanoseconds>(p_.session_ttl / 4, std::chrono::milliseconds{10},
+                                              std::chrono::seconds{5});
 }
 
 caf::behavior engine_bridge::handlers() {
   return {
     [this](mp_reply& r) { send_reply(r); },
-    [this](ended_atom, const std::string& rid) {
-      // The session went idle past session_ttl: no more requests reach it.
-      if (sessions_.count(rid)) {
-        KVS_INFO(label(), "session {} idle past session_ttl: ending it", rid);
-        end_session(rid);
+    [this](tick_atom) {
+      // Sessions idle past session_ttl end here, where every request passes
+      // by: no request can reach one after it was told to end.
+      auto now = clock::now();
+      std::vector<std::string> idle;
+      for (auto& [rid, e] : sessions_)
+        if (now - e.last_active >= p_.session_ttl)
+          idle.push_back(rid);
+      for (size_t i = 0; i < idle.size(); ++i) {
+        if (i < 10)
+          KVS_INFO(label(), "session {} idle past session_ttl ({}): ended, its locks released",
+                   idle[i], to_string(p_.session_ttl));
+        end_session(idle[i]);
       }
+      if (idle.size() > 10)
+        KVS_INFO(label(), "... and {} more sessions idle past session_ttl", idle.size() - 10);
+      delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(), tick_atom_v);
     },
     [this](expire_atom, int64_t instance) {
       std::vector<std::string> doomed;
@@ -149,13 +167,12 @@ session_actor& engine_bridge::session_for(const std::string& rid, bool create) {
   session_params sp;
   sp.request_id = rid;
   sp.chunk_size = p_.chunk_size;
-  sp.session_ttl = p_.session_ttl;
   sp.bridge = caf::actor_cast<engine_bridge_actor>(this);
   sp.store = p_.store;
   sp.gpu = p_.gpu;
   auto s = home_system().spawn(session, std::move(sp));
   ++sessions_started_;
-  return sessions_.emplace(rid, session_entry{s, {}}).first->second.actor;
+  return sessions_.emplace(rid, session_entry{s, {}, clock::now()}).first->second.actor;
 }
 
 void engine_bridge::end_session(const std::string& rid) {
@@ -206,6 +223,7 @@ void engine_bridge::route(mp_call call) {
     case mp_op::store:
     case mp_op::retrieve: {
       auto& s = session_for(*rid, true);
+      sessions_[*rid].last_active = clock::now();
       int64_t instance = -1;
       if (auto* st = std::get_if<store_req>(&req.body))
         instance = st->instance_id;
@@ -238,6 +256,7 @@ void engine_bridge::route(mp_call call) {
     default: {
       auto& s = session_for(*rid, false);
       if (s) {
+        sessions_[*rid].last_active = clock::now();
         send(s, std::move(call));
         return;
       }

@@ -38,10 +38,15 @@ protected:
   void drain() override;
 
 private:
+  using clock = std::chrono::steady_clock;
+
   struct session_entry {
     session_actor actor;
     std::vector<int64_t> instances; ///< instances that stored/retrieved through it
+    clock::time_point last_active;  ///< last request routed to it
   };
+
+  std::chrono::nanoseconds sweep_interval() const;
 
   void on_request(std::vector<zmq::message_t>& frames);
   void route(mp_call call);

@@ -55,18 +55,18 @@ namespace kvs {
 /// after it was told to end.
 using engine_bridge_actor = caf::typed_actor<
   caf::reacts_to<mp_reply>,
-  caf::reacts_to<ended_atom, std::string>, ///< session idle past session_ttl
-  caf::reacts_to<expire_atom, int64_t>>;   ///< instance reaped: end its sessions
+  caf::reacts_to<expire_atom, int64_t>>; ///< instance reaped: end its sessions
 
 /// session[rid=…] — one per request id. Runs LOOKUP (hash, lock the hit
 /// prefix through the store), answers the prefetch queries, drives STORE and
 /// RETRIEVE copies through the GPU-transfer actor, and releases whatever the
 /// request still holds when it ends (END_SESSION, session_ttl, or its
-/// instance being reaped).
+/// instance being reaped). The engine bridge keeps the idle clock (it sees
+/// every request), so an idle session costs no timer.
 using session_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,
   caf::reacts_to<expire_atom>, ///< end now, releasing everything
-  caf::reacts_to<tick_atom>>;  ///< idle check
+  caf::reacts_to<tick_atom>>;  ///< a parked WAIT_PREFETCH_STATUS may have timed out
 
 /// registry — engine instances: their KV-cache registrations, layouts and
 /// liveness. Opens an instance's pools in the GPU-transfer actor, sizes the

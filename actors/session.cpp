@@ -289,7 +289,6 @@ void on_retrieve(self_ptr self, const mp_call& call, const retrieve_req& r) {
 
 void on_call(self_ptr self, mp_call& call) {
   auto& st = self->state;
-  st.last_active = session_state::clock::now();
   const auto& req = *call.request;
   switch (req.op) {
     case mp_op::lookup:
@@ -356,25 +355,20 @@ session_actor::behavior_type session(session_actor::stateful_pointer<session_sta
   auto& st = self->state;
   st.p = std::move(params);
   st.label = log::label(session_state::name, "rid=" + st.p.request_id, self->id());
-  st.last_active = session_state::clock::now();
   KVS_DEBUG(st.label, "started");
   self->attach_functor([label = st.label](const caf::error& reason) {
     KVS_DEBUG(label, "exited: {}", reason ? caf::to_string(reason) : "normal");
   });
-  auto idle_check = std::max<std::chrono::nanoseconds>(st.p.session_ttl / 2,
-                                                       std::chrono::milliseconds{10});
-  st.idle_due = st.last_active + idle_check;
-  self->delayed_send(self, idle_check, tick_atom_v);
   return {
     [self](mp_call& call) { on_call(self, call); },
     [self](expire_atom) {
       self->state.ending = true;
       maybe_finish(self);
     },
-    [self, idle_check](tick_atom) {
+    [self](tick_atom) {
+      // A WAIT_PREFETCH_STATUS that ran out of time: None, as LMCache answers.
       auto& st = self->state;
       auto now = session_state::clock::now();
-      // WAIT_PREFETCH_STATUS that ran out of time: None, as LMCache answers.
       auto& ws = st.waiters;
       for (auto i = ws.begin(); i != ws.end();) {
         if (now >= i->deadline) {
@@ -384,16 +378,6 @@ session_actor::behavior_type session(session_actor::stateful_pointer<session_sta
           ++i;
         }
       }
-      // Wait timeouts send ticks too; only the periodic one re-arms.
-      if (st.ending || now + std::chrono::milliseconds{1} < st.idle_due)
-        return;
-      if (now - st.last_active >= st.p.session_ttl && st.inflight == 0) {
-        // The bridge ends us: after that no request can reach this actor.
-        self->send(st.p.bridge, ended_atom_v, st.p.request_id);
-        st.last_active = now; // ask once per ttl
-      }
-      st.idle_due = now + idle_check;
-      self->delayed_send(self, idle_check, tick_atom_v);
     },
   };
 }

@@ -13,7 +13,6 @@ namespace kvs {
 struct session_params {
   std::string request_id;
   int64_t chunk_size = 256;
-  std::chrono::nanoseconds session_ttl{};
   engine_bridge_actor bridge;
   store_actor store;
   gpu_transfer_actor gpu;
@@ -32,8 +31,6 @@ struct session_state {
 
   session_params p;
   std::string label;
-  clock::time_point last_active;
-  clock::time_point idle_due; ///< next periodic idle check
 
   // Prefetch job of the last LOOKUP: running, done (matched chunks), or none.
   bool lookup_running = false;

@@ -34,7 +34,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   // -- cache server ---------------------------------------------------------
   CAF_ADD_ATOM(kvsidecar, kvs, request_atom, "request")
   CAF_ADD_ATOM(kvsidecar, kvs, reply_atom, "reply")
-  CAF_ADD_ATOM(kvsidecar, kvs, ended_atom, "ended")
   CAF_ADD_ATOM(kvsidecar, kvs, expire_atom, "expire")
   CAF_ADD_ATOM(kvsidecar, kvs, done_atom, "done")
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::mp_call))
