@@ -1,6 +1,7 @@
 #include "actors/engine_bridge.hpp"
 
 #include "actors/session.hpp"
+#include "actors/zmq_frames.hpp"
 #include "app/log.hpp"
 #include "config/config.hpp"
 #include "messages/lmcache_protocol.hpp"
@@ -116,16 +117,9 @@ void engine_bridge::on_socket(size_t, short revents) {
   if (!(revents & ZMQ_POLLIN))
     return;
   for (int burst = 0; burst < 256; ++burst) {
-    zmq::message_t first;
-    if (!router_.recv(first, zmq::recv_flags::dontwait))
-      return;
     std::vector<zmq::message_t> frames;
-    frames.push_back(std::move(first));
-    while (frames.back().more()) {
-      zmq::message_t part;
-      (void) router_.recv(part, zmq::recv_flags::none);
-      frames.push_back(std::move(part));
-    }
+    if (!recv_message(router_, frames))
+      return;
     on_request(frames);
   }
 }

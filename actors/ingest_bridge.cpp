@@ -113,16 +113,9 @@ void ingest_bridge::on_socket(size_t index, short revents) {
 void ingest_bridge::on_live_message() {
   // Bounded burst per wake-up so the mailbox (stop requests) stays responsive.
   for (int burst = 0; burst < 1024; ++burst) {
-    zmq::message_t first;
-    if (!sub_.recv(first, zmq::recv_flags::dontwait))
-      return;
     std::vector<zmq::message_t> frames;
-    frames.push_back(std::move(first));
-    while (frames.back().more()) {
-      zmq::message_t part;
-      (void) sub_.recv(part, zmq::recv_flags::none);
-      frames.push_back(std::move(part));
-    }
+    if (!recv_message(sub_, frames))
+      return;
     ++received_;
     if (frames.size() != 3 || frames[1].size() != 8) {
       ++bad_payloads_;
@@ -186,16 +179,9 @@ void ingest_bridge::accept(uint64_t seq, kv_event_batch batch) {
 
 void ingest_bridge::on_replay_message() {
   for (;;) {
-    zmq::message_t first;
-    if (!dealer_.recv(first, zmq::recv_flags::dontwait))
-      return;
     std::vector<zmq::message_t> frames;
-    frames.push_back(std::move(first));
-    while (frames.back().more()) {
-      zmq::message_t part;
-      (void) dealer_.recv(part, zmq::recv_flags::none);
-      frames.push_back(std::move(part));
-    }
+    if (!recv_message(dealer_, frames))
+      return;
     // vLLM >= 0.26: ["", topic, seq, payload]; tokenspeed: ["", seq, payload].
     size_t seq_at = frames.size() == 4 ? 2 : 1;
     if ((frames.size() != 3 && frames.size() != 4) || frames[seq_at].size() != 8) {

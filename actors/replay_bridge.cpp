@@ -47,15 +47,8 @@ void replay_bridge::on_socket(size_t, short revents) {
     return;
   for (;;) {
     std::vector<zmq::message_t> frames;
-    zmq::message_t m;
-    if (!router_.recv(m, zmq::recv_flags::dontwait))
+    if (!recv_message(router_, frames))
       break;
-    frames.push_back(std::move(m));
-    while (frames.back().more()) {
-      zmq::message_t part;
-      (void) router_.recv(part, zmq::recv_flags::none);
-      frames.push_back(std::move(part));
-    }
     if (frames.size() != 3) {
       reject("frame_count", "expected 3 frames [identity, \"\", start_seq], got "
                               + std::to_string(frames.size()));

@@ -6,8 +6,26 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kvs {
+
+/// Receives one whole multipart message without blocking: false (and
+/// `frames` empty) when none is waiting. Later parts of a message are always
+/// there once its first part is.
+inline bool recv_message(zmq::socket_t& s, std::vector<zmq::message_t>& frames) {
+  frames.clear();
+  zmq::message_t first;
+  if (!s.recv(first, zmq::recv_flags::dontwait))
+    return false;
+  frames.push_back(std::move(first));
+  while (frames.back().more()) {
+    zmq::message_t part;
+    (void) s.recv(part, zmq::recv_flags::none);
+    frames.push_back(std::move(part));
+  }
+  return true;
+}
 
 /// 8-byte big-endian encoding of a sequence number (vLLM's `seq` frame).
 inline void put_be64(uint64_t v, unsigned char out[8]) {
