@@ -6,11 +6,13 @@ namespace kvs {
 
 replay_actor::behavior_type
 replay(replay_actor::stateful_pointer<replay_state> self, int64_t rank,
-       size_t buffer_steps, std::chrono::nanoseconds stats_interval) {
+       size_t buffer_steps, size_t buffer_bytes, std::chrono::nanoseconds stats_interval) {
   auto& st = self->state;
   st.label = log::label(replay_state::name, "dp=" + std::to_string(rank), self->id());
-  st.ring = replay_ring{buffer_steps};
-  log_lifecycle(self, st.label, fmt::format("started, keeps the last {} batches", buffer_steps));
+  st.ring = replay_ring{buffer_steps, buffer_bytes};
+  log_lifecycle(self, st.label,
+                fmt::format("started, keeps the last {} batches, at most {} MiB", buffer_steps,
+                            buffer_bytes >> 20));
   arm_stats(self, stats_interval);
   return {
     [self](record_atom, encoded_batches& bs) {
@@ -32,9 +34,9 @@ replay(replay_actor::stateful_pointer<replay_state> self, int64_t rank,
         KVS_INFO(st.label, "stats: kept=0 requests={} batches_served={}", st.requests,
                  st.batches_served);
       else
-        KVS_INFO(st.label, "stats: kept={} seq={}..{} requests={} batches_served={}",
-                 st.ring.size(), st.ring.oldest_seq(), st.ring.newest_seq(), st.requests,
-                 st.batches_served);
+        KVS_INFO(st.label, "stats: kept={} bytes={} seq={}..{} requests={} batches_served={}",
+                 st.ring.size(), st.ring.bytes(), st.ring.oldest_seq(), st.ring.newest_seq(),
+                 st.requests, st.batches_served);
       self->delayed_send(self, stats_interval, stats_atom_v);
     },
   };

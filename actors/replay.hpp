@@ -20,6 +20,6 @@ struct replay_state {
 
 replay_actor::behavior_type
 replay(replay_actor::stateful_pointer<replay_state> self, int64_t rank,
-       size_t buffer_steps, std::chrono::nanoseconds stats_interval);
+       size_t buffer_steps, size_t buffer_bytes, std::chrono::nanoseconds stats_interval);
 
 } // namespace kvs

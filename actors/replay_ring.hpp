@@ -14,7 +14,10 @@ namespace kvs {
 
 class replay_ring {
 public:
-  explicit replay_ring(size_t capacity) : slots_(capacity) {}
+  /// Keeps at most `capacity` batches and, when `max_bytes` > 0, at most
+  /// that many payload bytes (always at least the newest batch).
+  explicit replay_ring(size_t capacity, size_t max_bytes = 0)
+    : slots_(capacity), max_bytes_(max_bytes) {}
 
   size_t capacity() const {
     return slots_.size();
@@ -24,6 +27,10 @@ public:
   }
   bool empty() const {
     return size_ == 0;
+  }
+  /// Payload bytes kept.
+  size_t bytes() const {
+    return bytes_;
   }
   uint64_t oldest_seq() const {
     return at(0).seq;
@@ -39,19 +46,21 @@ public:
       return;
     if (size_ > 0 && b.seq != newest_seq() + 1)
       clear();
-    if (size_ < slots_.size()) {
-      slots_[(head_ + size_) % slots_.size()] = std::move(b);
-      ++size_;
-    } else {
-      slots_[head_] = std::move(b);
-      head_ = (head_ + 1) % slots_.size();
-    }
+    auto n = b.payload ? b.payload->size() : 0;
+    if (size_ == slots_.size())
+      drop_oldest();
+    while (max_bytes_ > 0 && size_ > 0 && bytes_ + n > max_bytes_)
+      drop_oldest();
+    slots_[(head_ + size_) % slots_.size()] = std::move(b);
+    ++size_;
+    bytes_ += n;
   }
 
   void clear() {
     for (auto& s : slots_)
       s = encoded_batch{};
     head_ = size_ = 0;
+    bytes_ = 0;
   }
 
   /// Every kept batch with seq >= start, oldest first. A start older than
@@ -69,13 +78,23 @@ public:
   }
 
 private:
+  void drop_oldest() {
+    auto& s = slots_[head_];
+    bytes_ -= s.payload ? s.payload->size() : 0;
+    s = encoded_batch{};
+    head_ = (head_ + 1) % slots_.size();
+    --size_;
+  }
+
   const encoded_batch& at(size_t i) const {
     return slots_[(head_ + i) % slots_.size()];
   }
 
   std::vector<encoded_batch> slots_;
+  size_t max_bytes_ = 0;
   size_t head_ = 0;
   size_t size_ = 0;
+  size_t bytes_ = 0;
 };
 
 } // namespace kvs

@@ -27,7 +27,8 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
 
     replay_actor rep;
     if (!ev.replay_endpoint.empty()) {
-      rep = sys.spawn(replay, r, static_cast<size_t>(ev.buffer_steps), interval);
+      rep = sys.spawn(replay, r, static_cast<size_t>(ev.buffer_steps),
+                      static_cast<size_t>(ev.buffer_bytes), interval);
       t.workers.push_back(caf::actor_cast<caf::actor>(rep));
       replay_bridge_params rp;
       rp.rank = r;

@@ -408,6 +408,7 @@ config_result finish(const toml::table& t, loader& l) {
   e.endpoint = r.endpoint("events.endpoint", false);
   e.replay_endpoint = r.endpoint("events.replay_endpoint", true);
   e.buffer_steps = r.integer("events.buffer_steps", 0, 100000000);
+  e.buffer_bytes = r.size("events.buffer_bytes", 0);
   e.replay_rate = r.integer("events.replay_rate", 0, 1000000000);
   e.hwm = r.integer("events.hwm", 0, 1000000000);
   e.max_queue_size = r.integer("events.max_queue_size", 1, 1000000000);

@@ -35,6 +35,7 @@ struct events_config {
   std::string endpoint;
   std::string replay_endpoint;
   int64_t buffer_steps = 0;
+  uint64_t buffer_bytes = 0;
   int64_t replay_rate = 0;
   int64_t hwm = 0;
   int64_t max_queue_size = 0;

@@ -66,7 +66,7 @@ kv_event_batch batch_with(uint64_t hash, std::optional<int64_t> rank) {
 TEST_CASE_FIXTURE(fixture, "publisher: gapless seq, rank filled in, same bytes to PUB and replay") {
   std::vector<encoded_batch> sent;
   auto pub = sys.spawn(fake_pub, &sent);
-  auto rep = sys.spawn(replay, int64_t{1}, size_t{3}, std::chrono::nanoseconds{0});
+  auto rep = sys.spawn(replay, int64_t{1}, size_t{3}, size_t{0}, std::chrono::nanoseconds{0});
   auto queue = std::make_shared<relay_queue>(100);
   auto p = sys.spawn(publisher, int64_t{1}, event_dialect::vllm, pub, rep, queue,
                      std::chrono::nanoseconds{0});

@@ -41,6 +41,20 @@ TEST_CASE("replay ring resets when the sequence restarts") {
   CHECK(r.oldest_seq() == 0);
 }
 
+TEST_CASE("replay ring keeps at most max_bytes of payload, oldest first out") {
+  replay_ring r{100, 10}; // payloads "p0".."p9" are 2 bytes each: 5 fit
+  for (uint64_t s = 0; s < 8; ++s)
+    r.push(batch(s));
+  CHECK(r.size() == 5);
+  CHECK(r.bytes() == 10);
+  CHECK(seqs(r.from(0)) == std::vector<uint64_t>{3, 4, 5, 6, 7});
+  // A batch larger than the bound is still kept, alone.
+  r.push({8, std::make_shared<const std::string>(std::string(50, 'x'))});
+  CHECK(r.size() == 1);
+  CHECK(r.oldest_seq() == 8);
+  CHECK(r.bytes() == 50);
+}
+
 TEST_CASE("a zero-capacity ring keeps nothing") {
   replay_ring r{0};
   r.push(batch(0));
