@@ -75,18 +75,17 @@ void answer_waiters(self_ptr self) {
   st.matched.reset();
 }
 
-void on_lookup(self_ptr self, const mp_call& call, const lookup_req& r) {
+void on_lookup(self_ptr self, const lookup_req& r) {
   auto& st = self->state;
   auto cs = static_cast<size_t>(st.p.chunk_size);
-  auto [begin, end] = chunk_range(r.key, cs);
-  (void) begin;
-  auto hashes = key_hashes(r.key, cs, end);
+  // Lookups count the hit prefix from chunk 0 (LMCache's adapters look up
+  // from token 0), so the ledger's chunk indices are absolute.
+  auto hashes = key_hashes(r.key, cs, chunk_range(r.key, cs).second);
   st.lookup_running = true;
   st.matched.reset();
   auto gen = ++st.lookup_generation;
   // The engine bridge already acked the LOOKUP; the result comes through
   // the prefetch queries.
-  (void) call;
   auto world = static_cast<int32_t>(std::max<int64_t>(r.key.world_size, 1));
   self->request(st.p.store, caf::infinite,
                 store_lookup{st.p.request_id, std::move(hashes), world, 1})
@@ -292,7 +291,7 @@ void on_call(self_ptr self, mp_call& call) {
   const auto& req = *call.request;
   switch (req.op) {
     case mp_op::lookup:
-      on_lookup(self, call, std::get<lookup_req>(req.body));
+      on_lookup(self, std::get<lookup_req>(req.body));
       return;
     case mp_op::query_prefetch_status:
       if (st.lookup_running) {
