@@ -142,6 +142,15 @@ void ingest_bridge::accept(uint64_t seq, kv_event_batch batch) {
       finish_gap();
     return;
   }
+  if (!expected_ && seq > 0 && have_dealer_) {
+    // Started after the engine: what it published before we subscribed is
+    // fetched from its replay first, so routers learn the blocks it already
+    // holds (as far back as the engine's buffer reaches).
+    KVS_INFO(label(), "engine already at seq {}: fetching its earlier batches from its replay",
+             seq);
+    start_fill(0, seq, std::move(batch), true);
+    return;
+  }
   if (!expected_ || seq == *expected_) {
     expected_ = seq + 1;
     publish(std::move(batch));
@@ -166,15 +175,20 @@ void ingest_bridge::accept(uint64_t seq, kv_event_batch batch) {
   }
   KVS_WARN(label(), "gap in engine seq: {} batches missing ({}..{}), fetching them from the "
                     "engine's replay", missing, *expected_, seq - 1);
+  start_fill(*expected_, seq, std::move(batch), false);
+}
+
+void ingest_bridge::start_fill(uint64_t from, uint64_t to, kv_event_batch live,
+                               bool catch_up) {
   gap_fill g;
-  g.from = *expected_;
-  g.to = seq;
+  g.from = from;
+  g.to = to;
+  g.catch_up = catch_up;
   g.deadline = clock::now() + p_.gap_timeout;
-  g.live.emplace_back(seq, std::move(batch));
+  g.live.emplace_back(to, std::move(live));
   gap_ = std::move(g);
-  zmq::message_t start = be64_frame(gap_->from);
   dealer_.send(zmq::message_t{}, zmq::send_flags::sndmore);
-  dealer_.send(start, zmq::send_flags::none);
+  dealer_.send(be64_frame(from), zmq::send_flags::none);
 }
 
 void ingest_bridge::on_replay_message() {
@@ -210,13 +224,17 @@ void ingest_bridge::finish_gap() {
   auto g = std::move(*gap_);
   gap_.reset();
   uint64_t lost = (g.to - g.from) - g.fetched.size();
-  refilled_ += g.fetched.size();
-  lost_ += lost;
-  if (lost > 0)
+  (g.catch_up ? caught_up_ : refilled_) += g.fetched.size();
+  if (g.catch_up) {
+    // Older batches than the engine kept are history, not a loss.
+    KVS_INFO(label(), "caught up: {} earlier engine batches published", g.fetched.size());
+  } else if (lost > 0) {
+    lost_ += lost;
     KVS_WARN(label(), "gap {}..{}: {} batches recovered, {} lost", g.from, g.to - 1,
              g.fetched.size(), lost);
-  else
+  } else {
     KVS_INFO(label(), "gap {}..{}: all {} batches recovered", g.from, g.to - 1, g.fetched.size());
+  }
   for (auto& [seq, b] : g.fetched)
     publish(std::move(b));
   expected_ = g.to;
@@ -246,9 +264,9 @@ void ingest_bridge::drain() {
 
 void ingest_bridge::log_stats() {
   KVS_INFO(label(), "stats: received={} published={} dropped_events={} bad_payloads={} "
-                    "dropped_queue_full={} gaps={} refilled={} lost={}",
+                    "dropped_queue_full={} gaps={} refilled={} lost={} caught_up={}",
            received_, published_, dropped_events_, bad_payloads_, dropped_queue_full_, gaps_,
-           refilled_, lost_);
+           refilled_, lost_, caught_up_);
 }
 
 } // namespace kvs

@@ -52,6 +52,7 @@ private:
   struct gap_fill {
     uint64_t from = 0; ///< first missing seq
     uint64_t to = 0;   ///< the live seq that revealed the gap (exclusive)
+    bool catch_up = false; ///< start-up catch-up, not a gap: nothing counts as lost
     clock::time_point deadline;
     std::map<uint64_t, kv_event_batch> fetched;
     std::vector<std::pair<uint64_t, kv_event_batch>> live; ///< held back meanwhile
@@ -60,6 +61,7 @@ private:
   void on_live_message();
   void on_replay_message();
   void accept(uint64_t seq, kv_event_batch batch);
+  void start_fill(uint64_t from, uint64_t to, kv_event_batch live, bool catch_up);
   void finish_gap();
   bool decode(const zmq::message_t& payload, kv_event_batch& out);
   void publish(kv_event_batch batch);
@@ -83,6 +85,7 @@ private:
   uint64_t gaps_ = 0;
   uint64_t refilled_ = 0;
   uint64_t lost_ = 0;
+  uint64_t caught_up_ = 0; ///< earlier engine batches fetched at start-up
   std::set<std::string> seen_event_errors_;
   std::set<std::string> seen_payload_errors_;
 };

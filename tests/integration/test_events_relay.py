@@ -522,6 +522,34 @@ def batch_at(i: float) -> bytes:
                        block_size=2, lora_id=None, medium="GPU", lora_name=None)]))
 
 
+def test_started_after_the_engine_catches_up_from_its_replay(rig):
+    """A sidecar that starts after the engine (or restarts) first publishes
+    what the engine published before it subscribed, from the engine's replay,
+    in order: routers learn the blocks the engine already holds."""
+    r = rig(start=False, engine_replay="vllm5")
+    e = r.engine
+    for k in range(5):  # nobody subscribed yet: only the engine's buffer has them
+        e.send(0, batch_at(900 + k))
+    r.start(sync=False)
+    k = 0
+
+    def seen():
+        nonlocal k
+        e.send(0, batch_at(1000 + k))
+        k += 1
+        s = r.sidecar.stats("ingest")
+        return s is not None and s["received"] >= 1
+
+    wait_until(seen, 10, "the sidecar to receive a live batch")
+    total = 5 + k
+    s = r.sidecar.wait_stats("ingest", lambda s: s["published"] >= total, timeout=10)
+    assert s["caught_up"] >= 5 and s["gaps"] == 0 and s["lost"] == 0, s
+    engine_order = [ts_of(p) for _, p in sorted(e.history[0].items())]
+    relayed = [ts_of(p) for _, p in replay_batches(r.replay(0), "vllm")]
+    assert relayed == engine_order
+    assert r.sidecar.find(r"caught up: \d+ earlier engine batches published")
+
+
 @pytest.mark.parametrize("layout", ["vllm5", "ts4"])
 def test_ingest_gap_filled_from_engine_replay_in_order(rig, layout):
     r = rig(dp_size=2, engine_replay=layout)
