@@ -82,7 +82,7 @@ void zmq_bridge::dispatch_mailbox(caf::behavior& base, caf::behavior& builtin) {
       running_ = false;
       break;
     }
-    if (!base(msg) && !builtin(msg))
+    if (!(base && base(msg)) && !builtin(msg))
       KVS_WARN(label_, "ignored an unexpected message: {}", to_string(msg));
   }
 }

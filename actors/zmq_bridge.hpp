@@ -50,7 +50,8 @@ protected:
 
   /// Creates, configures and binds/connects the sockets; returns why not.
   virtual std::optional<std::string> open() = 0;
-  /// The typed messages this bridge handles.
+  /// The typed messages this bridge handles (an empty behavior: none
+  /// besides the built-in stop and stats).
   virtual caf::behavior handlers() = 0;
   /// Socket `index` (order of watch()) is ready with `revents`.
   virtual void on_socket(size_t index, short revents) = 0;
