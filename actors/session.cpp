@@ -60,6 +60,19 @@ void maybe_finish(self_ptr self) {
       });
 }
 
+/// A copy this session started is over: one less in flight.
+void copy_over(self_ptr self) {
+  --self->state.inflight;
+  maybe_finish(self);
+}
+
+/// A STORE's copy is settled: commit its reservations, or give them back.
+void settle_store(self_ptr self, store_finish fin, bool commit) {
+  fin.commit = commit;
+  self->send(self->state.p.store, std::move(fin));
+  copy_over(self);
+}
+
 void answer_waiters(self_ptr self) {
   auto& st = self->state;
   if (!st.matched || st.waiters.empty())
@@ -131,8 +144,7 @@ void on_store(self_ptr self, const mp_call& call, const store_req& r) {
         if (!res.ok) {
           KVS_WARN(st.label, "store of {} chunks refused: {}", all.size() - begin, res.why);
           reply_copy(self, call, {}, false);
-          --st.inflight;
-          maybe_finish(self);
+          copy_over(self);
           return;
         }
         gpu_copy cp;
@@ -164,11 +176,8 @@ void on_store(self_ptr self, const mp_call& call, const store_req& r) {
                 // lookup after the reply sees the chunks.
                 if (!started.ok)
                   KVS_WARN(st.label, "store copy refused: {}", started.why);
-                fin.commit = started.ok;
-                self->send(st.p.store, std::move(fin));
+                settle_store(self, std::move(fin), started.ok);
                 reply_copy(self, call, started.event_handle, started.ok);
-                --st.inflight;
-                maybe_finish(self);
                 return;
               }
               reply_copy(self, call, started.event_handle, true);
@@ -176,36 +185,23 @@ void on_store(self_ptr self, const mp_call& call, const store_req& r) {
               self->request(st.p.gpu, caf::infinite, gpu_await{started.ticket})
                 .then(
                   [self, fin](gpu_copy_done& done) mutable {
-                    auto& st = self->state;
                     if (!done.ok)
-                      KVS_WARN(st.label, "store copy failed: {}", done.why);
-                    fin.commit = done.ok;
-                    self->send(st.p.store, std::move(fin));
-                    --st.inflight;
-                    maybe_finish(self);
+                      KVS_WARN(self->state.label, "store copy failed: {}", done.why);
+                    settle_store(self, std::move(fin), done.ok);
                   },
-                  [self, fin](caf::error&) mutable {
-                    fin.commit = false;
-                    self->send(self->state.p.store, std::move(fin));
-                    --self->state.inflight;
-                    maybe_finish(self);
-                  });
+                  [self, fin](caf::error&) mutable { settle_store(self, std::move(fin), false); });
             },
             [self, call, fin](caf::error& err) mutable {
               auto& st = self->state;
               KVS_WARN(st.label, "store copy failed: {}", caf::to_string(err));
               reply_copy(self, call, {}, false);
-              fin.commit = false;
-              self->send(st.p.store, std::move(fin));
-              --st.inflight;
-              maybe_finish(self);
+              settle_store(self, std::move(fin), false);
             });
       },
       [self, call](caf::error& err) {
         KVS_WARN(self->state.label, "store failed: {}", caf::to_string(err));
         reply_copy(self, call, {}, false);
-        --self->state.inflight;
-        maybe_finish(self);
+        copy_over(self);
       });
 }
 
@@ -225,8 +221,7 @@ void on_retrieve(self_ptr self, const mp_call& call, const retrieve_req& r) {
   auto release = [self](uint64_t ticket) {
     if (ticket != 0)
       self->send(self->state.p.store, store_release{ticket});
-    --self->state.inflight;
-    maybe_finish(self);
+    copy_over(self);
   };
   self->request(st.p.store, caf::infinite, store_acquire{st.p.request_id, rank, begin, hashes})
     .then(
