@@ -16,6 +16,8 @@ namespace kvs {
 ///   "unsupported"  a valid layout or engine this build does not copy
 ///   "bad_request"  a copy request that does not fit the registration
 ///   "open"         shm_open/mmap/cudaIpcOpenMemHandle and friends
+///   "shm_truncated" host backend: the engine shrank a registered shared-memory
+///                  object and a copy touched a page it no longer backs
 ///   "cuda"         any other CUDA runtime failure
 inline wire_error gpu_error(std::string kind, std::string detail) {
   return wire_error{std::move(kind), std::move(detail)};

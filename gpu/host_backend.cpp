@@ -1,8 +1,11 @@
 // Host backend: the engine's KV pools are POSIX shared-memory objects
 // (engines without a GPU, and the integration tests). Each object is mapped
 // read/write once per instance; a copy is one memcpy per page, done before
-// copy() returns, so its completion is always ready.
+// copy() returns, so its completion is always ready. The engine may shrink an
+// object after it was mapped: copies run under a SIGBUS guard
+// (gpu/fault_guard.hpp), so that fails the one copy, not the process.
 #include "gpu/copy_plan.hpp"
+#include "gpu/fault_guard.hpp"
 #include "gpu/transfer_backend.hpp"
 
 #include <cerrno>
@@ -34,11 +37,13 @@ public:
     for (mapping& m : maps)
       if (m.base != nullptr) munmap(m.base, m.size);
     maps.clear();
+    ranges.clear();
     plane_base.clear();
     open_ = false;
   }
 
   std::vector<mapping> maps;
+  std::vector<guarded_range> ranges;  ///< maps[i]'s bytes, for the copy's SIGBUS guard
   std::vector<uint8_t*> plane_base;  ///< [kv * num_layers + layer]: block 0 of the plane
   bool open_ = true;
 };
@@ -79,6 +84,33 @@ gpu_result<host_pools::mapping> map_shm(const std::string& name) {
   return m;
 }
 
+struct copy_job {
+  const copy_plan* plan;
+  const host_pools* pools;
+};
+
+/// The page copies of one request. Runs under run_guarded: it may be
+/// abandoned at any memcpy, so it owns nothing and allocates nothing.
+void copy_pages(void* arg) {
+  const auto* job = static_cast<const copy_job*>(arg);
+  const copy_plan& p = *job->plan;
+  const host_pools& hp = *job->pools;
+  for (uint64_t u = 0; u < p.total_units; ++u) {
+    const block_copy::unit x = block_copy::unit_at(p.geo, u);
+    const uint64_t chunk_index = p.chunk_index[x.chunk];
+    if (!p.to_l1 && page_skipped(p.geo, p.skip_blocks, chunk_index, x.page)) continue;
+    const uint32_t group = hp.layout().layer_group[x.layer];
+    const int64_t block = p.blocks[block_copy::packed_block_index(p.geo, x.chunk, group, x.page)];
+    uint8_t* engine = hp.plane_base[block_copy::plane_index(p.geo, x.kv, x.layer)] +
+                      block_copy::engine_offset(p.geo, static_cast<uint64_t>(block), 0);
+    uint8_t* l1 = p.slots[x.chunk] + block_copy::l1_page_offset(p.geo, x);
+    if (p.to_l1)
+      std::memcpy(l1, engine, p.geo.page_bytes);
+    else
+      std::memcpy(engine, l1, p.geo.page_bytes);
+  }
+}
+
 class host_backend final : public transfer_backend {
 public:
   const char* name() const override { return "host"; }
@@ -106,6 +138,15 @@ public:
         pools->maps.push_back(std::move(mapped.value()));
       }
       const host_pools::mapping& mp = pools->maps[m];
+      // The engine's own size for the segment: an object already smaller
+      // than that was shrunk (or described wrongly); say so rather than map
+      // a pool that faults on first use.
+      if (t.storage_size_bytes > 0 && (t.shm_offset_bytes > mp.size ||
+                                       t.storage_size_bytes > mp.size - t.shm_offset_bytes))
+        return gpu_error("open", "tensor " + std::to_string(i) + ": '" + t.shm_name + "' has " +
+                                     std::to_string(mp.size) + " bytes, but the descriptor "
+                                     "declares " + std::to_string(t.storage_size_bytes) +
+                                     " from offset " + std::to_string(t.shm_offset_bytes));
       if (t.shm_offset_bytes > mp.size ||
           layout.tensor_end_bytes[i] > mp.size - t.shm_offset_bytes)
         return gpu_error("open", "tensor " + std::to_string(i) + " needs bytes up to " +
@@ -126,6 +167,8 @@ public:
                                      " does not fit in its shared-memory object");
       pools->plane_base.push_back(storage[p.tensor] + p.offset_bytes);
     }
+    for (const host_pools::mapping& m : pools->maps)
+      pools->ranges.push_back(guarded_range{m.base, m.size});
     return std::unique_ptr<opened_pools>(std::move(pools));
   }
 
@@ -139,20 +182,16 @@ public:
     if (!hp->is_open()) return gpu_error("bad_request", "pools are closed");
     auto plan = plan_copy(req, hp->layout());
     if (!plan) return plan.error();
-    const copy_plan& p = plan.value();
-    for (uint64_t u = 0; u < p.total_units; ++u) {
-      const block_copy::unit x = block_copy::unit_at(p.geo, u);
-      const uint64_t chunk_index = p.chunk_index[x.chunk];
-      if (!p.to_l1 && page_skipped(p.geo, p.skip_blocks, chunk_index, x.page)) continue;
-      const uint32_t group = hp->layout().layer_group[x.layer];
-      const int64_t block = p.blocks[block_copy::packed_block_index(p.geo, x.chunk, group, x.page)];
-      uint8_t* engine = hp->plane_base[block_copy::plane_index(p.geo, x.kv, x.layer)] +
-                        block_copy::engine_offset(p.geo, static_cast<uint64_t>(block), 0);
-      uint8_t* l1 = p.slots[x.chunk] + block_copy::l1_page_offset(p.geo, x);
-      if (p.to_l1)
-        std::memcpy(l1, engine, p.geo.page_bytes);
-      else
-        std::memcpy(engine, l1, p.geo.page_bytes);
+    copy_job job{&plan.value(), hp};
+    const guard_result g =
+        run_guarded(hp->ranges.data(), hp->ranges.size(), &copy_pages, &job);
+    if (g.faulted) {
+      const host_pools::mapping& m = hp->maps[g.range];
+      return gpu_error("shm_truncated",
+                       "shared-memory object '" + m.name + "' no longer backs byte " +
+                           std::to_string(g.offset) + " of the " + std::to_string(m.size) +
+                           " registered (it was truncated after registration); the copy was "
+                           "abandoned part-way");
     }
     return std::unique_ptr<copy_completion>(std::make_unique<host_completion>());
   }

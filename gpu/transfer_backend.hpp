@@ -105,7 +105,9 @@ public:
   /// Idempotent.
   virtual void close(opened_pools& pools) = 0;
   /// Validates the whole request (block ids, slots, sizes) before touching
-  /// any memory: an invalid request writes nothing.
+  /// any memory: an invalid request writes nothing. A valid one can still
+  /// fail part-way when the engine shrinks its memory under the copy (host:
+  /// "shm_truncated"); the caller then treats every chunk as not copied.
   virtual gpu_result<std::unique_ptr<copy_completion>> copy(const copy_request& req) = 0;
   /// Makes [p, p+n) usable as L1 slot memory for copies (CUDA: page-locks and
   /// maps it for device access). Host backend: no-op.

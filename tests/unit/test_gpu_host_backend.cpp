@@ -38,6 +38,13 @@ public:
   shm_object& operator=(const shm_object&) = delete;
 
   const std::string& name() const { return name_; }
+  /// What an engine can do at any time: shrink the object under our mapping.
+  void truncate(size_t size) const {
+    const int fd = shm_open(name_.c_str(), O_RDWR, 0);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
+    close(fd);
+  }
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   std::vector<uint8_t> snapshot() const { return std::vector<uint8_t>(data_, data_ + size_); }
@@ -372,6 +379,51 @@ TEST_CASE("host backend: open refuses what it cannot map") {
   auto cuda = backend->open(ts, layout.value());
   REQUIRE_FALSE(cuda.ok());
   CHECK(cuda.error().kind == "unsupported");
+}
+
+TEST_CASE("host backend: open refuses an object smaller than its descriptor declares") {
+  auto backend = make_host_backend();
+  shm_object obj(1024);
+  std::vector<tensor_desc> ts(2, shm_tensor(obj, {64, 2, 4}));
+  kv_layout_hints h;
+  h.engine_type = "sglang";
+  h.tokens_per_block = 4;
+  auto layout = detect_kv_layout(ts, h);
+  REQUIRE(layout.ok());
+  ts[0].storage_size_bytes = 1024;  // what LMCache's cpu_shm "nbytes" says: fits
+  CHECK(backend->open(ts, layout.value()).ok());
+  ts[1].storage_size_bytes = 4096;  // the engine meant a bigger segment: it was shrunk
+  auto r = backend->open(ts, layout.value());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().kind == "open");
+  CHECK_MESSAGE(r.error().detail.find("has 1024 bytes, but the descriptor declares 4096") !=
+                    std::string::npos,
+                r.error().detail);
+}
+
+TEST_CASE("host backend: a pool shrunk after open fails that copy (SIGBUS guarded), others work") {
+  sglang_fixture f;
+  sglang_fixture other;
+  std::vector<std::vector<uint8_t>> slots(2, std::vector<uint8_t>(kChunkBytes, 0xEE));
+  // The engine shrinks V layer 1 to nothing: every page of it now raises
+  // SIGBUS when touched through our mapping.
+  f.v_pools[1]->truncate(0);
+  for (auto d : {copy_direction::to_l1, copy_direction::from_l1}) {
+    auto r = f.backend->copy(f.request(d, {5, 2, 9, 0}, slots));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().kind == "shm_truncated");
+    CHECK_MESSAGE(r.error().detail.find("'" + f.v_pools[1]->name() + "' no longer backs byte") !=
+                      std::string::npos,
+                  r.error().detail);
+  }
+  // The same thread keeps copying for everyone else (SIGBUS is not left blocked).
+  for (int round = 0; round < 3; ++round) {
+    auto ok = other.backend->copy(other.request(copy_direction::to_l1, {5, 2, 9, 0}, slots));
+    REQUIRE_MESSAGE(ok.ok(), ok.error().detail);
+    CHECK(std::memcmp(slots[0].data(), other.engine(0, 0, 5, 0), kPage * kTokenBytes) == 0);
+    auto again = f.backend->copy(f.request(copy_direction::to_l1, {5, 2, 9, 0}, slots));
+    CHECK_FALSE(again.ok());
+  }
 }
 
 TEST_CASE("CUDA backend availability is reported, never a crash") {
