@@ -58,7 +58,10 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
     return out;
   }
 
-  auto gpu = sys.spawn<caf::detached>(gpu_transfer, gpu_transfer_params{backend, interval});
+  // The transfer actor shares L1's ownership with the store: a copy never
+  // writes into memory the store's exit has unmapped.
+  auto gpu = sys.spawn<caf::detached>(gpu_transfer, gpu_transfer_params{backend, pool, interval});
+  out.gpu = gpu;
 
   store_params sp;
   sp.pool = pool;

@@ -18,6 +18,7 @@ namespace kvs {
 struct cache_server_actors {
   std::vector<caf::actor> input_bridges; ///< the engine bridge
   std::vector<caf::actor> workers;       ///< registry, store, gpu transfer
+  gpu_transfer_actor gpu;                ///< drained at shutdown before the workers exit
   std::vector<std::string> summary;
   std::string error; ///< non-empty: could not start (e.g. backend "cuda" without a GPU)
 };

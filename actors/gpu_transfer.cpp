@@ -21,7 +21,33 @@ void arm_poll(self_ptr self) {
   self->delayed_send(self, std::chrono::microseconds{100}, tick_atom_v);
 }
 
+/// Shutdown: answers the drain request once nothing is pending.
+void maybe_drained(self_ptr self) {
+  auto& st = self->state;
+  if (st.drained && pending_copies(st) == 0) {
+    st.drained->deliver(st.drain_waited);
+    st.drained.reset();
+  }
+}
+
 } // namespace
+
+size_t pending_copies(const gpu_transfer_state& st) {
+  size_t n = 0;
+  for (auto& [ticket, pend] : st.inflight)
+    n += pend.completion->poll() == copy_completion::state::pending;
+  return n;
+}
+
+gpu_transfer_state::~gpu_transfer_state() {
+  for (auto& [ticket, pend] : inflight)
+    pend.completion->wait();
+  inflight.clear();
+  for (auto& [id, inst] : instances)
+    if (inst.pools)
+      p.backend->close(*inst.pools);
+  instances.clear();
+}
 
 gpu_transfer_actor::behavior_type
 gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
@@ -53,6 +79,10 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
     },
     [self](gpu_copy& cp) -> gpu_copy_started {
       auto& st = self->state;
+      if (st.draining) {
+        ++st.failed;
+        return {false, "the sidecar is shutting down: no new copies", {}, 0};
+      }
       auto i = st.instances.find(cp.instance_id);
       if (i == st.instances.end()) {
         ++st.failed;
@@ -129,6 +159,22 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
         i = st.inflight.erase(i);
       }
       arm_poll(self);
+      maybe_drained(self);
+    },
+    [self](drain_atom) -> caf::result<uint64_t> {
+      // Copies run on this actor's thread (host) or are tracked in inflight
+      // (CUDA): once this message is handled, no earlier copy is running on
+      // the CPU, and none may start after it.
+      auto& st = self->state;
+      st.draining = true;
+      st.drain_waited = pending_copies(st);
+      if (st.drain_waited == 0)
+        return uint64_t{0};
+      KVS_INFO(st.label, "shutdown: waiting for {} copies in flight", st.drain_waited);
+      auto rp = self->make_response_promise<uint64_t>();
+      st.drained = rp;
+      arm_poll(self);
+      return rp;
     },
     [self](stats_atom) {
       auto& st = self->state;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,10 @@ namespace kvs {
 
 struct gpu_transfer_params {
   std::shared_ptr<transfer_backend> backend;
+  /// The memory L1 slots live in (the store's slot pool). Copies write into
+  /// and read from it by raw pointer, so the transfer actor keeps it alive
+  /// until its last copy is over, whenever the store exits.
+  std::shared_ptr<const void> l1;
   std::chrono::nanoseconds stats_interval{};
 };
 
@@ -36,11 +41,27 @@ struct gpu_transfer_state {
   std::map<uint64_t, pending> inflight;
   uint64_t next_ticket = 1;
   bool polling = false;
+  /// Shutdown: new copies are refused; `drained` is answered once no copy
+  /// is pending.
+  bool draining = false;
+  std::optional<caf::typed_response_promise<uint64_t>> drained;
+  uint64_t drain_waited = 0;
 
   uint64_t copies = 0;
   uint64_t failed = 0;
   uint64_t bytes = 0;
+
+  gpu_transfer_state() = default;
+  gpu_transfer_state(const gpu_transfer_state&) = delete;
+  gpu_transfer_state& operator=(const gpu_transfer_state&) = delete;
+  /// However the actor ends (drained or killed), no copy outlives it: wait
+  /// for every one still in flight, then close the pools; `p.l1` (declared
+  /// first, destroyed last) is released after that.
+  ~gpu_transfer_state();
 };
+
+/// Copies not yet finished (the device may still be writing).
+size_t pending_copies(const gpu_transfer_state& st);
 
 gpu_transfer_actor::behavior_type
 gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,

@@ -96,12 +96,16 @@ using store_actor = caf::typed_actor<
 
 /// gpu_transfer — opens engine pools (CUDA IPC or host shared memory) once
 /// per instance and copies pages between them and L1 slots. Answers a copy at
-/// once with the event to hand the engine, and its completion later.
+/// once with the event to hand the engine, and its completion later. Holds
+/// L1 alive for as long as a copy may touch it. `drain` (shutdown) refuses
+/// new copies and answers, with the number it waited for, once no copy is
+/// in flight.
 using gpu_transfer_actor = caf::typed_actor<
   caf::replies_to<gpu_open>::with<gpu_status_reply>,
   caf::reacts_to<gpu_close>,
   caf::replies_to<gpu_copy>::with<gpu_copy_started>,
   caf::replies_to<gpu_await>::with<gpu_copy_done>,
+  caf::replies_to<drain_atom>::with<uint64_t>,
   caf::reacts_to<tick_atom>,
   caf::reacts_to<stats_atom>>;
 

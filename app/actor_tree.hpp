@@ -21,6 +21,9 @@ struct actor_tree {
   std::vector<caf::actor> output_bridges;
   /// Event-based actors: told to exit last.
   std::vector<caf::actor> workers;
+  /// The cache's copy engine (null without the cache): drained after the
+  /// input stops and before the workers exit, so no copy is cut short.
+  gpu_transfer_actor gpu;
   /// One per DP rank: empty once everything accepted has been sent.
   std::vector<relay_queue_ptr> queues;
   /// One line per actor, for the start-up log.

@@ -1,17 +1,22 @@
 #include "app/sidecar.hpp"
 
 #include "app/actor_tree.hpp"
+#include "app/health.hpp"
 #include "app/log.hpp"
+#include "app/signal_watcher.hpp"
+#include "app/supervisor.hpp"
 #include "messages/type_ids.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
+#include <atomic>
 #include <set>
 
 namespace kvs {
@@ -28,52 +33,37 @@ sigset_t stop_signals() {
   return set;
 }
 
-/// Waits for SIGINT/SIGTERM with no timeout; returns the signal.
-int wait_for_signal() {
-  auto set = stop_signals();
-  for (;;) {
-    int sig = 0;
-    if (sigwait(&set, &sig) == 0)
-      return sig;
-  }
-}
-
-/// During shutdown: a second SIGINT (Ctrl-C twice) ends the process at
-/// once; a repeated SIGTERM (orchestrators resend it) does not cut the drain.
-void exit_on_second_signal(const std::string& me) {
-  auto set = stop_signals();
-  timespec zero{0, 0};
-  int sig = sigtimedwait(&set, nullptr, &zero);
-  if (sig == SIGINT) {
-    KVS_WARN(me, "second SIGINT during shutdown: exiting now");
-    std::_Exit(130);
-  }
-  if (sig == SIGTERM)
-    KVS_INFO(me, "SIGTERM again: already shutting down");
+/// Time left until `deadline`, never negative.
+clock::duration left_until(clock::time_point deadline) {
+  return std::max<clock::duration>(deadline - clock::now(), clock::duration::zero());
 }
 
 /// Bridges that completed the start-up handshake (only they answer stops).
 using ready_set = std::set<caf::actor_addr>;
 
 /// Sends stop to `bridges` and collects the acknowledgements of those that
-/// are running.
+/// are running; one that dies instead of answering counts as stopped.
 bool stop_bridges(caf::scoped_actor& self, const std::vector<caf::actor>& bridges,
-                  const ready_set& ready, clock::time_point deadline, const std::string& me) {
-  size_t n = 0;
+                  const ready_set& ready, supervisor& sup, clock::time_point deadline) {
+  std::set<caf::actor_addr> waiting;
   for (auto& b : bridges) {
     self->send(b, stop_atom_v);
-    n += ready.count(b.address());
+    if (ready.count(b.address()) > 0 && !sup.is_down(b.address()))
+      waiting.insert(b.address());
   }
-  size_t got = 0;
-  while (got < n) {
+  while (!waiting.empty()) {
     if (clock::now() >= deadline)
       return false;
-    exit_on_second_signal(me);
     self->receive(
-      [&](stop_atom, const std::string&) { ++got; },
+      [&](stop_atom, const std::string&) { waiting.erase(self->current_sender()->address()); },
+      [&](caf::down_msg& dm) {
+        sup.on_down(dm);
+        waiting.erase(dm.source);
+      },
+      [&](signal_atom, int) {},
       [&](ready_atom, const std::string&) {},
       [&](failed_atom, const std::string&, const std::string&) {},
-      caf::after(std::chrono::milliseconds{50}) >> [] {});
+      caf::after(left_until(deadline)) >> [] {});
   }
   return true;
 }
@@ -85,19 +75,39 @@ bool queues_empty(const actor_tree& t) {
   return true;
 }
 
-void stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready,
+/// Waits until the transfer actor has no copy in flight (and takes no new
+/// one), so that no copy is cut short when the workers exit.
+void drain_copies(caf::scoped_actor& self, const actor_tree& t, supervisor& sup,
+                  clock::time_point deadline, const std::string& me) {
+  if (!t.gpu || sup.is_down(t.gpu.address()))
+    return;
+  auto left = std::max<clock::duration>(left_until(deadline), std::chrono::milliseconds{1});
+  self->request(t.gpu, left, drain_atom_v)
+    .receive(
+      [&](uint64_t waited) {
+        if (waited > 0)
+          KVS_INFO(me, "drained: the {} copies in flight have finished", waited);
+      },
+      [&](caf::error& err) {
+        KVS_WARN(me, "copies still in flight at the drain deadline ({}): the transfer actor "
+                     "finishes them before it exits", caf::to_string(err));
+      });
+}
+
+void stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready, supervisor& sup,
               clock::time_point deadline, const std::string& me, bool drain) {
   auto start = clock::now();
   auto drain_deadline = start + (deadline - start) * 6 / 10;
   // 1. Stop taking input.
-  if (!stop_bridges(self, t.input_bridges, ready, drain_deadline, me))
+  if (!stop_bridges(self, t.input_bridges, ready, sup, drain_deadline))
     KVS_WARN(me, "input bridges did not stop in time");
-  // 2. Drain what was accepted through the publishers to the PUB sockets.
+  // 2. Let every copy in flight finish: L1 and the engines' pools stay
+  //    mapped until the transfer actor has none left.
+  drain_copies(self, t, sup, drain_deadline, me);
+  // 3. Drain what was accepted through the publishers to the PUB sockets.
   if (drain) {
-    while (!queues_empty(t) && clock::now() < drain_deadline) {
-      exit_on_second_signal(me);
+    while (!queues_empty(t) && clock::now() < drain_deadline)
       self->receive(caf::after(std::chrono::milliseconds{5}) >> [] {});
-    }
     int64_t left = 0;
     for (auto& q : t.queues)
       left += q->queued.load();
@@ -106,12 +116,18 @@ void stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready,
     else
       KVS_INFO(me, "drained: every accepted batch was published");
   }
-  // 3. Close the outputs (each flushes and closes its sockets on its thread).
-  if (!stop_bridges(self, t.output_bridges, ready, deadline, me))
+  // 4. Close the outputs (each flushes and closes its sockets on its thread).
+  if (!stop_bridges(self, t.output_bridges, ready, sup, deadline))
     KVS_WARN(me, "output bridges did not stop in time");
-  // 4. The rest.
+  // 5. The rest.
   for (auto& w : t.workers)
     self->send_exit(w, caf::exit_reason::user_shutdown);
+}
+
+void watch_tree(caf::scoped_actor& self, supervisor& sup, const actor_tree& t) {
+  for (auto* group : {&t.input_bridges, &t.output_bridges, &t.workers})
+    for (auto& a : *group)
+      sup.watch(self, a);
 }
 
 } // namespace
@@ -123,6 +139,8 @@ void block_signals() {
 
 int run_sidecar(const config& cfg) {
   auto me = log::label("sidecar", cfg.sidecar.name, 0);
+  // Read by the HTTP health endpoints; written only here.
+  auto health = std::make_shared<health_state>();
   // Declared before the actor system: destroyed after it, when every bridge
   // has closed its sockets.
   zmq::context_t ctx{1};
@@ -142,37 +160,77 @@ int run_sidecar(const config& cfg) {
              cfg.events.enabled ? "on" : "off", cfg.cache.enabled ? "on" : "off",
              cfg.gpu.backend);
     auto tree = spawn_actor_tree(sys, ctx, replay_ctx, cfg, self);
+    supervisor sup;
+    watch_tree(self, sup, tree);
+    // Signals arrive as messages: the first one starts the shutdown; during
+    // it a second SIGINT (Ctrl-C twice) ends the process at once, while a
+    // repeated SIGTERM (orchestrators resend it) does not cut the drain.
+    std::atomic<int> signals_seen{0};
+    signal_watcher signals{[&, target = caf::actor_cast<caf::actor>(self)](int sig) {
+      if (signals_seen.fetch_add(1) == 0) {
+        caf::anon_send(target, signal_atom_v, sig);
+      } else if (sig == SIGINT) {
+        KVS_WARN(me, "second SIGINT during shutdown: exiting now");
+        std::_Exit(130);
+      } else {
+        KVS_INFO(me, "SIGTERM again: already shutting down");
+      }
+    }};
+    std::vector<std::string> failures;
+    if (!signals.error().empty())
+      failures.push_back(signals.error());
     // Start-up handshake: every bridge reports ready or why it failed.
     ready_set ready;
-    std::vector<std::string> failures;
+    int early_signal = 0;
     auto deadline = clock::now() + std::chrono::seconds{10};
-    while (ready.size() + failures.size() < tree.bridge_count() && clock::now() < deadline) {
+    while (ready.size() + failures.size() < tree.bridge_count() && clock::now() < deadline
+           && early_signal == 0) {
       self->receive([&](ready_atom, const std::string&) {
                       ready.insert(self->current_sender()->address());
                     },
                     [&](failed_atom, const std::string& who, const std::string& why) {
                       failures.push_back(who + ": " + why);
                     },
-                    caf::after(std::chrono::milliseconds{100}) >> [] {});
+                    [&](caf::down_msg& dm) { sup.on_down(dm); },
+                    [&](signal_atom, int sig) { early_signal = sig; },
+                    caf::after(left_until(deadline)) >> [] {});
     }
     if (!tree.error.empty())
       failures.push_back(tree.error);
-    if (ready.size() + failures.size() < tree.bridge_count())
+    if (early_signal == 0 && ready.size() + failures.size() < tree.bridge_count())
       failures.push_back("bridges did not report ready within 10s");
+    if (failures.empty() && sup.first_down())
+      failures.push_back(sup.first_down()->name + " exited during start-up: "
+                         + sup.first_down()->reason_text());
     if (!failures.empty()) {
       for (auto& f : failures)
         KVS_ERROR(me, "start-up failed: {}", f);
-      stop_all(self, tree, ready, clock::now() + std::chrono::seconds{2}, me, false);
+      stop_all(self, tree, ready, sup, clock::now() + std::chrono::seconds{2}, me, false);
       status = exit_startup_failed;
     } else {
-      for (auto& line : tree.summary)
-        KVS_INFO(me, "actor tree: {}", line);
-      KVS_INFO(me, "kvsidecar ready ({} bridges, {} actors)", tree.bridge_count(),
-               tree.workers.size());
-      int sig = wait_for_signal();
-      KVS_INFO(me, "{} received: stopping input, draining, closing sockets (deadline {})",
-               sig == SIGINT ? "SIGINT" : "SIGTERM", to_string(cfg.sidecar.shutdown_timeout));
-      stop_all(self, tree, ready, clock::now() + cfg.sidecar.shutdown_timeout, me, true);
+      stop_cause cause;
+      cause.signal = early_signal;
+      if (cause.signal == 0) {
+        for (auto& line : tree.summary)
+          KVS_INFO(me, "actor tree: {}", line);
+        health->ready = true;
+        KVS_INFO(me, "kvsidecar ready ({} bridges, {} actors, {} supervised)",
+                 tree.bridge_count(), tree.workers.size(), sup.watched());
+        cause = wait_for_stop(self, sup);
+      }
+      health->ready = false;
+      if (cause.down) {
+        health->alive = false;
+        KVS_ERROR(me, "{} exited unexpectedly ({}): shutting down, exit status {} (restart me)",
+                  cause.down->name, cause.down->reason_text(), int{exit_actor_failed});
+        status = exit_actor_failed;
+      } else {
+        health->draining = true;
+        KVS_INFO(me, "{} received: stopping input, draining, closing sockets (deadline {})",
+                 cause.signal == SIGINT ? "SIGINT" : "SIGTERM",
+                 to_string(cfg.sidecar.shutdown_timeout));
+      }
+      stop_all(self, tree, ready, sup, clock::now() + cfg.sidecar.shutdown_timeout, me, true);
     }
   }
   replay_ctx.close();

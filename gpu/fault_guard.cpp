@@ -17,9 +17,10 @@ struct guard_frame {
   volatile size_t offset = 0;
 };
 
-// Trivial thread-local in the executable: reading it in a signal handler
-// allocates nothing (static TLS).
-thread_local guard_frame* t_frame = nullptr;
+// Read in the signal handler: initial-exec TLS is a fixed offset from the
+// thread pointer, so reading it never allocates (the libraries are built
+// with -fPIC, whose default model could call __tls_get_addr).
+__attribute__((tls_model("initial-exec"))) thread_local guard_frame* t_frame = nullptr;
 
 struct sigaction g_previous {};
 std::once_flag g_installed;

@@ -19,6 +19,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   CAF_ADD_ATOM(kvsidecar, kvs, stop_atom, "stop")
   CAF_ADD_ATOM(kvsidecar, kvs, stats_atom, "stats")
   CAF_ADD_ATOM(kvsidecar, kvs, tick_atom, "tick")
+  CAF_ADD_ATOM(kvsidecar, kvs, drain_atom, "drain")
+  CAF_ADD_ATOM(kvsidecar, kvs, signal_atom, "signal")
 
   // -- event relay ----------------------------------------------------------
   CAF_ADD_ATOM(kvsidecar, kvs, publish_atom, "publish")
