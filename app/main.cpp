@@ -30,8 +30,9 @@ int main(int argc, char** argv) {
                  "Validate FILE (with any --set) and exit: 0 when valid, 2 with the error otherwise");
   app.add_flag("-V,--version", version, "Print the version and exit");
   app.footer(
-    "Exit status: 0 clean shutdown (SIGTERM/SIGINT; a second SIGINT exits at once),\n"
-    "1 start-up failure (e.g. a port in use), 2 invalid configuration or arguments.\n"
+    "Exit status: 0 clean shutdown (SIGTERM/SIGINT; a second SIGINT exits at once, 130),\n"
+    "1 start-up failure (e.g. a port in use), 2 invalid configuration or arguments,\n"
+    "3 a long-lived actor exited unexpectedly (restart the container).\n"
     "Logs go to stderr, one line per event: UTC time, level, actor[detail]#id, message.");
   try {
     app.parse(argc, argv);
