@@ -60,7 +60,9 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
 
   // The transfer actor shares L1's ownership with the store: a copy never
   // writes into memory the store's exit has unmapped.
-  auto gpu = sys.spawn<caf::detached>(gpu_transfer, gpu_transfer_params{backend, pool, interval});
+  out.refuse_copies = std::make_shared<std::atomic<bool>>(false);
+  auto gpu = sys.spawn<caf::detached>(
+    gpu_transfer, gpu_transfer_params{backend, pool, out.refuse_copies, interval});
   out.gpu = gpu;
 
   store_params sp;

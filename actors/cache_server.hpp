@@ -10,6 +10,8 @@
 #include <caf/actor_system.hpp>
 #include <zmq.hpp>
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@ struct cache_server_actors {
   std::vector<caf::actor> input_bridges; ///< the engine bridge
   std::vector<caf::actor> workers;       ///< registry, store, gpu transfer
   gpu_transfer_actor gpu;                ///< drained at shutdown before the workers exit
+  std::shared_ptr<std::atomic<bool>> refuse_copies; ///< set at shutdown: no new copy starts
   std::vector<std::string> summary;
   std::string error; ///< non-empty: could not start (e.g. backend "cuda" without a GPU)
 };

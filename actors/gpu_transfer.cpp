@@ -79,8 +79,9 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
     },
     [self](gpu_copy& cp) -> gpu_copy_started {
       auto& st = self->state;
-      if (st.draining) {
+      if (st.draining || (st.p.refuse_copies && st.p.refuse_copies->load())) {
         ++st.failed;
+        ++st.refused_at_shutdown;
         return {false, "the sidecar is shutting down: no new copies", {}, 0};
       }
       auto i = st.instances.find(cp.instance_id);
@@ -163,10 +164,13 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
     },
     [self](drain_atom) -> caf::result<uint64_t> {
       // Copies run on this actor's thread (host) or are tracked in inflight
-      // (CUDA): once this message is handled, no earlier copy is running on
-      // the CPU, and none may start after it.
+      // (CUDA): while this message is handled no copy runs on the CPU, and
+      // none starts after it (copies still queued are refused).
       auto& st = self->state;
       st.draining = true;
+      if (st.refused_at_shutdown > 0)
+        KVS_INFO(st.label, "shutdown: refused {} copies that had not started",
+                 st.refused_at_shutdown);
       st.drain_waited = pending_copies(st);
       if (st.drain_waited == 0)
         return uint64_t{0};

@@ -6,6 +6,7 @@
 #include "actors/interfaces.hpp"
 #include "gpu/transfer_backend.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -20,6 +21,10 @@ struct gpu_transfer_params {
   /// and read from it by raw pointer, so the transfer actor keeps it alive
   /// until its last copy is over, whenever the store exits.
   std::shared_ptr<const void> l1;
+  /// Set by the sidecar at shutdown (from its thread): copies that have not
+  /// started are refused at once, including those already queued in the
+  /// mailbox, which a drain message cannot overtake.
+  std::shared_ptr<std::atomic<bool>> refuse_copies;
   std::chrono::nanoseconds stats_interval{};
 };
 
@@ -46,6 +51,7 @@ struct gpu_transfer_state {
   bool draining = false;
   std::optional<caf::typed_response_promise<uint64_t>> drained;
   uint64_t drain_waited = 0;
+  uint64_t refused_at_shutdown = 0;
 
   uint64_t copies = 0;
   uint64_t failed = 0;

@@ -9,6 +9,8 @@
 #include <caf/actor_system.hpp>
 #include <zmq.hpp>
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,8 @@ struct actor_tree {
   /// The cache's copy engine (null without the cache): drained after the
   /// input stops and before the workers exit, so no copy is cut short.
   gpu_transfer_actor gpu;
+  /// Set when shutdown begins: the transfer actor starts no copy after it.
+  std::shared_ptr<std::atomic<bool>> refuse_copies;
   /// One per DP rank: empty once everything accepted has been sent.
   std::vector<relay_queue_ptr> queues;
   /// One line per actor, for the start-up log.

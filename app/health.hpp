@@ -1,28 +1,22 @@
-// What the process says about itself, readable from any thread: the
-// sidecar writes it, the HTTP /healthz and /readyz endpoints read it.
+// The process's health, as the HTTP probes report it (/healthz, /readyz).
 //
-//   alive     every long-lived actor is running (false once one exited
-//             unexpectedly; the process then exits with status 3)
-//   ready     the start-up handshake is done and no shutdown has begun
-//   draining  a stop signal arrived: input is stopping, output draining
+// Plain atomics written on rare transitions (start-up done, a long-lived
+// actor died, SIGTERM) and read by the probe handlers: no lock anywhere near
+// a hot path.
 #pragma once
 
 #include <atomic>
-#include <memory>
 
 namespace kvs {
 
 struct health_state {
-  std::atomic<bool> alive{true};
-  std::atomic<bool> ready{false};
-  std::atomic<bool> draining{false};
-
-  /// /healthz: the process should be kept (not restarted).
-  bool healthy() const { return alive.load(); }
-  /// /readyz: the process should get traffic.
-  bool serving() const { return alive.load() && ready.load() && !draining.load(); }
+  std::atomic<bool> alive{true}, ready{false}, draining{false};
 };
 
-using health_ptr = std::shared_ptr<health_state>;
+/// The process-wide health state.
+inline health_state& health() {
+  static health_state state;
+  return state;
+}
 
 } // namespace kvs

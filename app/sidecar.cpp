@@ -75,10 +75,15 @@ bool queues_empty(const actor_tree& t) {
   return true;
 }
 
-/// Waits until the transfer actor has no copy in flight (and takes no new
-/// one), so that no copy is cut short when the workers exit.
+/// Waits until the transfer actor has no copy in flight and takes no new
+/// one, so that no copy is cut short when the workers exit. Copies still
+/// queued have not started: the flag makes the actor refuse them as it
+/// reaches them, so shutdown does not wait for a backlog (the drain message
+/// cannot overtake what the actor already took from its mailbox).
 void drain_copies(caf::scoped_actor& self, const actor_tree& t, supervisor& sup,
                   clock::time_point deadline, const std::string& me) {
+  if (t.refuse_copies)
+    t.refuse_copies->store(true);
   if (!t.gpu || sup.is_down(t.gpu.address()))
     return;
   auto left = std::max<clock::duration>(left_until(deadline), std::chrono::milliseconds{1});
@@ -140,7 +145,7 @@ void block_signals() {
 int run_sidecar(const config& cfg) {
   auto me = log::label("sidecar", cfg.sidecar.name, 0);
   // Read by the HTTP health endpoints; written only here.
-  auto health = std::make_shared<health_state>();
+  health_state& health = kvs::health();
   // Declared before the actor system: destroyed after it, when every bridge
   // has closed its sockets.
   zmq::context_t ctx{1};
@@ -213,19 +218,19 @@ int run_sidecar(const config& cfg) {
       if (cause.signal == 0) {
         for (auto& line : tree.summary)
           KVS_INFO(me, "actor tree: {}", line);
-        health->ready = true;
+        health.ready = true;
         KVS_INFO(me, "kvsidecar ready ({} bridges, {} actors, {} supervised)",
                  tree.bridge_count(), tree.workers.size(), sup.watched());
         cause = wait_for_stop(self, sup);
       }
-      health->ready = false;
+      health.ready = false;
       if (cause.down) {
-        health->alive = false;
+        health.alive = false;
         KVS_ERROR(me, "{} exited unexpectedly ({}): shutting down, exit status {} (restart me)",
                   cause.down->name, cause.down->reason_text(), int{exit_actor_failed});
         status = exit_actor_failed;
       } else {
-        health->draining = true;
+        health.draining = true;
         KVS_INFO(me, "{} received: stopping input, draining, closing sockets (deadline {})",
                  cause.signal == SIGINT ? "SIGINT" : "SIGTERM",
                  to_string(cfg.sidecar.shutdown_timeout));
