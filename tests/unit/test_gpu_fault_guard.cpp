@@ -96,10 +96,17 @@ TEST_CASE("fault guard: a SIGBUS outside every declared range still kills the pr
     guarded_range ranges[1] = {{other, sizeof other}};
     touch past{m.base + m.page};
     run_guarded(ranges, 1, read_byte, &past);
-    _exit(0);  // not reached
+    _exit(42);  // the fault was swallowed: what must not happen
   }
   int status = 0;
   REQUIRE(waitpid(child, &status, 0) == child);
-  CHECK(WIFSIGNALED(status));
-  CHECK(WTERMSIG(status) == SIGBUS);
+#ifdef __SANITIZE_ADDRESS__
+  // ASan's handler was there first and is passed the fault: it reports it
+  // and ends the process its own way (abort or a non-zero exit).
+  const bool died = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0 &&
+                                            WEXITSTATUS(status) != 42);
+  CHECK_MESSAGE(died, "wait status " << status);
+#else
+  CHECK_MESSAGE((WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS), "wait status " << status);
+#endif
 }
