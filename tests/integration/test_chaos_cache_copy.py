@@ -147,6 +147,7 @@ def test_sigterm_while_store_copies_are_in_flight_exits_0(cache_server):
     soon as the first is answered: the others' copies are queued or running when
     the store actor is told to exit. Before the fix 10 of 10 runs died of SIGSEGV."""
     # 4 layers x 256 tokens x 1 KiB per token and layer, K and V: 2 MiB per chunk.
+    took = []
     with shm_pool.sglang_mha_pools(4, 12 * PAGES_PER_CHUNK, PAGE, 8, 64, prefix="kvs_ct") as pools:
         for run in range(10):
             srv = cache_server(overrides={"cache.l1_size": "256MiB",
@@ -156,8 +157,10 @@ def test_sigterm_while_store_copies_are_in_flight_exits_0(cache_server):
             uids = [c.submit("store", store_key(tokens(12, salt=100 * run + k), f"r{run}-{k}"),
                              1, [blocks(0, 12)], EVENT_HANDLE) for k in range(8)]
             assert c.reply(uids[0]).body == STORE_OK
-            sigterm_and_wait(srv)
+            took.append(sigterm_and_wait(srv))
             c.close()
+    print(f"\nSIGTERM with STORE copies in flight: 10 of 10 runs exited 0, in "
+          f"{min(took):.3f}..{max(took):.3f}s")
 
 
 def test_sigterm_under_store_retrieve_load_exits_0_ten_times(cache_server, clients):
