@@ -78,6 +78,7 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
   rp.gpu = gpu;
   rp.store = st;
   rp.stats_interval = interval;
+  rp.shm_allow_prefixes = c.shm_allow_prefixes;
   auto reg = sys.spawn(registry, rp);
 
   engine_bridge_params ep;
