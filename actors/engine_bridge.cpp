@@ -195,7 +195,9 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
   auto req = std::make_shared<mp_request>(std::move(std::get<mp_request>(res)));
   mp_call call{std::move(identity), std::move(req), std::nullopt};
   if (ipc_ && call.request->op == mp_op::register_kv_cache) {
-    call.peer_uid = peer_uid(frames[0]);
+    // The identity frame is made up by the ROUTER; the peer's metadata
+    // travels on the frames it sent.
+    call.peer_uid = peer_uid(frames[1]);
     if (!call.peer_uid) {
       reject(hex(call.identity), hex(call.request->uid_frame), "register_kv_cache",
              wire_error{"no_peer_credentials", "the ipc:// peer's uid is unknown; registration "

@@ -39,8 +39,8 @@ TEST_CASE("names: sem.*, NUL, control characters, '/', length are always refused
   CHECK(check_shm_name("//kvs_a", any));
   CHECK(check_shm_name("/..", any));
   CHECK(*check_shm_name("/", any) == "empty shared-memory name");
-  CHECK_FALSE(check_shm_name("/kvs_" + std::string(250, 'x'), defaults));
-  CHECK(*check_shm_name("/kvs_" + std::string(251, 'x'), defaults) ==
+  CHECK_FALSE(check_shm_name("/kvs_" + std::string(251, 'x'), defaults));
+  CHECK(*check_shm_name("/kvs_" + std::string(252, 'x'), defaults) ==
         "shared-memory name of 256 bytes (at most 255)");
 }
 
