@@ -88,6 +88,7 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
   ep.registry = reg;
   ep.store = st;
   ep.gpu = gpu;
+  ep.curve_secret_key = cfg.security.curve_secret_key;
   out.input_bridges.push_back(
     sys.spawn<engine_bridge, caf::detached>(ctx, supervisor, interval, ep));
   for (auto& a : {caf::actor_cast<caf::actor>(reg), caf::actor_cast<caf::actor>(st),

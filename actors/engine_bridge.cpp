@@ -1,6 +1,7 @@
 #include "actors/engine_bridge.hpp"
 
 #include "actors/session.hpp"
+#include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
 #include "app/log.hpp"
 #include "config/config.hpp"
@@ -65,6 +66,7 @@ std::optional<std::string> engine_bridge::open() {
   router_.set(zmq::sockopt::sndhwm, 0);
   // Decoders are bounded by the frame size; refuse absurd frames up front.
   router_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);
+  serve_curve(router_, p_.curve_secret_key);
   auto r = open_endpoint(router_, p_.endpoint, true);
   if (!r.ok)
     return "cache.endpoint = \"" + p_.endpoint + "\": " + r.endpoint;

@@ -23,6 +23,7 @@ struct engine_bridge_params {
   registry_actor registry;
   store_actor store;
   gpu_transfer_actor gpu;
+  std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
 };
 
 class engine_bridge : public zmq_bridge {
