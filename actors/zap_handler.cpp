@@ -41,8 +41,9 @@ zap_handler::~zap_handler() {
 std::optional<std::string> zap_handler::start() {
   std::promise<std::optional<std::string>> bound;
   auto result = bound.get_future();
-  // The sockets are made, used and closed on the handler's thread only.
-  thread_ = std::thread([this, &bound] {
+  // The sockets are made, used and closed on the handler's thread only (the
+  // thread owns the promise too, so start() may return while it sets it).
+  thread_ = std::thread([this, bound = std::move(bound)]() mutable {
     std::vector<zmq::socket_t> socks;
     try {
       for (auto* ctx : contexts_) {
