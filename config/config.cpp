@@ -499,10 +499,12 @@ config_result finish(const toml::table& t, loader& l) {
   sec.curve_secret_key_file = r.str("security.curve_secret_key_file");
   sec.curve_allowed_clients_dir = r.str("security.curve_allowed_clients_dir");
   if (!l.error && sec.curve_secret_key_file.empty() != sec.curve_allowed_clients_dir.empty()) {
-    auto missing = sec.curve_secret_key_file.empty() ? "security.curve_secret_key_file"
-                                                     : "security.curve_allowed_clients_dir";
-    l.fail_at(missing, "CURVE needs both security.curve_secret_key_file and "
-                       "security.curve_allowed_clients_dir (or neither)");
+    // Named at the key that was set, where the operator looks.
+    bool secret_set = !sec.curve_secret_key_file.empty();
+    l.fail_at(secret_set ? "security.curve_secret_key_file" : "security.curve_allowed_clients_dir",
+              std::string{"CURVE also needs "}
+                + (secret_set ? "security.curve_allowed_clients_dir" : "security.curve_secret_key_file")
+                + " (set both, or neither)");
   }
   if (!l.error && sec.curve_enabled()) {
     std::string why;

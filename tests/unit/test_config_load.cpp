@@ -274,7 +274,9 @@ TEST_CASE("[security]: CURVE keys are loaded and validated, errors name the key"
   CHECK(hex(c.security.curve_allowed_keys[0]).substr(0, 8) == "bb88471d");
 
   auto e = error_of("[security]\ncurve_secret_key_file = \"" + secret + "\"\n");
-  CHECK(e.key == "security.curve_allowed_clients_dir");
+  CHECK(e.key == "security.curve_secret_key_file");
+  CHECK(e.line == 2);
+  CHECK(e.what == "CURVE also needs security.curve_allowed_clients_dir (set both, or neither)");
   e = error_of("[security]\ncurve_secret_key_file = \"/nonexistent/k\"\n"
                "curve_allowed_clients_dir = \"" + dir + "\"\n");
   CHECK(e.key == "security.curve_secret_key_file");
