@@ -46,7 +46,7 @@ CHURN = 2000
 # a leak of one reply or session per request would be far above this).
 RSS_SLACK = 48 << 20
 # Under ASan freed memory sits in its quarantine (256 MiB by default) first.
-RSS_SLACK_ASAN = 320 << 20
+RSS_SLACK_ASAN = 384 << 20
 FD_SLACK = 4
 
 
