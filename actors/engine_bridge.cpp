@@ -214,7 +214,7 @@ session_actor& engine_bridge::session_for(const std::string& rid, bool create) {
   auto i = sessions_.find(rid);
   if (i != sessions_.end())
     return i->second.actor;
-  if (!create)
+  if (!create || sessions_.size() >= p_.max_sessions)
     return none_;
   session_params sp;
   sp.request_id = rid;
@@ -308,6 +308,20 @@ void engine_bridge::route(mp_call call) {
         return;
       }
       auto& s = session_for(*rid, true);
+      if (!s) {
+        // cache.max_sessions are live: refused like an unknown job, so a
+        // client inventing request ids cannot grow the process without
+        // bound. A LOOKUP is acked (its prefetch queries then report 0
+        // hits), a STORE/RETRIEVE fails.
+        reject(hex(call.identity), hex(req.uid_frame), to_string(req.op),
+               wire_error{"session_limit", std::to_string(sessions_.size())
+                                             + " sessions live (cache.max_sessions): request id "
+                                             + *rid + " refused"});
+        send_reply(make_reply(call, req.op == mp_op::lookup
+                                      ? std::nullopt
+                                      : std::optional<std::string>{encode_mp_event_ok("", false)}));
+        return;
+      }
       sessions_[*rid].last_active = clock::now();
       if (instance >= 0) {
         send(p_.registry, tick_atom_v, instance);

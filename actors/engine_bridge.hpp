@@ -20,6 +20,7 @@ struct engine_bridge_params {
   std::string endpoint;
   int64_t chunk_size = 256;
   std::chrono::nanoseconds session_ttl{};
+  size_t max_sessions = 65536; ///< live sessions at most (cache.max_sessions)
   registry_actor registry;
   store_actor store;
   gpu_transfer_actor gpu;

@@ -483,6 +483,7 @@ config_result finish(const toml::table& t, loader& l) {
   if (!l.error && k.evict_low >= k.evict_high)
     l.fail_at("cache.evict_low", "expected evict_low below evict_high");
   k.session_ttl = r.dur("cache.session_ttl", false);
+  k.max_sessions = r.integer("cache.max_sessions", 1, 100000000);
   k.lock_ttl = r.dur("cache.lock_ttl", false);
   k.heartbeat_timeout = r.dur("cache.heartbeat_timeout", false);
   k.events_rank = r.integer("cache.events_rank", -1, 1023);

@@ -50,6 +50,7 @@ struct cache_config {
   double evict_high = 0;
   double evict_low = 0;
   duration session_ttl{};
+  int64_t max_sessions = 0;
   duration lock_ttl{};
   duration heartbeat_timeout{};
   int64_t events_rank = 0;

@@ -255,3 +255,28 @@ def test_fuzz_and_churn_cache_socket(cache_server, kv_pools):
     good_round_trip(srv, pools, 9001, salt=2)
     eb = srv.wait_stats(lambda s: True, actor="engine_bridge")
     assert eb["rejected"] > 0  # the fuzz was seen, and counted
+
+
+def test_invented_request_ids_cannot_grow_sessions_without_bound(cache_server, kv_pools):
+    """A client that sends a new request id with every LOOKUP/STORE meets
+    cache.max_sessions: the lookups are acked and find nothing, the stores
+    fail, nothing else is disturbed, and ended sessions make room again."""
+    srv = cache_server(overrides={"cache.max_sessions": 50})
+    pools = kv_pools("sglang")
+    c = srv.client()
+    register(c, pools, 9200)
+    toks = tokens(1, salt=40)
+    mark = srv.mark()
+    for i in range(200):
+        assert c.lookup(cache_key(MODEL, 1, None, toks, 0, CHUNK, f"inv-{i}"), 1) is None
+    eb = srv.wait_stats(lambda s: s["requests"] >= 201, actor="engine_bridge")
+    assert eb["sessions"] == 50
+    srv.wait_log(r"op lookup: session_limit: 50 sessions live \(cache.max_sessions\): request id "
+                 r"inv-50 refused", mark)
+    assert c.wait_prefetch_status("inv-150", 0.1) == 0  # unknown job: nothing found
+    assert store(c, 9200, toks, "inv-store", blocks(0, 1)) == b"\x92\xc4\x00\xc2"
+    for i in range(50):
+        c.end_session(f"inv-{i}")
+    assert store(c, 9200, toks, "good", blocks(0, 1)) == STORE_OK
+    c.end_session("good")
+    srv.wait_idle()

@@ -48,6 +48,7 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.cache.evict_high == doctest::Approx(0.9));
   CHECK(c.cache.evict_low == doctest::Approx(0.8));
   CHECK(c.cache.session_ttl == std::chrono::seconds{600});
+  CHECK(c.cache.max_sessions == 65536);
   CHECK(c.cache.lock_ttl == std::chrono::seconds{300});
   CHECK(c.cache.heartbeat_timeout == std::chrono::seconds{120});
   CHECK(c.cache.events_rank == 0);
@@ -120,6 +121,7 @@ TEST_CASE("enums, ranges and cross-key rules") {
   CHECK(error_of("[events]\ndp_size = 0\n").key == "events.dp_size");
   CHECK(error_of("[cache]\nevict_low = 0.95\n").key == "cache.evict_low");
   CHECK(error_of("[cache]\nevents_rank = 3\n").key == "cache.events_rank");
+  CHECK(error_of("[cache]\nmax_sessions = 0\n").what == "expected an integer in 1..100000000, got 0");
   CHECK(error_of("[events]\nendpoint = \"udp://x:1\"\n").key == "events.endpoint");
   CHECK(error_of("[events]\ndp_size = 2\nendpoint = \"tcp://*:65535\"\n").what.find("dp rank 1")
         != std::string::npos);
