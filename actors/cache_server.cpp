@@ -83,15 +83,18 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
   rp.gpu = gpu;
   rp.store = st;
   rp.stats_interval = interval;
+  rp.shm_allow_prefixes = c.shm_allow_prefixes;
   auto reg = sys.spawn(registry, rp);
 
   engine_bridge_params ep;
   ep.endpoint = c.endpoint;
   ep.chunk_size = c.chunk_size;
   ep.session_ttl = c.session_ttl;
+  ep.max_sessions = static_cast<size_t>(c.max_sessions);
   ep.registry = reg;
   ep.store = st;
   ep.gpu = gpu;
+  ep.curve_secret_key = cfg.security.curve_secret_key;
   out.input_bridges.push_back(
     sys.spawn<engine_bridge, caf::detached>(ctx, supervisor, interval, ep));
   for (auto& a : {caf::actor_cast<caf::actor>(reg), caf::actor_cast<caf::actor>(st),

@@ -1,6 +1,7 @@
 #include "actors/engine_bridge.hpp"
 
 #include "actors/session.hpp"
+#include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
 #include "app/log.hpp"
 #include "config/config.hpp"
@@ -8,6 +9,8 @@
 
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
+
+#include <cstdlib>
 
 namespace kvs {
 
@@ -63,11 +66,19 @@ std::optional<std::string> engine_bridge::open() {
   router_.set(zmq::sockopt::sndhwm, 0);
   // Decoders are bounded by the frame size; refuse absurd frames up front.
   router_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);
+  serve_curve(router_, p_.curve_secret_key);
   auto r = open_endpoint(router_, p_.endpoint, true);
   if (!r.ok)
     return "cache.endpoint = \"" + p_.endpoint + "\": " + r.endpoint;
   KVS_INFO(label(), "bound {} (cache.endpoint): serving the LMCache MP protocol, chunk_size {}",
            r.endpoint, p_.chunk_size);
+  ipc_ = p_.endpoint.rfind("ipc://", 0) == 0;
+  if (!endpoint_is_local(p_.endpoint))
+    KVS_WARN(label(), "cache.endpoint = \"{}\" is reachable from the network: any client that "
+                      "reaches it can register shared memory the sidecar's user may open and read "
+                      "or write the cached KV (bind 127.0.0.1 or an ipc:// path unless that is "
+                      "intended)",
+             p_.endpoint);
   watch(router_, ZMQ_POLLIN);
   delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(), tick_atom_v);
   return std::nullopt;
@@ -107,6 +118,7 @@ caf::behavior engine_bridge::handlers() {
             doomed.push_back(rid);
       for (auto& rid : doomed)
         end_session(rid);
+      owners_.erase(instance);
       if (!doomed.empty())
         KVS_INFO(label(), "instance {} reaped: ended its {} sessions", instance, doomed.size());
     },
@@ -134,6 +146,40 @@ void engine_bridge::reject(const std::string& peer, const std::string& uid, cons
              uid, op, err.kind, err.detail, n);
 }
 
+std::optional<uint32_t> engine_bridge::peer_uid(zmq::message_t& frame) const {
+  // Over ipc:// libzmq reports the peer as "<host>:<uid>:<gid>:<pid>"
+  // (SO_PEERCRED taken when the connection was accepted, so it names the
+  // process that connected, not one that reused its fd later).
+  try {
+    std::string addr = frame.gets("Peer-Address");
+    auto c3 = addr.rfind(':');
+    auto c2 = c3 == std::string::npos || c3 == 0 ? std::string::npos : addr.rfind(':', c3 - 1);
+    auto c1 = c2 == std::string::npos || c2 == 0 ? std::string::npos : addr.rfind(':', c2 - 1);
+    if (c1 == std::string::npos)
+      return std::nullopt;
+    auto uid = addr.substr(c1 + 1, c2 - c1 - 1);
+    if (uid.empty() || uid.size() > 10 || uid.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    auto v = std::strtoull(uid.c_str(), nullptr, 10);
+    if (v > 0xffffffffULL)
+      return std::nullopt;
+    return static_cast<uint32_t>(v);
+  } catch (const zmq::error_t&) {
+    return std::nullopt;
+  }
+}
+
+bool engine_bridge::foreign(const mp_call& call, int64_t instance) {
+  auto i = owners_.find(instance);
+  if (i == owners_.end() || i->second == call.identity)
+    return false;
+  reject(hex(call.identity), hex(call.request->uid_frame), to_string(call.request->op),
+         wire_error{"foreign_instance",
+                    "instance " + std::to_string(instance) + " was registered by connection "
+                      + hex(i->second) + "; only that connection may use it"});
+  return true;
+}
+
 void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
   ++requests_;
   auto identity = frames[0].to_string();
@@ -149,14 +195,26 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
     return;
   }
   auto req = std::make_shared<mp_request>(std::move(std::get<mp_request>(res)));
-  route(mp_call{std::move(identity), std::move(req)});
+  mp_call call{std::move(identity), std::move(req), std::nullopt};
+  if (ipc_ && call.request->op == mp_op::register_kv_cache) {
+    // The identity frame is made up by the ROUTER; the peer's metadata
+    // travels on the frames it sent.
+    call.peer_uid = peer_uid(frames[1]);
+    if (!call.peer_uid) {
+      reject(hex(call.identity), hex(call.request->uid_frame), "register_kv_cache",
+             wire_error{"no_peer_credentials", "the ipc:// peer's uid is unknown; registration "
+                                               "refused"});
+      return;
+    }
+  }
+  route(std::move(call));
 }
 
 session_actor& engine_bridge::session_for(const std::string& rid, bool create) {
   auto i = sessions_.find(rid);
   if (i != sessions_.end())
     return i->second.actor;
-  if (!create)
+  if (!create || sessions_.size() >= p_.max_sessions)
     return none_;
   session_params sp;
   sp.request_id = rid;
@@ -193,16 +251,39 @@ void engine_bridge::route(mp_call call) {
     case mp_op::ping: {
       // Answered here (the heartbeat must not queue behind anything); the
       // registry learns the instance is alive.
+      // Only the owning connection keeps an instance alive: an engine that
+      // reconnected (new identity) re-registers once the old one is reaped.
       auto& b = std::get<ping_req>(req.body);
-      if (b.instance_id)
-        send(p_.registry, tick_atom_v, *b.instance_id);
+      if (b.instance_id) {
+        auto o = owners_.find(*b.instance_id);
+        if (o == owners_.end() || o->second == call.identity)
+          send(p_.registry, tick_atom_v, *b.instance_id);
+      }
       send_reply(make_reply(call, encode_mp_bool(true)));
       return;
     }
-    case mp_op::register_kv_cache:
-    case mp_op::unregister_kv_cache:
+    case mp_op::register_kv_cache: {
+      // Refused like a failed registration: no reply (the connector fails
+      // on its timeout; LMCache's vLLM adapter retries on its next ping).
+      auto id = std::get<register_kv_cache_req>(req.body).instance_id;
+      if (foreign(call, id))
+        return;
+      owners_[id] = call.identity;
       send(p_.registry, std::move(call));
       return;
+    }
+    case mp_op::unregister_kv_cache: {
+      // unregister has no failure reply in LMCache (None): a foreign one is
+      // answered None and changes nothing.
+      auto id = std::get<unregister_kv_cache_req>(req.body).instance_id;
+      if (foreign(call, id)) {
+        send_reply(make_reply(call, std::nullopt));
+        return;
+      }
+      owners_.erase(id);
+      send(p_.registry, std::move(call));
+      return;
+    }
     case mp_op::clear:
       send(p_.store, std::move(call));
       return;
@@ -216,13 +297,32 @@ void engine_bridge::route(mp_call call) {
     case mp_op::lookup:
     case mp_op::store:
     case mp_op::retrieve: {
-      auto& s = session_for(*rid, true);
-      sessions_[*rid].last_active = clock::now();
       int64_t instance = -1;
       if (auto* st = std::get_if<store_req>(&req.body))
         instance = st->instance_id;
       else if (auto* rt = std::get_if<retrieve_req>(&req.body))
         instance = rt->instance_id;
+      if (instance >= 0 && foreign(call, instance)) {
+        // LMCache's failure answer to STORE/RETRIEVE: (b"", False).
+        send_reply(make_reply(call, encode_mp_event_ok("", false)));
+        return;
+      }
+      auto& s = session_for(*rid, true);
+      if (!s) {
+        // cache.max_sessions are live: refused like an unknown job, so a
+        // client inventing request ids cannot grow the process without
+        // bound. A LOOKUP is acked (its prefetch queries then report 0
+        // hits), a STORE/RETRIEVE fails.
+        reject(hex(call.identity), hex(req.uid_frame), to_string(req.op),
+               wire_error{"session_limit", std::to_string(sessions_.size())
+                                             + " sessions live (cache.max_sessions): request id "
+                                             + *rid + " refused"});
+        send_reply(make_reply(call, req.op == mp_op::lookup
+                                      ? std::nullopt
+                                      : std::optional<std::string>{encode_mp_event_ok("", false)}));
+        return;
+      }
+      sessions_[*rid].last_active = clock::now();
       if (instance >= 0) {
         send(p_.registry, tick_atom_v, instance);
         auto& ids = sessions_[*rid].instances;

@@ -20,9 +20,11 @@ struct engine_bridge_params {
   std::string endpoint;
   int64_t chunk_size = 256;
   std::chrono::nanoseconds session_ttl{};
+  size_t max_sessions = 65536; ///< live sessions at most (cache.max_sessions)
   registry_actor registry;
   store_actor store;
   gpu_transfer_actor gpu;
+  std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
 };
 
 class engine_bridge : public zmq_bridge {
@@ -55,10 +57,18 @@ private:
   void send_reply(const mp_reply& r);
   void reject(const std::string& peer, const std::string& uid, const std::string& op,
               const wire_error& err);
+  bool foreign(const mp_call& call, int64_t instance);
+  std::optional<uint32_t> peer_uid(zmq::message_t& frame) const;
 
   engine_bridge_params p_;
   zmq::socket_t router_;
   std::unordered_map<std::string, session_entry> sessions_;
+  /// instance id -> ROUTER identity of the connection that registered it.
+  /// Only that connection may re-register, unregister, store or retrieve
+  /// through it, or keep it alive with pings; the binding ends when the
+  /// instance is unregistered, reaped or its registration fails.
+  std::unordered_map<int64_t, std::string> owners_;
+  bool ipc_ = false; ///< cache.endpoint is ipc://: registrations carry the peer's uid
   session_actor none_;
 
   uint64_t requests_ = 0;

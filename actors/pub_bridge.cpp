@@ -1,5 +1,6 @@
 #include "actors/pub_bridge.hpp"
 
+#include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
 #include "app/log.hpp"
 #include "messages/type_ids.hpp"
@@ -17,6 +18,7 @@ std::optional<std::string> pub_bridge::open() {
   own(pub_);
   pub_.set(zmq::sockopt::sndhwm, static_cast<int>(p_.hwm));
   pub_.set(zmq::sockopt::xpub_nodrop, 1);
+  serve_curve(pub_, p_.curve_secret_key);
   auto r = open_endpoint(pub_, p_.endpoint, false);
   if (!r.ok)
     return p_.config_key + " = \"" + p_.endpoint + "\": " + r.endpoint;

@@ -22,6 +22,7 @@ struct pub_bridge_params {
   int64_t hwm = 0;
   relay_queue_ptr queue;
   std::chrono::nanoseconds linger{};
+  std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
 };
 
 class pub_bridge : public zmq_bridge {

@@ -2,7 +2,10 @@
 
 #include "actors/actor_logging.hpp"
 #include "config/config.hpp"
+#include "gpu/shm_policy.hpp"
 #include "messages/lmcache_protocol.hpp"
+
+#include <unistd.h>
 
 namespace kvs {
 
@@ -26,14 +29,44 @@ void forget(self_ptr self, int64_t id) {
   self->state.instances.erase(id);
 }
 
+/// Why one of the registration's shared-memory objects may not be mapped
+/// for this client (gpu/shm_policy.hpp), or nullopt.
+std::optional<std::string> refuse_shm(const registry_state& st, const mp_call& call,
+                                      const register_kv_cache_req& r) {
+  // Over ipc:// the objects must belong to the connecting process's user;
+  // over tcp:// the peer is unknown, so they must belong to the sidecar's.
+  const uint32_t uid = call.peer_uid.value_or(static_cast<uint32_t>(geteuid()));
+  for (size_t i = 0; i < r.kv_caches.size(); ++i) {
+    const auto& t = r.kv_caches[i];
+    if (t.kind != tensor_desc::memory_kind::host_shm)
+      continue;
+    auto where = [&] { return "tensor " + std::to_string(i) + " ('" + t.shm_name + "'): "; };
+    if (auto why = check_shm_name(t.shm_name, st.p.shm_allow_prefixes))
+      return where() + *why;
+    if (auto why = check_shm_owner(t.shm_name, uid))
+      return where() + *why + (call.peer_uid ? "" : " (over tcp:// the objects must belong to "
+                                                    "the sidecar's user; use an ipc:// "
+                                                    "cache.endpoint for other users)");
+  }
+  return std::nullopt;
+}
+
 void on_register(self_ptr self, const mp_call& call, const register_kv_cache_req& r) {
   auto& st = self->state;
   auto fail = [self, id = r.instance_id](const std::string& why) {
-    ++self->state.failed;
+    auto& st = self->state;
+    ++st.failed;
     // Like LMCache's daemon, a failed registration gets no reply: the
     // connector's start-up fails on its timeout instead of running uncached.
-    KVS_ERROR(self->state.label, "register_kv_cache of instance {} failed: {}", id, why);
+    KVS_ERROR(st.label, "register_kv_cache of instance {} failed: {}", id, why);
+    // No registration left: the bridge frees the id's connection binding.
+    if (!st.instances.count(id) && st.bridge)
+      self->send(st.bridge, expire_atom_v, id);
   };
+  if (auto why = refuse_shm(st, call, r)) {
+    fail(*why);
+    return;
+  }
   auto layout = detect_kv_layout(r.kv_caches, to_layout_hints(r));
   if (!layout) {
     fail(layout.error().kind + ": " + layout.error().detail);

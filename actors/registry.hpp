@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kvs {
 
@@ -17,6 +18,7 @@ struct registry_params {
   gpu_transfer_actor gpu;
   store_actor store;
   std::chrono::nanoseconds stats_interval{};
+  std::vector<std::string> shm_allow_prefixes; ///< cache.shm_allow_prefixes
 };
 
 struct registry_state {

@@ -1,5 +1,6 @@
 #include "actors/replay_bridge.hpp"
 
+#include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
 #include "app/log.hpp"
 
@@ -27,6 +28,7 @@ std::optional<std::string> replay_bridge::open() {
   own(router_);
   router_.set(zmq::sockopt::router_mandatory, 1);
   router_.set(zmq::sockopt::sndhwm, 10000);
+  serve_curve(router_, p_.curve_secret_key);
   auto r = open_endpoint(router_, p_.endpoint, true);
   if (!r.ok)
     return p_.config_key + " = \"" + p_.endpoint + "\": " + r.endpoint;

@@ -25,6 +25,7 @@ struct replay_bridge_params {
   event_dialect dialect = event_dialect::vllm;
   replay_actor replay;
   int64_t rate = 0; ///< batches/s streamed at most, all clients together (0 = unlimited)
+  std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
 };
 
 class replay_bridge : public zmq_bridge {

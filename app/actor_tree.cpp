@@ -38,6 +38,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
       rp.dialect = dialect;
       rp.replay = rep;
       rp.rate = ev.replay_rate;
+      rp.curve_secret_key = cfg.security.curve_secret_key;
       t.output_bridges.push_back(
         sys.spawn<replay_bridge, caf::detached>(replay_ctx, supervisor, interval, rp));
       t.summary.push_back(fmt::format("dp={}: replay (last {} batches) <- replay_bridge {}", r,
@@ -53,6 +54,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     pp.queue = queue;
     pp.linger = std::min<std::chrono::nanoseconds>(cfg.sidecar.shutdown_timeout / 4,
                                                    std::chrono::seconds{1});
+    pp.curve_secret_key = cfg.security.curve_secret_key;
     auto pub = sys.spawn<pub_bridge, caf::detached>(ctx, supervisor, interval, pp);
     t.output_bridges.push_back(pub);
 

@@ -42,8 +42,28 @@ void json_escape(std::string& out, std::string_view s) {
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (c < 0x20)
+        if (c < 0x20 || c == 0x7f)
           out += fmt::format("\\u{:04x}", c);
+        else
+          out += static_cast<char>(c);
+    }
+  }
+}
+
+// Text lines: control characters (and the backslash, so an escape cannot be
+// forged either) are written as escapes. Client-supplied strings (shm names,
+// request ids, model names) end up in messages; a raw newline in one would
+// let a client write lines that look like the sidecar's own.
+void text_escape(std::string& out, std::string_view s) {
+  for (unsigned char c : s) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c == 0x7f)
+          out += fmt::format("\\x{:02x}", c);
         else
           out += static_cast<char>(c);
     }
@@ -105,9 +125,9 @@ void write(level lvl, std::string_view actor, std::string_view msg) {
   } else {
     line += level_name(lvl, false);
     line += ' ';
-    line += actor;
+    text_escape(line, actor);
     line += ' ';
-    line += msg;
+    text_escape(line, msg);
   }
   lg->log(to_spd(lvl), "{}", line);
 }

@@ -1,6 +1,7 @@
 #include "app/sidecar.hpp"
 
 #include "app/actor_tree.hpp"
+#include "actors/zap_handler.hpp"
 #include "app/health.hpp"
 #include "app/log.hpp"
 #include "app/signal_watcher.hpp"
@@ -150,6 +151,20 @@ int run_sidecar(const config& cfg) {
   // has closed its sockets.
   zmq::context_t ctx{1};
   zmq::context_t replay_ctx{1};
+  // CURVE: the authoriser runs before any bridge binds and is stopped after
+  // every bridge closed its sockets, before the contexts end.
+  std::optional<zap_handler> zap;
+  if (cfg.security.curve_enabled()) {
+    zap.emplace(std::vector<zmq::context_t*>{&ctx, &replay_ctx}, cfg.security.curve_allowed_keys);
+    if (auto err = zap->start()) {
+      KVS_ERROR(me, "start-up failed: {}", *err);
+      return exit_startup_failed;
+    }
+    KVS_INFO(me, "CURVE on events.endpoint, events.replay_endpoint and cache.endpoint "
+                 "(security.curve_secret_key_file = \"{}\", {} allowed clients in \"{}\")",
+             cfg.security.curve_secret_key_file, cfg.security.curve_allowed_keys.size(),
+             cfg.security.curve_allowed_clients_dir);
+  }
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", size_t{2});
   // One shared queue whose idle workers block on a condition variable and
@@ -238,6 +253,8 @@ int run_sidecar(const config& cfg) {
       stop_all(self, tree, ready, sup, clock::now() + cfg.sidecar.shutdown_timeout, me, true);
     }
   }
+  if (zap)
+    zap->stop();
   replay_ctx.close();
   ctx.close();
   KVS_INFO(me, "exited with status {}", status);

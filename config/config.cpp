@@ -1,5 +1,7 @@
 #include "config/config.hpp"
 
+#include "config/curve_keys.hpp"
+
 #include <toml++/toml.h>
 
 #include <cctype>
@@ -116,6 +118,16 @@ std::string to_string(duration d) {
 bool endpoint_binds(const std::string& ep) {
   return ep.find('*') != std::string::npos || ep.find("::") != std::string::npos
          || ep.rfind("ipc://", 0) == 0 || ep.rfind("inproc://", 0) == 0;
+}
+
+bool endpoint_is_local(const std::string& ep) {
+  if (ep.rfind("ipc://", 0) == 0 || ep.rfind("inproc://", 0) == 0)
+    return true;
+  if (ep.rfind("tcp://", 0) != 0)
+    return false;
+  auto colon = ep.rfind(':');
+  auto host = ep.substr(6, colon == std::string::npos || colon < 6 ? std::string::npos : colon - 6);
+  return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]" || host == "::1";
 }
 
 namespace {
@@ -259,13 +271,13 @@ private:
       auto line = static_cast<int64_t>(snode.source().begin.line);
       auto* stbl = snode.as_table();
       if (!stbl) {
-        fail(source, section, line, "top-level keys must be sections: [sidecar], [events], [cache], [gpu]");
+        fail(source, section, line, "top-level keys must be sections: [sidecar], [events], [cache], [gpu], [security]");
         return false;
       }
       auto* dtbl = dst.get_as<toml::table>(section);
       if (!dtbl) {
         if (!is_default) {
-          fail(source, section, line, "unknown section (expected sidecar, events, cache or gpu)");
+          fail(source, section, line, "unknown section (expected sidecar, events, cache, gpu or security)");
           return false;
         }
         dst.insert(section, toml::table{});
@@ -360,6 +372,31 @@ public:
       l_.fail_at(key, "expected a duration above 0, got \"" + s + "\"");
     return v.value_or(duration{});
   }
+  /// An array of strings (each checked by `check`, which returns why not).
+  std::vector<std::string> strings(const char* key,
+                                   std::optional<std::string> (*check)(const std::string&)) {
+    std::vector<std::string> out;
+    auto* v = node(key);
+    auto* arr = v ? v->as_array() : nullptr;
+    if (!arr) {
+      l_.fail_at(key, "expected an array of strings");
+      return out;
+    }
+    for (size_t i = 0; i < arr->size(); ++i) {
+      auto* s = arr->get(i)->as_string();
+      if (!s) {
+        l_.fail_at(key, "expected an array of strings, element " + std::to_string(i)
+                          + " is not a string");
+        return out;
+      }
+      if (auto why = check(s->get())) {
+        l_.fail_at(key, "element " + std::to_string(i) + " (\"" + s->get() + "\"): " + *why);
+        return out;
+      }
+      out.push_back(s->get());
+    }
+    return out;
+  }
   /// Endpoint check: scheme, and a port in range for tcp (0 = ephemeral).
   std::string endpoint(const char* key, bool empty_ok) {
     auto s = str(key);
@@ -386,6 +423,19 @@ private:
   const toml::table& t_;
   loader& l_;
 };
+
+// A cache.shm_allow_prefixes entry: a name start that shm names can have.
+std::optional<std::string> check_shm_prefix(const std::string& p) {
+  auto bare = std::string_view{p};
+  if (!bare.empty() && bare.front() == '/')
+    bare.remove_prefix(1);
+  for (unsigned char c : bare)
+    if (c < 0x20 || c == 0x7f || c == '/')
+      return std::string{"a prefix holds no '/' after the leading one and no control character"};
+  if (bare.size() > 255)
+    return std::string{"longer than a shared-memory name can be (255)"};
+  return std::nullopt;
+}
 
 config_result finish(const toml::table& t, loader& l) {
   config c;
@@ -433,6 +483,7 @@ config_result finish(const toml::table& t, loader& l) {
   if (!l.error && k.evict_low >= k.evict_high)
     l.fail_at("cache.evict_low", "expected evict_low below evict_high");
   k.session_ttl = r.dur("cache.session_ttl", false);
+  k.max_sessions = r.integer("cache.max_sessions", 1, 100000000);
   k.lock_ttl = r.dur("cache.lock_ttl", false);
   k.heartbeat_timeout = r.dur("cache.heartbeat_timeout", false);
   k.events_rank = r.integer("cache.events_rank", -1, 1023);
@@ -441,7 +492,36 @@ config_result finish(const toml::table& t, loader& l) {
                                      + std::to_string(e.dp_size) + "), got "
                                      + std::to_string(k.events_rank));
 
+  k.shm_allow_prefixes = r.strings("cache.shm_allow_prefixes", check_shm_prefix);
+
   c.gpu.backend = r.one_of("gpu.backend", {"auto", "cuda", "host"});
+
+  auto& sec = c.security;
+  sec.curve_secret_key_file = r.str("security.curve_secret_key_file");
+  sec.curve_allowed_clients_dir = r.str("security.curve_allowed_clients_dir");
+  if (!l.error && sec.curve_secret_key_file.empty() != sec.curve_allowed_clients_dir.empty()) {
+    // Named at the key that was set, where the operator looks.
+    bool secret_set = !sec.curve_secret_key_file.empty();
+    l.fail_at(secret_set ? "security.curve_secret_key_file" : "security.curve_allowed_clients_dir",
+              std::string{"CURVE also needs "}
+                + (secret_set ? "security.curve_allowed_clients_dir" : "security.curve_secret_key_file")
+                + " (set both, or neither)");
+  }
+  if (!l.error && sec.curve_enabled()) {
+    std::string why;
+    auto key = read_curve_key(sec.curve_secret_key_file, true, why);
+    if (!key)
+      l.fail_at("security.curve_secret_key_file", why);
+    else
+      sec.curve_secret_key = *key;
+    if (!l.error) {
+      auto keys = read_curve_public_keys(sec.curve_allowed_clients_dir, why);
+      if (!keys)
+        l.fail_at("security.curve_allowed_clients_dir", why);
+      else
+        sec.curve_allowed_keys = std::move(*keys);
+    }
+  }
 
   if (l.error)
     return {std::nullopt, l.error};

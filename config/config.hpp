@@ -50,13 +50,25 @@ struct cache_config {
   double evict_high = 0;
   double evict_low = 0;
   duration session_ttl{};
+  int64_t max_sessions = 0;
   duration lock_ttl{};
   duration heartbeat_timeout{};
   int64_t events_rank = 0;
+  std::vector<std::string> shm_allow_prefixes; ///< host_shm names a client may register
 };
 
 struct gpu_config {
   std::string backend; // auto|cuda|host
+};
+
+/// CURVE on the router-facing PUB / replay sockets and the cache socket.
+/// Both empty = off; both set = on (validated at load).
+struct security_config {
+  std::string curve_secret_key_file; ///< the server's secret key (Z85)
+  std::string curve_allowed_clients_dir; ///< one public key (Z85) per file
+  std::string curve_secret_key;                ///< loaded: 32 bytes
+  std::vector<std::string> curve_allowed_keys; ///< loaded: 32 bytes each
+  bool curve_enabled() const { return !curve_secret_key_file.empty(); }
 };
 
 struct config {
@@ -64,6 +76,7 @@ struct config {
   events_config events;
   cache_config cache;
   gpu_config gpu;
+  security_config security;
 };
 
 /// What went wrong, ready for one line on stderr.
@@ -105,6 +118,10 @@ std::optional<std::string> offset_endpoint(const std::string& endpoint, int64_t 
 /// vLLM's bind-or-connect rule: bind when the endpoint has `*` or `::` or is
 /// ipc:// or inproc://.
 bool endpoint_binds(const std::string& endpoint);
+
+/// True when only this machine can reach `endpoint`: ipc://, inproc://, or
+/// tcp:// on a loopback host (127.x.x.x, localhost, ::1).
+bool endpoint_is_local(const std::string& endpoint);
 
 /// Human form of a duration for logs ("10s", "250ms").
 std::string to_string(duration d);

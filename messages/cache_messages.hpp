@@ -22,6 +22,10 @@ struct tensor_desc;  // messages/tensor_desc.hpp
 struct mp_call {
   std::string identity; ///< ROUTER identity of the connector's DEALER
   std::shared_ptr<const mp_request> request;
+  /// register_kv_cache over ipc://: the peer process's uid (SO_PEERCRED,
+  /// as libzmq reports it); nullopt over tcp://, where the registry holds
+  /// objects to the sidecar's own uid instead.
+  std::optional<uint32_t> peer_uid;
 };
 
 /// The answer: uid and op frames echoed byte for byte, then one body frame
