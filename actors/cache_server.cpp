@@ -84,6 +84,7 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
   ep.endpoint = c.endpoint;
   ep.chunk_size = c.chunk_size;
   ep.session_ttl = c.session_ttl;
+  ep.hwm = c.hwm;
   ep.registry = reg;
   ep.store = st;
   ep.gpu = gpu;

@@ -40,14 +40,16 @@ void pub_bridge::send_batch(const encoded_batch& b) {
     // First try with XPUB_NODROP: it refuses (EAGAIN) when any matching
     // subscriber is at its high-water mark, which is how we learn about a
     // drop at all. Then send with dropping on, like PUB: the full subscriber
-    // loses this batch (it can replay it), the others get it.
+    // loses this batch and, silently, the later ones until it has drained
+    // to the low-water mark (one episode, one gap; see pub_bridge.hpp).
     auto first = pub_.send(zmq::buffer(p_.topic),
                            zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     if (!first) {
       if (hwm_drops_++ == 0)
         KVS_WARN(label(), "a subscriber reached the high-water mark ({}): it misses seq {} "
-                          "and later ones until it catches up (it can replay them; counted "
-                          "in stats as hwm_drops)", p_.hwm, b.seq);
+                          "and later ones until it has read half its backlog (it can replay "
+                          "them; each such episode counts once in stats as hwm_drops)",
+                 p_.hwm, b.seq);
       pub_.set(zmq::sockopt::xpub_nodrop, 0);
       pub_.send(zmq::buffer(p_.topic), zmq::send_flags::sndmore);
       pub_.set(zmq::sockopt::xpub_nodrop, 1);

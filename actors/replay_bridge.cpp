@@ -26,7 +26,9 @@ std::optional<std::string> replay_bridge::open() {
   router_ = zmq::socket_t{ctx_, zmq::socket_type::router};
   own(router_);
   router_.set(zmq::sockopt::router_mandatory, 1);
-  router_.set(zmq::sockopt::sndhwm, 10000);
+  router_.set(zmq::sockopt::sndhwm, static_cast<int>(p_.hwm));
+  // Requests beyond it wait in the client's own queue (TCP back-pressure).
+  router_.set(zmq::sockopt::rcvhwm, static_cast<int>(p_.hwm));
   auto r = open_endpoint(router_, p_.endpoint, true);
   if (!r.ok)
     return p_.config_key + " = \"" + p_.endpoint + "\": " + r.endpoint;

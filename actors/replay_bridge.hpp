@@ -25,6 +25,7 @@ struct replay_bridge_params {
   event_dialect dialect = event_dialect::vllm;
   replay_actor replay;
   int64_t rate = 0; ///< batches/s streamed at most, all clients together (0 = unlimited)
+  int64_t hwm = 10000; ///< per-client send (and request receive) HWM: events.replay_hwm
 };
 
 class replay_bridge : public zmq_bridge {

@@ -38,6 +38,9 @@ struct events_config {
   uint64_t buffer_bytes = 0;
   int64_t replay_rate = 0;
   int64_t hwm = 0;
+  int64_t ingest_hwm = 0;              ///< SUB and engine-replay DEALER receive HWM
+  uint64_t ingest_max_message_size = 0; ///< bigger engine frames are refused (then re-dialled)
+  int64_t replay_hwm = 0;              ///< replay ROUTER, per client
   int64_t max_queue_size = 0;
   std::string topic;
 };
@@ -53,6 +56,7 @@ struct cache_config {
   duration lock_ttl{};
   duration heartbeat_timeout{};
   int64_t events_rank = 0;
+  int64_t hwm = 0; ///< cache ROUTER send/receive HWM per client
 };
 
 struct gpu_config {
