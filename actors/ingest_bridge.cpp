@@ -196,9 +196,15 @@ void ingest_bridge::engine_connected() {
   // expect answers nothing; its next batch then reveals the restart.
   if (!have_dealer_ || gap_)
     return;
-  uint64_t from = expected_.value_or(0);
+  // After a reconnect the replay is asked from our last live batch: if it
+  // still holds that batch byte for byte, the stream goes on; if not, the
+  // engine restarted meanwhile (see finish_gap).
+  bool verify = expected_ && last_live_seq_ && *last_live_seq_ < *expected_;
+  uint64_t from = verify ? *last_live_seq_ : expected_.value_or(0);
   KVS_INFO(label(), "asking the engine's replay for its batches from seq {}", from);
   start_fill(from, open_end, std::nullopt, true);
+  if (verify)
+    gap_->verify_seq = from;
 }
 
 void ingest_bridge::restart(const std::string& why) {
@@ -233,7 +239,11 @@ void ingest_bridge::on_live_message() {
         expected_ = get_be64(frames[1].data()) + 1;
       continue;
     }
-    accept(get_be64(frames[1].data()), std::move(batch));
+    auto seq = get_be64(frames[1].data());
+    // Kept (moved, not copied) to recognise this stream after a reconnect.
+    last_live_seq_ = seq;
+    last_live_payload_ = std::move(frames[2]);
+    accept(seq, std::move(batch));
   }
 }
 
@@ -311,6 +321,13 @@ void ingest_bridge::on_replay_message() {
     auto seq = get_be64(frames[seq_at].data());
     if (!gap_)
       continue; // a late answer to a gap already given up on
+    gap_->answered = true;
+    if (gap_->verify_seq && seq == *gap_->verify_seq) {
+      auto& f = frames[seq_at + 1];
+      gap_->verified = f.size() == last_live_payload_.size()
+                       && std::memcmp(f.data(), last_live_payload_.data(), f.size()) == 0;
+      continue; // already published
+    }
     if (seq == end_seq) {
       finish_gap();
       continue;
@@ -329,6 +346,17 @@ void ingest_bridge::on_replay_message() {
 void ingest_bridge::finish_gap() {
   auto g = std::move(*gap_);
   gap_.reset();
+  if (g.verify_seq && g.answered && !g.verified) {
+    // The engine's replay no longer has our last batch as we saw it: a new
+    // stream. Fence it, then fetch that stream from its start.
+    restart(fmt::format("after a reconnect the engine's replay no longer holds seq {} as "
+                        "published (engine restarted)", *g.verify_seq));
+    start_fill(0, open_end, std::nullopt, true);
+    gap_->live = std::move(g.live);
+    return;
+  }
+  if (g.verified) // the same stream: only what we have not published yet
+    g.fetched.erase(g.fetched.begin(), g.fetched.lower_bound(*expected_));
   bool open = g.to == open_end;
   uint64_t lost = open ? 0 : (g.to - g.from) - g.fetched.size();
   (g.catch_up ? caught_up_ : refilled_) += g.fetched.size();
@@ -351,7 +379,7 @@ void ingest_bridge::finish_gap() {
   for (auto& [seq, b] : g.live) {
     // Live batches of an open-ended catch-up may also have come through the
     // replay: those are already published.
-    if (open && expected_ && seq < *expected_ && g.fetched.count(seq))
+    if (open && expected_ && seq < *expected_ && (g.fetched.count(seq) || g.verified))
       continue;
     accept(seq, std::move(b));
   }
@@ -378,7 +406,7 @@ void ingest_bridge::after_poll() {
 
 void ingest_bridge::drain() {
   // Stop accepting: whatever is held back for a gap is published now.
-  if (gap_)
+  while (gap_)
     finish_gap();
   flush();
 }

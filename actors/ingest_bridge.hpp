@@ -73,6 +73,11 @@ private:
     clock::time_point deadline;
     std::map<uint64_t, kv_event_batch> fetched;
     std::vector<std::pair<uint64_t, kv_event_batch>> live; ///< held back meanwhile
+    /// After a reconnect: is the engine's replay still the stream we
+    /// followed? It must hold our last live batch (verify_seq) byte for byte.
+    std::optional<uint64_t> verify_seq;
+    bool verified = false;
+    bool answered = false; ///< the replay sent anything (its end marker included)
   };
 
   void on_live_message();
@@ -100,6 +105,8 @@ private:
   int failed_dials_ = 0; ///< disconnects since the last batch: backoff
   bool was_connected_ = false;
   std::optional<uint64_t> expected_;
+  std::optional<uint64_t> last_live_seq_; ///< seq of last_live_payload_
+  zmq::message_t last_live_payload_;      ///< the engine's last live batch, as sent
   std::optional<gap_fill> gap_;
   std::vector<kv_event_batches> pending_; ///< per rank, sent by flush()
 
