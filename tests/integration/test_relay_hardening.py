@@ -223,18 +223,21 @@ def test_flood_with_stalled_router_keeps_rss_bounded(rig, zctx):
 def test_cache_client_that_never_reads_loses_replies_past_hwm_counted(sidecar, zctx):
     port = free_port_range(1)
     sc = sidecar({"events.enabled": False, "cache.l1_size": "64MiB", "gpu.backend": "host",
-                  "sidecar.stats_interval": "200ms", "cache.hwm": 1000,
+                  "sidecar.stats_interval": "200ms", "cache.hwm": 100,
                   "cache.endpoint": f"tcp://127.0.0.1:{port}"})
     sc.start()
     pid = sc.proc.pid
-    c = MPClient(f"tcp://127.0.0.1:{port}", zctx)
-    c.sock.setsockopt(zmq.RCVHWM, 10)
-    c.sock.setsockopt(zmq.RCVBUF, 8192)
+    frames = MPClient.frames_for(None, "get_chunk_size", (), 1)
+    c = zctx.socket(zmq.DEALER)  # a client that never reads, with tiny buffers
+    c.setsockopt(zmq.LINGER, 0)
+    c.setsockopt(zmq.RCVHWM, 10)
+    c.setsockopt(zmq.RCVBUF, 4096)
+    c.setsockopt(zmq.SNDHWM, 0)
+    c.connect(f"tcp://127.0.0.1:{port}")
     rss0 = rss_kib(pid)
-    n = 200_000
-    frames = c.frames_for("get_chunk_size", (), 1)
+    n = 500_000
     for _ in range(n):
-        c.send_frames(frames)
+        c.send_multipart(frames)
 
     def done():
         for line in reversed(sc.lines()):
