@@ -50,16 +50,28 @@ void pub_bridge::send_batch(const encoded_batch& b) {
                           "and later ones until it has read half its backlog (it can replay "
                           "them; each such episode counts once in stats as hwm_drops)",
                  p_.hwm, b.seq);
-      pub_.set(zmq::sockopt::xpub_nodrop, 0);
-      pub_.send(zmq::buffer(p_.topic), zmq::send_flags::sndmore);
-      pub_.set(zmq::sockopt::xpub_nodrop, 1);
+      lossy_send(zmq::message_t{p_.topic.data(), p_.topic.size()}, zmq::send_flags::sndmore);
     }
-    pub_.send(be64_frame(b.seq), zmq::send_flags::sndmore);
-    pub_.send(shared_frame(b.payload), zmq::send_flags::none);
+    // The HWM counts whole messages, so the later parts normally go at once;
+    // should libzmq still refuse one (a peer changed its HWM meanwhile), it
+    // is sent lossily rather than blocking this thread.
+    auto seq = be64_frame(b.seq);
+    if (!pub_.send(seq, zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+      lossy_send(std::move(seq), zmq::send_flags::sndmore);
+    auto payload = shared_frame(b.payload);
+    if (!pub_.send(payload, zmq::send_flags::dontwait))
+      lossy_send(std::move(payload), zmq::send_flags::none);
     ++sent_;
   } catch (const zmq::error_t& e) {
     KVS_ERROR(label(), "send of seq {} failed: {}", b.seq, e.what());
   }
+}
+
+void pub_bridge::lossy_send(zmq::message_t m, zmq::send_flags flags) {
+  // With XPUB_NODROP off a send never blocks: full subscribers just miss it.
+  pub_.set(zmq::sockopt::xpub_nodrop, 0);
+  pub_.send(m, flags);
+  pub_.set(zmq::sockopt::xpub_nodrop, 1);
 }
 
 void pub_bridge::on_socket(size_t, short revents) {

@@ -53,6 +53,7 @@ protected:
 
 private:
   void send_batch(const encoded_batch& b);
+  void lossy_send(zmq::message_t m, zmq::send_flags flags);
 
   pub_bridge_params p_;
   zmq::socket_t pub_;
