@@ -162,9 +162,10 @@ void ingest_bridge::on_monitor_event() {
     // libzmq re-dials a lost connection by itself, but not one it closed for
     // a protocol error (e.g. an oversized frame): the SUB would stay deaf.
     // Re-dialling ourselves covers both; a bound SUB waits for the engine.
+    // Back-off while it keeps failing: 0, 100 ms, 200 ms, … 3.2 s.
     if (!sub_binds_ && !redial_at_) {
-      auto backoff = std::chrono::milliseconds{failed_dials_ == 0 ? 0 : 100 << std::min(failed_dials_ - 1, 5)};
-      redial_at_ = clock::now() + backoff;
+      auto backoff = failed_dials_ == 0 ? 0 : 100 << std::min(failed_dials_ - 1, 5);
+      redial_at_ = clock::now() + std::chrono::milliseconds{backoff};
       ++failed_dials_;
     }
   }
@@ -185,15 +186,18 @@ void ingest_bridge::redial() {
 }
 
 void ingest_bridge::engine_connected() {
+  bool quiet = false;
   if (was_connected_) {
     ++reconnects_;
-    KVS_INFO(label(), "engine connection established again (reconnect #{})", reconnects_);
+    // A flapping engine must not flood the log: the first ten, then 1 in 1000.
+    quiet = reconnects_ > 10 && reconnects_ % 1000 != 0;
+    if (!quiet)
+      KVS_INFO(label(), "engine connection established again (reconnect #{})", reconnects_);
   }
   was_connected_ = true;
   // Eager catch-up: what the engine published while we were not connected
   // (at start: everything its replay keeps) is asked for now, not when the
-  // engine next publishes. An engine whose new stream starts below what we
-  // expect answers nothing; its next batch then reveals the restart.
+  // engine next publishes.
   if (!have_dealer_ || gap_)
     return;
   // After a reconnect the replay is asked from our last live batch: if it
@@ -201,7 +205,8 @@ void ingest_bridge::engine_connected() {
   // engine restarted meanwhile (see finish_gap).
   bool verify = expected_ && last_live_seq_ && *last_live_seq_ < *expected_;
   uint64_t from = verify ? *last_live_seq_ : expected_.value_or(0);
-  KVS_INFO(label(), "asking the engine's replay for its batches from seq {}", from);
+  if (!quiet)
+    KVS_INFO(label(), "asking the engine's replay for its batches from seq {}", from);
   start_fill(from, open_end, std::nullopt, true);
   if (verify)
     gap_->verify_seq = from;
@@ -362,7 +367,8 @@ void ingest_bridge::finish_gap() {
   (g.catch_up ? caught_up_ : refilled_) += g.fetched.size();
   if (g.catch_up) {
     // Older batches than the engine kept are history, not a loss.
-    KVS_INFO(label(), "caught up: {} earlier engine batches published", g.fetched.size());
+    if (!g.fetched.empty() || reconnects_ <= 10)
+      KVS_INFO(label(), "caught up: {} earlier engine batches published", g.fetched.size());
   } else if (lost > 0) {
     lost_ += lost;
     KVS_WARN(label(), "gap {}..{}: {} batches recovered, {} lost", g.from, g.to - 1,
