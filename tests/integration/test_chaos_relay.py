@@ -18,16 +18,9 @@ import zmq
 import vllm_structs as vs
 from kvsidecar_harness import is_fence, replay_batches, wait_until
 from test_events_relay import big_batch, join_stalled_subscriber
+from test_relay_hardening import rss_kib
 
 FUZZ_S = 20.0
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def fd_count(pid: int) -> int:

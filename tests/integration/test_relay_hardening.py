@@ -5,7 +5,6 @@ forged or restarted engine stream is fenced with AllBlocksCleared instead of
 counting 2^64 lost batches, and the engine's earlier batches are fetched
 eagerly (at start and after a reconnect), not when it next publishes."""
 
-import os
 import time
 
 import msgspec
@@ -13,8 +12,7 @@ import zmq
 
 import vllm_structs as vs
 from kvsidecar_harness import (FakeEngine, Subscriber, free_port_range, is_fence,
-                               replay_batches, wait_until)
-from lmcache_client import MPClient
+                               parse_stats, replay_batches, wait_until)
 from test_events_relay import big_batch, burst_with_fast_reader, join_stalled_subscriber
 
 U64_MAX = (1 << 64) - 1
@@ -36,10 +34,6 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
-
-def fd_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def rebind_pub(engine: FakeEngine, ctx: zmq.Context, port: int, rank: int = 0) -> None:
@@ -217,7 +211,10 @@ def test_flood_with_stalled_router_keeps_rss_bounded(rig, zctx):
     # ~11 MB decoded+encoded in the queue, 3 MB in the ingest pipe, 16 MiB
     # of replay, 3 MB per subscriber pipe, plus allocator slack.
     assert rss1 - rss0 < 100 * 1024, f"RSS grew {rss0} -> {rss1} KiB under a 120 MB flood"
-    assert rss2 - rss1 < 16 * 1024, f"a second flood grew RSS again: {rss1} -> {rss2} KiB"
+    # Not proportional to what was sent: a second 120 MB costs at most
+    # allocator noise (glibc keeps freed memory per thread arena).
+    assert rss2 - rss0 < 100 * 1024 and rss2 - rss1 < 40 * 1024, \
+        f"a second flood grew RSS again: {rss0} -> {rss1} -> {rss2} KiB"
 
 
 def test_cache_client_that_never_reads_loses_replies_past_hwm_counted(sidecar, zctx):
@@ -227,6 +224,7 @@ def test_cache_client_that_never_reads_loses_replies_past_hwm_counted(sidecar, z
                   "cache.endpoint": f"tcp://127.0.0.1:{port}"})
     sc.start()
     pid = sc.proc.pid
+    from lmcache_client import MPClient  # here: test_cache_server registers it for rewriting
     frames = MPClient.frames_for(None, "get_chunk_size", (), 1)
     c = zctx.socket(zmq.DEALER)  # a client that never reads, with tiny buffers
     c.setsockopt(zmq.LINGER, 0)
@@ -242,7 +240,6 @@ def test_cache_client_that_never_reads_loses_replies_past_hwm_counted(sidecar, z
     def done():
         for line in reversed(sc.lines()):
             if "engine_bridge#" in line and " stats: " in line:
-                from kvsidecar_harness import parse_stats
                 s = parse_stats(line.split(" stats: ", 1)[1])
                 return s if s["requests"] == n else None
         return None
