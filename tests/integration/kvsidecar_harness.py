@@ -456,7 +456,12 @@ def sync_rank(engine: FakeEngine, sub: Subscriber, rank: int = 0,
     """Publishes warm-up batches on `rank` until the subscriber receives one
     (both the sidecar's SUB to the engine and ours to the sidecar are then
     connected), then drains them up to the last one sent. Returns the seq the
-    sidecar gives the next batch of this rank."""
+    sidecar gives the next batch of this rank.
+
+    A warm-up can also arrive through the sidecar's eager catch-up from the
+    engine's replay before the engine's PUB has taken the sidecar's
+    subscription; so the last one sent must arrive live, else another is
+    sent (the sidecar's seq stays gapless either way)."""
     deadline = time.monotonic() + timeout
     i = 0
     while True:
@@ -466,11 +471,19 @@ def sync_rank(engine: FakeEngine, sub: Subscriber, rank: int = 0,
             break
         if time.monotonic() > deadline:
             raise AssertionError(f"dp={rank}: no warm-up batch came through in {timeout}s")
-    last_ts = -1.0 - (i - 1)
+    engine.send(rank, warmup_payload(i))  # sent after one came through
+    last_ts = -1.0 - i
+    i += 1
     while True:
-        m = sub.recv(rank, max(0.0, deadline - time.monotonic()))
-        if m is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise AssertionError(f"dp={rank}: last warm-up batch never arrived")
+        m = sub.recv(rank, min(left, 0.3))
+        if m is None:
+            engine.send(rank, warmup_payload(i))
+            last_ts = -1.0 - i
+            i += 1
+            continue
         if is_fence(m.payload):
             continue  # the sidecar's start-up fence (seq 0), if we joined early enough
         ts = msgspec.msgpack.decode(m.payload)[0]
