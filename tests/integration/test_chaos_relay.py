@@ -18,7 +18,7 @@ import zmq
 import vllm_structs as vs
 from kvsidecar_harness import is_fence, replay_batches, wait_until
 from test_events_relay import big_batch, join_stalled_subscriber
-from test_relay_hardening import rss_kib
+from test_relay_hardening import rss_kib, sanitized
 
 FUZZ_S = 20.0
 
@@ -118,13 +118,15 @@ def test_chaos_on_every_relay_socket_then_good_traffic(rig, zctx):
         t.start()
     t0 = time.monotonic()
     peak = rss0
-    while time.monotonic() - t0 < FUZZ_S:
-        assert r.sidecar.running(), f"the sidecar died under fuzzing:\n{r.sidecar.tail()}"
-        peak = max(peak, rss_kib(pid))
-        time.sleep(0.2)
-    stop.set()
-    for t in threads:
-        t.join(10)
+    try:
+        while time.monotonic() - t0 < FUZZ_S:
+            assert r.sidecar.running(), f"the sidecar died under fuzzing:\n{r.sidecar.tail()}"
+            peak = max(peak, rss_kib(pid))
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
     assert r.sidecar.running()
 
     # A flood of valid batches while a router stalls.
@@ -164,5 +166,5 @@ def test_chaos_on_every_relay_socket_then_good_traffic(rig, zctx):
     assert ing["bad_payloads"] > 0 and ing["disconnects"] > 0, ing
     assert ing["reconnects"] >= ing["disconnects"] - 1, "the ingest stayed deaf"
     assert rb["rejected"] > 0, rb
-    assert peak - rss0 < 150 * 1024 and rss_end - rss0 < 150 * 1024, \
+    assert sanitized(pid) or (peak - rss0 < 150 * 1024 and rss_end - rss0 < 150 * 1024), \
         f"RSS {rss0} -> peak {peak} -> {rss_end} KiB"
