@@ -17,6 +17,10 @@ std::optional<std::string> pub_bridge::open() {
   own(pub_);
   pub_.set(zmq::sockopt::sndhwm, static_cast<int>(p_.hwm));
   pub_.set(zmq::sockopt::xpub_nodrop, 1);
+  // Peers only send subscriptions (a topic prefix): a frame size announced
+  // beyond this is refused before libzmq allocates it (raw TCP garbage can
+  // announce 2^63 bytes).
+  pub_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 10);
   auto r = open_endpoint(pub_, p_.endpoint, false);
   if (!r.ok)
     return p_.config_key + " = \"" + p_.endpoint + "\": " + r.endpoint;

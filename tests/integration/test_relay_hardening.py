@@ -163,14 +163,18 @@ def test_engine_restart_new_process_is_fenced_and_caught_up(rig, zctx):
     rebind_pub(e, zctx, r.ingest_port)
     e.send(0, batch_at(310), live=False)  # published before we reconnected
     e.send(0, batch_at(311), live=False)
-    got = recv_until(r.sub, lambda g: len(g) >= 3, what="fence + the new stream")
+    got = recv_until(r.sub, lambda g: len(g) >= 3 and not is_fence(g[-1].payload),
+                     what="fence + the new stream")
     assert is_fence(got[0].payload), got[0].payload
-    assert [ts_of(m.payload) for m in got[1:3]] == [310, 311]
+    # (A slow machine may split the detection and fence twice: harmless.)
+    assert [ts_of(m.payload) for m in got if not is_fence(m.payload)][:2] == [310, 311]
     e.send(0, batch_at(312))
     m = r.sub.recv(0, 5)
+    while m is not None and is_fence(m.payload):
+        m = r.sub.recv(0, 5)
     assert m is not None and ts_of(m.payload) == 312
     r.sub.assert_silent(0, 0.2)
-    s = r.sidecar.wait_stats("ingest", lambda s: s["engine_restarts"] == 1 and s["reconnects"] >= 1)
+    s = r.sidecar.wait_stats("ingest", lambda s: s["engine_restarts"] >= 1 and s["reconnects"] >= 1)
     assert s["lost"] == 0, s
 
 
@@ -294,3 +298,48 @@ def test_hwm_drops_equals_the_gaps_a_stalled_router_sees(rig, zctx):
         f"({len(missing)} batches)")
     kept = dict(replay_batches(r.replay(missing[0]), "vllm"))
     assert all(sq in kept for sq in missing), "replay does not cover the missed batches"
+
+
+# --- frame sizes a peer announces ----------------------------------------------------------
+
+
+def zmtp_peer(port: int, socket_type: bytes) -> "socket.socket":
+    """A raw ZMTP 3.0 NULL-mechanism peer that completed the handshake."""
+    import socket
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00")
+              + b"\x00" + bytes(31))
+    body = b"\x05READY" + b"\x0bSocket-Type" + len(socket_type).to_bytes(4, "big") + socket_type
+    s.sendall(b"\x04" + bytes([len(body)]) + body)
+    return s
+
+
+def test_a_huge_announced_frame_is_refused_before_it_is_buffered(rig):
+    """The PUB and replay sockets take only tiny frames from peers: a frame
+    that announces 1 GiB is refused at its header (the connection dropped),
+    not buffered as it trickles in."""
+    r = rig()
+    pid = r.sidecar.proc.pid
+    for port, kind in ((r.replay_port, b"DEALER"), (r.pub_port, b"XSUB")):
+        rss0 = rss_kib(pid)
+        s = zmtp_peer(port, kind)
+        s.sendall(b"\x02" + (1 << 30).to_bytes(8, "big"))  # a long frame of 1 GiB
+
+        def dropped():
+            try:
+                s.sendall(bytes(1 << 20))
+                return False
+            except OSError:
+                return True
+        # Without the limit all of it is taken in (and kept) until the frame is whole.
+        sent = 0
+        while not dropped():
+            sent += 1
+            assert sent < 64, f"port {port} ({kind}) kept taking a 1 GiB frame"
+        s.close()
+        assert sanitized(pid) or rss_kib(pid) - rss0 < 16 * 1024
+    # Still serving.
+    r.engine.send(0, batch_at(5))
+    assert ts_of(r.sub.recv_n(1)[0].payload) == 5
+    kept = replay_batches(r.replay(r.base[0]), "vllm")
+    assert [ts_of(p) for _, p in kept] == [5]
