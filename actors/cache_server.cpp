@@ -91,6 +91,7 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
   ep.chunk_size = c.chunk_size;
   ep.session_ttl = c.session_ttl;
   ep.max_sessions = static_cast<size_t>(c.max_sessions);
+  ep.hwm = c.hwm;
   ep.registry = reg;
   ep.store = st;
   ep.gpu = gpu;

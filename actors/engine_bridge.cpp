@@ -11,6 +11,7 @@
 #include <caf/send.hpp>
 
 #include <cstdlib>
+#include <cerrno>
 
 namespace kvs {
 
@@ -62,8 +63,13 @@ engine_bridge::engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
 std::optional<std::string> engine_bridge::open() {
   router_ = zmq::socket_t{ctx_, zmq::socket_type::router};
   own(router_);
-  router_.set(zmq::sockopt::rcvhwm, 0);
-  router_.set(zmq::sockopt::sndhwm, 0);
+  // Bounded both ways (cache.hwm): a client that floods waits on TCP; one
+  // that never reads its replies loses them past the mark instead of
+  // growing our memory. ROUTER_MANDATORY turns that drop into EAGAIN so it is
+  // counted; replies are sent with dontwait, so the bridge never blocks.
+  router_.set(zmq::sockopt::rcvhwm, static_cast<int>(p_.hwm));
+  router_.set(zmq::sockopt::sndhwm, static_cast<int>(p_.hwm));
+  router_.set(zmq::sockopt::router_mandatory, 1);
   // Decoders are bounded by the frame size; refuse absurd frames up front.
   router_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);
   serve_curve(router_, p_.curve_secret_key);
@@ -366,7 +372,14 @@ void engine_bridge::route(mp_call call) {
 
 void engine_bridge::send_reply(const mp_reply& r) {
   try {
-    router_.send(zmq::buffer(r.identity), zmq::send_flags::sndmore);
+    // The identity frame decides for the whole message (the HWM counts
+    // whole messages): not sent means nothing of it went out.
+    if (!router_.send(zmq::buffer(r.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      if (reply_drops_++ == 0)
+        KVS_WARN(label(), "a client stopped reading its replies: dropping replies past "
+                          "cache.hwm ({}) (counted in stats as reply_drops)", p_.hwm);
+      return;
+    }
     router_.send(zmq::buffer(r.uid_frame), zmq::send_flags::sndmore);
     router_.send(zmq::buffer(r.op_frame),
                  r.body ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -374,6 +387,10 @@ void engine_bridge::send_reply(const mp_reply& r) {
       router_.send(zmq::buffer(*r.body), zmq::send_flags::none);
     ++replies_;
   } catch (const zmq::error_t& e) {
+    if (e.num() == EHOSTUNREACH) {
+      ++reply_unroutable_; // the client left before its answer: normal
+      return;
+    }
     KVS_WARN(label(), "reply to peer {} failed: {}", hex(r.identity), e.what());
   }
 }
@@ -391,8 +408,10 @@ void engine_bridge::log_stats() {
   uint64_t rejected = 0;
   for (auto& [k, n] : rejected_)
     rejected += n;
-  KVS_INFO(label(), "stats: requests={} replies={} rejected={} sessions={} started={} ended={}",
-           requests_, replies_, rejected, sessions_.size(), sessions_started_, sessions_ended_);
+  KVS_INFO(label(), "stats: requests={} replies={} rejected={} sessions={} started={} ended={} "
+                    "reply_drops={} reply_unroutable={}",
+           requests_, replies_, rejected, sessions_.size(), sessions_started_, sessions_ended_,
+           reply_drops_, reply_unroutable_);
 }
 
 } // namespace kvs

@@ -21,6 +21,7 @@ struct engine_bridge_params {
   int64_t chunk_size = 256;
   std::chrono::nanoseconds session_ttl{};
   size_t max_sessions = 65536; ///< live sessions at most (cache.max_sessions)
+  int64_t hwm = 100000; ///< per-client send/receive HWM (cache.hwm)
   registry_actor registry;
   store_actor store;
   gpu_transfer_actor gpu;
@@ -73,6 +74,8 @@ private:
 
   uint64_t requests_ = 0;
   uint64_t replies_ = 0;
+  uint64_t reply_drops_ = 0;      ///< client's reply queue at cache.hwm: reply dropped
+  uint64_t reply_unroutable_ = 0; ///< client gone before its reply
   uint64_t sessions_started_ = 0;
   uint64_t sessions_ended_ = 0;
   std::map<std::string, uint64_t> rejected_; ///< by error kind

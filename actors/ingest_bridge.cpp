@@ -1,10 +1,13 @@
 #include "actors/ingest_bridge.hpp"
 
+#include "actors/fence.hpp"
 #include "actors/zmq_frames.hpp"
 #include "app/log.hpp"
 #include "messages/kv_event_codec.hpp"
 
 #include <caf/send.hpp>
+
+#include <cstring>
 
 namespace kvs {
 
@@ -12,6 +15,10 @@ namespace {
 constexpr uint64_t end_seq = ~uint64_t{0};
 // Live batches held back while a gap is being filled, at most.
 constexpr size_t max_held_back = 10000;
+// A catch-up asks for everything from a seq on: no upper bound.
+constexpr uint64_t open_end = ~uint64_t{0};
+// Batches one fill keeps at most (a replay that never ends cannot grow it).
+constexpr size_t max_fetched = 100000;
 } // namespace
 
 ingest_bridge::ingest_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
@@ -26,31 +33,48 @@ std::optional<std::string> ingest_bridge::open() {
   sub_ = zmq::socket_t{ctx_, zmq::socket_type::sub};
   own(sub_);
   sub_.set(zmq::sockopt::subscribe, "");
-  sub_.set(zmq::sockopt::rcvhwm, 0);
+  // Bounded: past it the SUB stops reading and the engine's PUB drops at its
+  // own HWM (never blocks), which shows here as a gap in its seq.
+  sub_.set(zmq::sockopt::rcvhwm, static_cast<int>(p_.hwm));
   // A batch is a few KiB; refuse absurd frames before they are buffered.
-  sub_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);
+  sub_.set(zmq::sockopt::maxmsgsize, p_.max_message_size);
+  // The monitor PAIR is connected before the SUB dials, so no event is missed.
+  auto monitor_ep = "inproc://kvs-ingest-monitor-" + std::to_string(id());
+  if (zmq_socket_monitor(sub_.handle(), monitor_ep.c_str(),
+                         ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED
+                           | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                           | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                           | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+      != 0)
+    return std::string{"socket monitor of the ingest SUB: "} + zmq_strerror(zmq_errno());
+  monitor_ = zmq::socket_t{ctx_, zmq::socket_type::pair};
+  own(monitor_);
+  monitor_.connect(monitor_ep);
   auto r = open_endpoint(sub_, p_.endpoint, false);
   if (!r.ok)
     return "events.ingest_endpoint = \"" + p_.endpoint + "\": " + r.endpoint;
+  sub_binds_ = r.bound;
   KVS_INFO(label(), "{} engine events at {} (events.ingest_endpoint)",
            r.bound ? "listening for" : "subscribed to", r.endpoint);
   watch(sub_, ZMQ_POLLIN);
+  monitor_index_ = watch(monitor_, ZMQ_POLLIN);
   if (!p_.replay_endpoint.empty()) {
     dealer_ = zmq::socket_t{ctx_, zmq::socket_type::dealer};
     own(dealer_);
-    dealer_.set(zmq::sockopt::rcvhwm, 0);
+    dealer_.set(zmq::sockopt::rcvhwm, static_cast<int>(p_.hwm));
     auto d = open_endpoint(dealer_, p_.replay_endpoint, false);
     if (!d.ok)
       return "events.ingest_replay_endpoint = \"" + p_.replay_endpoint + "\": " + d.endpoint;
     have_dealer_ = true;
     KVS_INFO(label(), "gaps are filled from the engine's replay at {}", d.endpoint);
-    watch(dealer_, ZMQ_POLLIN);
+    dealer_index_ = watch(dealer_, ZMQ_POLLIN);
   }
   return std::nullopt;
 }
 
 caf::behavior ingest_bridge::handlers() {
-  // Only the built-in messages (stop, stats): gap deadlines are poll timeouts.
+  // Only the built-in messages (stop, stats): gap and re-dial deadlines are
+  // poll timeouts.
   return {};
 }
 
@@ -105,8 +129,97 @@ void ingest_bridge::on_socket(size_t index, short revents) {
     return;
   if (index == 0)
     on_live_message();
+  else if (index == monitor_index_)
+    on_monitor_event();
   else
     on_replay_message();
+}
+
+void ingest_bridge::on_monitor_event() {
+  for (;;) {
+    std::vector<zmq::message_t> frames;
+    if (!recv_message(monitor_, frames))
+      return;
+    // [event (u16) + value (u32), endpoint], both in host byte order.
+    if (frames.size() != 2 || frames[0].size() < 6)
+      continue;
+    uint16_t event;
+    std::memcpy(&event, frames[0].data(), sizeof(event));
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      engine_connected();
+      continue;
+    }
+    const char* kind = event == ZMQ_EVENT_DISCONNECTED ? "engine connection lost"
+                       : event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                         ? "handshake with the engine failed (protocol)"
+                         : "handshake with the engine failed";
+    ++disconnects_;
+    if (seen_disconnects_.insert(kind).second)
+      KVS_WARN(label(), "{} at {} (a frame above events.ingest_max_message_size = {} bytes "
+                        "also ends it): {} (logged once per kind; see stats for counts)",
+               kind, frames[1].to_string(), p_.max_message_size,
+               sub_binds_ ? "waiting for the engine to connect again" : "re-dialling");
+    // libzmq re-dials a lost connection by itself, but not one it closed for
+    // a protocol error (e.g. an oversized frame): the SUB would stay deaf.
+    // Re-dialling ourselves covers both; a bound SUB waits for the engine.
+    // Back-off while it keeps failing: 0, 100 ms, 200 ms, … 3.2 s.
+    if (!sub_binds_ && !redial_at_) {
+      auto backoff = failed_dials_ == 0 ? 0 : 100 << std::min(failed_dials_ - 1, 5);
+      redial_at_ = clock::now() + std::chrono::milliseconds{backoff};
+      ++failed_dials_;
+    }
+  }
+}
+
+void ingest_bridge::redial() {
+  redial_at_.reset();
+  try {
+    sub_.disconnect(p_.endpoint);
+  } catch (const zmq::error_t&) {
+    // Already gone (a session libzmq terminated itself): just dial again.
+  }
+  try {
+    sub_.connect(p_.endpoint);
+  } catch (const zmq::error_t& e) {
+    KVS_ERROR(label(), "re-dialling the engine at {} failed: {}", p_.endpoint, e.what());
+  }
+}
+
+void ingest_bridge::engine_connected() {
+  bool quiet = false;
+  if (was_connected_) {
+    ++reconnects_;
+    // A flapping engine must not flood the log: the first ten, then 1 in 1000.
+    quiet = reconnects_ > 10 && reconnects_ % 1000 != 0;
+    if (!quiet)
+      KVS_INFO(label(), "engine connection established again (reconnect #{})", reconnects_);
+  }
+  was_connected_ = true;
+  // Eager catch-up: what the engine published while we were not connected
+  // (at start: everything its replay keeps) is asked for now, not when the
+  // engine next publishes.
+  if (!have_dealer_ || gap_)
+    return;
+  // After a reconnect the replay is asked from our last live batch: if it
+  // still holds that batch byte for byte, the stream goes on; if not, the
+  // engine restarted meanwhile (see finish_gap).
+  bool verify = expected_ && last_live_seq_ && *last_live_seq_ < *expected_;
+  uint64_t from = verify ? *last_live_seq_ : expected_.value_or(0);
+  if (!quiet)
+    KVS_INFO(label(), "asking the engine's replay for its batches from seq {}", from);
+  start_fill(from, open_end, std::nullopt, true);
+  if (verify)
+    gap_->verify_seq = from;
+}
+
+void ingest_bridge::restart(const std::string& why) {
+  ++engine_restarts_;
+  if (engine_restarts_ <= 10 || engine_restarts_ % 1000 == 0)
+    KVS_WARN(label(), "{}: a new engine stream; published AllBlocksCleared on dp={} first so "
+                      "routers drop the old stream's blocks (engine_restarts={})",
+             why, p_.rank, engine_restarts_);
+  publish(fence_batch(p_.rank));
+  expected_.reset();
 }
 
 void ingest_bridge::on_live_message() {
@@ -116,6 +229,7 @@ void ingest_bridge::on_live_message() {
     if (!recv_message(sub_, frames))
       return;
     ++received_;
+    failed_dials_ = 0;
     if (frames.size() != 3 || frames[1].size() != 8) {
       ++bad_payloads_;
       note(seen_payload_errors_, "dropped message frames",
@@ -130,7 +244,11 @@ void ingest_bridge::on_live_message() {
         expected_ = get_be64(frames[1].data()) + 1;
       continue;
     }
-    accept(get_be64(frames[1].data()), std::move(batch));
+    auto seq = get_be64(frames[1].data());
+    // Kept (moved, not copied) to recognise this stream after a reconnect.
+    last_live_seq_ = seq;
+    last_live_payload_ = std::move(frames[2]);
+    accept(seq, std::move(batch));
   }
 }
 
@@ -141,23 +259,25 @@ void ingest_bridge::accept(uint64_t seq, kv_event_batch batch) {
       finish_gap();
     return;
   }
+  if (expected_ && seq < *expected_) {
+    restart(fmt::format("engine seq went back from {} to {} (engine restarted)", *expected_ - 1,
+                        seq));
+  } else if (expected_ && seq - *expected_ > p_.jump_limit) {
+    // Nothing could fill this (and a forged seq must not count 2^64 losses).
+    restart(fmt::format("engine seq jumped from {} to {}, more than events.buffer_steps ({}) "
+                        "ahead", *expected_ - 1, seq, p_.jump_limit));
+  }
   if (!expected_ && seq > 0 && have_dealer_) {
-    // Started after the engine: what it published before we subscribed is
-    // fetched from its replay first, so routers learn the blocks it already
-    // holds (as far back as the engine's buffer reaches).
+    // Started after the engine (or the engine restarted and we missed its
+    // first batches): what it published before is fetched from its replay
+    // first, so routers learn the blocks it already holds (as far back as
+    // the engine's buffer reaches).
     KVS_INFO(label(), "engine already at seq {}: fetching its earlier batches from its replay",
              seq);
     start_fill(0, seq, std::move(batch), true);
     return;
   }
   if (!expected_ || seq == *expected_) {
-    expected_ = seq + 1;
-    publish(std::move(batch));
-    return;
-  }
-  if (seq < *expected_) {
-    KVS_WARN(label(), "engine seq went back from {} to {} (engine restarted?): following it",
-             *expected_ - 1, seq);
     expected_ = seq + 1;
     publish(std::move(batch));
     return;
@@ -177,14 +297,15 @@ void ingest_bridge::accept(uint64_t seq, kv_event_batch batch) {
   start_fill(*expected_, seq, std::move(batch), false);
 }
 
-void ingest_bridge::start_fill(uint64_t from, uint64_t to, kv_event_batch live,
+void ingest_bridge::start_fill(uint64_t from, uint64_t to, std::optional<kv_event_batch> live,
                                bool catch_up) {
   gap_fill g;
   g.from = from;
   g.to = to;
   g.catch_up = catch_up;
   g.deadline = clock::now() + p_.gap_timeout;
-  g.live.emplace_back(to, std::move(live));
+  if (live)
+    g.live.emplace_back(to, std::move(*live));
   gap_ = std::move(g);
   dealer_.send(zmq::message_t{}, zmq::send_flags::sndmore);
   dealer_.send(be64_frame(from), zmq::send_flags::none);
@@ -205,16 +326,24 @@ void ingest_bridge::on_replay_message() {
     auto seq = get_be64(frames[seq_at].data());
     if (!gap_)
       continue; // a late answer to a gap already given up on
+    gap_->answered = true;
+    if (gap_->verify_seq && seq == *gap_->verify_seq) {
+      auto& f = frames[seq_at + 1];
+      gap_->verified = f.size() == last_live_payload_.size()
+                       && std::memcmp(f.data(), last_live_payload_.data(), f.size()) == 0;
+      continue; // already published
+    }
     if (seq == end_seq) {
       finish_gap();
       continue;
     }
-    if (seq < gap_->from || seq >= gap_->to || gap_->fetched.count(seq))
+    if (seq < gap_->from || seq >= gap_->to || gap_->fetched.count(seq)
+        || gap_->fetched.size() >= max_fetched)
       continue;
     kv_event_batch batch;
     if (decode(frames[seq_at + 1], batch))
       gap_->fetched.emplace(seq, std::move(batch));
-    if (gap_->fetched.size() == gap_->to - gap_->from)
+    if (gap_->to != open_end && gap_->fetched.size() == gap_->to - gap_->from)
       finish_gap();
   }
 }
@@ -222,11 +351,24 @@ void ingest_bridge::on_replay_message() {
 void ingest_bridge::finish_gap() {
   auto g = std::move(*gap_);
   gap_.reset();
-  uint64_t lost = (g.to - g.from) - g.fetched.size();
+  if (g.verify_seq && g.answered && !g.verified) {
+    // The engine's replay no longer has our last batch as we saw it: a new
+    // stream. Fence it, then fetch that stream from its start.
+    restart(fmt::format("after a reconnect the engine's replay no longer holds seq {} as "
+                        "published (engine restarted)", *g.verify_seq));
+    start_fill(0, open_end, std::nullopt, true);
+    gap_->live = std::move(g.live);
+    return;
+  }
+  if (g.verified) // the same stream: only what we have not published yet
+    g.fetched.erase(g.fetched.begin(), g.fetched.lower_bound(*expected_));
+  bool open = g.to == open_end;
+  uint64_t lost = open ? 0 : (g.to - g.from) - g.fetched.size();
   (g.catch_up ? caught_up_ : refilled_) += g.fetched.size();
   if (g.catch_up) {
     // Older batches than the engine kept are history, not a loss.
-    KVS_INFO(label(), "caught up: {} earlier engine batches published", g.fetched.size());
+    if (!g.fetched.empty() || reconnects_ <= 10)
+      KVS_INFO(label(), "caught up: {} earlier engine batches published", g.fetched.size());
   } else if (lost > 0) {
     lost_ += lost;
     KVS_WARN(label(), "gap {}..{}: {} batches recovered, {} lost", g.from, g.to - 1,
@@ -236,36 +378,51 @@ void ingest_bridge::finish_gap() {
   }
   for (auto& [seq, b] : g.fetched)
     publish(std::move(b));
-  expected_ = g.to;
-  for (auto& [seq, b] : g.live)
+  if (!open)
+    expected_ = g.to;
+  else if (!g.fetched.empty())
+    expected_ = g.fetched.rbegin()->first + 1;
+  for (auto& [seq, b] : g.live) {
+    // Live batches of an open-ended catch-up may also have come through the
+    // replay: those are already published.
+    if (open && expected_ && seq < *expected_ && (g.fetched.count(seq) || g.verified))
+      continue;
     accept(seq, std::move(b));
+  }
 }
 
 std::chrono::milliseconds ingest_bridge::poll_timeout() {
-  if (!gap_)
+  std::optional<clock::time_point> next = redial_at_;
+  if (gap_ && (!next || gap_->deadline < *next))
+    next = gap_->deadline;
+  if (!next)
     return std::chrono::milliseconds{-1};
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(gap_->deadline - clock::now());
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*next - clock::now());
   return std::max(left + std::chrono::milliseconds{1}, std::chrono::milliseconds{0});
 }
 
 void ingest_bridge::after_poll() {
-  if (gap_ && clock::now() >= gap_->deadline)
+  auto now = clock::now();
+  if (gap_ && now >= gap_->deadline)
     finish_gap();
+  if (redial_at_ && now >= *redial_at_)
+    redial();
   flush();
 }
 
 void ingest_bridge::drain() {
   // Stop accepting: whatever is held back for a gap is published now.
-  if (gap_)
+  while (gap_)
     finish_gap();
   flush();
 }
 
 void ingest_bridge::log_stats() {
   KVS_INFO(label(), "stats: received={} published={} dropped_events={} bad_payloads={} "
-                    "dropped_queue_full={} gaps={} refilled={} lost={} caught_up={}",
+                    "dropped_queue_full={} gaps={} refilled={} lost={} caught_up={} "
+                    "disconnects={} reconnects={} engine_restarts={}",
            received_, published_, dropped_events_, bad_payloads_, dropped_queue_full_, gaps_,
-           refilled_, lost_, caught_up_);
+           refilled_, lost_, caught_up_, disconnects_, reconnects_, engine_restarts_);
 }
 
 } // namespace kvs

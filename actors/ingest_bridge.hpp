@@ -10,6 +10,20 @@
 // endpoint, the missing batches are fetched over a DEALER and published in
 // order before the later ones (bounded by ingest_gap_timeout; what did not
 // arrive is counted as lost).
+//
+// Restart fencing: when the engine's seq goes back, or jumps further than
+// jump_limit (events.buffer_steps: more than any replay could fill, or a
+// forged seq), the stream is a new one: an AllBlocksCleared batch is
+// published on this rank first, so routers drop the old engine's blocks,
+// and the jump is not counted as lost batches.
+//
+// The SUB is watched through a socket monitor (an inproc PAIR in the same
+// poll): libzmq drops a connection on a frame above maxmsgsize (a protocol
+// error) and never re-dials it, so on every disconnect or failed handshake
+// the bridge re-dials itself (backing off while it keeps failing). Each time
+// the engine connection is (re-)established, the engine's replay is asked at
+// once for what the sidecar has not published yet (eager catch-up: an idle
+// engine's earlier batches arrive without waiting for its next batch).
 #pragma once
 
 #include "actors/interfaces.hpp"
@@ -28,6 +42,9 @@ struct ingest_bridge_params {
   std::string endpoint;        ///< engine PUB, offset for the rank
   std::string replay_endpoint; ///< engine replay ROUTER ("" = none)
   std::chrono::nanoseconds gap_timeout{};
+  int64_t hwm = 10000;                 ///< SUB / DEALER receive HWM (events.ingest_hwm)
+  int64_t max_message_size = 64 << 20; ///< events.ingest_max_message_size
+  uint64_t jump_limit = 10000;         ///< a bigger seq jump is a new stream (events.buffer_steps)
   std::vector<publisher_actor> publishers; ///< one per rank
   std::vector<relay_queue_ptr> queues;     ///< one per rank
 };
@@ -51,17 +68,26 @@ private:
 
   struct gap_fill {
     uint64_t from = 0; ///< first missing seq
-    uint64_t to = 0;   ///< the live seq that revealed the gap (exclusive)
-    bool catch_up = false; ///< start-up catch-up, not a gap: nothing counts as lost
+    uint64_t to = 0;   ///< the live seq that revealed the gap (exclusive); open_end: none
+    bool catch_up = false; ///< catch-up, not a gap: nothing counts as lost
     clock::time_point deadline;
     std::map<uint64_t, kv_event_batch> fetched;
     std::vector<std::pair<uint64_t, kv_event_batch>> live; ///< held back meanwhile
+    /// After a reconnect: is the engine's replay still the stream we
+    /// followed? It must hold our last live batch (verify_seq) byte for byte.
+    std::optional<uint64_t> verify_seq;
+    bool verified = false;
+    bool answered = false; ///< the replay sent anything (its end marker included)
   };
 
   void on_live_message();
   void on_replay_message();
   void accept(uint64_t seq, kv_event_batch batch);
-  void start_fill(uint64_t from, uint64_t to, kv_event_batch live, bool catch_up);
+  void start_fill(uint64_t from, uint64_t to, std::optional<kv_event_batch> live, bool catch_up);
+  void on_monitor_event();
+  void engine_connected();
+  void redial();
+  void restart(const std::string& why);
   void finish_gap();
   bool decode(const zmq::message_t& payload, kv_event_batch& out);
   void publish(kv_event_batch batch);
@@ -70,9 +96,17 @@ private:
 
   ingest_bridge_params p_;
   zmq::socket_t sub_;
+  zmq::socket_t monitor_; ///< PAIR fed by zmq_socket_monitor(sub_)
   zmq::socket_t dealer_;
   bool have_dealer_ = false;
+  bool sub_binds_ = false;
+  size_t monitor_index_ = 0, dealer_index_ = 0;
+  std::optional<clock::time_point> redial_at_; ///< re-dial the engine then
+  int failed_dials_ = 0; ///< disconnects since the last batch: backoff
+  bool was_connected_ = false;
   std::optional<uint64_t> expected_;
+  std::optional<uint64_t> last_live_seq_; ///< seq of last_live_payload_
+  zmq::message_t last_live_payload_;      ///< the engine's last live batch, as sent
   std::optional<gap_fill> gap_;
   std::vector<kv_event_batches> pending_; ///< per rank, sent by flush()
 
@@ -86,6 +120,10 @@ private:
   uint64_t refilled_ = 0;
   uint64_t lost_ = 0;
   uint64_t caught_up_ = 0; ///< earlier engine batches fetched at start-up
+  uint64_t disconnects_ = 0;     ///< engine connection lost (or handshake failed)
+  uint64_t reconnects_ = 0;      ///< engine connection established again after a loss
+  uint64_t engine_restarts_ = 0; ///< new engine streams fenced with AllBlocksCleared
+  std::set<std::string> seen_disconnects_;
   std::set<std::string> seen_event_errors_;
   std::set<std::string> seen_payload_errors_;
 };

@@ -28,6 +28,7 @@ using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>>;
 /// publisher[dp=r] — one per DP rank. Owns the rank's sequence number:
 /// assigns 0, 1, 2, … with no gaps, encodes each batch in the configured
 /// dialect, hands it to the PUB bridge and to the rank's replay actor.
+/// Seq 0 is its own AllBlocksCleared (routers drop blocks kept from before).
 /// Fed by the ingest bridges and by the cache store (its own events).
 using publisher_actor = caf::typed_actor<
   caf::reacts_to<publish_atom, kv_event_batches>,

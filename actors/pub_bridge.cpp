@@ -19,6 +19,10 @@ std::optional<std::string> pub_bridge::open() {
   pub_.set(zmq::sockopt::sndhwm, static_cast<int>(p_.hwm));
   pub_.set(zmq::sockopt::xpub_nodrop, 1);
   serve_curve(pub_, p_.curve_secret_key);
+  // Peers only send subscriptions (a topic prefix): a frame size announced
+  // beyond this is refused before libzmq allocates it (raw TCP garbage can
+  // announce 2^63 bytes).
+  pub_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 10);
   auto r = open_endpoint(pub_, p_.endpoint, false);
   if (!r.ok)
     return p_.config_key + " = \"" + p_.endpoint + "\": " + r.endpoint;
@@ -42,24 +46,38 @@ void pub_bridge::send_batch(const encoded_batch& b) {
     // First try with XPUB_NODROP: it refuses (EAGAIN) when any matching
     // subscriber is at its high-water mark, which is how we learn about a
     // drop at all. Then send with dropping on, like PUB: the full subscriber
-    // loses this batch (it can replay it), the others get it.
+    // loses this batch and, silently, the later ones until it has drained
+    // to the low-water mark (one episode, one gap; see pub_bridge.hpp).
     auto first = pub_.send(zmq::buffer(p_.topic),
                            zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     if (!first) {
       if (hwm_drops_++ == 0)
         KVS_WARN(label(), "a subscriber reached the high-water mark ({}): it misses seq {} "
-                          "and later ones until it catches up (it can replay them; counted "
-                          "in stats as hwm_drops)", p_.hwm, b.seq);
-      pub_.set(zmq::sockopt::xpub_nodrop, 0);
-      pub_.send(zmq::buffer(p_.topic), zmq::send_flags::sndmore);
-      pub_.set(zmq::sockopt::xpub_nodrop, 1);
+                          "and later ones until it has read half its backlog (it can replay "
+                          "them; each such episode counts once in stats as hwm_drops)",
+                 p_.hwm, b.seq);
+      lossy_send(zmq::message_t{p_.topic.data(), p_.topic.size()}, zmq::send_flags::sndmore);
     }
-    pub_.send(be64_frame(b.seq), zmq::send_flags::sndmore);
-    pub_.send(shared_frame(b.payload), zmq::send_flags::none);
+    // The HWM counts whole messages, so the later parts normally go at once;
+    // should libzmq still refuse one (a peer changed its HWM meanwhile), it
+    // is sent lossily rather than blocking this thread.
+    auto seq = be64_frame(b.seq);
+    if (!pub_.send(seq, zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+      lossy_send(std::move(seq), zmq::send_flags::sndmore);
+    auto payload = shared_frame(b.payload);
+    if (!pub_.send(payload, zmq::send_flags::dontwait))
+      lossy_send(std::move(payload), zmq::send_flags::none);
     ++sent_;
   } catch (const zmq::error_t& e) {
     KVS_ERROR(label(), "send of seq {} failed: {}", b.seq, e.what());
   }
+}
+
+void pub_bridge::lossy_send(zmq::message_t m, zmq::send_flags flags) {
+  // With XPUB_NODROP off a send never blocks: full subscribers just miss it.
+  pub_.set(zmq::sockopt::xpub_nodrop, 0);
+  pub_.send(m, flags);
+  pub_.set(zmq::sockopt::xpub_nodrop, 1);
 }
 
 void pub_bridge::on_socket(size_t, short revents) {

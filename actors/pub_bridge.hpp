@@ -3,9 +3,24 @@
 // Owns an XPUB socket, so that it sees subscriptions and, with XPUB_NODROP,
 // learns when a subscriber is at its high-water mark instead of dropping
 // silently as PUB does. Takes `publish_atom, encoded_batches` from the
-// publisher and sends `[topic, seq BE u64, payload]`. A batch that a full
-// subscriber must miss is counted (hwm_drops) and still reaches every other
-// subscriber; the slow one recovers it through replay.
+// publisher and sends `[topic, seq BE u64, payload]`.
+//
+// What `hwm_drops` counts, and why nothing finer is possible: libzmq keeps
+// one pipe per subscriber and tells the sender nothing about an individual
+// pipe. With XPUB_NODROP a send fails (EAGAIN) while ANY subscriber's pipe
+// is full; the bridge then sends the batch with dropping on, like PUB: the
+// full subscribers miss it, the others get it. That lossy write makes libzmq
+// set the full pipe aside ("inactive"), and it stays aside, silently missing
+// every later batch, until its subscriber has read its backlog down to the
+// low-water mark (about half the HWM); only then is it written to again. The
+// sender is never told when that happens. So each increment of hwm_drops is
+// one drop episode: one contiguous run of seqs that the subscriber(s) whose
+// pipe was full at that moment miss (a router sees exactly one gap per
+// episode it was part of, of one or more batches). With one slow subscriber
+// at a time, hwm_drops equals the number of gaps routers see; when several
+// are full at the same instant, one episode covers all of them. The number
+// of batches inside a gap is not observable here; routers know it from the
+// seq and recover those batches through replay (events.replay_endpoint).
 #pragma once
 
 #include "actors/relay_queue.hpp"
@@ -39,11 +54,12 @@ protected:
 
 private:
   void send_batch(const encoded_batch& b);
+  void lossy_send(zmq::message_t m, zmq::send_flags flags);
 
   pub_bridge_params p_;
   zmq::socket_t pub_;
   uint64_t sent_ = 0;
-  uint64_t hwm_drops_ = 0;
+  uint64_t hwm_drops_ = 0; ///< drop episodes (see the top of this file)
   int64_t topics_ = 0; ///< distinct topics subscribed (XPUB reports each once)
 };
 

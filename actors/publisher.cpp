@@ -1,6 +1,7 @@
 #include "actors/publisher.hpp"
 
 #include "actors/actor_logging.hpp"
+#include "actors/fence.hpp"
 #include "messages/kv_event_codec.hpp"
 
 namespace kvs {
@@ -20,24 +21,32 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
                 fmt::format("started, dialect {}",
                             dialect == event_dialect::vllm ? "vllm" : "tokenspeed"));
   arm_stats(self, stats_interval);
+  auto emit = [self](kv_event_batches& in) {
+    auto& st = self->state;
+    encoded_batches out;
+    out.items.reserve(in.items.size());
+    for (auto& batch : in.items) {
+      if (!batch.dp_rank)
+        batch.dp_rank = st.rank;
+      auto payload = std::make_shared<std::string>();
+      encode_event_batch(batch, st.dialect, *payload);
+      out.items.push_back(encoded_batch{st.next_seq++, std::move(payload)});
+      ++st.batches;
+      st.events += batch.events.size();
+    }
+    if (st.replay)
+      self->send(st.replay, record_atom_v, out);
+    self->send(st.pub_bridge, publish_atom_v, std::move(out));
+  };
+  // Seq 0 of every rank: a router that kept blocks from a previous sidecar
+  // (or engine) drops them; the engine's current blocks follow (catch-up).
+  if (st.queue->admit()) {
+    kv_event_batches first;
+    first.items.push_back(fence_batch(rank));
+    emit(first);
+  }
   return {
-    [self](publish_atom, kv_event_batches& in) {
-      auto& st = self->state;
-      encoded_batches out;
-      out.items.reserve(in.items.size());
-      for (auto& batch : in.items) {
-        if (!batch.dp_rank)
-          batch.dp_rank = st.rank;
-        auto payload = std::make_shared<std::string>();
-        encode_event_batch(batch, st.dialect, *payload);
-        out.items.push_back(encoded_batch{st.next_seq++, std::move(payload)});
-        ++st.batches;
-        st.events += batch.events.size();
-      }
-      if (st.replay)
-        self->send(st.replay, record_atom_v, out);
-      self->send(st.pub_bridge, publish_atom_v, std::move(out));
-    },
+    [emit](publish_atom, kv_event_batches& in) { emit(in); },
     [self, stats_interval](stats_atom) {
       auto& st = self->state;
       KVS_INFO(st.label, "stats: batches={} events={} next_seq={} queued={} dropped_queue_full={}",

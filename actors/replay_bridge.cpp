@@ -27,8 +27,13 @@ std::optional<std::string> replay_bridge::open() {
   router_ = zmq::socket_t{ctx_, zmq::socket_type::router};
   own(router_);
   router_.set(zmq::sockopt::router_mandatory, 1);
-  router_.set(zmq::sockopt::sndhwm, 10000);
   serve_curve(router_, p_.curve_secret_key);
+  router_.set(zmq::sockopt::sndhwm, static_cast<int>(p_.hwm));
+  // Requests beyond it wait in the client's own queue (TCP back-pressure).
+  router_.set(zmq::sockopt::rcvhwm, static_cast<int>(p_.hwm));
+  // A request is 8 bytes: a frame size announced beyond this is refused
+  // before libzmq allocates it (raw TCP garbage can announce 2^63 bytes).
+  router_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 10);
   auto r = open_endpoint(router_, p_.endpoint, true);
   if (!r.ok)
     return p_.config_key + " = \"" + p_.endpoint + "\": " + r.endpoint;

@@ -26,6 +26,7 @@ struct replay_bridge_params {
   replay_actor replay;
   int64_t rate = 0; ///< batches/s streamed at most, all clients together (0 = unlimited)
   std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
+  int64_t hwm = 10000; ///< per-client send (and request receive) HWM: events.replay_hwm
 };
 
 class replay_bridge : public zmq_bridge {

@@ -39,6 +39,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
       rp.replay = rep;
       rp.rate = ev.replay_rate;
       rp.curve_secret_key = cfg.security.curve_secret_key;
+      rp.hwm = ev.replay_hwm;
       t.output_bridges.push_back(
         sys.spawn<replay_bridge, caf::detached>(replay_ctx, supervisor, interval, rp));
       t.summary.push_back(fmt::format("dp={}: replay (last {} batches) <- replay_bridge {}", r,
@@ -73,6 +74,10 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
                            ? std::string{}
                            : *offset_endpoint(ev.ingest_replay_endpoint, r);
     ip.gap_timeout = ev.ingest_gap_timeout;
+    ip.hwm = ev.ingest_hwm;
+    ip.max_message_size = static_cast<int64_t>(ev.ingest_max_message_size);
+    // A seq jump past what our own replay keeps is treated as a new stream.
+    ip.jump_limit = static_cast<uint64_t>(std::max<int64_t>(ev.buffer_steps, 1));
     ip.publishers = publishers;
     ip.queues = t.queues;
     t.input_bridges.push_back(

@@ -460,7 +460,12 @@ config_result finish(const toml::table& t, loader& l) {
   e.buffer_steps = r.integer("events.buffer_steps", 0, 100000000);
   e.buffer_bytes = r.size("events.buffer_bytes", 0);
   e.replay_rate = r.integer("events.replay_rate", 0, 1000000000);
-  e.hwm = r.integer("events.hwm", 0, 1000000000);
+  e.hwm = r.integer("events.hwm", 1, 1000000000);
+  e.ingest_hwm = r.integer("events.ingest_hwm", 1, 1000000000);
+  e.ingest_max_message_size = r.size("events.ingest_max_message_size", 1024);
+  if (!l.error && e.ingest_max_message_size > (uint64_t{1} << 40))
+    l.fail_at("events.ingest_max_message_size", "expected at most 1TiB");
+  e.replay_hwm = r.integer("events.replay_hwm", 1, 1000000000);
   e.max_queue_size = r.integer("events.max_queue_size", 1, 1000000000);
   e.topic = r.str("events.topic");
   // Every rank's endpoints must be derivable (vLLM's offset rule).
@@ -487,6 +492,7 @@ config_result finish(const toml::table& t, loader& l) {
   k.lock_ttl = r.dur("cache.lock_ttl", false);
   k.heartbeat_timeout = r.dur("cache.heartbeat_timeout", false);
   k.events_rank = r.integer("cache.events_rank", -1, 1023);
+  k.hwm = r.integer("cache.hwm", 1, 1000000000);
   if (!l.error && k.events_rank >= e.dp_size)
     l.fail_at("cache.events_rank", "expected -1 or a dp rank below events.dp_size ("
                                      + std::to_string(e.dp_size) + "), got "

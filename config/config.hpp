@@ -38,6 +38,9 @@ struct events_config {
   uint64_t buffer_bytes = 0;
   int64_t replay_rate = 0;
   int64_t hwm = 0;
+  int64_t ingest_hwm = 0;              ///< SUB and engine-replay DEALER receive HWM
+  uint64_t ingest_max_message_size = 0; ///< bigger engine frames are refused (then re-dialled)
+  int64_t replay_hwm = 0;              ///< replay ROUTER, per client
   int64_t max_queue_size = 0;
   std::string topic;
 };
@@ -55,6 +58,7 @@ struct cache_config {
   duration heartbeat_timeout{};
   int64_t events_rank = 0;
   std::vector<std::string> shm_allow_prefixes; ///< host_shm names a client may register
+  int64_t hwm = 0; ///< cache ROUTER send/receive HWM per client
 };
 
 struct gpu_config {

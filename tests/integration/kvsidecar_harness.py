@@ -441,12 +441,29 @@ def is_warmup(payload: bytes) -> bool:
     return msgspec.msgpack.decode(payload)[0] < 0
 
 
+def is_fence(payload: bytes) -> bool:
+    """A batch holding only AllBlocksCleared: what the sidecar publishes as
+    seq 0 of every rank and before a restarted engine's new stream (vllm
+    dialect: tagged map; tokenspeed: tagged array)."""
+    events = msgspec.msgpack.decode(payload)[1]
+    if len(events) != 1:
+        return False
+    e = events[0]
+    return (isinstance(e, dict) and e.get("type") == "AllBlocksCleared") or \
+        (isinstance(e, list) and e[:1] == ["AllBlocksCleared"])
+
+
 def sync_rank(engine: FakeEngine, sub: Subscriber, rank: int = 0,
               timeout: float = 10.0) -> int:
     """Publishes warm-up batches on `rank` until the subscriber receives one
     (both the sidecar's SUB to the engine and ours to the sidecar are then
     connected), then drains them up to the last one sent. Returns the seq the
-    sidecar gives the next batch of this rank."""
+    sidecar gives the next batch of this rank.
+
+    A warm-up can also arrive through the sidecar's eager catch-up from the
+    engine's replay before the engine's PUB has taken the sidecar's
+    subscription; so the last one sent must arrive live, else another is
+    sent (the sidecar's seq stays gapless either way)."""
     deadline = time.monotonic() + timeout
     i = 0
     while True:
@@ -456,11 +473,21 @@ def sync_rank(engine: FakeEngine, sub: Subscriber, rank: int = 0,
             break
         if time.monotonic() > deadline:
             raise AssertionError(f"dp={rank}: no warm-up batch came through in {timeout}s")
-    last_ts = -1.0 - (i - 1)
+    engine.send(rank, warmup_payload(i))  # sent after one came through
+    last_ts = -1.0 - i
+    i += 1
     while True:
-        m = sub.recv(rank, max(0.0, deadline - time.monotonic()))
-        if m is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise AssertionError(f"dp={rank}: last warm-up batch never arrived")
+        m = sub.recv(rank, min(left, 0.3))
+        if m is None:
+            engine.send(rank, warmup_payload(i))
+            last_ts = -1.0 - i
+            i += 1
+            continue
+        if is_fence(m.payload):
+            continue  # the sidecar's start-up fence (seq 0), if we joined early enough
         ts = msgspec.msgpack.decode(m.payload)[0]
         assert ts < 0, f"dp={rank}: a non-warm-up batch during warm-up (seq {m.seq})"
         if ts == last_ts:
@@ -515,7 +542,9 @@ def replay_batches(replies: list[list[bytes]], dialect: str = "vllm") -> list[tu
 class EventsRig:
     """FakeEngine -> kvsidecar -> Subscriber on fresh ports, cache off, stats
     every 200 ms. Ranks are synced (warm-up) by start(); `base[r]` is the
-    sidecar seq the first real batch of rank r gets."""
+    sidecar seq the first real batch of rank r gets, `ingested[r]` the
+    ingest's received/published count then (base minus the AllBlocksCleared
+    fence the sidecar publishes itself as seq 0)."""
 
     def __init__(self, ctx: zmq.Context, workdir: Path, fmt: str = "vllm",
                  dp_size: int = 1, replay_on: bool = True, topic: str = "",
@@ -549,6 +578,7 @@ class EventsRig:
         self.sidecar = Sidecar(workdir, o)
         self.sub: Subscriber | None = None
         self.base: list[int] = [0] * dp_size
+        self.ingested: list[int] = [0] * dp_size
 
     def start(self, sync: bool = True) -> "EventsRig":
         self.sidecar.start()
@@ -556,6 +586,7 @@ class EventsRig:
         if sync:
             for r in range(self.dp_size):
                 self.base[r] = sync_rank(self.engine, self.sub, r)
+                self.ingested[r] = self.base[r] - 1
         return self
 
     def replay(self, start_seq: int, rank: int = 0, timeout: float = 10.0) -> list[list[bytes]]:

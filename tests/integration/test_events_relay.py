@@ -13,7 +13,8 @@ import zmq
 
 import tokenspeed_structs as tss
 import vllm_structs as vs
-from kvsidecar_harness import END_SEQ, Subscriber, read_replay, replay_batches, wait_until
+from kvsidecar_harness import (END_SEQ, Subscriber, is_fence, read_replay, replay_batches,
+                               wait_until)
 
 U64_MAX = (1 << 64) - 1
 H_BIG = 0xFEDCBA9876543210  # >= 2**63: must travel as msgpack uint64
@@ -206,8 +207,9 @@ def test_every_field_survives_two_ranks(rig, fmt, in_dialect):
         # Replay from 0: every seq of the rank from 0, no gaps, same bytes as live.
         kept = replay_batches(r.replay(0, rank), fmt)
         assert [s for s, _ in kept] == list(range(r.base[rank] + len(sent[rank])))
+        assert is_fence(kept[0][1]), "seq 0 of every rank is the start-up AllBlocksCleared"
         assert [p for _, p in kept[r.base[rank]:]] == [m.payload for m in got]
-    ing = r.sidecar.wait_stats("ingest", lambda s: s["published"] >= r.base[1] + 6, rank=1)
+    ing = r.sidecar.wait_stats("ingest", lambda s: s["published"] >= r.ingested[1] + 6, rank=1)
     assert ing["dropped_events"] == 0 and ing["bad_payloads"] == 0 and ing["lost"] == 0
 
 
@@ -369,10 +371,13 @@ def test_replay_frames_exact(rig, zctx, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["vllm", "tokenspeed"])
-def test_replay_of_empty_buffer_is_just_the_end_marker(rig, fmt):
+def test_replay_of_a_fresh_sidecar_is_its_fence_then_the_end_marker(rig, fmt):
+    """Before any engine batch the buffer holds only seq 0, the start-up
+    AllBlocksCleared; past it a replay is just the end marker."""
     r = rig(fmt=fmt, sync=False)
-    for start in (0, 5):
-        assert r.replay(start) == ([[b"", END_SEQ, b""]] if fmt == "vllm" else [[END_SEQ, b""]])
+    kept = replay_batches(r.replay(0), fmt)
+    assert [sq for sq, _ in kept] == [0] and is_fence(kept[0][1]), kept
+    assert r.replay(1) == ([[b"", END_SEQ, b""]] if fmt == "vllm" else [[END_SEQ, b""]])
 
 
 @pytest.mark.parametrize("fmt", ["vllm", "tokenspeed"])
@@ -545,7 +550,10 @@ def test_started_after_the_engine_catches_up_from_its_replay(rig):
     s = r.sidecar.wait_stats("ingest", lambda s: s["published"] >= total, timeout=10)
     assert s["caught_up"] >= 5 and s["gaps"] == 0 and s["lost"] == 0, s
     engine_order = [ts_of(p) for _, p in sorted(e.history[0].items())]
-    relayed = [ts_of(p) for _, p in replay_batches(r.replay(0), "vllm")]
+    kept = replay_batches(r.replay(0), "vllm")
+    # Seq 0 is the sidecar's own start-up fence, then the engine's batches.
+    assert is_fence(kept[0][1])
+    relayed = [ts_of(p) for _, p in kept[1:]]
     assert relayed == engine_order
     assert r.sidecar.find(r"caught up: \d+ earlier engine batches published")
 
@@ -610,11 +618,11 @@ def test_queue_full_drops_counted_never_hangs(rig):
     n = 3000
     for i in range(n):
         r.engine.send(0, batch_at(float(i)))
-    s = r.sidecar.wait_stats("ingest", lambda s: s["received"] >= r.base[0] + n, timeout=15)
-    assert s["received"] == r.base[0] + n, s
+    s = r.sidecar.wait_stats("ingest", lambda s: s["received"] >= r.ingested[0] + n, timeout=15)
+    assert s["received"] == r.ingested[0] + n, s
     assert s["dropped_queue_full"] > 0, f"no drop with max_queue_size=1 and a burst: {s}"
     assert s["published"] + s["dropped_queue_full"] == s["received"], s
-    published = s["published"] - r.base[0]
+    published = s["published"] - r.ingested[0]
     got = r.sub.recv_n(published, 0, timeout=15)
     # Dropped before a seq was given: what arrives is gap-free and in order.
     assert [m.seq for m in got] == list(range(r.base[0], r.base[0] + published))
@@ -634,7 +642,7 @@ def test_sigterm_after_burst_publishes_everything_accepted(rig):
     n = 5000
     for i in range(n):
         r.engine.send(0, batch_at(float(i)))
-    r.sidecar.wait_stats("ingest", lambda s: s["received"] >= r.base[0] + n, timeout=15)
+    r.sidecar.wait_stats("ingest", lambda s: s["received"] >= r.ingested[0] + n, timeout=15)
     r.sidecar.stop()  # SIGTERM, exit 0 within 5 s
     got = r.sub.recv_n(n, 0, timeout=10)
     assert [m.seq for m in got] == list(range(r.base[0], r.base[0] + n))
@@ -713,19 +721,23 @@ def test_live_latency_during_full_buffer_replay(rig, zctx):
 # --- engine restarts ---------------------------------------------------------------------------------
 
 
-def test_engine_restart_seq_back_to_zero_is_followed(rig):
+def test_engine_restart_seq_back_to_zero_is_fenced(rig):
     r = rig()
     for i in range(3):
         r.engine.send(0, batch_at(300.0 + i))
     for i in range(3):  # the engine restarted: its seq starts over
         r.engine.send(0, batch_at(310.0 + i), seq=i)
-    got = r.sub.recv_n(6, 0)
-    assert [ts_of(m.payload) for m in got] == [300, 301, 302, 310, 311, 312]
+    got = r.sub.recv_n(7, 0)
+    # Routers drop the dead engine's blocks (AllBlocksCleared) before any
+    # event of the new stream.
+    assert [ts_of(m.payload) for m in got[:3]] == [300, 301, 302]
+    assert is_fence(got[3].payload), got[3].payload
+    assert [ts_of(m.payload) for m in got[4:]] == [310, 311, 312]
     # Our seq does not go back: routers would ignore the batches as stale.
-    assert [m.seq for m in got] == list(range(r.base[0], r.base[0] + 6))
-    r.sidecar.wait_log(r"engine seq went back")
-    s = r.sidecar.wait_stats("ingest", lambda s: s["published"] >= r.base[0] + 6)
-    assert s["gaps"] == 0 and s["lost"] == 0, s
+    assert [m.seq for m in got] == list(range(r.base[0], r.base[0] + 7))
+    r.sidecar.wait_log(r"engine seq went back from \d+ to 0 \(engine restarted\).*AllBlocksCleared")
+    s = r.sidecar.wait_stats("ingest", lambda s: s["published"] >= r.ingested[0] + 7)
+    assert s["gaps"] == 0 and s["lost"] == 0 and s["engine_restarts"] == 1, s
 
 
 # --- slow routers ----------------------------------------------------------------------------------

@@ -71,6 +71,19 @@ TEST_CASE_FIXTURE(fixture, "publisher: gapless seq, rank filled in, same bytes t
   auto p = sys.spawn(publisher, int64_t{1}, event_dialect::vllm, pub, rep, queue,
                      std::chrono::nanoseconds{0});
   sched.run();
+  // Seq 0 is the publisher's own AllBlocksCleared: routers drop whatever they
+  // kept from before this sidecar started.
+  REQUIRE(sent.size() == 1);
+  CHECK(sent[0].seq == 0);
+  {
+    auto res = decode_event_batch(reinterpret_cast<const uint8_t*>(sent[0].payload->data()),
+                                  sent[0].payload->size());
+    REQUIRE(std::holds_alternative<event_decode_result>(res));
+    auto& got = std::get<event_decode_result>(res).batch;
+    REQUIRE(got.events.size() == 1);
+    CHECK(std::holds_alternative<all_blocks_cleared>(got.events[0]));
+    CHECK(got.dp_rank == std::optional<int64_t>{1});
+  }
   for (uint64_t i = 0; i < 5; ++i) {
     REQUIRE(queue->admit());
     kv_event_batches one;
@@ -78,27 +91,27 @@ TEST_CASE_FIXTURE(fixture, "publisher: gapless seq, rank filled in, same bytes t
     caf::anon_send(p, publish_atom_v, std::move(one));
   }
   sched.run();
-  REQUIRE(sent.size() == 5);
+  REQUIRE(sent.size() == 6);
   for (uint64_t i = 0; i < 5; ++i) {
-    CHECK(sent[i].seq == i);
+    CHECK(sent[i + 1].seq == i + 1);
     // The payload is exactly the codec's encoding, with the rank filled in
     // where the engine left it out (and kept where it set it).
     auto expect = batch_with(100 + i, i == 4 ? 0 : 1);
     std::string bytes;
     encode_event_batch(expect, event_dialect::vllm, bytes);
-    CHECK(*sent[i].payload == bytes);
+    CHECK(*sent[i + 1].payload == bytes);
   }
-  // The PUB bridge releases the queue; the fake does not, so all 5 are queued.
-  CHECK(queue->queued.load() == 5);
+  // The PUB bridge releases the queue; the fake does not, so all 6 are queued.
+  CHECK(queue->queued.load() == 6);
 
   // The replay actor kept the last 3 and serves from a start seq.
-  std::vector<uint64_t> from0, from3, from9;
+  std::vector<uint64_t> from0, from4, from9;
   sys.spawn(fake_replay_client, rep, 0, &from0);
-  sys.spawn(fake_replay_client, rep, 3, &from3);
+  sys.spawn(fake_replay_client, rep, 4, &from4);
   sys.spawn(fake_replay_client, rep, 9, &from9);
   sched.run();
-  CHECK(from0 == std::vector<uint64_t>{2, 3, 4});
-  CHECK(from3 == std::vector<uint64_t>{3, 4});
+  CHECK(from0 == std::vector<uint64_t>{3, 4, 5});
+  CHECK(from4 == std::vector<uint64_t>{4, 5});
   CHECK(from9.empty());
   caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(rep, caf::exit_reason::user_shutdown);

@@ -39,7 +39,11 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.events.buffer_steps == 10000);
   CHECK(c.events.buffer_bytes == (uint64_t{512} << 20));
   CHECK(c.events.replay_rate == 50000);
-  CHECK(c.events.hwm == 100000);
+  CHECK(c.events.hwm == 10000);
+  CHECK(c.events.ingest_hwm == 10000);
+  CHECK(c.events.ingest_max_message_size == (uint64_t{64} << 20));
+  CHECK(c.events.replay_hwm == 10000);
+  CHECK(c.cache.hwm == 100000);
   CHECK(c.events.max_queue_size == 100000);
   CHECK(c.events.topic.empty());
   CHECK(c.cache.endpoint == "tcp://127.0.0.1:5555");
@@ -125,6 +129,23 @@ TEST_CASE("enums, ranges and cross-key rules") {
   CHECK(error_of("[events]\nendpoint = \"udp://x:1\"\n").key == "events.endpoint");
   CHECK(error_of("[events]\ndp_size = 2\nendpoint = \"tcp://*:65535\"\n").what.find("dp rank 1")
         != std::string::npos);
+}
+
+TEST_CASE("every socket's high-water mark is bounded; the ingest's frame limit is sane") {
+  // 0 would mean "unbounded" to ZeroMQ: refused for every HWM key.
+  for (auto key : {"events.hwm", "events.ingest_hwm", "events.replay_hwm", "cache.hwm"}) {
+    auto e = error_of("", {std::string{key} + "=0"});
+    CHECK(e.key == key);
+    CHECK(e.what.find("got 0") != std::string::npos);
+  }
+  auto e = error_of("[events]\n\ningest_max_message_size = \"100B\"\n");
+  CHECK(e.key == "events.ingest_max_message_size");
+  CHECK(e.line == 3);
+  CHECK(e.what.find("at least 1024 bytes") != std::string::npos);
+  CHECK(error_of("", {"events.ingest_max_message_size=\"2TiB\""}).what == "expected at most 1TiB");
+  auto c = ok("", {"events.ingest_max_message_size=\"4KiB\"", "cache.hwm=5"});
+  CHECK(c.events.ingest_max_message_size == 4096);
+  CHECK(c.cache.hwm == 5);
 }
 
 TEST_CASE("--set errors name the key") {
