@@ -45,6 +45,9 @@ struct event_decode_result {
 /// and reported in `dropped`.
 ///
 /// Field rules (msgspec's, plus what the relay needs):
+///   - every field of vLLM 0.33's BlockStored / BlockRemoved is read (maps
+///     by name, positional arrays in vLLM's declaration order), and SGLang's
+///     BlockStored key `cache_salt` (kept in block_stored::cache_salt).
 ///   - block hashes: msgpack uint -> as is; negative int -> its two's
 ///     complement (vLLM's hashes are u64; a consumer that wrote them back as
 ///     i64 meant the same bits); bin or str -> the low 64 bits of the bytes
@@ -67,16 +70,25 @@ std::variant<event_decode_result, wire_error> decode_event_batch(const uint8_t* 
 /// Appends the msgpack payload of `batch` to `out` (which the caller reuses
 /// between batches to avoid reallocations).
 ///
-/// dialect vllm: msgspec's encoding of vLLM's KVEventBatch: array envelope
-///   [ts float64, events, data_parallel_rank int|nil]; events are maps, "type"
-///   first, then the fields in vLLM's declaration order; fields without a
-///   default always written (nil for None), defaulted ones only when set.
+/// dialect vllm: msgspec's encoding of vLLM 0.33's KVEventBatch: array
+///   envelope [ts float64, events, data_parallel_rank int|nil]; events are
+///   maps, "type" first, then the fields in vLLM's declaration order; fields
+///   without a default always written (nil for None), defaulted ones only
+///   when set. BlockStored's map header is map16 (`de 00 NN`): msgspec sizes
+///   it for the struct's 15 fields + tag, not for the entries written.
+///   SGLang's cache_salt goes into extra_keys the way vLLM publishes a salt:
+///   when the event has no extra_keys and starts a chain (parent None),
+///   extra_keys = [("salt",), None, ...] (one entry per block, the salt in
+///   the entry of the block at token 0, as vLLM's
+///   generate_block_hash_extra_keys does); in a continuation the salt is
+///   implied by the parent chain, as in vLLM, and not repeated.
 /// dialect tokenspeed: tokenspeed's KVEventBatch: events are positional arrays
 ///   ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size],
 ///   ["BlockRemoved", block_hashes], ["AllBlocksCleared"]. tokenspeed's structs
 ///   have no other fields, so every vLLM-only field (lora_id, medium,
 ///   lora_name, extra_keys, group_idx, kv_cache_spec_*, locality, ownership,
-///   session_id) is dropped: it cannot be represented there.
+///   session_id, lookahead_token_ids, cache_salt) is dropped: it cannot be
+///   represented there.
 /// Both: the envelope always has 3 elements (msgspec writes trailing defaults
 /// of array_like structs), a missing dp_rank is nil, hashes are msgpack uints
 /// (uint64 when >= 2^63), ints use the smallest encoding.

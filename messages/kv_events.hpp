@@ -13,8 +13,9 @@
 
 namespace kvs {
 
-/// vLLM `BlockStored`. Fields in vLLM's declaration order; the ones after
-/// `lora_name` carry a default of None in vLLM and are omitted when empty.
+/// vLLM `BlockStored` (vLLM 0.33). Fields in vLLM's declaration order; the
+/// ones after `lora_name` carry a default of None in vLLM and are omitted
+/// when empty.
 struct block_stored {
   std::vector<uint64_t> block_hashes;
   std::optional<uint64_t> parent_block_hash;
@@ -33,6 +34,12 @@ struct block_stored {
   std::optional<std::string> ownership;
   /// The request context that emitted the event (vLLM main, after ownership).
   std::optional<std::string> session_id;
+  /// vLLM 0.33: the tokens beyond each block used in its hash, one list per
+  /// block_hashes entry (None when lookahead hashing is off).
+  std::optional<std::vector<std::vector<int64_t>>> lookahead_token_ids;
+  /// SGLang's salt of the request that stored the blocks (not a vLLM field:
+  /// the vllm dialect carries it in extra_keys, see kv_event_codec.hpp).
+  std::optional<std::string> cache_salt;
 };
 
 /// vLLM `BlockRemoved`.
