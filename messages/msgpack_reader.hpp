@@ -49,8 +49,9 @@ struct item {
   uint64_t u = 0;               ///< uint value, bool value
   int64_t i = 0;                ///< sint value (always < 0)
   double f = 0.0;               ///< float value
-  const uint8_t* ptr = nullptr; ///< str/bin payload
-  uint32_t len = 0;             ///< str/bin byte length; array/map element count
+  const uint8_t* ptr = nullptr; ///< str/bin/ext payload
+  uint32_t len = 0;             ///< str/bin/ext byte length; array/map element count
+  int8_t ext_type = 0;          ///< ext type code
 };
 
 inline uint16_t load16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
@@ -306,6 +307,7 @@ private:
     if (!need(1) || !need(size_t{n} + 1))
       return false;
     it.kind = value_type::ext;
+    it.ext_type = static_cast<int8_t>(*p_);
     it.ptr = p_ + 1;
     it.len = n;
     p_ += size_t{n} + 1;

@@ -3,6 +3,8 @@
 // (tests/tools/make_lmcache_goldens.py), plus every malformed shape we can
 // think of.
 #include "messages/lmcache_protocol.hpp"
+#include "messages/tensor_view.hpp"
+#include "messages/tensor_wrappers.hpp"
 
 #include <doctest/doctest.h>
 
