@@ -175,7 +175,10 @@ def test_engine_publisher_from_wheel_through_kvsidecar(zctx, tmp_path, engine, f
                 if fmt == "vllm":
                     back = vllm_decoder.decode(m.payload)
                     if engine == "vllm":
-                        assert back == b  # every field, lookahead_token_ids included
+                        # Every field, lookahead_token_ids included: what vLLM's
+                        # decoder reads from the engine's own bytes.
+                        assert back == vllm_decoder.decode(msgspec.msgpack.encode(b))
+                        assert back.events[0].lookahead_token_ids == [[1, 2], [], [70000]]
                     assert back.data_parallel_rank == r
                 else:
                     assert msgspec.msgpack.Decoder(tss.KVEventBatch).decode(m.payload) == b
