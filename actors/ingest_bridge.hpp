@@ -28,6 +28,9 @@ struct ingest_bridge_params {
   std::string endpoint;        ///< engine PUB, offset for the rank
   std::string replay_endpoint; ///< engine replay ROUTER ("" = none)
   std::chrono::nanoseconds gap_timeout{};
+  /// The published dialect: a batch already in its exact bytes passes
+  /// through undecoded (kv_event_batch::wire).
+  event_dialect dialect = event_dialect::vllm;
   std::vector<publisher_actor> publishers; ///< one per rank
   std::vector<relay_queue_ptr> queues;     ///< one per rank
 };

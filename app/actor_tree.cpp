@@ -71,6 +71,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
                            ? std::string{}
                            : *offset_endpoint(ev.ingest_replay_endpoint, r);
     ip.gap_timeout = ev.ingest_gap_timeout;
+    ip.dialect = dialect;
     ip.publishers = publishers;
     ip.queues = t.queues;
     t.input_bridges.push_back(

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -95,5 +96,30 @@ std::variant<event_decode_result, wire_error> decode_event_batch(const uint8_t* 
 /// Precondition: block_stored::extra_keys_msgpack, when set, holds one
 /// complete msgpack value (decode_event_batch guarantees it).
 void encode_event_batch(const kv_event_batch& batch, event_dialect dialect, std::string& out);
+
+/// Whether `data` is already exactly what encode_event_batch writes in
+/// `dialect` for what decode_event_batch reads from it (dp_rank aside), so
+/// the relay can forward the engine's bytes instead of decoding and
+/// re-encoding them. Checked in one walk without building any event: every
+/// header, int and str in the encoder's smallest form, float64 ts, vLLM's
+/// key order with defaulted fields present only when set (map16 for
+/// BlockStored), tokenspeed's arities, and everything the decoder would
+/// refuse or drop (bad UTF-8, out-of-range ints, negative block_size) refused
+/// too. Anything else, including SGLang's cache_salt (mapped into
+/// extra_keys) and every field the tokenspeed dialect drops, is nullopt: use
+/// decode + encode. Never throws.
+std::optional<canonical_batch> check_canonical_event_batch(const uint8_t* data, size_t size,
+                                                           event_dialect dialect);
+
+/// Turns a pass-through batch (kv_event_batch::wire, events left as bytes)
+/// into an ordinary one: decodes its events and drops `wire`. dp_rank and ts
+/// keep their values. No-op for a batch without `wire`.
+void decode_wire_events(kv_event_batch& batch);
+
+/// Appends `data` (canonical, as `c` describes it) with its dp_rank replaced:
+/// the same bytes as encode_event_batch(decode_event_batch(data) with
+/// dp_rank set to `dp_rank`).
+void encode_canonical_with_rank(const uint8_t* data, const canonical_batch& c,
+                                std::optional<int64_t> dp_rank, std::string& out);
 
 } // namespace kvs

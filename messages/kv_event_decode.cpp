@@ -545,4 +545,15 @@ std::variant<event_decode_result, wire_error> decode_event_batch(const uint8_t* 
   return result;
 }
 
+void decode_wire_events(kv_event_batch& batch) {
+  if (!batch.wire)
+    return;
+  const std::string& bytes = *batch.wire->bytes;
+  auto res = decode_event_batch(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  // A canonical payload always decodes whole (test_events_passthrough).
+  if (auto* ok = std::get_if<event_decode_result>(&res))
+    batch.events = std::move(ok->batch.events);
+  batch.wire.reset();
+}
+
 } // namespace kvs
