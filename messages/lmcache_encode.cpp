@@ -5,25 +5,25 @@
 
 namespace kvs {
 
-std::string encode_mp_int(int64_t v) {
+std::string encode_reply_int(int64_t v) {
   std::string out;
   msgpack_io::writer(out).sint(v);
   return out;
 }
 
-std::string encode_mp_bool(bool v) {
+std::string encode_reply_bool(bool v) {
   std::string out;
   msgpack_io::writer(out).boolean(v);
   return out;
 }
 
-std::string encode_mp_str(std::string_view v) {
+std::string encode_reply_str(std::string_view v) {
   std::string out;
   msgpack_io::writer(out).str(v);
   return out;
 }
 
-std::string encode_mp_event_ok(std::string_view event_handle, bool ok) {
+std::string encode_reply_event_ok(std::string_view event_handle, bool ok) {
   std::string out;
   msgpack_io::writer w(out);
   w.array(2);
@@ -33,7 +33,7 @@ std::string encode_mp_event_ok(std::string_view event_handle, bool ok) {
   return out;
 }
 
-std::string encode_mp_str_list(const std::vector<std::string>& v) {
+std::string encode_reply_str_list(const std::vector<std::string>& v) {
   std::string out;
   msgpack_io::writer w(out);
   w.array(static_cast<uint32_t>(v.size()));

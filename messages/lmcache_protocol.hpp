@@ -6,11 +6,11 @@
 // A request as the ROUTER receives it is `identity · uid · op · arg_0 …`;
 // decode_mp_request() takes the frames after the identity. Each argument is
 // its own msgpack frame. The reply is `identity · uid · op` (echoed byte for
-// byte) plus at most one body frame, built with the encode_mp_* functions; no
+// byte) plus at most one body frame, built with the encode_reply_* functions; no
 // body frame means None.
 //
-// Naming: `mp_` here (mp_op, mp_request, encode_mp_*) always means LMCache's
-// multi-process protocol; the msgpack reader and writer are
+// Naming: `mp_` here (mp_op, mp_request) always means LMCache's
+// multi-process protocol; reply bodies are encode_reply_*; the msgpack reader and writer are
 // msgpack_io::reader / msgpack_io::writer (msgpack_reader.hpp,
 // msgpack_writer.hpp). Decoding is lmcache_decode.cpp, reply bodies
 // lmcache_encode.cpp, the register_kv_cache tensor wrappers
@@ -208,12 +208,21 @@ decode_mp_request(const std::vector<std::string_view>& frames_after_identity);
 // Response bodies, encoded exactly as msgspec encodes them
 // ---------------------------------------------------------------------------
 
-std::string encode_mp_int(int64_t v);         ///< get_chunk_size, prefetch counts
-std::string encode_mp_bool(bool v);           ///< ping
-std::string encode_mp_str(std::string_view v); ///< noop ("OK")
+std::string encode_reply_int(int64_t v);          ///< get_chunk_size, prefetch counts
+std::string encode_reply_bool(bool v);            ///< ping
+std::string encode_reply_str(std::string_view v); ///< noop ("OK")
 /// store / retrieve: tuple[bytes, bool] -> [bin, bool].
-std::string encode_mp_event_ok(std::string_view event_handle, bool ok);
+std::string encode_reply_event_ok(std::string_view event_handle, bool ok);
 /// get_experimental: list[str].
-std::string encode_mp_str_list(const std::vector<std::string>& v);
+std::string encode_reply_str_list(const std::vector<std::string>& v);
+
+// The names the actors still use (renamed here so that `mp_` no longer also
+// means msgpack; the callers move over when the concurrent actor work is
+// merged, then these go).
+inline std::string encode_mp_int(int64_t v) { return encode_reply_int(v); }
+inline std::string encode_mp_bool(bool v) { return encode_reply_bool(v); }
+inline std::string encode_mp_str(std::string_view v) { return encode_reply_str(v); }
+inline std::string encode_mp_event_ok(std::string_view h, bool ok) { return encode_reply_event_ok(h, ok); }
+inline std::string encode_mp_str_list(const std::vector<std::string>& v) { return encode_reply_str_list(v); }
 
 } // namespace kvs
