@@ -85,7 +85,19 @@ void ingest_bridge::note(std::set<std::string>& seen, const std::string& kind,
 }
 
 bool ingest_bridge::decode(const zmq::message_t& payload, kv_event_batch& out) {
-  auto res = decode_event_batch(static_cast<const uint8_t*>(payload.data()), payload.size());
+  const auto* data = static_cast<const uint8_t*>(payload.data());
+  // Pass-through: bytes that decode + encode would reproduce exactly are
+  // forwarded as they are (the publisher rewrites only dp_rank).
+  if (auto c = check_canonical_event_batch(data, payload.size(), p_.dialect)) {
+    out = kv_event_batch{};
+    out.ts = c->ts;
+    out.dp_rank = c->dp_rank;
+    out.wire = canonical_wire{
+      std::make_shared<const std::string>(static_cast<const char*>(payload.data()), payload.size()),
+      p_.dialect, *c};
+    return true;
+  }
+  auto res = decode_event_batch(data, payload.size());
   if (auto* err = std::get_if<wire_error>(&res)) {
     ++bad_payloads_;
     note(seen_payload_errors_, "dropped payload " + err->kind, err->detail);

@@ -45,6 +45,9 @@ struct ingest_bridge_params {
   int64_t hwm = 10000;                 ///< SUB / DEALER receive HWM (events.ingest_hwm)
   int64_t max_message_size = 64 << 20; ///< events.ingest_max_message_size
   uint64_t jump_limit = 10000;         ///< a bigger seq jump is a new stream (events.buffer_steps)
+  /// The published dialect: a batch already in its exact bytes passes
+  /// through undecoded (kv_event_batch::wire).
+  event_dialect dialect = event_dialect::vllm;
   std::vector<publisher_actor> publishers; ///< one per rank
   std::vector<relay_queue_ptr> queues;     ///< one per rank
 };

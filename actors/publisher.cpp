@@ -6,6 +6,30 @@
 
 namespace kvs {
 
+namespace {
+
+/// The payload to publish: a pass-through batch's own bytes (shared, not
+/// copied, when its dp_rank already is the one to publish; else copied with
+/// only dp_rank rewritten), any other batch encoded.
+std::shared_ptr<const std::string> encode(kv_event_batch& batch, event_dialect dialect) {
+  if (batch.wire && batch.wire->dialect == dialect) {
+    const canonical_wire& w = *batch.wire;
+    if (w.layout.dp_rank == batch.dp_rank)
+      return w.bytes;
+    auto payload = std::make_shared<std::string>();
+    payload->reserve(w.layout.rank_offset + 9);
+    encode_canonical_with_rank(reinterpret_cast<const uint8_t*>(w.bytes->data()), w.layout,
+                               batch.dp_rank, *payload);
+    return payload;
+  }
+  decode_wire_events(batch); // bytes of another dialect: never with one config
+  auto payload = std::make_shared<std::string>();
+  encode_event_batch(batch, dialect, *payload);
+  return payload;
+}
+
+} // namespace
+
 publisher_actor::behavior_type
 publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
           event_dialect dialect, pub_bridge_actor pub_bridge, replay_actor replay,
@@ -28,11 +52,9 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
     for (auto& batch : in.items) {
       if (!batch.dp_rank)
         batch.dp_rank = st.rank;
-      auto payload = std::make_shared<std::string>();
-      encode_event_batch(batch, st.dialect, *payload);
-      out.items.push_back(encoded_batch{st.next_seq++, std::move(payload)});
+      out.items.push_back(encoded_batch{st.next_seq++, encode(batch, st.dialect)});
       ++st.batches;
-      st.events += batch.events.size();
+      st.events += batch.event_count();
     }
     if (st.replay)
       self->send(st.replay, record_atom_v, out);

@@ -78,6 +78,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     ip.max_message_size = static_cast<int64_t>(ev.ingest_max_message_size);
     // A seq jump past what our own replay keeps is treated as a new stream.
     ip.jump_limit = static_cast<uint64_t>(std::max<int64_t>(ev.buffer_steps, 1));
+    ip.dialect = dialect;
     ip.publishers = publishers;
     ip.queues = t.queues;
     t.input_bridges.push_back(

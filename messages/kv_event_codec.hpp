@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -45,6 +46,9 @@ struct event_decode_result {
 /// and reported in `dropped`.
 ///
 /// Field rules (msgspec's, plus what the relay needs):
+///   - every field of vLLM 0.33's BlockStored / BlockRemoved is read (maps
+///     by name, positional arrays in vLLM's declaration order), and SGLang's
+///     BlockStored key `cache_salt` (kept in block_stored::cache_salt).
 ///   - block hashes: msgpack uint -> as is; negative int -> its two's
 ///     complement (vLLM's hashes are u64; a consumer that wrote them back as
 ///     i64 meant the same bits); bin or str -> the low 64 bits of the bytes
@@ -67,21 +71,55 @@ std::variant<event_decode_result, wire_error> decode_event_batch(const uint8_t* 
 /// Appends the msgpack payload of `batch` to `out` (which the caller reuses
 /// between batches to avoid reallocations).
 ///
-/// dialect vllm: msgspec's encoding of vLLM's KVEventBatch: array envelope
-///   [ts float64, events, data_parallel_rank int|nil]; events are maps, "type"
-///   first, then the fields in vLLM's declaration order; fields without a
-///   default always written (nil for None), defaulted ones only when set.
+/// dialect vllm: msgspec's encoding of vLLM 0.33's KVEventBatch: array
+///   envelope [ts float64, events, data_parallel_rank int|nil]; events are
+///   maps, "type" first, then the fields in vLLM's declaration order; fields
+///   without a default always written (nil for None), defaulted ones only
+///   when set. BlockStored's map header is map16 (`de 00 NN`): msgspec sizes
+///   it for the struct's 15 fields + tag, not for the entries written.
+///   SGLang's cache_salt goes into extra_keys the way vLLM publishes a salt:
+///   when the event has no extra_keys and starts a chain (parent None),
+///   extra_keys = [("salt",), None, ...] (one entry per block, the salt in
+///   the entry of the block at token 0, as vLLM's
+///   generate_block_hash_extra_keys does); in a continuation the salt is
+///   implied by the parent chain, as in vLLM, and not repeated.
 /// dialect tokenspeed: tokenspeed's KVEventBatch: events are positional arrays
 ///   ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size],
 ///   ["BlockRemoved", block_hashes], ["AllBlocksCleared"]. tokenspeed's structs
 ///   have no other fields, so every vLLM-only field (lora_id, medium,
 ///   lora_name, extra_keys, group_idx, kv_cache_spec_*, locality, ownership,
-///   session_id) is dropped: it cannot be represented there.
+///   session_id, lookahead_token_ids, cache_salt) is dropped: it cannot be
+///   represented there.
 /// Both: the envelope always has 3 elements (msgspec writes trailing defaults
 /// of array_like structs), a missing dp_rank is nil, hashes are msgpack uints
 /// (uint64 when >= 2^63), ints use the smallest encoding.
 /// Precondition: block_stored::extra_keys_msgpack, when set, holds one
 /// complete msgpack value (decode_event_batch guarantees it).
 void encode_event_batch(const kv_event_batch& batch, event_dialect dialect, std::string& out);
+
+/// Whether `data` is already exactly what encode_event_batch writes in
+/// `dialect` for what decode_event_batch reads from it (dp_rank aside), so
+/// the relay can forward the engine's bytes instead of decoding and
+/// re-encoding them. Checked in one walk without building any event: every
+/// header, int and str in the encoder's smallest form, float64 ts, vLLM's
+/// key order with defaulted fields present only when set (map16 for
+/// BlockStored), tokenspeed's arities, and everything the decoder would
+/// refuse or drop (bad UTF-8, out-of-range ints, negative block_size) refused
+/// too. Anything else, including SGLang's cache_salt (mapped into
+/// extra_keys) and every field the tokenspeed dialect drops, is nullopt: use
+/// decode + encode. Never throws.
+std::optional<canonical_batch> check_canonical_event_batch(const uint8_t* data, size_t size,
+                                                           event_dialect dialect);
+
+/// Turns a pass-through batch (kv_event_batch::wire, events left as bytes)
+/// into an ordinary one: decodes its events and drops `wire`. dp_rank and ts
+/// keep their values. No-op for a batch without `wire`.
+void decode_wire_events(kv_event_batch& batch);
+
+/// Appends `data` (canonical, as `c` describes it) with its dp_rank replaced:
+/// the same bytes as encode_event_batch(decode_event_batch(data) with
+/// dp_rank set to `dp_rank`).
+void encode_canonical_with_rank(const uint8_t* data, const canonical_batch& c,
+                                std::optional<int64_t> dp_rank, std::string& out);
 
 } // namespace kvs

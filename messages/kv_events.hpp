@@ -5,7 +5,9 @@
 // so every part of the project can include this cheaply.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -13,8 +15,9 @@
 
 namespace kvs {
 
-/// vLLM `BlockStored`. Fields in vLLM's declaration order; the ones after
-/// `lora_name` carry a default of None in vLLM and are omitted when empty.
+/// vLLM `BlockStored` (vLLM 0.33). Fields in vLLM's declaration order; the
+/// ones after `lora_name` carry a default of None in vLLM and are omitted
+/// when empty.
 struct block_stored {
   std::vector<uint64_t> block_hashes;
   std::optional<uint64_t> parent_block_hash;
@@ -33,6 +36,12 @@ struct block_stored {
   std::optional<std::string> ownership;
   /// The request context that emitted the event (vLLM main, after ownership).
   std::optional<std::string> session_id;
+  /// vLLM 0.33: the tokens beyond each block used in its hash, one list per
+  /// block_hashes entry (None when lookahead hashing is off).
+  std::optional<std::vector<std::vector<int64_t>>> lookahead_token_ids;
+  /// SGLang's salt of the request that stored the blocks (not a vLLM field:
+  /// the vllm dialect carries it in extra_keys, see kv_event_codec.hpp).
+  std::optional<std::string> cache_salt;
 };
 
 /// vLLM `BlockRemoved`.
@@ -49,23 +58,45 @@ struct all_blocks_cleared {};
 
 using kv_event = std::variant<block_stored, block_removed, all_blocks_cleared>;
 
+/// The dialect a batch is written in.
+enum class event_dialect {
+  vllm,       ///< tagged maps (vLLM >= PR #42892); 5-frame replay
+  tokenspeed, ///< positional arrays (tokenspeed, older vLLM); 4-frame replay
+};
+
+/// A payload already exactly as encode_event_batch writes it in `dialect`
+/// (kv_event_codec.hpp check_canonical_event_batch): the relay forwards these
+/// bytes, rewriting only dp_rank, instead of decoding and re-encoding.
+/// What check_canonical_event_batch found in such a payload.
+struct canonical_batch {
+  double ts = 0.0;
+  uint32_t events = 0;            ///< events in the batch
+  size_t rank_offset = 0;         ///< byte offset of dp_rank, the last item
+  std::optional<int64_t> dp_rank; ///< its value (nil -> nullopt)
+};
+struct canonical_wire {
+  std::shared_ptr<const std::string> bytes;
+  event_dialect dialect = event_dialect::vllm;
+  canonical_batch layout;
+};
+
 /// One `KVEventBatch`: `[ts, events, dp_rank]` on the wire.
 struct kv_event_batch {
   double ts = 0.0;
+  /// Empty when `wire` is set: a pass-through batch is not decoded
+  /// (decode_event_batch(*wire->bytes) gives its events where needed).
   std::vector<kv_event> events;
   std::optional<int64_t> dp_rank;
+  /// Set by the ingest bridge when the engine's bytes can pass through.
+  std::optional<canonical_wire> wire;
+
+  size_t event_count() const { return wire ? wire->layout.events : events.size(); }
 };
 
 /// Batches travelling together between actors: a producer hands over
 /// everything one wake-up gave it in one message (fewer hops under load).
 struct kv_event_batches {
   std::vector<kv_event_batch> items;
-};
-
-/// The dialect a batch is written in.
-enum class event_dialect {
-  vllm,       ///< tagged maps (vLLM >= PR #42892); 5-frame replay
-  tokenspeed, ///< positional arrays (tokenspeed, older vLLM); 4-frame replay
 };
 
 } // namespace kvs

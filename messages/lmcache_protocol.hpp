@@ -6,8 +6,15 @@
 // A request as the ROUTER receives it is `identity · uid · op · arg_0 …`;
 // decode_mp_request() takes the frames after the identity. Each argument is
 // its own msgpack frame. The reply is `identity · uid · op` (echoed byte for
-// byte) plus at most one body frame, built with the encode_mp_* functions; no
+// byte) plus at most one body frame, built with the encode_reply_* functions; no
 // body frame means None.
+//
+// Naming: `mp_` here (mp_op, mp_request) always means LMCache's
+// multi-process protocol; reply bodies are encode_reply_*; the msgpack reader and writer are
+// msgpack_io::reader / msgpack_io::writer (msgpack_reader.hpp,
+// msgpack_writer.hpp). Decoding is lmcache_decode.cpp, reply bodies
+// lmcache_encode.cpp, the register_kv_cache tensor wrappers
+// tensor_wrappers.hpp.
 //
 // No msgpack and no CAF in this header: actors include it freely.
 #pragma once
@@ -198,70 +205,24 @@ std::variant<mp_request, wire_error>
 decode_mp_request(const std::vector<std::string_view>& frames_after_identity);
 
 // ---------------------------------------------------------------------------
-// KV-cache wrappers (the elements of register_kv_cache's kv_cache list)
-// ---------------------------------------------------------------------------
-
-/// msgpack ext code LMCache uses for every DeviceIPCWrapper (custom_types.py).
-constexpr int8_t lmcache_ipc_wrapper_ext = 1;
-/// kvsidecar's own ext code for a host shared-memory tensor (not an LMCache
-/// code; LMCache 0.5.6 uses only 1). Payload: a msgpack map
-/// {"shm_name": str, "offset": int, "dtype": str, "shape": [int], "stride": [int],
-///  "storage_offset": int, "nbytes": int (optional)}. See docs/lmcache-mp-compat.md.
-constexpr int8_t kvs_host_shm_ext = 0x4b;
-
-/// Decodes one wrapper from its msgpack ext type and payload:
-///  - ext 1, 0.5.6 data-only descriptor (a tagged map): "cuda" (torch
-///    storage IPC) and "cuda_raw" -> cuda_ipc, "cpu_shm" -> host_shm;
-///    "cuda_vmm", "musa", "npu" -> error kind "unsupported_wrapper";
-///  - ext 1, legacy pickle (clients before 0.5.6, e.g. the SGLang seed's era):
-///    read by the strict pickle reader (messages/pickle_reader.hpp);
-///  - ext kvs_host_shm_ext: our host shared-memory extension.
-std::variant<tensor_desc, wire_error> decode_kv_cache_wrapper(int8_t ext_type,
-                                                              std::string_view payload);
-
-// Helpers shared by both ext-1 encodings (descriptor and pickle).
-
-/// Bytes per element of a torch dtype given by its name without "torch."
-/// ("float16", "bfloat16", "float8_e4m3fn", ...), or nullopt if unknown.
-std::optional<uint32_t> torch_dtype_size(std::string_view dtype);
-
-/// torch `UntypedStorage._share_cuda_()` tuple, the `handle` of a
-/// CudaIPCWrapper: (device, mem handle, storage size bytes, storage offset
-/// bytes, ref-counter handle, ref-counter offset, event handle, event sync).
-struct torch_cuda_share {
-  int64_t device = 0;
-  std::optional<std::string> mem_handle;
-  int64_t storage_size_bytes = 0;
-  int64_t storage_offset_bytes = 0;
-  std::optional<std::string> ref_counter_handle;
-  int64_t ref_counter_offset = 0;
-  std::optional<std::string> event_handle;
-  bool event_sync_required = false;
-};
-
-/// Fills the cuda_ipc fields of `out` from a torch share tuple. The mem
-/// handle is torch's shareable handle: either a bare 64-byte
-/// cudaIpcMemHandle_t or `[version 1..3]['c'][64 bytes]`; 'e' (expandable
-/// segment) handles are rejected as "unsupported_wrapper".
-std::optional<wire_error> apply_torch_cuda_share(const torch_cuda_share& share, tensor_desc& out);
-
-/// Sets and checks the tensor view as LMCache's TensorMetadata does: dtype
-/// known, ranks equal (<= 64), sizes, strides and storage_offset >= 0, and,
-/// when `check_span`, the view's byte span within `out.storage_size_bytes`.
-std::optional<wire_error> apply_tensor_view(std::string dtype, std::vector<int64_t> shape,
-                                            std::vector<int64_t> stride, int64_t storage_offset,
-                                            tensor_desc& out, bool check_span = true);
-
-// ---------------------------------------------------------------------------
 // Response bodies, encoded exactly as msgspec encodes them
 // ---------------------------------------------------------------------------
 
-std::string encode_mp_int(int64_t v);         ///< get_chunk_size, prefetch counts
-std::string encode_mp_bool(bool v);           ///< ping
-std::string encode_mp_str(std::string_view v); ///< noop ("OK")
+std::string encode_reply_int(int64_t v);          ///< get_chunk_size, prefetch counts
+std::string encode_reply_bool(bool v);            ///< ping
+std::string encode_reply_str(std::string_view v); ///< noop ("OK")
 /// store / retrieve: tuple[bytes, bool] -> [bin, bool].
-std::string encode_mp_event_ok(std::string_view event_handle, bool ok);
+std::string encode_reply_event_ok(std::string_view event_handle, bool ok);
 /// get_experimental: list[str].
-std::string encode_mp_str_list(const std::vector<std::string>& v);
+std::string encode_reply_str_list(const std::vector<std::string>& v);
+
+// The names the actors still use (renamed here so that `mp_` no longer also
+// means msgpack; the callers move over when the concurrent actor work is
+// merged, then these go).
+inline std::string encode_mp_int(int64_t v) { return encode_reply_int(v); }
+inline std::string encode_mp_bool(bool v) { return encode_reply_bool(v); }
+inline std::string encode_mp_str(std::string_view v) { return encode_reply_str(v); }
+inline std::string encode_mp_event_ok(std::string_view h, bool ok) { return encode_reply_event_ok(h, ok); }
+inline std::string encode_mp_str_list(const std::vector<std::string>& v) { return encode_reply_str_list(v); }
 
 } // namespace kvs

@@ -4,7 +4,7 @@
 #include "messages/pickle_reader.hpp"
 #include "messages/utf8.hpp"
 
-#include "messages/lmcache_protocol.hpp"
+#include "messages/tensor_view.hpp"
 
 #include <cstdint>
 #include <cstring>

@@ -30,6 +30,10 @@ if [ "${1:-}" = "--with-python" ]; then
     python3 -m pip install -q -r "$req" 2>/dev/null \
       || python3 -m pip install -q --break-system-packages -r "$req"
   fi
+  # vLLM / SGLang / tokenspeed: only their KV event module is read out of
+  # the wheel (tests/tools/engine_wheels.py), for the event goldens and the
+  # integration tests that run the engines' own publishers.
+  python3 tests/tools/engine_wheels.py --download >/dev/null
   # LMCache 0.5.6's own client classes drive the cache server in one test
   # file; the wheel is only read (never installed: it needs a GPU stack).
   wheels=build-wheels

@@ -75,6 +75,7 @@ struct options {
   int replay_nice = 0; // latency: nice value of the replaying client's thread
   std::string work = "full"; // minirelay: full | validate | none
   std::string format = "vllm";
+  std::string dump;          // codec: write the payloads here (for codec_msgspec_bench.py)
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -82,7 +83,7 @@ struct options {
                "bench_relay: %s\nusage: bench_relay raw|relay|latency|codec|minirelay [--batch N] [--seconds S] "
                "[--window N] [--port P] [--ingest-port P] [--sub-port P] [--replay-port P] "
                "[--rate R] [--prefill N] [--replay-nice N] [--work full|validate|none] "
-               "[--format vllm|tokenspeed]\n",
+               "[--format vllm|tokenspeed] [--dump FILE]\n",
                why);
   std::exit(2);
 }
@@ -109,6 +110,7 @@ options parse(int argc, char** argv) {
     else if (k == "--replay-nice") o.replay_nice = std::atoi(v);
     else if (k == "--work") o.work = v;
     else if (k == "--format") o.format = v;
+    else if (k == "--dump") o.dump = v;
     else usage(("unknown option " + k).c_str());
   }
   if (o.mode != "raw" && o.mode != "relay" && o.mode != "latency" && o.mode != "codec"
@@ -601,15 +603,42 @@ int run_codec(const options& o) {
     auto shared = std::make_shared<const std::string>(scratch);
     sink += shared->size();
   });
+  // The relay's pass-through: the canonical check, then the copy the ingest
+  // bridge makes of the engine's frame (the publisher shares it on).
+  double pass = per_batch_ns([&](uint64_t n) {
+    const auto& s = p.real[n % p.real.size()];
+    auto c = kvs::check_canonical_event_batch(reinterpret_cast<const uint8_t*>(s.data()), s.size(),
+                                              dialect);
+    if (!c)
+      usage("a bench payload is not canonical");
+    auto shared = std::make_shared<const std::string>(s);
+    sink += shared->size() + c->events;
+  });
+  if (!o.dump.empty()) {
+    // [u32 big-endian length, bytes] per payload.
+    std::FILE* f = std::fopen(o.dump.c_str(), "wb");
+    if (!f)
+      usage("cannot write --dump");
+    for (const auto& s : p.real) {
+      const unsigned char len[4] = {static_cast<unsigned char>(s.size() >> 24),
+                                    static_cast<unsigned char>(s.size() >> 16),
+                                    static_cast<unsigned char>(s.size() >> 8),
+                                    static_cast<unsigned char>(s.size())};
+      std::fwrite(len, 1, 4, f);
+      std::fwrite(s.data(), 1, s.size(), f);
+    }
+    std::fclose(f);
+  }
   std::fprintf(stderr,
                "codec   batch=%-4d decode+free %9.0f ns/batch (%5.0f ns/event)  encode %9.0f "
-               "ns/batch (%5.0f ns/event)  encode+copy %9.0f ns/batch  [%zu]\n",
-               o.batch, dec, dec / o.batch, enc, enc / o.batch, enc_copy, sink % 10);
-  char buf[256];
+               "ns/batch (%5.0f ns/event)  encode+copy %9.0f ns/batch  pass-through %9.0f "
+               "ns/batch  [%zu]\n",
+               o.batch, dec, dec / o.batch, enc, enc / o.batch, enc_copy, pass, sink % 10);
+  char buf[320];
   std::snprintf(buf, sizeof buf,
                 "decode_ns_per_batch=%.0f encode_ns_per_batch=%.0f encode_copy_ns_per_batch=%.0f "
-                "payload_bytes=%zu",
-                dec, enc, enc_copy, p.real[0].size());
+                "passthru_ns_per_batch=%.0f payload_bytes=%zu",
+                dec, enc, enc_copy, pass, p.real[0].size());
   print_result(o, buf);
   return 0;
 }
@@ -619,8 +648,9 @@ int run_codec(const options& o) {
 /// A reference relay with no actors: one thread receives from the engine
 /// (connects to --ingest-port), and per batch does --work, then publishes on
 /// --sub-port (bound) with its own seq. full: decode_event_batch +
-/// encode_event_batch, what kvsidecar does per batch; validate: decode only,
-/// then forward the engine's payload bytes unchanged (a pass-through relay);
+/// encode_event_batch, what kvsidecar does for a batch that is not canonical;
+/// validate: check_canonical_event_batch, then forward the engine's payload
+/// bytes unchanged (kvsidecar's pass-through);
 /// none: forward blindly. Run it in place of kvsidecar and point `relay` at
 /// it: the gap to kvsidecar is what its actor plumbing costs. Runs --seconds.
 int run_minirelay(const options& o) {
@@ -643,18 +673,23 @@ int run_minirelay(const options& o) {
     if (!recv_batch(sub, payload, 100, bad))
       continue;
     ++n;
-    if (o.work != "none") {
+    if (o.work == "validate") {
+      // What kvsidecar's pass-through does: the canonical check, no decode.
+      if (!kvs::check_canonical_event_batch(static_cast<const uint8_t*>(payload.data()),
+                                            payload.size(), dialect)) {
+        ++bad;
+        continue;
+      }
+    } else if (o.work == "full") {
       auto r = kvs::decode_event_batch(static_cast<const uint8_t*>(payload.data()), payload.size());
       auto* ok = std::get_if<kvs::event_decode_result>(&r);
       if (!ok) {
         ++bad;
         continue;
       }
-      if (o.work == "full") {
-        scratch.clear();
-        kvs::encode_event_batch(ok->batch, dialect, scratch);
-        payload = zmq::message_t{scratch.data(), scratch.size()};
-      }
+      scratch.clear();
+      kvs::encode_event_batch(ok->batch, dialect, scratch);
+      payload = zmq::message_t{scratch.data(), scratch.size()};
     }
     pub.send(zmq::message_t{}, zmq::send_flags::sndmore);
     pub.send(kvs::be64_frame(seq++), zmq::send_flags::sndmore);

@@ -5,7 +5,9 @@
 #   tests/bench/run_relay_bench.sh            # ~3 minutes on 2 cores
 #
 # For each batch size (events per batch, 16-token blocks) and each repeat, it
-# runs side by side: raw (libzmq PUB->SUB, bench_relay raw), relay (through
+# runs side by side: the codec alone (bench_relay codec: kvsidecar's decode,
+# encode and pass-through check; codec_msgspec_bench.py: msgspec's typed
+# decode + encode of the very same payloads), raw (libzmq PUB->SUB, bench_relay raw), relay (through
 # one kvsidecar, bench_relay relay) and seed (tokenspeed's ZmqEventPublisher,
 # relay_seed_bench.py), plus two one-thread reference relays without actors
 # (bench_relay minirelay: "mini" decodes and re-encodes like kvsidecar,
@@ -19,7 +21,7 @@
 # Environment (defaults in brackets):
 #   BUILD_DIR [build-bench]  REPEATS [5]  SIZES ["1 16 256"]  RUN_SECONDS [1.5]
 #   RATE [5000]  LAT_SECONDS [3]  LAT_REPEATS [3]  FORMAT [vllm|tokenspeed]
-#   MINI [1]: 0 skips the reference relays.
+#   MINI [1]: 0 skips the reference relays.  CODEC_SECONDS [0.5] per codec timing.
 #   NO_BUILD=1 to use the binaries as they are; KEEP=DIR keeps logs/results there.
 set -euo pipefail
 
@@ -38,6 +40,8 @@ PY="${PYTHON:-python3}"
 SIDECAR="$BUILD_DIR/kvsidecar"
 BENCH="$BUILD_DIR/tests/bench_relay"
 SEED_BENCH="$ROOT/tests/bench/relay_seed_bench.py"
+MSGSPEC_BENCH="$ROOT/tests/bench/codec_msgspec_bench.py"
+CODEC_SECONDS="${CODEC_SECONDS:-0.5}"
 
 # --- build (only these two targets, one job: the machine is shared) --------------
 if [[ "${NO_BUILD:-0}" != 1 ]]; then
@@ -146,6 +150,16 @@ run() { # [LABEL=x] cmd...: appends RESULT lines; a failed run is reported and s
   fi
 }
 
+# --- the codec alone: kvsidecar (C++) and msgspec on the same payloads -----------
+for REP in $(seq 1 "$REPEATS"); do
+  for B in $SIZES; do
+    run "$BENCH" codec --batch "$B" --seconds "$CODEC_SECONDS" --format "$FORMAT" \
+      --dump "$WORK/payloads_$B.bin"
+    run "$PY" "$MSGSPEC_BENCH" --payloads "$WORK/payloads_$B.bin" --batch "$B" \
+      --format "$FORMAT" --seconds "$CODEC_SECONDS"
+  done
+done
+
 # --- throughput: raw, relay, seed side by side ----------------------------------
 for REP in $(seq 1 "$REPEATS"); do
   for B in $SIZES; do
@@ -196,7 +210,7 @@ for line in open(path):
 
 def med(mode, batch, key):
     vals = [float(r[key]) for r in rows if r["mode"] == mode and r.get("batch") == str(batch)
-            and key in r and (mode == "latency" or int(r["received"]) > 0)]
+            and key in r and ("received" not in r or int(r["received"]) > 0)]
     return statistics.median(vals) if vals else None
 
 def lat_rows(kind):
@@ -210,7 +224,8 @@ def lat(kind, key):
     vals = [float(r[key]) for r in lat_rows(kind)]
     return (statistics.median(vals), max(vals)) if vals else (None, None)
 
-sizes = sorted({int(r["batch"]) for r in rows if r["mode"] != "latency"})
+sizes = sorted({int(r["batch"]) for r in rows if r["mode"] not in ("latency", "codec", "msgspec")})
+codec_sizes = sorted({int(r["batch"]) for r in rows if r["mode"] == "codec"})
 def f(v, d=0):
     return "-" if v is None else f"{v:,.{d}f}"
 def ratio(a, b):
@@ -218,6 +233,32 @@ def ratio(a, b):
 
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print()
+summary_codec = {}
+if codec_sizes:
+    print(f"codec alone, format {fmt}: medians, ns per event (per batch / events per batch)")
+    print()
+    hdr = (f"{'events/batch':>12} | {'decode':>7} | {'encode':>7} | {'dec+enc':>7} | {'pass-through':>12} | "
+           f"{'msgspec dec':>11} | {'msgspec enc':>11} | {'msgspec d+e':>11} | {'dec+enc / msgspec':>17}")
+    print(hdr)
+    print("-" * len(hdr))
+    for b in codec_sizes:
+        d, e, pt = (med("codec", b, k) for k in ("decode_ns_per_batch", "encode_ns_per_batch",
+                                                  "passthru_ns_per_batch"))
+        md, me = (med("msgspec", b, k) for k in ("decode_ns_per_batch", "encode_ns_per_batch"))
+        per = lambda v: None if v is None else v / b
+        ours = per(d + e) if d is not None and e is not None else None
+        theirs = per(md + me) if md is not None and me is not None else None
+        print(f"{b:>12} | {f(per(d), 1):>7} | {f(per(e), 1):>7} | {f(ours, 1):>7} | {f(per(pt), 1):>12} | "
+              f"{f(per(md), 1):>11} | {f(per(me), 1):>11} | {f(theirs, 1):>11} | {f(ratio(ours, theirs), 2):>17}")
+        summary_codec[str(b)] = {"decode_ns_per_event": per(d), "encode_ns_per_event": per(e),
+                                 "passthru_ns_per_event": per(pt),
+                                 "msgspec_decode_ns_per_event": per(md),
+                                 "msgspec_encode_ns_per_event": per(me),
+                                 "ours_over_msgspec": ratio(ours, theirs)}
+    print("(decode: typed, into kvsidecar's structs, incl. freeing them; encode: into a reused buffer;")
+    print(" pass-through: the canonical check + the copy of the frame, what the relay does for a batch")
+    print(" already in the published dialect; msgspec: typed decode into the engine's Structs + encode)")
+    print()
 print(f"KV event relay, format {fmt}: medians of {max((int(r['rep']) for r in rows), default=0)} "
       f"runs; {os.cpu_count()} CPUs ({cpu}); load average {load_start} at start, {load_end} at end")
 print()
@@ -227,7 +268,7 @@ print(hdr)
 print("-" * len(hdr))
 summary = {"format": fmt, "cpus": os.cpu_count(), "load_start": load_start, "load_end": load_end,
            "sidecar_peak_rss_kb": int(rss_kb or 0), "sidecar_unexpected_warnings": int(warnings or 0),
-           "throughput": {}, "latency": {}}
+           "throughput": {}, "latency": {}, "codec": summary_codec}
 for b in sizes:
     raw, rel, seed, mini, pt = (med(m, b, "events_per_s")
                                 for m in ("raw", "relay", "seed", "mini", "passthru"))
@@ -281,6 +322,12 @@ targets["relay_over_seed"] = target("relay >= 20x seed publisher (16/batch)",
     t16.get("relay_over_seed"), "20", lambda v: v >= 20)
 targets["relay_over_raw"] = target("relay >= 0.7x raw libzmq (16/batch)",
     t16.get("relay_over_raw"), "0.7", lambda v: v >= 0.7)
+for b in ("16", "256"):
+    targets[f"relay_over_raw_045_at_{b}"] = target(f"relay >= 0.45x raw libzmq ({b}/batch)",
+        summary["throughput"].get(b, {}).get("relay_over_raw"), "0.45", lambda v: v >= 0.45)
+for b in sorted(summary_codec, key=int):
+    targets[f"codec_vs_msgspec_at_{b}"] = target(f"decode+encode <= msgspec's ({b}/batch)",
+        summary_codec[b]["ours_over_msgspec"], "1.0", lambda v: v <= 1.0)
 targets["p99_idle"] = target(f"p99 < 1 ms at {rate} batches/s",
     summary["latency"]["idle"]["p99_us"], "1000 us", lambda v: v < 1000)
 targets["p99_replay"] = target(f"p99 < 1 ms at {rate} batches/s during replay",

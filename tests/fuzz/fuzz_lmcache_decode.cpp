@@ -6,6 +6,8 @@
 //                host-shm ext (odd); the rest is the payload.
 // Whatever the decoders return must be self-consistent; anything else traps.
 #include "messages/lmcache_protocol.hpp"
+#include "messages/tensor_view.hpp"
+#include "messages/tensor_wrappers.hpp"
 
 #include <cstddef>
 #include <cstdint>

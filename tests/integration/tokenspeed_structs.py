@@ -1,58 +1,31 @@
-"""tokenspeed's KV event wire structs, declared exactly as tokenspeed does.
-
-Source: tokenspeed python/tokenspeed/runtime/pd/kv_events.py (the seed
-shared/seeds/000_*.txt). Everything is ``array_like``: events are tagged
-positional arrays with every field written, the envelope's third slot is
-``attn_dp_rank``. test_events_seed.py loads the seed itself and checks these
-against it.
+"""tokenspeed's KV event wire structs: tokenspeed 0.1.1's own
+tokenspeed/runtime/pd/kv_events.py, loaded from the released wheel
+(tests/tools/engine_wheels.py). Everything is ``array_like``: events are
+tagged positional arrays with every field written, the envelope's third slot
+is ``attn_dp_rank``. test_events_seed.py also checks them against the seed
+(shared/seeds/000_*.txt) when that is present.
 """
 
-from typing import Any
+import sys
+from pathlib import Path
 
 import msgspec
 
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import engine_wheels  # noqa: E402
 
+tokenspeed = engine_wheels.load("tokenspeed")
+VERSION = tokenspeed.ENGINE_VERSION
 
-class EventBatch(
-    msgspec.Struct,
-    array_like=True,  # type: ignore[call-arg]
-    omit_defaults=True,  # type: ignore[call-arg]
-    gc=False,  # type: ignore[call-arg]
-):
-    ts: float
-    events: list[Any]
-    attn_dp_rank: int | None = None
+END_SEQ = tokenspeed.ZmqEventPublisher.END_SEQ
 
-
-class KVCacheEvent(
-    msgspec.Struct,
-    array_like=True,  # type: ignore[call-arg]
-    omit_defaults=True,  # type: ignore[call-arg]
-    gc=False,  # type: ignore[call-arg]
-    tag=True,
-):
-    """Base class for all KV cache-related events."""
-
-
-class BlockStored(KVCacheEvent):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-
-
-class BlockRemoved(KVCacheEvent):
-    block_hashes: list[int]
-
-
-class AllBlocksCleared(KVCacheEvent):
-    pass
-
-
-class KVEventBatch(EventBatch):
-    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
-
+EventBatch = tokenspeed.EventBatch
+KVCacheEvent = tokenspeed.KVCacheEvent
+BlockStored = tokenspeed.BlockStored
+BlockRemoved = tokenspeed.BlockRemoved
+AllBlocksCleared = tokenspeed.AllBlocksCleared
+KVEventBatch = tokenspeed.KVEventBatch
+ZmqEventPublisher = tokenspeed.ZmqEventPublisher
 
 # Positional arity of each event on the wire, tag included: what a tokenspeed
 # consumer sees and nothing more.

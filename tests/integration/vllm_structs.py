@@ -1,90 +1,51 @@
-"""vLLM's KV event wire structs, declared exactly as vLLM declares them.
+"""vLLM's KV event wire structs.
 
-Same fields, order, defaults and msgspec options as the engine, so that
-msgspec writes the bytes vLLM puts on the wire and decodes what a vLLM-based
-consumer (Dynamo's Python tooling, llm-d's tests, vLLM's own subscriber
-example) would decode. The engine's ``__hash__`` helpers are left out: they
-play no part in encoding.
+current: vLLM 0.33.0's own vllm/distributed/kv_events.py, loaded from the
+released wheel (tests/tools/engine_wheels.py; build-wheels/, downloaded by
+scripts/install-deps.sh --with-python): EventBatch, KVCacheEvent,
+BlockStored (with lookahead_token_ids: 15 fields + tag, so msgspec writes a
+map16 header), BlockRemoved, AllBlocksCleared, KVEventBatch and the engine's
+ZmqEventPublisher.
 
-Sources:
-  - current: vllm/distributed/kv_events.py on main (tagged-map events since
-    vLLM PR #42892; ``locality``/``ownership`` then ``session_id`` added after
-    ``kv_cache_spec_sliding_window``). The envelope stays ``array_like``.
-  - legacy: the same file before #42892, where events were ``array_like``
-    too (tagged positional arrays), BlockStored through
+Older layouts, declared below as those releases declared them (one wheel of
+each older vLLM would be 300+ MB for a few lines of structs):
+  - legacy: kv_events.py before vLLM PR #42892, where events were
+    ``array_like`` too (tagged positional arrays), BlockStored through
     ``kv_cache_spec_sliding_window``, BlockRemoved through ``group_idx``.
   - v0.9: the first kv_events.py (2-element envelope, BlockStored through
     ``lora_id``, BlockRemoved with hashes only).
 """
 
+import sys
+from pathlib import Path
 from typing import Any, Union
 
 import msgspec
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import engine_wheels  # noqa: E402
+
+vllm = engine_wheels.load("vllm")
+VERSION = vllm.ENGINE_VERSION
+
 # vllm/v1/core/kv_cache_utils.py: ExternalBlockHash = bytes | int
 ExternalBlockHash = Union[bytes, int]
 
-MEDIUM_GPU = "GPU"
-MEDIUM_CPU = "CPU"
-MEDIUM_STORAGE = "STORAGE"
+MEDIUM_GPU = vllm.MEDIUM_GPU
+MEDIUM_CPU = vllm.MEDIUM_CPU
+MEDIUM_STORAGE = vllm.MEDIUM_STORAGE
 
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
+END_SEQ = vllm.ZmqEventPublisher.END_SEQ
 
+# --- vLLM 0.33: positional envelope, tagged-map events (the wheel's) ---------
 
-# --- vLLM main: positional envelope, tagged-map events -----------------------
-
-
-class EventBatch(
-    msgspec.Struct,
-    array_like=True,  # type: ignore[call-arg]
-    omit_defaults=True,  # type: ignore[call-arg]
-    gc=False,  # type: ignore[call-arg]
-):
-    ts: float
-    events: list[Any]
-    data_parallel_rank: int | None = None
-
-
-class KVCacheEvent(
-    msgspec.Struct,
-    omit_defaults=True,  # type: ignore[call-arg]
-    gc=False,  # type: ignore[call-arg]
-    tag=True,
-):
-    """Base class for all KV cache-related events"""
-
-
-class BlockStored(KVCacheEvent):
-    block_hashes: list[ExternalBlockHash]
-    parent_block_hash: ExternalBlockHash | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-    extra_keys: list[tuple[Any, ...] | None] | None = None
-    group_idx: int | None = None
-    kv_cache_spec_kind: str | None = None
-    kv_cache_spec_sliding_window: int | None = None
-    locality: str | None = None
-    ownership: str | None = None
-    session_id: str | None = None
-
-
-class BlockRemoved(KVCacheEvent):
-    block_hashes: list[ExternalBlockHash]
-    medium: str | None
-    group_idx: int | None = None
-    locality: str | None = None
-    ownership: str | None = None
-
-
-class AllBlocksCleared(KVCacheEvent):
-    pass
-
-
-class KVEventBatch(EventBatch):
-    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+EventBatch = vllm.EventBatch
+KVCacheEvent = vllm.KVCacheEvent
+BlockStored = vllm.BlockStored
+BlockRemoved = vllm.BlockRemoved
+AllBlocksCleared = vllm.AllBlocksCleared
+KVEventBatch = vllm.KVEventBatch
+ZmqEventPublisher = vllm.ZmqEventPublisher
 
 
 # --- vLLM before PR #42892: positional (array_like) events -------------------

@@ -1,78 +1,55 @@
 #!/usr/bin/env python3
 """Writes tests/unit/events_golden.hpp: KV event batches as msgspec encodes them.
 
-The Struct classes below are declared exactly as the engines declare them
-(fields, order, defaults and msgspec options), so the bytes are what the
+The current engines' structs are the engines' own: vLLM 0.33.0
+(vllm/distributed/kv_events.py), SGLang 0.5.23
+(sglang/srt/disaggregation/kv_events.py) and tokenspeed 0.1.1
+(tokenspeed/runtime/pd/kv_events.py), each loaded out of its released PyPI
+wheel by tests/tools/engine_wheels.py (cached in build-wheels/; scripts/
+install-deps.sh --with-python downloads them). So the bytes are what those
 engines put on the wire. test_events_codec.cpp compares our encoder with them
 byte for byte and decodes them back.
 
-Sources:
-  - vLLM main, vllm/distributed/kv_events.py (tagged-map events since vLLM
-    PR #42892; session_id after ownership), and the pre-#42892 positional
-    layout (array_like=True events, fields through
-    kv_cache_spec_sliding_window), and vLLM 0.9's first version (2-element
-    envelope, BlockStored through lora_id, BlockRemoved with hashes only).
-  - tokenspeed python/tokenspeed/runtime/pd/kv_events.py (the seed 000_*.txt).
-  - vLLM v1/core/kv_cache_utils.py maybe_convert_block_hash for bytes hashes.
+Older vLLM layouts (decode only) are declared below as those releases
+declared them: vLLM 0.32 (BlockStored without lookahead_token_ids: 14
+fields, fixmap header), the pre-#42892 positional layout (array_like events,
+fields through kv_cache_spec_sliding_window) and vLLM 0.9's first version
+(2-element envelope, BlockStored through lora_id, BlockRemoved with hashes
+only). vLLM v1/core/kv_cache_utils.py maybe_convert_block_hash is repeated
+for bytes hashes.
 
-Run:  python3 tests/tools/make_event_goldens.py  (needs msgspec; rewrites the
-header next to the unit test). Check the result in.
+Run:  python3 tests/tools/make_event_goldens.py  (needs msgspec and the
+wheels; rewrites the header next to the unit test). Check the result in.
 """
 
 from __future__ import annotations
 
 import hashlib
 import pathlib
+import sys
 import textwrap
 from typing import Any
 
 import msgspec
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import engine_wheels  # noqa: E402
+
 OUT = pathlib.Path(__file__).resolve().parents[1] / "unit" / "events_golden.hpp"
+
+V = engine_wheels.load("vllm")        # vLLM 0.33.0
+S = engine_wheels.load("sglang")      # SGLang 0.5.23
+T = engine_wheels.load("tokenspeed")  # tokenspeed 0.1.1
 
 ExternalBlockHash = bytes | int
 
+# --- vLLM 0.33: tagged-map events, positional envelope (from the wheel) ------
 
-# --- vLLM main: tagged-map events, positional envelope ----------------------
-
-
-class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    ts: float
-    events: list[Any]
-    data_parallel_rank: int | None = None
-
-
-class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
-    """Base class for all KV cache-related events"""
-
-
-class BlockStored(KVCacheEvent):
-    block_hashes: list[ExternalBlockHash]
-    parent_block_hash: ExternalBlockHash | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-    extra_keys: list[tuple[Any, ...] | None] | None = None
-    group_idx: int | None = None
-    kv_cache_spec_kind: str | None = None
-    kv_cache_spec_sliding_window: int | None = None
-    locality: str | None = None
-    ownership: str | None = None
-    session_id: str | None = None
-
-
-class BlockRemoved(KVCacheEvent):
-    block_hashes: list[ExternalBlockHash]
-    medium: str | None
-    group_idx: int | None = None
-    locality: str | None = None
-    ownership: str | None = None
-
-
-class AllBlocksCleared(KVCacheEvent):
-    pass
+EventBatch = V.KVEventBatch
+KVCacheEvent = V.KVCacheEvent
+BlockStored = V.BlockStored
+BlockRemoved = V.BlockRemoved
+AllBlocksCleared = V.AllBlocksCleared
 
 
 # An event type this relay does not know (stands in for a future one).
@@ -81,11 +58,15 @@ class BlockMigrated(KVCacheEvent):
     destination: str
 
 
-# A vLLM newer than ours: one more defaulted field, so 15 fields + tag and
-# msgspec switches the map header to map16.
-class NewerBlockStored(
-    msgspec.Struct, omit_defaults=True, gc=False, tag="BlockStored"
-):
+# A vLLM newer than 0.33: one more defaulted field (and a bigger map16).
+class NewerBlockStored(BlockStored, tag="BlockStored"):
+    event_version: int | None = None
+
+
+# --- vLLM 0.32: BlockStored before lookahead_token_ids (fixmap) --------------
+
+
+class V032BlockStored(msgspec.Struct, omit_defaults=True, gc=False, tag="BlockStored"):
     block_hashes: list[ExternalBlockHash]
     parent_block_hash: ExternalBlockHash | None
     token_ids: list[int]
@@ -100,18 +81,6 @@ class NewerBlockStored(
     locality: str | None = None
     ownership: str | None = None
     session_id: str | None = None
-    event_version: int | None = None
-
-
-# An SGLang-style map: medium defaulted, a key vLLM does not have.
-class SglangBlockStored(msgspec.Struct, omit_defaults=True, gc=False, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None = None
-    cache_salt: str | None = None
 
 
 # --- vLLM before PR #42892: positional events --------------------------------
@@ -163,34 +132,12 @@ class V09BlockRemoved(LegacyKVCacheEvent, tag="BlockRemoved"):
     block_hashes: list[int]
 
 
-# --- tokenspeed (seed 000) ---------------------------------------------------
+# --- tokenspeed 0.1.1 (from the wheel) -------------------------------------
 
-
-class TsEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    ts: float
-    events: list[Any]
-    attn_dp_rank: int | None = None
-
-
-class TsKVCacheEvent(
-    msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True
-):
-    """Base class for all KV cache-related events."""
-
-
-class TsBlockStored(TsKVCacheEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-
-
-class TsBlockRemoved(TsKVCacheEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
-
-
-class TsAllBlocksCleared(TsKVCacheEvent, tag="AllBlocksCleared"):
-    pass
+TsEventBatch = T.KVEventBatch
+TsBlockStored = T.BlockStored
+TsBlockRemoved = T.BlockRemoved
+TsAllBlocksCleared = T.AllBlocksCleared
 
 
 # --- values (repeated by hand in test_events_codec.cpp) ----------------------
@@ -232,6 +179,7 @@ def stored_all_fields(cls=BlockStored) -> Any:
         locality="REMOTE",
         ownership="tier-2",
         session_id="sess-\u00e9",
+        lookahead_token_ids=[[5, 70000, -1]],
     )
 
 
@@ -368,20 +316,46 @@ def goldens() -> list[tuple[str, str, bytes]]:
             data_parallel_rank=0))
     add("type_not_first", "tagged map whose 'type' key comes last (a plain dict)",
         [TS, [{"block_hashes": [9], "medium": "GPU", "type": "BlockRemoved"}], 0])
-    add("newer_vllm_map16", "a newer vLLM BlockStored (15 fields: map16 header, unknown key)",
+    add("newer_vllm_map16", "a vLLM newer than 0.33 (16 fields: map16 header, unknown key)",
         EventBatch(ts=TS, events=[NewerBlockStored(
             block_hashes=[1], parent_block_hash=None, token_ids=[1], block_size=1,
             lora_id=None, medium="GPU", lora_name=None, event_version=1)],
             data_parallel_rank=0))
-    add("sglang_style_map", "SGLang-style map: no medium/lora_name keys, unknown cache_salt",
-        EventBatch(ts=TS, events=[SglangBlockStored(
-            block_hashes=[1], parent_block_hash=None, token_ids=[1], block_size=1,
-            lora_id=None, cache_salt="salt")],
-            data_parallel_rank=0))
-    add("sglang_style_equivalent", "sglang_style_map as vLLM writes it",
-        EventBatch(ts=TS, events=[BlockStored(
-            block_hashes=[1], parent_block_hash=None, token_ids=[1], block_size=1,
-            lora_id=None, medium=None, lora_name=None)],
+    v032 = dict(block_hashes=[H_BIG], parent_block_hash=5, token_ids=[1, 2], block_size=2,
+                lora_id=None, medium="GPU", lora_name=None, group_idx=0, session_id="s")
+    add("vllm_032_fixmap", "vLLM 0.32 BlockStored (14 fields: fixmap header)",
+        EventBatch(ts=TS, events=[V032BlockStored(**v032)], data_parallel_rank=0))
+    add("vllm_032_equivalent", "vllm_032_fixmap as vLLM 0.33 writes it (map16)",
+        EventBatch(ts=TS, events=[BlockStored(**v032)], data_parallel_rank=0))
+    # SGLang 0.5.23's own structs: medium defaulted, cache_salt, session_id and
+    # lora_name after it, attn_dp_rank in the envelope.
+    add("sglang_salted", "SGLang: a chain start with cache_salt, a removal, a clear",
+        S.KVEventBatch(ts=TS, events=[
+            S.BlockStored(block_hashes=[11, 12, 13], parent_block_hash=None,
+                          token_ids=[1, 2, 3, 4, 5, 6], block_size=2, lora_id=None,
+                          medium="GPU", cache_salt="tenant-a", session_id="sess-1",
+                          lora_name="adapter-a"),
+            S.BlockRemoved(block_hashes=[11], medium="GPU"),
+            S.AllBlocksCleared()], attn_dp_rank=1))
+    add("sglang_salted_equivalent",
+        "sglang_salted in vLLM 0.33: the salt in block 0's extra_keys entry, as vLLM does",
+        EventBatch(ts=TS, events=[
+            BlockStored(block_hashes=[11, 12, 13], parent_block_hash=None,
+                        token_ids=[1, 2, 3, 4, 5, 6], block_size=2, lora_id=None,
+                        medium="GPU", lora_name="adapter-a",
+                        extra_keys=[("tenant-a",), None, None], session_id="sess-1"),
+            BlockRemoved(block_hashes=[11], medium="GPU"),
+            AllBlocksCleared()], data_parallel_rank=1))
+    add("sglang_continuation", "SGLang: a salted continuation (parent set), medium unset",
+        S.KVEventBatch(ts=TS, events=[
+            S.BlockStored(block_hashes=[-5], parent_block_hash=13, token_ids=[7, 8],
+                          block_size=2, lora_id=None, cache_salt="tenant-a")],
+            attn_dp_rank=0))
+    add("sglang_continuation_equivalent",
+        "sglang_continuation in vLLM 0.33: the salt is implied by the parent chain",
+        EventBatch(ts=TS, events=[
+            BlockStored(block_hashes=[2**64 - 5], parent_block_hash=13, token_ids=[7, 8],
+                        block_size=2, lora_id=None, medium=None, lora_name=None)],
             data_parallel_rank=0))
     return g
 

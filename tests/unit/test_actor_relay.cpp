@@ -129,3 +129,56 @@ TEST_CASE("relay queue: admits up to max, then drops and counts") {
   CHECK(q.admit());
   CHECK(q.queued.load() == 2);
 }
+
+namespace {
+
+/// What the ingest bridge hands over for an engine payload that is already
+/// canonical for `d`: the bytes, undecoded.
+kv_event_batch pass_through(const kv_event_batch& b, event_dialect d) {
+  auto bytes = std::make_shared<std::string>();
+  encode_event_batch(b, d, *bytes);
+  auto c = check_canonical_event_batch(reinterpret_cast<const uint8_t*>(bytes->data()),
+                                       bytes->size(), d);
+  REQUIRE(c);
+  kv_event_batch out;
+  out.ts = c->ts;
+  out.dp_rank = c->dp_rank;
+  out.wire = canonical_wire{bytes, d, *c};
+  return out;
+}
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "publisher: pass-through batches are forwarded, only the rank rewritten") {
+  std::vector<encoded_batch> sent;
+  auto pub = sys.spawn(fake_pub, &sent);
+  auto queue = std::make_shared<relay_queue>(100);
+  auto p = sys.spawn(publisher, int64_t{1}, event_dialect::vllm, pub, replay_actor{}, queue,
+                     std::chrono::nanoseconds{0});
+  sched.run();
+  REQUIRE(sent.size() == 1); // seq 0: the publisher's own AllBlocksCleared
+  sent.clear();
+  kv_event_batches in;
+  in.items.push_back(pass_through(batch_with(7, 1), event_dialect::vllm));        // rank kept
+  in.items.push_back(pass_through(batch_with(8, std::nullopt), event_dialect::vllm)); // filled in
+  in.items.push_back(pass_through(batch_with(9, 0), event_dialect::tokenspeed));  // other dialect
+  const auto* shared = in.items[0].wire->bytes.get();
+  caf::anon_send(p, publish_atom_v, std::move(in));
+  sched.run();
+  REQUIRE(sent.size() == 3);
+  // The engine's bytes themselves, not a copy.
+  CHECK(sent[0].payload.get() == shared);
+  const std::pair<uint64_t, int64_t> want[] = {{7, 1}, {8, 1}, {9, 0}};
+  for (size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    kv_event_batch b = batch_with(want[i].first, want[i].second);
+    if (i == 2) // what tokenspeed's dialect carried: no medium
+      std::get<block_stored>(b.events[0]).medium.reset();
+    std::string bytes;
+    encode_event_batch(b, event_dialect::vllm, bytes);
+    CHECK(*sent[i].payload == bytes);
+  }
+  caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(pub, caf::exit_reason::user_shutdown);
+  sched.run();
+}

@@ -86,7 +86,15 @@ std::string describe(const kv_event& e) {
       << " extra=" << (s->extra_keys_msgpack ? hex(*s->extra_keys_msgpack) : "None")
       << " group=" << opt(s->group_idx) << " kind=" << opt(s->kv_cache_spec_kind)
       << " window=" << opt(s->kv_cache_spec_sliding_window) << " locality=" << opt(s->locality)
-      << " ownership=" << opt(s->ownership) << " session=" << opt(s->session_id) << ")";
+      << " ownership=" << opt(s->ownership) << " session=" << opt(s->session_id)
+      << " lookahead=";
+    if (s->lookahead_token_ids) {
+      for (const auto& l : *s->lookahead_token_ids)
+        o << list(l);
+    } else {
+      o << "None";
+    }
+    o << " salt=" << opt(s->cache_salt) << ")";
   } else if (auto* r = std::get_if<block_removed>(&e)) {
     o << "BlockRemoved(" << list(r->block_hashes) << " medium=" << opt(r->medium)
       << " group=" << opt(r->group_idx) << " locality=" << opt(r->locality)
@@ -189,6 +197,7 @@ block_stored stored_all_fields() {
   s.locality = "REMOTE";
   s.ownership = "tier-2";
   s.session_id = "sess-\xc3\xa9";
+  s.lookahead_token_ids = std::vector<std::vector<int64_t>>{{5, 70000, -1}};
   return s;
 }
 
@@ -387,7 +396,11 @@ TEST_CASE("older and other engines' layouts decode to today's events") {
        frame(g::vllm_v09_equivalent)},
       {"mixed dialects in one batch", frame(g::mixed_dialects),
        frame(g::mixed_dialects_equivalent)},
-      {"SGLang-style map", frame(g::sglang_style_map), frame(g::sglang_style_equivalent)},
+      {"vLLM 0.32 (fixmap)", frame(g::vllm_032_fixmap), frame(g::vllm_032_equivalent)},
+      {"SGLang 0.5.23, salted chain start", frame(g::sglang_salted),
+       frame(g::sglang_salted_equivalent)},
+      {"SGLang 0.5.23, salted continuation", frame(g::sglang_continuation),
+       frame(g::sglang_continuation_equivalent)},
   };
   for (const other& c : cases) {
     CAPTURE(std::string(c.name));
@@ -902,4 +915,123 @@ TEST_CASE("a duplicate map key keeps the last value, like msgspec") {
   event_decode_result r = decode_ok(in);
   REQUIRE(r.batch.events.size() == 1);
   CHECK(std::get<block_removed>(r.batch.events[0]).block_hashes == std::vector<uint64_t>{3});
+}
+
+// -- vLLM 0.33 and SGLang 0.5.23 specifics -----------------------------------------
+
+TEST_CASE("vLLM 0.33 BlockStored is written with a map16 header, as msgspec does") {
+  // 15 fields + the tag: msgspec sizes the header for that maximum, so even
+  // the 8 entries of a minimal event get `de 00 08`, never fixmap `88`.
+  std::string bytes = encode(vllm_stored_required(), event_dialect::vllm);
+  CHECK(hex(bytes).substr(0, 42) == "93 cb 41 da 30 54 98 10 00 00 91 de 00 08 ");
+  // 15 entries (every field but the ones left unset) -> still map16.
+  CHECK(hex(encode(vllm_stored_all_fields(), event_dialect::vllm)).find("91 de 00 10 ") !=
+        std::string::npos);
+  // BlockRemoved (6 entries at most) keeps fixmap.
+  CHECK(hex(encode(vllm_removed_required(), event_dialect::vllm)).find("91 83 ") !=
+        std::string::npos);
+}
+
+/// [ts, [{"type": "BlockStored", required fields..., extra key: value}], 0]
+std::string stored_with_extra(const char* name, std::function<void(pk_t&)> value) {
+  return batch_of({[name, value](pk_t& pk) {
+    pk.pack_map(6);
+    key(pk, "type");
+    pk.pack(std::string("BlockStored"));
+    key(pk, "block_hashes");
+    pk.pack_array(2);
+    pk.pack_int(1);
+    pk.pack_int(2);
+    key(pk, "parent_block_hash");
+    pk.pack_nil();
+    key(pk, "token_ids");
+    pk.pack_array(0);
+    key(pk, "block_size");
+    pk.pack_int(1);
+    key(pk, name);
+    value(pk);
+  }});
+}
+
+TEST_CASE("lookahead_token_ids is read, relayed and checked like token_ids") {
+  auto r = decode_ok(stored_with_extra("lookahead_token_ids", [](pk_t& pk) {
+    pk.pack_array(2);
+    pk.pack_array(2);
+    pk.pack_int(7);
+    pk.pack_int(-70000);
+    pk.pack_array(0);
+  }));
+  REQUIRE(r.dropped.empty());
+  const auto& s = std::get<block_stored>(r.batch.events.at(0));
+  REQUIRE(s.lookahead_token_ids);
+  CHECK(*s.lookahead_token_ids == std::vector<std::vector<int64_t>>{{7, -70000}, {}});
+  CHECK(hex(encode(r.batch, event_dialect::vllm))
+            .find("b3 6c 6f 6f 6b 61 68 65 61 64 5f 74 6f 6b 65 6e 5f 69 64 73 92 92 07 d2 ff fe "
+                  "ee 90 90 ") != std::string::npos);
+
+  auto nil = decode_ok(stored_with_extra("lookahead_token_ids", [](pk_t& pk) { pk.pack_nil(); }));
+  CHECK(!std::get<block_stored>(nil.batch.events.at(0)).lookahead_token_ids);
+
+  struct bad {
+    const char* name;
+    std::function<void(pk_t&)> value;
+    const char* detail;
+  };
+  std::vector<bad> cases = {
+      {"a str", [](pk_t& pk) { pk.pack(std::string("x")); },
+       "event 0: field 'lookahead_token_ids': expected array or nil, got str"},
+      {"a list of ints",
+       [](pk_t& pk) {
+         pk.pack_array(1);
+         pk.pack_int(3);
+       },
+       "event 0: field 'lookahead_token_ids': expected array, got int (in element 0)"},
+      {"a token out of int64",
+       [](pk_t& pk) {
+         pk.pack_array(2);
+         pk.pack_array(0);
+         pk.pack_array(1);
+         pk.pack_uint64(1ull << 63);
+       },
+       "event 0: field 'lookahead_token_ids': element 0: out of int64 range (in element 1)"},
+  };
+  for (const bad& c : cases) {
+    CAPTURE(std::string(c.name));
+    auto rb = decode_ok(stored_with_extra("lookahead_token_ids", c.value));
+    CHECK(rb.batch.events.empty());
+    REQUIRE(rb.dropped.size() == 1);
+    CHECK(rb.dropped[0].kind == "bad_field");
+    CHECK(rb.dropped[0].detail == c.detail);
+  }
+}
+
+TEST_CASE("SGLang's cache_salt goes into extra_keys the way vLLM publishes a salt") {
+  auto salted = [](std::optional<uint64_t> parent) {
+    block_stored s = stored({1, 2}, parent, {}, 1);
+    s.cache_salt = "tenant-a";
+    return make(1.5, {s}, 0);
+  };
+  // Chain start: ["tenant-a"] for block 0, None for the others.
+  auto start = decode_ok(encode(salted(std::nullopt), event_dialect::vllm));
+  const auto& s0 = std::get<block_stored>(start.batch.events.at(0));
+  REQUIRE(s0.extra_keys_msgpack);
+  CHECK(hex(*s0.extra_keys_msgpack) == "92 91 a8 74 65 6e 61 6e 74 2d 61 c0 ");
+  CHECK(!s0.cache_salt); // a vLLM consumer has no cache_salt key
+  // Continuation: implied by the parent chain, like vLLM.
+  auto cont = decode_ok(encode(salted(5), event_dialect::vllm));
+  CHECK(!std::get<block_stored>(cont.batch.events.at(0)).extra_keys_msgpack);
+  // An event that has extra_keys keeps them unchanged.
+  kv_event_batch with_keys = salted(std::nullopt);
+  std::get<block_stored>(with_keys.events[0]).extra_keys_msgpack = extra_keys_bytes();
+  auto kept = decode_ok(encode(with_keys, event_dialect::vllm));
+  CHECK(hex(*std::get<block_stored>(kept.batch.events.at(0)).extra_keys_msgpack) ==
+        hex(extra_keys_bytes()));
+  // tokenspeed cannot carry it.
+  CHECK(hex(encode(salted(std::nullopt), event_dialect::tokenspeed)) ==
+        hex(encode(make(1.5, {stored({1, 2}, std::nullopt, {}, 1)}, 0),
+                   event_dialect::tokenspeed)));
+  // A cache_salt that is not a str is a bad field, like any other.
+  auto bad = decode_ok(stored_with_extra("cache_salt", [](pk_t& pk) { pk.pack_int(1); }));
+  REQUIRE(bad.dropped.size() == 1);
+  CHECK(bad.dropped[0].detail == "event 0: field 'cache_salt': expected str or nil, got int");
 }

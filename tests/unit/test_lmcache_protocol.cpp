@@ -3,6 +3,8 @@
 // (tests/tools/make_lmcache_goldens.py), plus every malformed shape we can
 // think of.
 #include "messages/lmcache_protocol.hpp"
+#include "messages/tensor_view.hpp"
+#include "messages/tensor_wrappers.hpp"
 
 #include <doctest/doctest.h>
 
@@ -147,8 +149,8 @@ bool has(const std::string& s, const char* sub) { return s.find(sub) != std::str
 // --- a tiny msgpack builder for malformed arguments --------------------------
 std::string map_hdr(size_t n) { return std::string(1, static_cast<char>(0x80 | n)); }
 std::string arr_hdr(size_t n) { return std::string(1, static_cast<char>(0x90 | n)); }
-std::string s(std::string_view v) { return encode_mp_str(v); }
-std::string i(int64_t v) { return encode_mp_int(v); }
+std::string s(std::string_view v) { return encode_reply_str(v); }
+std::string i(int64_t v) { return encode_reply_int(v); }
 std::string bin(std::string_view v) { return std::string("\xc4", 1) + static_cast<char>(v.size()) + std::string(v); }
 const std::string nil("\xc0", 1), t("\xc3", 1), f("\xc2", 1);
 std::string f64(double d) {
@@ -414,7 +416,7 @@ TEST_CASE("clear (0.5.6 sends force; older clients nothing), chunk size, ping, n
 TEST_CASE("the op may be a snake_case name; the op frame is echoed as sent") {
   auto req = ok(golden_frames("get_chunk_size_by_name"));
   CHECK(req.op == mp_op::get_chunk_size);
-  CHECK(req.op_frame == encode_mp_str("get_chunk_size"));
+  CHECK(req.op_frame == encode_reply_str("get_chunk_size"));
   auto by_name = ok({i(5), s("end_session"), s("abc")});
   CHECK(by_name.op == mp_op::end_session);
   auto hits_by_name = ok({i(5), s("query_prefetch_lookup_hits"), s("abc")});
@@ -737,27 +739,27 @@ TEST_CASE("host shared-memory extension (ext 0x4b)") {
 // ---------------------------------------------------------------------------
 
 TEST_CASE("response bodies are byte-identical to msgspec's") {
-  CHECK(hex(encode_mp_int(256)) == "cd0100"); // get_chunk_size, as the notes give it
+  CHECK(hex(encode_reply_int(256)) == "cd0100"); // get_chunk_size, as the notes give it
   size_t n = 0;
   for (const auto& g : k_golden_bodies) {
     CAPTURE(g.kind);
     CAPTURE(g.arg.substr(0, 40));
     std::string kind = g.kind, got;
     if (kind == "int") {
-      got = encode_mp_int(std::stoll(g.arg));
+      got = encode_reply_int(std::stoll(g.arg));
     } else if (kind == "bool") {
-      got = encode_mp_bool(g.arg == "true");
+      got = encode_reply_bool(g.arg == "true");
     } else if (kind == "str") {
-      got = encode_mp_str(g.arg);
+      got = encode_reply_str(g.arg);
     } else if (kind == "event") {
       auto bar = g.arg.find('|');
-      got = encode_mp_event_ok(unhex(g.arg.substr(0, bar)), g.arg.substr(bar + 1) == "true");
+      got = encode_reply_event_ok(unhex(g.arg.substr(0, bar)), g.arg.substr(bar + 1) == "true");
     } else if (kind == "strlist") {
       std::vector<std::string> items;
       std::string cur;
       std::istringstream in(g.arg);
       while (std::getline(in, cur, ',')) items.push_back(cur);
-      got = encode_mp_str_list(items);
+      got = encode_reply_str_list(items);
     } else {
       FAIL("unknown golden kind " << kind);
     }
@@ -767,8 +769,8 @@ TEST_CASE("response bodies are byte-identical to msgspec's") {
   CHECK(n >= 30);
   // Beyond the goldens' sizes: the 32-bit headers.
   std::string big(70000, 'x');
-  CHECK(hex(encode_mp_str(big).substr(0, 5)) == "db00011170");
+  CHECK(hex(encode_reply_str(big).substr(0, 5)) == "db00011170");
   std::vector<std::string> many(70000, "");
-  CHECK(hex(encode_mp_str_list(many).substr(0, 5)) == "dd00011170");
-  CHECK(hex(encode_mp_event_ok(big, true).substr(0, 6)) == "92c600011170");
+  CHECK(hex(encode_reply_str_list(many).substr(0, 5)) == "dd00011170");
+  CHECK(hex(encode_reply_event_ok(big, true).substr(0, 6)) == "92c600011170");
 }
