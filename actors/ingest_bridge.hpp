@@ -41,7 +41,7 @@ protected:
   std::optional<std::string> open() override;
   caf::behavior handlers() override;
   void on_socket(size_t index, short revents) override;
-  void log_stats() override;
+  stats_snapshot snapshot() override;
   std::chrono::milliseconds poll_timeout() override;
   void after_poll() override;
   void drain() override;
@@ -86,6 +86,7 @@ private:
   uint64_t refilled_ = 0;
   uint64_t lost_ = 0;
   uint64_t caught_up_ = 0; ///< earlier engine batches fetched at start-up
+  uint64_t engine_restarts_ = 0; ///< the engine's seq went back
   std::set<std::string> seen_event_errors_;
   std::set<std::string> seen_payload_errors_;
 };

@@ -31,7 +31,8 @@ using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>>;
 /// Fed by the ingest bridges and by the cache store (its own events).
 using publisher_actor = caf::typed_actor<
   caf::reacts_to<publish_atom, kv_event_batches>,
-  caf::reacts_to<stats_atom>>;
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 /// replay[dp=r] — one per DP rank. Keeps the last buffer_steps encoded
 /// batches; answers a replay request by sending a replay_stream (shared
@@ -40,7 +41,8 @@ using publisher_actor = caf::typed_actor<
 using replay_actor = caf::typed_actor<
   caf::reacts_to<record_atom, encoded_batches>,
   caf::reacts_to<replay_atom, replay_request>,
-  caf::reacts_to<stats_atom>>;
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 } // namespace kvs
 
@@ -75,7 +77,8 @@ using registry_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,           ///< register / unregister / ping
   caf::reacts_to<tick_atom, int64_t>, ///< instance seen (store/retrieve)
   caf::reacts_to<tick_atom>,         ///< reaper round
-  caf::reacts_to<stats_atom>>;
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 /// store — sole owner of the L1 pool and chunk index: lookup-and-lock,
 /// reserve, commit/abort, acquire/release for reads, LRU eviction between
@@ -92,7 +95,8 @@ using store_actor = caf::typed_actor<
   caf::replies_to<store_configure>::with<store_configure_reply>,
   caf::reacts_to<mp_call>, ///< clear
   caf::reacts_to<tick_atom>,
-  caf::reacts_to<stats_atom>>;
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 /// gpu_transfer — opens engine pools (CUDA IPC or host shared memory) once
 /// per instance and copies pages between them and L1 slots. Answers a copy at
@@ -103,6 +107,7 @@ using gpu_transfer_actor = caf::typed_actor<
   caf::replies_to<gpu_copy>::with<gpu_copy_started>,
   caf::replies_to<gpu_await>::with<gpu_copy_done>,
   caf::reacts_to<tick_atom>,
-  caf::reacts_to<stats_atom>>;
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 } // namespace kvs

@@ -5,6 +5,7 @@
 // requests of the store and GPU-transfer actors (see actors/interfaces.hpp).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,7 @@ struct tensor_desc;  // messages/tensor_desc.hpp
 struct mp_call {
   std::string identity; ///< ROUTER identity of the connector's DEALER
   std::shared_ptr<const mp_request> request;
+  std::chrono::steady_clock::time_point received{}; ///< for the latency histograms
 };
 
 /// The answer: uid and op frames echoed byte for byte, then one body frame
@@ -31,6 +33,8 @@ struct mp_reply {
   std::string uid_frame;
   std::string op_frame;
   std::optional<std::string> body;
+  std::chrono::steady_clock::time_point received{}; ///< the call's, copied by make_reply
+  uint8_t op = 0;                                   ///< the call's mp_op
 };
 
 /// Builds the reply to `call` with `body` (nullopt = None).
