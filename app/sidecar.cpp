@@ -1,7 +1,9 @@
 #include "app/sidecar.hpp"
 
 #include "app/actor_tree.hpp"
+#include "app/health.hpp"
 #include "app/log.hpp"
+#include "app/observability.hpp"
 #include "messages/type_ids.hpp"
 
 #include <caf/actor_system.hpp>
@@ -141,7 +143,14 @@ int run_sidecar(const config& cfg) {
     KVS_INFO(me, "starting: events {}, cache {}, gpu backend \"{}\"",
              cfg.events.enabled ? "on" : "off", cfg.cache.enabled ? "on" : "off",
              cfg.gpu.backend);
+    auto obs = start_observability(sys, cfg, me);
+    if (!obs.error.empty()) {
+      KVS_ERROR(me, "start-up failed: {}", obs.error);
+      KVS_INFO(me, "exited with status {}", exit_startup_failed);
+      return exit_startup_failed;
+    }
     auto tree = spawn_actor_tree(sys, ctx, replay_ctx, cfg, self);
+    watch_actors(obs, tree, me);
     // Start-up handshake: every bridge reports ready or why it failed.
     ready_set ready;
     std::vector<std::string> failures;
@@ -160,6 +169,7 @@ int run_sidecar(const config& cfg) {
     if (ready.size() + failures.size() < tree.bridge_count())
       failures.push_back("bridges did not report ready within 10s");
     if (!failures.empty()) {
+      health().draining.store(true); // the stops below are expected exits
       for (auto& f : failures)
         KVS_ERROR(me, "start-up failed: {}", f);
       stop_all(self, tree, ready, clock::now() + std::chrono::seconds{2}, me, false);
@@ -167,9 +177,12 @@ int run_sidecar(const config& cfg) {
     } else {
       for (auto& line : tree.summary)
         KVS_INFO(me, "actor tree: {}", line);
+      health().ready.store(true);
       KVS_INFO(me, "kvsidecar ready ({} bridges, {} actors)", tree.bridge_count(),
                tree.workers.size());
       int sig = wait_for_signal();
+      // First of all: /readyz answers 503 so the orchestrator stops routing here.
+      health().draining.store(true);
       KVS_INFO(me, "{} received: stopping input, draining, closing sockets (deadline {})",
                sig == SIGINT ? "SIGINT" : "SIGTERM", to_string(cfg.sidecar.shutdown_timeout));
       stop_all(self, tree, ready, clock::now() + cfg.sidecar.shutdown_timeout, me, true);
