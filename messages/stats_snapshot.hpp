@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -114,8 +115,11 @@ struct stats_snapshot {
         out += v.text;
       else if (v.value == std::floor(v.value) && std::fabs(v.value) < 9.0e15)
         out += std::to_string(static_cast<int64_t>(v.value));
-      else
-        out += std::to_string(v.value);
+      else {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.6g", v.value);
+        out += buf;
+      }
     }
     return out;
   }

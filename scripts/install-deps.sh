@@ -26,7 +26,7 @@ fi
 
 if [ "${1:-}" = "--with-python" ]; then
   req=tests/integration/requirements.txt
-  if ! python3 -c 'import zmq, msgspec, pytest, pydantic, cachetools' 2>/dev/null; then
+  if ! python3 -c 'import zmq, msgspec, pytest, pydantic, cachetools, yaml' 2>/dev/null; then
     echo "installing PyPI packages from $req"
     python3 -m pip install -q -r "$req" 2>/dev/null \
       || python3 -m pip install -q --break-system-packages -r "$req"
