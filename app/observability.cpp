@@ -36,7 +36,9 @@ void watch_actors(observability& o, const actor_tree& t, const std::string& me) 
     // Every actor's log lines end their label with "#id".
     auto name = "actor #" + std::to_string(a.id());
     a->attach_functor([name, me](const caf::error& reason) {
-      if (health().draining.load())
+      // During start-up the handshake reports failures; during shutdown
+      // exits are expected.
+      if (!health().ready.load() || health().draining.load())
         return;
       health().alive.store(false);
       KVS_ERROR(me, "{} exited while running ({}): /healthz now answers 503", name,

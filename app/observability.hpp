@@ -26,8 +26,8 @@ struct observability {
 observability start_observability(caf::actor_system& sys, const config& cfg,
                                   const std::string& me);
 
-/// Scrapes ask every actor of `t` from now on; one of them exiting while the
-/// process is not draining turns /healthz to 503 (and the log says which).
+/// Scrapes ask every actor of `t` from now on; one of them exiting after
+/// start-up and before shutdown turns /healthz to 503 (the log says which).
 void watch_actors(observability& o, const actor_tree& t, const std::string& me);
 
 } // namespace kvs
