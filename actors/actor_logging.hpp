@@ -6,6 +6,7 @@
 #include "messages/type_ids.hpp"
 
 #include <caf/error.hpp>
+#include <caf/send.hpp>
 #include <caf/exit_reason.hpp>
 
 #include <chrono>
@@ -30,6 +31,22 @@ template <class Self>
 void arm_stats(Self* self, std::chrono::nanoseconds interval) {
   if (interval.count() > 0)
     self->delayed_send(self, interval, stats_atom_v);
+}
+
+/// Answers the /metrics collector. Anonymous: a typed actor may not send()
+/// to the collector's untyped handle; actor_id says who answered.
+template <class Self>
+void send_snapshot(Self* self, const caf::actor& to, stats_snapshot s) {
+  s.actor_id = self->id();
+  caf::anon_send(to, std::move(s));
+}
+
+/// The periodic stats line from the actor's snapshot (the same snapshot
+/// /metrics reads), and the next tick.
+template <class Self>
+void log_stats(Self* self, const stats_snapshot& s, std::chrono::nanoseconds interval) {
+  KVS_INFO(s.actor, "stats: {}", s.line());
+  self->delayed_send(self, interval, stats_atom_v);
 }
 
 } // namespace kvs

@@ -51,7 +51,7 @@ const std::string* request_id_of(const mp_request& r) {
 
 mp_reply make_reply(const mp_call& call, std::optional<std::string> body) {
   return mp_reply{call.identity, call.request->uid_frame, call.request->op_frame,
-                  std::move(body)};
+                  std::move(body), call.received, static_cast<uint8_t>(call.request->op)};
 }
 
 engine_bridge::engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
@@ -188,6 +188,7 @@ bool engine_bridge::foreign(const mp_call& call, int64_t instance) {
 
 void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
   ++requests_;
+  auto received = clock::now();
   auto identity = frames[0].to_string();
   std::vector<std::string_view> args;
   args.reserve(frames.size() - 1);
@@ -201,7 +202,7 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
     return;
   }
   auto req = std::make_shared<mp_request>(std::move(std::get<mp_request>(res)));
-  mp_call call{std::move(identity), std::move(req), std::nullopt};
+  mp_call call{std::move(identity), std::move(req), std::nullopt, received};
   if (ipc_ && call.request->op == mp_op::register_kv_cache) {
     // The identity frame is made up by the ROUTER; the peer's metadata
     // travels on the frames it sent.
@@ -386,6 +387,8 @@ void engine_bridge::send_reply(const mp_reply& r) {
     if (r.body)
       router_.send(zmq::buffer(*r.body), zmq::send_flags::none);
     ++replies_;
+    if (r.received != clock::time_point{})
+      latency_[r.op].observe(std::chrono::duration<double>(clock::now() - r.received).count());
   } catch (const zmq::error_t& e) {
     if (e.num() == EHOSTUNREACH) {
       ++reply_unroutable_; // the client left before its answer: normal
@@ -404,14 +407,26 @@ void engine_bridge::drain() {
   sessions_.clear();
 }
 
-void engine_bridge::log_stats() {
+stats_snapshot engine_bridge::snapshot() {
   uint64_t rejected = 0;
   for (auto& [k, n] : rejected_)
     rejected += n;
-  KVS_INFO(label(), "stats: requests={} replies={} rejected={} sessions={} started={} ended={} "
-                    "reply_drops={} reply_unroutable={}",
-           requests_, replies_, rejected, sessions_.size(), sessions_started_, sessions_ended_,
-           reply_drops_, reply_unroutable_);
+  stats_snapshot s;
+  s.counter("requests", "kvsidecar_cache_requests_total", requests_)
+    .counter("replies", "kvsidecar_cache_replies_total", replies_)
+    .log_only("rejected", rejected);
+  for (auto& [kind, n] : rejected_)
+    s.counter("", "kvsidecar_cache_rejected_requests_total", n, "kind", kind);
+  s.gauge("sessions", "kvsidecar_cache_sessions", sessions_.size())
+    .counter("started", "kvsidecar_cache_sessions_started_total", sessions_started_)
+    .counter("ended", "kvsidecar_cache_sessions_ended_total", sessions_ended_)
+    .counter("reply_drops", "kvsidecar_cache_reply_drops_total", reply_drops_)
+    .counter("reply_unroutable", "kvsidecar_cache_reply_unroutable_total", reply_unroutable_);
+  for (size_t op = 0; op < latency_.size(); ++op)
+    if (latency_[op].count > 0)
+      s.histogram("kvsidecar_cache_request_duration_seconds", latency_[op], "op",
+                  to_string(static_cast<mp_op>(op)));
+  return s;
 }
 
 } // namespace kvs

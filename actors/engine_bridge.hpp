@@ -9,6 +9,7 @@
 #include "actors/zmq_bridge.hpp"
 #include "messages/wire_error.hpp"
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <unordered_map>
@@ -37,7 +38,7 @@ protected:
   std::optional<std::string> open() override;
   caf::behavior handlers() override;
   void on_socket(size_t index, short revents) override;
-  void log_stats() override;
+  stats_snapshot snapshot() override;
   void drain() override;
 
 private:
@@ -79,6 +80,17 @@ private:
   uint64_t sessions_started_ = 0;
   uint64_t sessions_ended_ = 0;
   std::map<std::string, uint64_t> rejected_; ///< by error kind
+  /// Request to reply, per op (indexed by the mp_op value).
+  static inline const std::array<double, 16> latency_bounds_{
+    50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
+    25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5};
+  std::array<fixed_histogram<16>, 256> latency_ = make_latency();
+  static std::array<fixed_histogram<16>, 256> make_latency() {
+    std::array<fixed_histogram<16>, 256> out;
+    for (auto& h : out)
+      h.bounds = &latency_bounds_;
+    return out;
+  }
 };
 
 } // namespace kvs

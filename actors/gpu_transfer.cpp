@@ -49,6 +49,25 @@ gpu_transfer_state::~gpu_transfer_state() {
   instances.clear();
 }
 
+stats_snapshot snapshot(const gpu_transfer_state& st) {
+  stats_snapshot s;
+  s.actor = st.label;
+  s.labels = {{"backend", st.p.backend->name()}};
+  s.gauge("instances", "", st.instances.size())
+    .counter("copies", "kvsidecar_cache_copies_total", st.copies)
+    .counter("failed", "kvsidecar_cache_copy_failures_total", st.failed)
+    .log_only("bytes", st.bytes)
+    .gauge("inflight", "kvsidecar_cache_copies_inflight", st.inflight.size());
+  const char* names[2] = {"store", "retrieve"};
+  for (size_t d = 0; d < 2; ++d) {
+    auto& x = st.directions[d];
+    s.counter("", std::string{"kvsidecar_cache_"} + names[d] + "_bytes_total", x.bytes)
+      .counter("", "kvsidecar_cache_copy_seconds_total", x.seconds, "op", names[d])
+      .histogram("kvsidecar_cache_copy_throughput_gbps", x.gbps, "op", names[d]);
+  }
+  return s;
+}
+
 gpu_transfer_actor::behavior_type
 gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
              gpu_transfer_params params) {
@@ -105,24 +124,29 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
                                    ? cp.skip_first_n
                                    : cp.skip_first_n / bs;
       req.engine_event_handle = std::move(cp.engine_event_handle);
+      auto start = gpu_transfer_state::clock::now();
+      size_t direction = cp.to_l1 ? 0 : 1;
       auto res = st.p.backend->copy(req);
       if (!res) {
         ++st.failed;
         return {false, res.error().kind + ": " + res.error().detail, {}, 0};
       }
       ++st.copies;
-      st.bytes += req.chunks.size() * pools.layout().chunk_bytes(cp.chunk_tokens);
+      uint64_t nbytes = req.chunks.size() * pools.layout().chunk_bytes(cp.chunk_tokens);
+      st.bytes += nbytes;
       auto& completion = *res.value();
       auto state = completion.poll();
       if (state == copy_completion::state::failed) {
         ++st.failed;
         return {false, completion.error(), {}, 0};
       }
-      if (state == copy_completion::state::done)
+      if (state == copy_completion::state::done) {
+        st.finished(direction, nbytes, start);
         return {true, {}, completion.event_handle(), 0, true};
+      }
       auto ticket = st.next_ticket++;
       gpu_copy_started out{true, {}, completion.event_handle(), ticket};
-      st.inflight[ticket] = {std::move(res.value()), std::nullopt};
+      st.inflight[ticket] = {std::move(res.value()), std::nullopt, start, direction, nbytes};
       return out;
     },
     [self](gpu_await& a) -> caf::result<gpu_copy_done> {
@@ -135,6 +159,8 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
         auto d = done_of(*i->second.completion, s);
         if (!d.ok)
           ++st.failed;
+        else
+          st.finished(i->second.direction, i->second.bytes, i->second.start);
         st.inflight.erase(i);
         return d;
       }
@@ -156,6 +182,8 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
         auto d = done_of(*pend.completion, s);
         if (!d.ok)
           ++st.failed;
+        else
+          st.finished(pend.direction, pend.bytes, pend.start);
         pend.promise->deliver(std::move(d));
         i = st.inflight.erase(i);
       }
@@ -181,11 +209,9 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       return rp;
     },
     [self](stats_atom) {
-      auto& st = self->state;
-      KVS_INFO(st.label, "stats: instances={} copies={} failed={} bytes={}MiB inflight={}",
-               st.instances.size(), st.copies, st.failed, st.bytes >> 20, st.inflight.size());
-      self->delayed_send(self, st.p.stats_interval, stats_atom_v);
+      log_stats(self, snapshot(self->state), self->state.p.stats_interval);
     },
+    [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },
   };
 }
 

@@ -35,9 +35,21 @@ struct gpu_transfer_state {
     std::unique_ptr<opened_pools> pools;
     std::string engine;
   };
+  using clock = std::chrono::steady_clock;
+  /// Copies of one direction (0: STORE into L1, 1: RETRIEVE out of it).
+  struct direction_stats {
+    uint64_t bytes = 0;
+    double seconds = 0; ///< submit to completion, summed
+    fixed_histogram<10> gbps{&gbps_bounds};
+  };
+  static inline const std::array<double, 10> gbps_bounds{0.5, 1, 2, 5, 10, 20, 50,
+                                                         100, 200, 500};
   struct pending {
     std::unique_ptr<copy_completion> completion;
     std::optional<caf::typed_response_promise<gpu_copy_done>> promise;
+    clock::time_point start;
+    size_t direction = 0;
+    uint64_t bytes = 0;
   };
 
   gpu_transfer_params p;
@@ -56,6 +68,17 @@ struct gpu_transfer_state {
   uint64_t copies = 0;
   uint64_t failed = 0;
   uint64_t bytes = 0;
+  std::array<direction_stats, 2> directions;
+
+  /// A copy finished well: its bytes, time and throughput count.
+  void finished(size_t direction, uint64_t n, clock::time_point start) {
+    auto& d = directions[direction];
+    double secs = std::chrono::duration<double>(clock::now() - start).count();
+    d.bytes += n;
+    d.seconds += secs;
+    if (secs > 0)
+      d.gbps.observe(static_cast<double>(n) / secs / 1e9);
+  }
 
   gpu_transfer_state() = default;
   gpu_transfer_state(const gpu_transfer_state&) = delete;
@@ -68,6 +91,9 @@ struct gpu_transfer_state {
 
 /// Copies not yet finished (the device may still be writing).
 size_t pending_copies(const gpu_transfer_state& st);
+
+/// The stats line's and /metrics' view of the transfer actor.
+stats_snapshot snapshot(const gpu_transfer_state& st);
 
 gpu_transfer_actor::behavior_type
 gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,

@@ -429,12 +429,24 @@ void ingest_bridge::drain() {
   flush();
 }
 
-void ingest_bridge::log_stats() {
-  KVS_INFO(label(), "stats: received={} published={} dropped_events={} bad_payloads={} "
-                    "dropped_queue_full={} gaps={} refilled={} lost={} caught_up={} "
-                    "disconnects={} reconnects={} engine_restarts={}",
-           received_, published_, dropped_events_, bad_payloads_, dropped_queue_full_, gaps_,
-           refilled_, lost_, caught_up_, disconnects_, reconnects_, engine_restarts_);
+stats_snapshot ingest_bridge::snapshot() {
+  stats_snapshot s;
+  s.labels = {{"dp_rank", std::to_string(p_.rank)}};
+  s.counter("received", "kvsidecar_events_received_total", received_)
+    .counter("published", "kvsidecar_events_accepted_total", published_)
+    .counter("dropped_events", "kvsidecar_events_invalid_events_total", dropped_events_)
+    .counter("bad_payloads", "kvsidecar_events_dropped_total", bad_payloads_, "reason",
+             "bad_payload")
+    .counter("dropped_queue_full", "kvsidecar_events_dropped_total", dropped_queue_full_,
+             "reason", "queue_full")
+    .counter("gaps", "kvsidecar_events_gaps_total", gaps_)
+    .counter("refilled", "kvsidecar_events_refilled_total", refilled_)
+    .counter("lost", "kvsidecar_events_lost_total", lost_)
+    .counter("caught_up", "kvsidecar_events_caught_up_total", caught_up_)
+    .counter("disconnects", "kvsidecar_events_ingest_disconnects_total", disconnects_)
+    .counter("reconnects", "kvsidecar_events_ingest_reconnects_total", reconnects_)
+    .counter("engine_restarts", "kvsidecar_events_engine_restarts_total", engine_restarts_);
+  return s;
 }
 
 } // namespace kvs

@@ -32,7 +32,8 @@ using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>>;
 /// Fed by the ingest bridges and by the cache store (its own events).
 using publisher_actor = caf::typed_actor<
   caf::reacts_to<publish_atom, kv_event_batches>,
-  caf::reacts_to<stats_atom>>;
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 /// replay[dp=r] — one per DP rank. Keeps the last buffer_steps encoded
 /// batches; answers a replay request by sending a replay_stream (shared
@@ -41,7 +42,8 @@ using publisher_actor = caf::typed_actor<
 using replay_actor = caf::typed_actor<
   caf::reacts_to<record_atom, encoded_batches>,
   caf::reacts_to<replay_atom, replay_request>,
-  caf::reacts_to<stats_atom>>;
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 } // namespace kvs
 
@@ -76,7 +78,8 @@ using registry_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,           ///< register / unregister / ping
   caf::reacts_to<tick_atom, int64_t>, ///< instance seen (store/retrieve)
   caf::reacts_to<tick_atom>,         ///< reaper round
-  caf::reacts_to<stats_atom>>;
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 /// store — sole owner of the L1 pool and chunk index: lookup-and-lock,
 /// reserve, commit/abort, acquire/release for reads, LRU eviction between
@@ -93,7 +96,8 @@ using store_actor = caf::typed_actor<
   caf::replies_to<store_configure>::with<store_configure_reply>,
   caf::reacts_to<mp_call>, ///< clear
   caf::reacts_to<tick_atom>,
-  caf::reacts_to<stats_atom>>;
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 /// gpu_transfer — opens engine pools (CUDA IPC or host shared memory) once
 /// per instance and copies pages between them and L1 slots. Answers a copy at
@@ -108,6 +112,7 @@ using gpu_transfer_actor = caf::typed_actor<
   caf::replies_to<gpu_await>::with<gpu_copy_done>,
   caf::replies_to<drain_atom>::with<uint64_t>,
   caf::reacts_to<tick_atom>,
-  caf::reacts_to<stats_atom>>;
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 } // namespace kvs

@@ -95,9 +95,15 @@ void pub_bridge::on_socket(size_t, short revents) {
   }
 }
 
-void pub_bridge::log_stats() {
-  KVS_INFO(label(), "stats: sent={} hwm_drops={} topics={} queued={}", sent_, hwm_drops_,
-           topics_, p_.queue->queued.load());
+stats_snapshot pub_bridge::snapshot() {
+  stats_snapshot s;
+  s.labels = {{"dp_rank", std::to_string(p_.rank)}};
+  s.counter("sent", "kvsidecar_events_sent_total", sent_)
+    .counter("hwm_drops", "kvsidecar_events_dropped_total", hwm_drops_, "reason",
+             "subscriber_hwm")
+    .gauge("topics", "kvsidecar_events_subscribers", topics_)
+    .log_only("queued", p_.queue->queued.load());
+  return s;
 }
 
 void pub_bridge::close_sockets() {

@@ -49,7 +49,7 @@ protected:
   std::optional<std::string> open() override;
   caf::behavior handlers() override;
   void on_socket(size_t index, short revents) override;
-  void log_stats() override;
+  stats_snapshot snapshot() override;
   void close_sockets() override;
 
 private:

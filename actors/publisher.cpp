@@ -30,6 +30,20 @@ std::shared_ptr<const std::string> encode(kv_event_batch& batch, event_dialect d
 
 } // namespace
 
+stats_snapshot snapshot(const publisher_state& st) {
+  stats_snapshot s;
+  s.actor = st.label;
+  s.labels = {{"dp_rank", std::to_string(st.rank)}};
+  s.counter("batches", "kvsidecar_events_published_total", st.batches)
+    .counter("events", "kvsidecar_events_published_events_total", st.events)
+    .gauge("next_seq", "kvsidecar_events_seq", st.next_seq)
+    .gauge("queued", "kvsidecar_events_queued", st.queue->queued.load())
+    // Counted where the batch was refused: kvsidecar_events_dropped_total
+    // {reason="queue_full"} of the ingest rank.
+    .log_only("dropped_queue_full", st.queue->dropped_full.load());
+  return s;
+}
+
 publisher_actor::behavior_type
 publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
           event_dialect dialect, pub_bridge_actor pub_bridge, replay_actor replay,
@@ -70,12 +84,9 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
   return {
     [emit](publish_atom, kv_event_batches& in) { emit(in); },
     [self, stats_interval](stats_atom) {
-      auto& st = self->state;
-      KVS_INFO(st.label, "stats: batches={} events={} next_seq={} queued={} dropped_queue_full={}",
-               st.batches, st.events, st.next_seq, st.queue->queued.load(),
-               st.queue->dropped_full.load());
-      self->delayed_send(self, stats_interval, stats_atom_v);
+      log_stats(self, snapshot(self->state), stats_interval);
     },
+    [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },
   };
 }
 

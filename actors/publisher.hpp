@@ -25,6 +25,9 @@ struct publisher_state {
   uint64_t events = 0;
 };
 
+/// The stats line's and /metrics' view of the publisher.
+stats_snapshot snapshot(const publisher_state& st);
+
 publisher_actor::behavior_type
 publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
           event_dialect dialect, pub_bridge_actor pub_bridge, replay_actor replay,

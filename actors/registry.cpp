@@ -124,6 +124,16 @@ void on_register(self_ptr self, const mp_call& call, const register_kv_cache_req
 
 } // namespace
 
+stats_snapshot snapshot(const registry_state& st) {
+  stats_snapshot s;
+  s.actor = st.label;
+  s.gauge("instances", "kvsidecar_cache_instances", st.instances.size())
+    .counter("registered", "kvsidecar_cache_registrations_total", st.registered)
+    .counter("failed", "kvsidecar_cache_registration_failures_total", st.failed)
+    .counter("reaped", "kvsidecar_cache_instances_reaped_total", st.reaped);
+  return s;
+}
+
 registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry_state> self,
                                        registry_params params) {
   auto& st = self->state;
@@ -178,11 +188,9 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry
       self->delayed_send(self, reap_every, tick_atom_v);
     },
     [self](stats_atom) {
-      auto& st = self->state;
-      KVS_INFO(st.label, "stats: instances={} registered={} failed={} reaped={}",
-               st.instances.size(), st.registered, st.failed, st.reaped);
-      self->delayed_send(self, st.p.stats_interval, stats_atom_v);
+      log_stats(self, snapshot(self->state), self->state.p.stats_interval);
     },
+    [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },
   };
 }
 

@@ -44,6 +44,9 @@ struct registry_state {
   uint64_t failed = 0;
 };
 
+/// The stats line's and /metrics' view of the registry.
+stats_snapshot snapshot(const registry_state& st);
+
 registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry_state> self,
                                        registry_params params);
 

@@ -4,11 +4,26 @@
 
 namespace kvs {
 
+stats_snapshot snapshot(const replay_state& st) {
+  stats_snapshot s;
+  s.actor = st.label;
+  s.labels = {{"dp_rank", std::to_string(st.rank)}};
+  s.gauge("kept", "kvsidecar_events_replay_kept_batches", st.ring.size())
+    .gauge("bytes", "kvsidecar_events_replay_kept_bytes", st.ring.bytes());
+  if (!st.ring.empty())
+    s.log_text("seq", std::to_string(st.ring.oldest_seq()) + ".."
+                         + std::to_string(st.ring.newest_seq()));
+  // The replay bridge counts requests and streamed batches for /metrics.
+  s.log_only("requests", st.requests).log_only("batches_served", st.batches_served);
+  return s;
+}
+
 replay_actor::behavior_type
 replay(replay_actor::stateful_pointer<replay_state> self, int64_t rank,
        size_t buffer_steps, size_t buffer_bytes, std::chrono::nanoseconds stats_interval) {
   auto& st = self->state;
   st.label = log::label(replay_state::name, "dp=" + std::to_string(rank), self->id());
+  st.rank = rank;
   st.ring = replay_ring{buffer_steps, buffer_bytes};
   log_lifecycle(self, st.label,
                 fmt::format("started, keeps the last {} batches, at most {} MiB", buffer_steps,
@@ -29,16 +44,9 @@ replay(replay_actor::stateful_pointer<replay_state> self, int64_t rank,
       self->send(caf::actor_cast<replay_bridge_actor>(self->current_sender()), std::move(out));
     },
     [self, stats_interval](stats_atom) {
-      auto& st = self->state;
-      if (st.ring.empty())
-        KVS_INFO(st.label, "stats: kept=0 requests={} batches_served={}", st.requests,
-                 st.batches_served);
-      else
-        KVS_INFO(st.label, "stats: kept={} bytes={} seq={}..{} requests={} batches_served={}",
-                 st.ring.size(), st.ring.bytes(), st.ring.oldest_seq(), st.ring.newest_seq(),
-                 st.requests, st.batches_served);
-      self->delayed_send(self, stats_interval, stats_atom_v);
+      log_stats(self, snapshot(self->state), stats_interval);
     },
+    [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },
   };
 }
 

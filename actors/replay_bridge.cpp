@@ -175,9 +175,15 @@ void replay_bridge::after_poll() {
     pump();
 }
 
-void replay_bridge::log_stats() {
-  KVS_INFO(label(), "stats: requests={} rejected={} batches_sent={} streaming={} abandoned={}",
-           requests_, rejected_, sent_, streams_.size(), abandoned_);
+stats_snapshot replay_bridge::snapshot() {
+  stats_snapshot s;
+  s.labels = {{"dp_rank", std::to_string(p_.rank)}};
+  s.counter("requests", "kvsidecar_events_replay_requests_total", requests_)
+    .counter("rejected", "kvsidecar_events_replay_rejected_total", rejected_)
+    .counter("batches_sent", "kvsidecar_events_replay_batches_total", sent_)
+    .gauge("streaming", "kvsidecar_events_replay_streams", streams_.size())
+    .counter("abandoned", "kvsidecar_events_replay_abandoned_total", abandoned_);
+  return s;
 }
 
 } // namespace kvs

@@ -53,6 +53,31 @@ void announce_removed(self_ptr self, const std::vector<chunk_key>& keys) {
 
 } // namespace
 
+stats_snapshot snapshot(const store_state& st) {
+  auto x = st.index->stats();
+  stats_snapshot s;
+  s.actor = st.label;
+  auto ratio = x.capacity_bytes ? static_cast<double>(x.slot_bytes_used)
+                                    / static_cast<double>(x.capacity_bytes)
+                                : 0.0;
+  s.gauge("chunks", "kvsidecar_cache_chunks", x.chunks)
+    .gauge("reserved", "kvsidecar_cache_reserved_chunks", x.reserved)
+    .gauge("used_bytes", "kvsidecar_cache_l1_used_bytes", x.slot_bytes_used)
+    .gauge("capacity_bytes", "kvsidecar_cache_l1_capacity_bytes", x.capacity_bytes)
+    .gauge("", "kvsidecar_cache_l1_usage_ratio", ratio)
+    .gauge("locks", "kvsidecar_cache_locks", x.outstanding_readers)
+    .gauge("locked_chunks", "kvsidecar_cache_locked_chunks", x.locked_entries)
+    .gauge("sessions", "kvsidecar_cache_lock_sessions", st.ledger->session_count())
+    .counter("lookups", "kvsidecar_cache_lookups_total", x.lookups)
+    .counter("hits", "kvsidecar_cache_lookup_hit_chunks_total", x.hit_chunks, "tier", "l1")
+    .counter("misses", "kvsidecar_cache_lookup_miss_chunks_total", x.miss_chunks)
+    .counter("stored", "kvsidecar_cache_stored_chunks_total", st.stored)
+    .counter("evicted", "kvsidecar_cache_evictions_total", st.evicted, "tier", "l1")
+    .counter("refused", "kvsidecar_cache_store_refused_total", st.refused)
+    .counter("events_dropped", "kvsidecar_cache_events_dropped_total", st.events_dropped);
+  return s;
+}
+
 store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self,
                                  store_params params) {
   auto& st = self->state;
@@ -236,16 +261,9 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       self->delayed_send(self, expiry, tick_atom_v);
     },
     [self](stats_atom) {
-      auto& st = self->state;
-      auto s = st.index->stats();
-      KVS_INFO(st.label,
-               "stats: chunks={} reserved={} used={}MiB/{}MiB locks={} locked_chunks={} "
-               "sessions={} hits={} misses={} stored={} evicted={} refused={} events_dropped={}",
-               s.chunks, s.reserved, s.slot_bytes_used >> 20, s.capacity_bytes >> 20,
-               s.outstanding_readers, s.locked_entries, st.ledger->session_count(), s.hit_chunks,
-               s.miss_chunks, st.stored, st.evicted, st.refused, st.events_dropped);
-      self->delayed_send(self, st.p.stats_interval, stats_atom_v);
+      log_stats(self, snapshot(self->state), self->state.p.stats_interval);
     },
+    [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },
   };
 }
 

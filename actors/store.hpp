@@ -52,6 +52,9 @@ struct store_state {
   uint64_t events_dropped = 0;
 };
 
+/// The stats line's and /metrics' view of the store.
+stats_snapshot snapshot(const store_state& st);
+
 store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self,
                                  store_params params);
 

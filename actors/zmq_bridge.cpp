@@ -118,8 +118,14 @@ void zmq_bridge::act() {
       running_ = false;
     },
     [&](stats_atom) {
-      log_stats();
+      KVS_INFO(label_, "stats: {}", snapshot().line());
       delayed_send(caf::actor_cast<caf::actor>(this), stats_interval_, stats_atom_v);
+    },
+    [&](metrics_atom, const caf::actor& reply_to) {
+      auto s = snapshot();
+      s.actor = label_;
+      s.actor_id = id();
+      send(reply_to, std::move(s));
     },
   };
   if (stats_interval_.count() > 0)

@@ -10,7 +10,13 @@
 // `failed_atom, label, why`) to its supervisor. Shutdown handshake: on
 // `stop_atom` the bridge calls drain(), closes its sockets on its own thread,
 // sends `stop_atom, label` to the supervisor and returns from act().
+//
+// Built in besides stop: `stats_atom` (the periodic stats line) and
+// `metrics_atom, reply_to` (sends snapshot() to reply_to), both from
+// snapshot(), so the log line and /metrics share one source.
 #pragma once
+
+#include "messages/stats_snapshot.hpp"
 
 #include <caf/blocking_actor.hpp>
 #include <zmq.hpp>
@@ -55,8 +61,11 @@ protected:
   virtual caf::behavior handlers() = 0;
   /// Socket `index` (order of watch()) is ready with `revents`.
   virtual void on_socket(size_t index, short revents) = 0;
-  /// Periodic stats line (every stats_interval when > 0).
-  virtual void log_stats() {}
+  /// The bridge's counters: its periodic stats line (every stats_interval
+  /// when > 0) and its answer to `metrics_atom` (/metrics) come from here.
+  virtual stats_snapshot snapshot() {
+    return {};
+  }
   /// Called on stop, before the sockets close: flush what was accepted.
   virtual void drain() {}
   /// Closes the sockets (default: every owned socket, linger 0).

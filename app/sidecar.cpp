@@ -4,6 +4,7 @@
 #include "actors/zap_handler.hpp"
 #include "app/health.hpp"
 #include "app/log.hpp"
+#include "app/observability.hpp"
 #include "app/signal_watcher.hpp"
 #include "app/supervisor.hpp"
 #include "messages/type_ids.hpp"
@@ -179,6 +180,12 @@ int run_sidecar(const config& cfg) {
     KVS_INFO(me, "starting: events {}, cache {}, gpu backend \"{}\"",
              cfg.events.enabled ? "on" : "off", cfg.cache.enabled ? "on" : "off",
              cfg.gpu.backend);
+    auto obs = start_observability(sys, cfg, me);
+    if (!obs.error.empty()) {
+      KVS_ERROR(me, "start-up failed: {}", obs.error);
+      KVS_INFO(me, "exited with status {}", exit_startup_failed);
+      return exit_startup_failed;
+    }
     auto tree = spawn_actor_tree(sys, ctx, replay_ctx, cfg, self);
     supervisor sup;
     watch_tree(self, sup, tree);
@@ -199,6 +206,7 @@ int run_sidecar(const config& cfg) {
     std::vector<std::string> failures;
     if (!signals.error().empty())
       failures.push_back(signals.error());
+    watch_actors(obs, tree);
     // Start-up handshake: every bridge reports ready or why it failed.
     ready_set ready;
     int early_signal = 0;
@@ -223,6 +231,7 @@ int run_sidecar(const config& cfg) {
       failures.push_back(sup.first_down()->name + " exited during start-up: "
                          + sup.first_down()->reason_text());
     if (!failures.empty()) {
+      health.draining = true; // the stops below are expected exits
       for (auto& f : failures)
         KVS_ERROR(me, "start-up failed: {}", f);
       stop_all(self, tree, ready, sup, clock::now() + std::chrono::seconds{2}, me, false);

@@ -130,6 +130,42 @@ bool endpoint_is_local(const std::string& ep) {
   return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]" || host == "::1";
 }
 
+std::optional<std::string> check_listen_address(const std::string& s) {
+  auto bad = [&](const std::string& what) {
+    return std::optional<std::string>{"expected " + what + " (like \"0.0.0.0:9090\"), got \""
+                                      + s + "\""};
+  };
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 >= s.size())
+    return bad("host:port");
+  auto host = s.substr(0, colon);
+  auto port = s.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    return bad("a numeric port");
+  auto p = std::stol(port);
+  if (p < 1 || p > 65535)
+    return bad("a port in 1..65535");
+  if (host.front() == '[')
+    return bad("an IPv4 address (Debian 12's civetweb is built without IPv6)");
+  // Dotted IPv4, four parts of 0..255 (the server binds addresses, not names).
+  int parts = 0;
+  size_t at = 0;
+  while (at <= host.size()) {
+    auto dot = host.find('.', at);
+    auto part = host.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
+    if (part.empty() || part.size() > 3 || part.find_first_not_of("0123456789") != std::string::npos
+        || std::stoi(part) > 255)
+      return bad("an IPv4 address");
+    ++parts;
+    if (dot == std::string::npos)
+      break;
+    at = dot + 1;
+  }
+  if (parts != 4)
+    return bad("an IPv4 address");
+  return std::nullopt;
+}
+
 namespace {
 
 // Parses the port of a tcp endpoint; -1 when there is none or it is not a number.
@@ -271,13 +307,13 @@ private:
       auto line = static_cast<int64_t>(snode.source().begin.line);
       auto* stbl = snode.as_table();
       if (!stbl) {
-        fail(source, section, line, "top-level keys must be sections: [sidecar], [events], [cache], [gpu], [security]");
+        fail(source, section, line, "top-level keys must be sections: [sidecar], [events], [cache], [gpu], [security], [http]");
         return false;
       }
       auto* dtbl = dst.get_as<toml::table>(section);
       if (!dtbl) {
         if (!is_default) {
-          fail(source, section, line, "unknown section (expected sidecar, events, cache, gpu or security)");
+          fail(source, section, line, "unknown section (expected sidecar, events, cache, gpu, security or http)");
           return false;
         }
         dst.insert(section, toml::table{});
@@ -528,6 +564,10 @@ config_result finish(const toml::table& t, loader& l) {
         sec.curve_allowed_keys = std::move(*keys);
     }
   }
+  c.http.enabled = r.boolean("http.enabled");
+  c.http.listen = r.str("http.listen");
+  if (auto why = check_listen_address(c.http.listen); why && !l.error)
+    l.fail_at("http.listen", *why);
 
   if (l.error)
     return {std::nullopt, l.error};

@@ -75,12 +75,18 @@ struct security_config {
   bool curve_enabled() const { return !curve_secret_key_file.empty(); }
 };
 
+struct http_config {
+  bool enabled = true;
+  std::string listen; // "0.0.0.0:9090" (IPv4: Debian's civetweb has no IPv6)
+};
+
 struct config {
   sidecar_config sidecar;
   events_config events;
   cache_config cache;
   gpu_config gpu;
   security_config security;
+  http_config http;
 };
 
 /// What went wrong, ready for one line on stderr.
@@ -118,6 +124,10 @@ std::optional<duration> parse_duration(std::string_view text);
 /// offset (then `why` says why).
 std::optional<std::string> offset_endpoint(const std::string& endpoint, int64_t rank,
                                            std::string* why = nullptr);
+
+/// Checks an HTTP listen address: an IPv4 address, a colon and a port in
+/// 1..65535. Returns why not, or nullopt when fine.
+std::optional<std::string> check_listen_address(const std::string& listen);
 
 /// vLLM's bind-or-connect rule: bind when the endpoint has `*` or `::` or is
 /// ipc:// or inproc://.

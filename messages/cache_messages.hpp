@@ -5,6 +5,7 @@
 // requests of the store and GPU-transfer actors (see actors/interfaces.hpp).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,7 @@ struct mp_call {
   /// as libzmq reports it); nullopt over tcp://, where the registry holds
   /// objects to the sidecar's own uid instead.
   std::optional<uint32_t> peer_uid;
+  std::chrono::steady_clock::time_point received{}; ///< for the latency histograms
 };
 
 /// The answer: uid and op frames echoed byte for byte, then one body frame
@@ -35,6 +37,8 @@ struct mp_reply {
   std::string uid_frame;
   std::string op_frame;
   std::optional<std::string> body;
+  std::chrono::steady_clock::time_point received{}; ///< the call's, copied by make_reply
+  uint8_t op = 0;                                   ///< the call's mp_op
 };
 
 /// Builds the reply to `call` with `body` (nullopt = None).

@@ -10,6 +10,7 @@
 #include "messages/cache_messages.hpp"
 #include "messages/encoded_batch.hpp"
 #include "messages/kv_events.hpp"
+#include "messages/stats_snapshot.hpp"
 
 CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
 
@@ -21,6 +22,11 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   CAF_ADD_ATOM(kvsidecar, kvs, tick_atom, "tick")
   CAF_ADD_ATOM(kvsidecar, kvs, drain_atom, "drain")
   CAF_ADD_ATOM(kvsidecar, kvs, signal_atom, "signal")
+  /// `metrics_atom, caf::actor reply_to`: send a stats_snapshot to reply_to
+  /// (the /metrics collector; bridges cannot answer requests, so it is a
+  /// plain message both ways).
+  CAF_ADD_ATOM(kvsidecar, kvs, metrics_atom, "metrics")
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::stats_snapshot))
 
   // -- event relay ----------------------------------------------------------
   CAF_ADD_ATOM(kvsidecar, kvs, publish_atom, "publish")
@@ -57,6 +63,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)
 
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::stats_snapshot)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::kv_event_batches)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::encoded_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::encoded_batches)

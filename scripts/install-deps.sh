@@ -8,6 +8,7 @@ DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libcaf-dev cppzmq-dev libzmq3-dev libmsgpack-cxx-dev libtomlplusplus-dev
   doctest-dev libspdlog-dev libfmt-dev libxxhash-dev libcli11-dev libbenchmark-dev
+  prometheus-cpp-dev libcivetweb-dev
   clang libclang-rt-14-dev python3 python3-pip
 )
 
@@ -25,7 +26,7 @@ fi
 
 if [ "${1:-}" = "--with-python" ]; then
   req=tests/integration/requirements.txt
-  if ! python3 -c 'import zmq, msgspec, pytest, pydantic, cachetools' 2>/dev/null; then
+  if ! python3 -c 'import zmq, msgspec, pytest, pydantic, cachetools, yaml' 2>/dev/null; then
     echo "installing PyPI packages from $req"
     python3 -m pip install -q -r "$req" 2>/dev/null \
       || python3 -m pip install -q --break-system-packages -r "$req"

@@ -17,6 +17,8 @@
 #   BUILD_DIR [build-cbench]  REPS [5]  RTT_ITERS [2000]  SESSIONS [1000]
 #   LAYOUTS ["sglang,vllm"]  NO_BUILD=1 to use the binaries as they are;
 #   KEEP=DIR keeps the logs and JSON results there.
+#   METRICS [scrape|off]: /metrics on and scraped every second, or HTTP off
+#   (tests/bench/metrics_mode.sh; run_metrics_overhead.sh compares the two).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -55,10 +57,11 @@ done
 WORK="${KEEP:-$(mktemp -d "${TMPDIR:-/tmp}/cache_bench.XXXXXX")}"
 mkdir -p "$WORK"
 
-read -r P_CACHE P_ECHO < <("$PY" - <<'EOF'
+source "$ROOT/tests/bench/metrics_mode.sh"
+read -r P_CACHE P_ECHO P_HTTP < <("$PY" - <<'EOF'
 import socket
 socks = []
-for _ in range(2):
+for _ in range(3):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     socks.append(s)
@@ -75,6 +78,7 @@ stop_pid() {  # pid: SIGTERM, wait; the exit status in STOP_RC (not in a subshel
   wait "$1" 2>/dev/null || STOP_RC=$?
 }
 cleanup() {
+  stop_scraper
   if [[ -n "$SIDECAR_PID" ]]; then stop_pid "$SIDECAR_PID"; fi
   if [[ -n "$ECHO_PID" ]]; then stop_pid "$ECHO_PID"; fi
   # Pools the driver left behind if it was killed.
@@ -90,7 +94,8 @@ LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 # sessions from them; nothing else logs per request at that level.
 "$SIDECAR" --set events.enabled=false --set gpu.backend=\"host\" --set cache.l1_size=\"1GiB\" \
   --set cache.endpoint=\"tcp://127.0.0.1:$P_CACHE\" --set sidecar.log_level=\"info\" \
-  --set sidecar.stats_interval=\"250ms\" >"$WORK/kvsidecar.stdout.log" 2>"$WORK/kvsidecar.stderr.log" &
+  --set sidecar.stats_interval=\"250ms\" $(metrics_args "$P_HTTP") \
+  >"$WORK/kvsidecar.stdout.log" 2>"$WORK/kvsidecar.stderr.log" &
 SIDECAR_PID=$!
 "$ECHO" echo --endpoint "tcp://127.0.0.1:$P_ECHO" --hits 8 2>"$WORK/echo.log" &
 ECHO_PID=$!
@@ -101,7 +106,8 @@ for _ in $(seq 1 200); do
 done
 grep -q "kvsidecar ready" "$WORK/kvsidecar.stderr.log" || { echo "kvsidecar not ready" >&2; exit 1; }
 
-echo "kvsidecar pid $SIDECAR_PID on $P_CACHE, echo on $P_ECHO; work dir $WORK"
+start_scraper "$P_HTTP"
+echo "kvsidecar pid $SIDECAR_PID on $P_CACHE, echo on $P_ECHO, metrics $METRICS; work dir $WORK"
 T0=$(date +%s)
 "$PY" "$DRIVER" run --server "tcp://127.0.0.1:$P_CACHE" --echo "tcp://127.0.0.1:$P_ECHO" \
   --log "$WORK/kvsidecar.stderr.log" --memcpy-bin "$ECHO" --out "$WORK/server.json" \
@@ -109,6 +115,7 @@ T0=$(date +%s)
   --reps "$REPS" --rtt-iters "$RTT_ITERS" --sessions "$SESSIONS" --layouts "$LAYOUTS" --workdir "$WORK"
 LOAD_DURING="$(cut -d' ' -f1-3 /proc/loadavg)"
 
+stop_scraper
 stop_pid "$SIDECAR_PID"; RC_SIDECAR=$STOP_RC; SIDECAR_PID=""
 stop_pid "$ECHO_PID"; RC_ECHO=$STOP_RC; ECHO_PID=""
 [[ "$RC_SIDECAR" == 0 ]] || { echo "kvsidecar exited with $RC_SIDECAR" >&2; tail -20 "$WORK/kvsidecar.stderr.log" >&2; exit 1; }

@@ -23,6 +23,8 @@
 #   RATE [5000]  LAT_SECONDS [3]  LAT_REPEATS [3]  FORMAT [vllm|tokenspeed]
 #   MINI [1]: 0 skips the reference relays.  CODEC_SECONDS [0.5] per codec timing.
 #   NO_BUILD=1 to use the binaries as they are; KEEP=DIR keeps logs/results there.
+#   METRICS [scrape|off]: /metrics on and scraped every second, or HTTP off
+#   (tests/bench/metrics_mode.sh; run_metrics_overhead.sh compares the two).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -67,10 +69,11 @@ RESULTS="$WORK/results.txt"
 : >"$RESULTS"
 
 # --- ports: distinct free ones, from the kernel's ephemeral range ------------------
-read -r P_RAW P_INGEST P_PUB P_REPLAY P_SEED P_MF_IN P_MF_OUT P_MV_IN P_MV_OUT < <("$PY" - <<'EOF'
+source "$ROOT/tests/bench/metrics_mode.sh"
+read -r P_RAW P_INGEST P_PUB P_REPLAY P_SEED P_MF_IN P_MF_OUT P_MV_IN P_MV_OUT P_HTTP < <("$PY" - <<'EOF'
 import socket
 socks = []
-for _ in range(9):
+for _ in range(10):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     socks.append(s)
@@ -82,6 +85,7 @@ EOF
 SIDECAR_PID=""
 MINI_PIDS=()
 cleanup() {
+  stop_scraper
   for p in "${MINI_PIDS[@]}"; do
     kill -TERM "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
@@ -102,6 +106,7 @@ trap cleanup EXIT
   --set "events.ingest_endpoint=\"tcp://127.0.0.1:$P_INGEST\"" \
   --set "events.endpoint=\"tcp://*:$P_PUB\"" \
   --set "events.replay_endpoint=\"tcp://127.0.0.1:$P_REPLAY\"" \
+  $(metrics_args "$P_HTTP") \
   >"$WORK/sidecar.out" 2>"$WORK/sidecar.err" &
 SIDECAR_PID=$!
 # Ready when its PUB and replay ROUTER accept connections (the ready line is
@@ -122,6 +127,8 @@ for port in ports:
             time.sleep(0.05)
 EOF
 
+start_scraper "$P_HTTP"
+
 # Reference relays without actors (bench_relay minirelay), one thread each:
 # "mini" decodes and re-encodes every batch as kvsidecar does; "passthru"
 # validates (decodes) and forwards the engine's bytes. They bound what the
@@ -136,7 +143,7 @@ if [[ "${MINI:-1}" == 1 ]]; then
 fi
 
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
-echo "kvsidecar pid $SIDECAR_PID (format $FORMAT): ingest $P_INGEST, pub $P_PUB, replay $P_REPLAY; $REPEATS repeats of $RUN_SECONDS s; load $LOAD_START" >&2
+echo "kvsidecar pid $SIDECAR_PID (format $FORMAT, metrics $METRICS): ingest $P_INGEST, pub $P_PUB, replay $P_REPLAY; $REPEATS repeats of $RUN_SECONDS s; load $LOAD_START" >&2
 
 run() { # [LABEL=x] cmd...: appends RESULT lines; a failed run is reported and skipped
   local out label=""

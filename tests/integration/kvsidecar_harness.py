@@ -13,6 +13,7 @@ Every wait is a poll on a condition with a deadline (wait_until); nothing
 sleeps and hopes.
 """
 
+import http.client
 import json
 import os
 import random
@@ -132,6 +133,23 @@ def parse_stats(text: str) -> dict[str, Any]:
     return out
 
 
+_SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
+    """Prometheus text format -> {(name, frozenset(labels)): value}."""
+    out: dict[tuple[str, frozenset], float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE_RE.match(line)
+        assert m, f"not a Prometheus sample line: {line!r}"
+        labels = frozenset(_LABEL_RE.findall(m.group(2) or ""))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
 class Sidecar:
     """One kvsidecar process. Use start() / stop(), or as a context manager."""
 
@@ -140,6 +158,15 @@ class Sidecar:
                  name: str = "kvsidecar"):
         self.workdir = Path(workdir)
         self.overrides = dict(overrides or {})
+        # Every sidecar gets its own HTTP port (the default 9090 would make
+        # sidecars started side by side collide), unless the test set one.
+        self.http_port: int | None = None
+        if ("http.listen" not in self.overrides and "http.enabled" not in self.overrides
+                and (config_text is None or "[http]" not in config_text)):
+            self.http_port = free_port_range(1)
+            self.overrides["http.listen"] = f"127.0.0.1:{self.http_port}"
+        elif isinstance(self.overrides.get("http.listen"), str):
+            self.http_port = int(self.overrides["http.listen"].rsplit(":", 1)[1])
         self.config_text = config_text
         self.extra_args = list(extra_args)
         self.log_path = self.workdir / f"{name}.stderr.log"
@@ -187,6 +214,23 @@ class Sidecar:
         except AssertionError:
             self.kill()
             raise
+
+    def http_get(self, path: str, timeout: float = 2.0) -> tuple[int, str]:
+        """GET http://127.0.0.1:<http port><path>: (status, body)."""
+        assert self.http_port is not None, "this sidecar has no HTTP port"
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
+        try:
+            conn.request("GET", path)
+            r = conn.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            conn.close()
+
+    def metrics(self) -> dict[tuple[str, frozenset], float]:
+        """Scrapes /metrics: {(name, frozenset(labels.items())): value}."""
+        status, body = self.http_get("/metrics")
+        assert status == 200, f"/metrics answered {status}: {body}"
+        return parse_metrics(body)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

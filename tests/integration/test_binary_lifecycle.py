@@ -28,6 +28,7 @@ def free_ports_overrides(dp_size=1):
         "events.replay_endpoint": f"tcp://*:{free_port_range(dp_size)}",
         "events.ingest_endpoint": f"tcp://127.0.0.1:{free_port_range(dp_size)}",
         "cache.endpoint": f"tcp://*:{free_port_range(1)}",
+        "http.listen": f"127.0.0.1:{free_port_range(1)}",
     }
 
 
@@ -59,7 +60,7 @@ def test_print_default_config_is_the_documented_toml():
     assert r.stdout == text
     parsed = tomllib.loads(r.stdout)
     assert parsed == tomllib.loads(text)
-    assert set(parsed) == {"sidecar", "events", "cache", "gpu", "security"}
+    assert set(parsed) == {"sidecar", "events", "cache", "gpu", "security", "http"}
     assert parsed["events"]["endpoint"] == "tcp://*:5600"
 
 
@@ -98,6 +99,8 @@ BAD_CONFIGS = {
                                                                          "tokenspeed"]),
     "dp_port_overflow": ("[events]\ndp_size = 2\nendpoint = \"tcp://*:65535\"\n", "events.endpoint",
                          3, ["65535", "dp rank 1"]),
+    "http_listen_not_ipv4": ("[http]\nenabled = true\nlisten = \"localhost:9090\"\n",
+                             "http.listen", 3, ["localhost:9090", "IPv4"]),
     "evict_low_not_below_high": ("[cache]\nevict_high = 0.5\nevict_low = 0.5\n", "cache.evict_low",
                                  3, ["evict_high"]),
 }

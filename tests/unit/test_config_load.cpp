@@ -316,3 +316,19 @@ TEST_CASE("[security]: CURVE keys are loaded and validated, errors name the key"
   std::string rm = "rm -rf " + dir + " " + secret;
   CHECK(std::system(rm.c_str()) == 0);
 }
+
+TEST_CASE("[http]: enabled and listen, validated") {
+  auto c = ok("");
+  CHECK(c.http.enabled);
+  CHECK(c.http.listen == "0.0.0.0:9090");
+  CHECK(ok("[http]\nlisten = \"127.0.0.1:19090\"\n").http.listen == "127.0.0.1:19090");
+  CHECK_FALSE(ok("", {"http.enabled=false"}).http.enabled);
+  for (auto bad : {"9090", "localhost:9090", "0.0.0.0:0", "0.0.0.0:70000", "1.2.3:80",
+                   "1.2.3.256:80", "[::]:9090", "0.0.0.0:90x", ":9090", "0.0.0.0:"}) {
+    auto e = error_of(std::string{"[http]\nlisten = \""} + bad + "\"\n");
+    CHECK_MESSAGE(e.key == "http.listen", bad);
+    CHECK(e.line == 2);
+    CHECK(e.what.find(bad) != std::string::npos);
+  }
+  CHECK(error_of("[http]\nenabled = \"yes\"\n").key == "http.enabled");
+}

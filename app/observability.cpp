@@ -1,0 +1,42 @@
+#include "app/observability.hpp"
+
+#include "app/health.hpp"
+#include "app/log.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/exit_reason.hpp>
+
+namespace kvs {
+
+namespace {
+/// How long a scrape waits for every actor's snapshot.
+constexpr std::chrono::milliseconds scrape_timeout{200};
+} // namespace
+
+observability start_observability(caf::actor_system& sys, const config& cfg,
+                                  const std::string& me) {
+  observability o;
+  if (!cfg.http.enabled)
+    return o;
+  o.collector = std::make_shared<stats_collector>(sys, scrape_timeout);
+  std::string why;
+  o.server = http_server::start(cfg.http.listen, o.collector, health(), why);
+  if (!o.server)
+    o.error = "http.listen = \"" + cfg.http.listen + "\": " + why;
+  else
+    KVS_INFO(me, "serving /metrics, /healthz and /readyz on {} (http.listen)", cfg.http.listen);
+  return o;
+}
+
+void watch_actors(observability& o, const actor_tree& t) {
+  // Liveness (/healthz) is the supervisor's: an actor that exits while
+  // running stops the process (app/supervisor.hpp) after /healthz turns 503.
+  if (!o.collector)
+    return;
+  std::vector<caf::actor> all;
+  for (auto* group : {&t.input_bridges, &t.output_bridges, &t.workers})
+    all.insert(all.end(), group->begin(), group->end());
+  o.collector->watch(std::move(all));
+}
+
+} // namespace kvs

@@ -1,0 +1,106 @@
+#include "metrics/catalog.hpp"
+
+#include <array>
+
+namespace kvs {
+
+namespace {
+
+constexpr metric_info catalog[] = {
+  // -- event relay, label dp_rank ----------------------------------------------
+  {"kvsidecar_events_received_total", "Messages received from the engine's KV-event stream"},
+  {"kvsidecar_events_accepted_total", "Engine batches accepted into a publisher queue"},
+  {"kvsidecar_events_published_total", "Batches published with a sequence number"},
+  {"kvsidecar_events_published_events_total", "Events inside the published batches"},
+  {"kvsidecar_events_sent_total", "Batches sent on the PUB socket to routers"},
+  {"kvsidecar_events_dropped_total",
+   "Batches dropped, by reason: bad_payload (not a batch), queue_full (publisher queue full), "
+   "subscriber_hwm (drop episodes: a router's pipe was full, so it missed this batch and "
+   "every later one until it drained to its low-water mark: one gap per episode, which the "
+   "router recovers through replay)"},
+  {"kvsidecar_events_invalid_events_total",
+   "Single events dropped from a batch (unknown tag or malformed field)"},
+  {"kvsidecar_events_gaps_total", "Gaps detected in the engine's sequence numbers"},
+  {"kvsidecar_events_refilled_total", "Batches of gaps recovered from the engine's replay"},
+  {"kvsidecar_events_lost_total", "Batches of gaps that could not be recovered"},
+  {"kvsidecar_events_caught_up_total",
+   "Earlier engine batches fetched from the engine's replay at start-up"},
+  {"kvsidecar_events_engine_restarts_total",
+   "New engine streams fenced with AllBlocksCleared (seq went back, jumped past the replay "
+   "buffer, or the stream after a reconnect did not continue the old one)"},
+  {"kvsidecar_events_ingest_disconnects_total",
+   "Engine connection lost or handshake failed (e.g. a frame above ingest_max_message_size)"},
+  {"kvsidecar_events_ingest_reconnects_total", "Engine connection established again after a loss"},
+  {"kvsidecar_events_seq", "The next sequence number the rank will publish"},
+  {"kvsidecar_events_queued", "Batches accepted and not yet on the wire"},
+  {"kvsidecar_events_subscribers",
+   "Distinct topics routers subscribe to on the PUB (XPUB reports each topic once: "
+   "0 means no router listens)"},
+  {"kvsidecar_events_replay_requests_total", "Replay requests received"},
+  {"kvsidecar_events_replay_rejected_total", "Malformed replay requests ignored"},
+  {"kvsidecar_events_replay_batches_total", "Batches streamed to replay clients"},
+  {"kvsidecar_events_replay_streams", "Replay streams in progress"},
+  {"kvsidecar_events_replay_abandoned_total", "Replay streams given up (client gone)"},
+  {"kvsidecar_events_replay_kept_batches", "Batches kept for replay"},
+  {"kvsidecar_events_replay_kept_bytes", "Payload bytes kept for replay"},
+  // -- cache server ---------------------------------------------------------------
+  {"kvsidecar_cache_reply_drops_total",
+   "Replies dropped because the client's queue was at cache.hwm (it stopped reading)"},
+  {"kvsidecar_cache_reply_unroutable_total", "Replies to clients that left before the answer"},
+  {"kvsidecar_cache_lookups_total", "LOOKUP requests answered by the store"},
+  {"kvsidecar_cache_lookup_hit_chunks_total", "Chunks found by lookups, by tier"},
+  {"kvsidecar_cache_lookup_miss_chunks_total", "Chunks asked for beyond the hit prefix"},
+  {"kvsidecar_cache_chunks", "Chunks held in L1"},
+  {"kvsidecar_cache_reserved_chunks", "Chunk slots reserved for stores in progress"},
+  {"kvsidecar_cache_l1_used_bytes", "L1 bytes in use (slots of chunks and reservations)"},
+  {"kvsidecar_cache_l1_capacity_bytes", "L1 capacity (cache.l1_size)"},
+  {"kvsidecar_cache_l1_usage_ratio", "L1 used / capacity"},
+  {"kvsidecar_cache_locks", "Outstanding read locks on chunks"},
+  {"kvsidecar_cache_locked_chunks", "Chunks with at least one read lock"},
+  {"kvsidecar_cache_lock_sessions", "Request sessions holding read locks"},
+  {"kvsidecar_cache_sessions", "Live request sessions in the engine bridge"},
+  {"kvsidecar_cache_sessions_started_total", "Request sessions started"},
+  {"kvsidecar_cache_sessions_ended_total", "Request sessions ended"},
+  {"kvsidecar_cache_stored_chunks_total", "Chunks committed to L1"},
+  {"kvsidecar_cache_evictions_total", "Chunks evicted, by tier"},
+  {"kvsidecar_cache_store_refused_total", "STOREs refused (no space, all chunks locked)"},
+  {"kvsidecar_cache_events_dropped_total",
+   "BlockStored/BlockRemoved announcements dropped (publisher queue full)"},
+  {"kvsidecar_cache_instances", "Registered engine instances"},
+  {"kvsidecar_cache_registrations_total", "KV-cache registrations accepted"},
+  {"kvsidecar_cache_registration_failures_total", "KV-cache registrations refused"},
+  {"kvsidecar_cache_instances_reaped_total", "Instances reaped after heartbeat_timeout"},
+  {"kvsidecar_cache_requests_total", "LMCache MP requests received"},
+  {"kvsidecar_cache_replies_total", "LMCache MP replies sent"},
+  {"kvsidecar_cache_rejected_requests_total", "Malformed requests rejected, by kind"},
+  {"kvsidecar_cache_request_duration_seconds",
+   "Request to reply time in the sidecar, by op (WAIT_PREFETCH_STATUS includes its wait)"},
+  {"kvsidecar_cache_copies_total", "Copies between engine memory and L1"},
+  {"kvsidecar_cache_copy_failures_total", "Copies that failed"},
+  {"kvsidecar_cache_copies_inflight", "Asynchronous copies not yet complete"},
+  {"kvsidecar_cache_store_bytes_total", "Bytes copied from engine memory into L1 (STORE)"},
+  {"kvsidecar_cache_retrieve_bytes_total", "Bytes copied from L1 into engine memory (RETRIEVE)"},
+  {"kvsidecar_cache_copy_seconds_total",
+   "Time copies took, submit to completion, by op (bytes_total / this = GB/s)"},
+  {"kvsidecar_cache_copy_throughput_gbps", "Per-copy throughput in GB/s, by op"},
+  // -- process -----------------------------------------------------------------------
+  {"kvsidecar_up", "1 while the process runs"},
+  {"kvsidecar_ready", "1 while /readyz answers 200"},
+  {"kvsidecar_uptime_seconds", "Seconds since the process started"},
+  {"kvsidecar_build_info", "The version, as a label"},
+  {"kvsidecar_scrape_timeouts_total",
+   "Scrapes an actor did not answer in time (its last values were exported)"},
+  {"process_resident_memory_bytes", "Resident set size of the process"},
+  {"process_start_time_seconds", "Start time of the process, seconds since the Unix epoch"},
+};
+
+} // namespace
+
+const metric_info* find_metric(std::string_view name) {
+  for (auto& m : catalog)
+    if (m.name == name)
+      return &m;
+  return nullptr;
+}
+
+} // namespace kvs

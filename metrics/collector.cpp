@@ -1,0 +1,77 @@
+#include "metrics/collector.hpp"
+
+#include "app/health.hpp"
+#include "messages/type_ids.hpp"
+#include "metrics/families.hpp"
+#include "metrics/process_stats.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/scoped_actor.hpp>
+
+namespace kvs {
+
+stats_collector::stats_collector(caf::actor_system& sys, std::chrono::milliseconds timeout)
+  : sys_(sys), timeout_(timeout) {}
+
+void stats_collector::watch(std::vector<caf::actor> actors) {
+  std::lock_guard<std::mutex> guard{mu_};
+  targets_ = std::move(actors);
+}
+
+std::vector<stats_snapshot> stats_collector::ask() const {
+  using clock = std::chrono::steady_clock;
+  std::map<caf::actor_id, stats_snapshot> fresh;
+  {
+    // A fresh scoped actor per scrape: a late answer to an earlier scrape
+    // can never be mistaken for this one's.
+    caf::scoped_actor self{sys_};
+    auto me = caf::actor_cast<caf::actor>(self);
+    for (auto& t : targets_)
+      self->send(t, metrics_atom_v, me);
+    auto deadline = clock::now() + timeout_;
+    while (fresh.size() < targets_.size()) {
+      auto left = deadline - clock::now();
+      if (left <= clock::duration::zero())
+        break;
+      self->receive([&](stats_snapshot& s) { fresh[s.actor_id] = std::move(s); },
+                    caf::after(left) >> [] {});
+    }
+  }
+  std::vector<stats_snapshot> out;
+  for (auto& t : targets_) {
+    auto id = t.id();
+    if (auto i = fresh.find(id); i != fresh.end()) {
+      last_[id] = i->second;
+      out.push_back(std::move(i->second));
+    } else if (auto j = last_.find(id); j != last_.end()) {
+      ++timeouts_[j->second.actor];
+      out.push_back(j->second);
+    } else {
+      ++timeouts_["#" + std::to_string(id)];
+    }
+  }
+  return out;
+}
+
+stats_snapshot stats_collector::process_snapshot() const {
+  stats_snapshot s;
+  auto& h = health();
+  s.gauge("", "kvsidecar_up", 1)
+    .gauge("", "kvsidecar_ready", h.ready.load() && !h.draining.load() ? 1 : 0)
+    .gauge("", "kvsidecar_uptime_seconds", uptime_seconds())
+    .gauge("", "kvsidecar_build_info", 1, "version", KVSIDECAR_VERSION)
+    .gauge("", "process_resident_memory_bytes", static_cast<double>(resident_bytes()))
+    .gauge("", "process_start_time_seconds", start_time_seconds());
+  for (auto& [actor, n] : timeouts_)
+    s.counter("", "kvsidecar_scrape_timeouts_total", static_cast<double>(n), "actor", actor);
+  return s;
+}
+
+std::vector<prometheus::MetricFamily> stats_collector::Collect() const {
+  std::lock_guard<std::mutex> guard{mu_};
+  auto snaps = ask();
+  snaps.push_back(process_snapshot());
+  return to_families(snaps);
+}
+
+} // namespace kvs
