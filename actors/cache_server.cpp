@@ -75,6 +75,7 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
   registry_params rp;
   rp.chunk_size = c.chunk_size;
   rp.heartbeat_timeout = c.heartbeat_timeout;
+  rp.registration_grace = c.registration_grace;
   rp.gpu = gpu;
   rp.store = st;
   rp.stats_interval = interval;

@@ -4,6 +4,7 @@
 #include "actors/zmq_frames.hpp"
 #include "app/log.hpp"
 #include "config/config.hpp"
+#include "messages/lmcache_failure.hpp"
 #include "messages/lmcache_protocol.hpp"
 
 #include <caf/exit_reason.hpp>
@@ -48,6 +49,11 @@ const std::string* request_id_of(const mp_request& r) {
 mp_reply make_reply(const mp_call& call, std::optional<std::string> body) {
   return mp_reply{call.identity, call.request->uid_frame, call.request->op_frame,
                   std::move(body)};
+}
+
+mp_reply make_failure_reply(const mp_call& call, std::string_view why) {
+  return mp_reply{call.identity, call.request->uid_frame, encode_mp_failure_op(why),
+                  std::nullopt};
 }
 
 engine_bridge::engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
@@ -146,6 +152,13 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
     auto uid = args.size() > 0 ? hex(std::string{args[0]}) : std::string{"-"};
     auto op = args.size() > 1 ? hex(std::string{args[1]}) : std::string{"-"};
     reject(hex(identity), uid, op, *err);
+    // LMCache's server sends nothing here and its client waits out its RPC
+    // timeout (300 s); the call fails at once instead when there is a uid
+    // to answer. An empty op frame is stream control (ack/cancel), which
+    // is never answered.
+    if (args.size() >= 2 && !args[1].empty())
+      send_reply(mp_reply{identity, std::string{args[0]},
+                          encode_mp_failure_op(err->kind + ": " + err->detail), std::nullopt});
     return;
   }
   auto req = std::make_shared<mp_request>(std::move(std::get<mp_request>(res)));
@@ -195,7 +208,7 @@ void engine_bridge::route(mp_call call) {
       // registry learns the instance is alive.
       auto& b = std::get<ping_req>(req.body);
       if (b.instance_id)
-        send(p_.registry, tick_atom_v, *b.instance_id);
+        send(p_.registry, tick_atom_v, *b.instance_id, true);
       send_reply(make_reply(call, encode_mp_bool(true)));
       return;
     }
@@ -210,8 +223,13 @@ void engine_bridge::route(mp_call call) {
       break;
   }
   const auto* rid = request_id_of(req);
-  if (!rid)
-    return; // every op is covered above
+  if (!rid) {
+    // Every decoded op is routed above; a new one that is not gets a
+    // failure, never silence.
+    KVS_ERROR(label(), "op {} has no route: answered as failed", hex(req.op_frame));
+    send_reply(make_failure_reply(call, "no route for this operation"));
+    return;
+  }
   switch (req.op) {
     case mp_op::lookup:
     case mp_op::store:
@@ -224,7 +242,7 @@ void engine_bridge::route(mp_call call) {
       else if (auto* rt = std::get_if<retrieve_req>(&req.body))
         instance = rt->instance_id;
       if (instance >= 0) {
-        send(p_.registry, tick_atom_v, instance);
+        send(p_.registry, tick_atom_v, instance, false);
         auto& ids = sessions_[*rid].instances;
         if (std::find(ids.begin(), ids.end(), instance) == ids.end())
           ids.push_back(instance);

@@ -69,11 +69,12 @@ using session_actor = caf::typed_actor<
   caf::reacts_to<tick_atom>>;  ///< a parked WAIT_PREFETCH_STATUS may have timed out
 
 /// registry — engine instances: their KV-cache registrations, layouts and
-/// liveness. Opens an instance's pools in the GPU-transfer actor, sizes the
-/// store's chunk slots, and reaps instances silent past heartbeat_timeout.
+/// liveness. Opens an instance's pools in the GPU-transfer actor, tells the
+/// store the instance's chunk size, and reaps silent instances
+/// (heartbeat_timeout, or registration_grace for those that never pinged).
 using registry_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,           ///< register / unregister / ping
-  caf::reacts_to<tick_atom, int64_t>, ///< instance seen (store/retrieve)
+  caf::reacts_to<tick_atom, int64_t, bool>, ///< instance seen (true: it pinged)
   caf::reacts_to<tick_atom>,         ///< reaper round
   caf::reacts_to<stats_atom>>;
 

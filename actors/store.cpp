@@ -4,6 +4,7 @@
 #include "config/config.hpp"
 #include "messages/lmcache_protocol.hpp"
 
+#include <algorithm>
 #include <ctime>
 
 namespace kvs {
@@ -51,6 +52,14 @@ void announce_removed(self_ptr self, const std::vector<chunk_key>& keys) {
   announce(self, std::move(events));
 }
 
+size_t distinct_sizes(const std::unordered_map<int64_t, size_t>& m) {
+  std::vector<size_t> v;
+  for (auto& [id, b] : m)
+    v.push_back(b);
+  std::sort(v.begin(), v.end());
+  return static_cast<size_t>(std::unique(v.begin(), v.end()) - v.begin());
+}
+
 } // namespace
 
 store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self,
@@ -96,12 +105,20 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     [self](store_reserve& q) -> store_reserve_reply {
       auto& st = self->state;
       store_reserve_reply out;
-      out.slot_bytes = st.p.pool->slot_bytes();
+      auto sized = st.chunk_bytes.find(q.instance_id);
+      if (sized == st.chunk_bytes.end()) {
+        ++st.refused;
+        out.why = "instance " + std::to_string(q.instance_id) + " is not registered";
+        KVS_WARN(st.label, "store of {} chunks on rank {} refused: {}", q.hashes.size(), q.rank,
+                 out.why);
+        return out;
+      }
+      out.slot_bytes = sized->second;
       auto now = cache_clock::now();
       std::vector<chunk_key> reserved;
       for (size_t i = 0; i < q.hashes.size(); ++i) {
         chunk_key k{q.hashes[i], q.rank};
-        auto r = st.index->reserve(k, st.p.pool->slot_bytes(), now);
+        auto r = st.index->reserve(k, out.slot_bytes, now);
         announce_removed(self, r.evicted);
         if (r.status == reserve_status::already_present) {
           ++out.already_present;
@@ -152,13 +169,25 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     [self](store_acquire& q) -> store_acquire_reply {
       auto& st = self->state;
       store_acquire_reply out;
-      out.slot_bytes = st.p.pool->slot_bytes();
+      out.slot_bytes = SIZE_MAX;
       store_state::read_ticket t;
       t.session = q.session;
       t.rank = q.rank;
       t.begin = q.begin;
       t.end = q.begin + q.hashes.size();
       auto now = cache_clock::now();
+      // Like LMCache 0.5.6 (its read needs the request's own lookup locks):
+      // a RETRIEVE reads only chunks a LOOKUP of the same request found.
+      if (auto found = st.ledger->locked_chunks(q.session); found < t.end) {
+        out.why = found == 0 ? "no lookup of this request found chunks to retrieve"
+                             : "chunks " + std::to_string(found) + ".." + std::to_string(t.end - 1)
+                                 + " are past the " + std::to_string(found)
+                                 + " its lookup found";
+        // What the lookup did lock in this range is given back all the same.
+        st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
+        out.slot_bytes = 0;
+        return out;
+      }
       for (size_t i = 0; i < q.hashes.size(); ++i) {
         chunk_key k{q.hashes[i], q.rank};
         auto e = st.index->find(k);
@@ -177,7 +206,10 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         }
         t.locks.push_back(*tok);
         out.slots.push_back(reinterpret_cast<uint8_t*>(e->data));
+        out.slot_bytes = std::min(out.slot_bytes, e->bytes);
       }
+      if (out.slots.empty())
+        out.slot_bytes = 0;
       out.ok = true;
       out.ticket = st.next_ticket++;
       st.tickets.emplace(out.ticket, std::move(t));
@@ -196,23 +228,29 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       st.tickets.erase(i);
     },
     [self](store_configure& c) -> store_configure_reply {
+      // Every instance gets slots of its own chunk size from the one L1
+      // region (slot_pool.hpp); chunks it stored before re-registering with
+      // another layout keep theirs (a RETRIEVE checks the size it gets).
       auto& st = self->state;
       store_configure_reply out;
-      auto& pool = *st.p.pool;
-      if (!pool.configured()) {
-        std::string err;
-        out.ok = pool.configure(c.slot_bytes, &err);
-        out.why = err;
-        if (out.ok)
-          KVS_INFO(st.label, "chunk slots of {} KiB: {} slots in L1", c.slot_bytes >> 10,
-                   pool.slot_count());
-      } else if (c.slot_bytes <= pool.slot_bytes()) {
+      auto usable = st.p.pool->capacity_bytes();
+      if (c.slot_bytes == 0) {
+        st.chunk_bytes.erase(c.instance_id);
         out.ok = true;
+      } else if (st.p.pool->stride_for(c.slot_bytes) == 0
+                 || st.p.pool->stride_for(c.slot_bytes) > usable) {
+        out.why = "chunks of " + std::to_string(c.slot_bytes) + " bytes per rank do not fit in "
+                  "the L1 region of " + std::to_string(usable) + " bytes (cache.l1_size)";
       } else {
-        out.why = "chunks of " + std::to_string(c.slot_bytes) + " bytes do not fit the slots of "
-                  + std::to_string(pool.slot_bytes()) + " bytes sized by the first registration";
+        st.chunk_bytes[c.instance_id] = c.slot_bytes;
+        out.ok = true;
+        out.slot_bytes = c.slot_bytes;
+        // "N slots": how many chunks of this size alone would fill L1.
+        KVS_INFO(st.label, "chunk slots of {} KiB: {} slots in L1 for instance {} ({} instances, "
+                           "{} chunk sizes share L1)",
+                 c.slot_bytes >> 10, usable / st.p.pool->stride_for(c.slot_bytes), c.instance_id,
+                 st.chunk_bytes.size(), distinct_sizes(st.chunk_bytes));
       }
-      out.slot_bytes = pool.slot_bytes();
       return out;
     },
     [self](mp_call& call) {

@@ -44,6 +44,8 @@ struct store_state {
   std::unique_ptr<chunk_index> index;
   std::unique_ptr<lock_ledger> ledger;
   std::unordered_map<uint64_t, read_ticket> tickets;
+  /// Registered instance -> bytes per chunk per rank (its slot size).
+  std::unordered_map<int64_t, size_t> chunk_bytes;
   uint64_t next_ticket = 1;
 
   uint64_t stored = 0;

@@ -434,7 +434,12 @@ config_result finish(const toml::table& t, loader& l) {
     l.fail_at("cache.evict_low", "expected evict_low below evict_high");
   k.session_ttl = r.dur("cache.session_ttl", false);
   k.lock_ttl = r.dur("cache.lock_ttl", false);
-  k.heartbeat_timeout = r.dur("cache.heartbeat_timeout", false);
+  k.heartbeat_timeout = r.dur("cache.heartbeat_timeout", true);
+  k.registration_grace = r.dur("cache.registration_grace", true);
+  if (!l.error && k.registration_grace < k.heartbeat_timeout)
+    l.fail_at("cache.registration_grace",
+              "expected at least cache.heartbeat_timeout (" + to_string(k.heartbeat_timeout)
+                + "), got " + to_string(k.registration_grace));
   k.events_rank = r.integer("cache.events_rank", -1, 1023);
   if (!l.error && k.events_rank >= e.dp_size)
     l.fail_at("cache.events_rank", "expected -1 or a dp rank below events.dp_size ("

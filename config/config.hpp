@@ -51,7 +51,8 @@ struct cache_config {
   double evict_low = 0;
   duration session_ttl{};
   duration lock_ttl{};
-  duration heartbeat_timeout{};
+  duration heartbeat_timeout{};  ///< a pinging instance silent this long is reaped (0 = never)
+  duration registration_grace{}; ///< ... one that never pinged: this long (>= heartbeat_timeout)
   int64_t events_rank = 0;
 };
 
