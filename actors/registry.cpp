@@ -143,6 +143,11 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry
           KVS_WARN(st.label, "unregister_kv_cache of unknown instance {}", u->instance_id);
         }
         self->send(st.bridge, make_reply(call, std::nullopt));
+      } else {
+        // The bridge routes nothing else here; should it ever, the caller
+        // still gets an answer.
+        KVS_ERROR(st.label, "request of an op the registry does not serve: answered as failed");
+        self->send(st.bridge, make_failure_reply(call, "not served by the registry"));
       }
     },
     [self](tick_atom, int64_t id, bool ping) {

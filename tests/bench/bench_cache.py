@@ -127,7 +127,8 @@ class Log:
         return parse_stats(last) if last else None
 
     def slot_count(self) -> int | None:
-        """L1 slots, from the store's first-registration line."""
+        """L1 slots of the latest registered chunk size (how many such chunks
+        fill L1), from the store's registration line."""
         if not self.path:
             return None
         m = re.findall(r"chunk slots of \d+ KiB: (\d+) slots in L1", self.path.read_text(errors="replace"))
@@ -650,7 +651,7 @@ def main() -> None:
     res: dict = {}
     only = set(a.only.split(","))
     try:
-        if "copy" in only:  # first: it registers the largest layout, which sizes L1's slots
+        if "copy" in only:  # first: its warm-up writes all of L1 with its large chunks
             print("store/retrieve throughput ...", flush=True)
             res["copy"] = bench_copy(a, ctx, log)
         if "rtt" in only:

@@ -48,6 +48,7 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.cache.session_ttl == std::chrono::seconds{600});
   CHECK(c.cache.lock_ttl == std::chrono::seconds{300});
   CHECK(c.cache.heartbeat_timeout == std::chrono::seconds{120});
+  CHECK(c.cache.registration_grace == std::chrono::seconds{3600});
   CHECK(c.cache.events_rank == 0);
   CHECK(c.gpu.backend == "auto");
 }
@@ -119,6 +120,24 @@ TEST_CASE("enums, ranges and cross-key rules") {
   CHECK(error_of("[events]\nendpoint = \"udp://x:1\"\n").key == "events.endpoint");
   CHECK(error_of("[events]\ndp_size = 2\nendpoint = \"tcp://*:65535\"\n").what.find("dp rank 1")
         != std::string::npos);
+}
+
+TEST_CASE("instance liveness: LMCache's two timeouts, 0 turns reaping off") {
+  auto off = ok("[cache]\nheartbeat_timeout = \"0s\"\nregistration_grace = \"0s\"\n");
+  CHECK(off.cache.heartbeat_timeout.count() == 0);
+  auto fast = ok("", {"cache.heartbeat_timeout=500ms", "cache.registration_grace=2s"});
+  CHECK(fast.cache.heartbeat_timeout == std::chrono::milliseconds{500});
+  CHECK(fast.cache.registration_grace == std::chrono::seconds{2});
+  // The grace of a never-pinged instance is at least the heartbeat timeout.
+  auto e = error_of("[cache]\nregistration_grace = \"10s\"\n");
+  CHECK(e.key == "cache.registration_grace");
+  CHECK(e.line == 2);
+  CHECK(e.what.find("at least cache.heartbeat_timeout (120s)") != std::string::npos);
+  e = error_of("[cache]\nheartbeat_timeout = \"2h\"\n");
+  CHECK(e.key == "cache.registration_grace");
+  e = error_of("[cache]\nregistration_grace = \"soon\"\n");
+  CHECK(e.key == "cache.registration_grace");
+  CHECK(e.what.find("duration") != std::string::npos);
 }
 
 TEST_CASE("--set errors name the key") {
