@@ -85,6 +85,8 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
   ep.endpoint = c.endpoint;
   ep.chunk_size = c.chunk_size;
   ep.session_ttl = c.session_ttl;
+  ep.kv_event_log_size = static_cast<size_t>(c.kv_event_log_size);
+  ep.heartbeat_timeout = c.heartbeat_timeout;
   ep.registry = reg;
   ep.store = st;
   ep.gpu = gpu;

@@ -60,7 +60,12 @@ engine_bridge::engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
                              caf::actor supervisor, std::chrono::nanoseconds stats_interval,
                              engine_bridge_params params)
   : zmq_bridge(cfg, ctx, "engine_bridge", "", std::move(supervisor), stats_interval),
-    p_(std::move(params)) {}
+    p_(std::move(params)),
+    streams_(p_.kv_event_log_size,
+             std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count(),
+             p_.heartbeat_timeout, [this](const mp_reply& r) { send_reply(r); }) {}
 
 std::optional<std::string> engine_bridge::open() {
   router_ = zmq::socket_t{ctx_, zmq::socket_type::router};
@@ -75,6 +80,8 @@ std::optional<std::string> engine_bridge::open() {
   KVS_INFO(label(), "bound {} (cache.endpoint): serving the LMCache MP protocol, chunk_size {}",
            r.endpoint, p_.chunk_size);
   watch(router_, ZMQ_POLLIN);
+  if (streams_.enabled())
+    send(p_.store, record_atom_v, caf::actor_cast<caf::actor>(this));
   delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(), tick_atom_v);
   return std::nullopt;
 }
@@ -87,6 +94,7 @@ std::chrono::nanoseconds engine_bridge::sweep_interval() const {
 caf::behavior engine_bridge::handlers() {
   return {
     [this](mp_reply& r) { send_reply(r); },
+    [this](kv_event_records& r) { streams_.append(std::move(r.records)); },
     [this](tick_atom) {
       // Sessions idle past session_ttl end here, where every request passes
       // by: no request can reach one after it was told to end.
@@ -103,6 +111,9 @@ caf::behavior engine_bridge::handlers() {
       }
       if (idle.size() > 10)
         KVS_INFO(label(), "... and {} more sessions idle past session_ttl", idle.size() - 10);
+      if (auto n = streams_.expire(now))
+        KVS_INFO(label(), "{} kv event subscriptions ended: no PING for {}", n,
+                 to_string(p_.heartbeat_timeout));
       delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(), tick_atom_v);
     },
     [this](expire_atom, int64_t instance) {
@@ -113,6 +124,7 @@ caf::behavior engine_bridge::handlers() {
             doomed.push_back(rid);
       for (auto& rid : doomed)
         end_session(rid);
+      streams_.drop_instance(instance);
       if (!doomed.empty())
         KVS_INFO(label(), "instance {} reaped: ended its {} sessions", instance, doomed.size());
     },
@@ -147,6 +159,13 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
   args.reserve(frames.size() - 1);
   for (size_t i = 1; i < frames.size(); ++i)
     args.emplace_back(static_cast<const char*>(frames[i].data()), frames[i].size());
+  // subscribe_kv_events and its stream control frames (messages/lmcache_kv_events.hpp).
+  if (args.size() == 3 && args[1].empty() && streams_.control(identity, args[0], args[2]))
+    return;
+  if (args.size() >= 2 && is_subscribe_kv_events_op(args[1])) {
+    on_subscribe(identity, args);
+    return;
+  }
   auto res = decode_mp_request(args);
   if (auto* err = std::get_if<wire_error>(&res)) {
     auto uid = args.size() > 0 ? hex(std::string{args[0]}) : std::string{"-"};
@@ -163,6 +182,21 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
   }
   auto req = std::make_shared<mp_request>(std::move(std::get<mp_request>(res)));
   route(mp_call{std::move(identity), std::move(req)});
+}
+
+void engine_bridge::on_subscribe(const std::string& identity,
+                                 const std::vector<std::string_view>& args) {
+  auto res = decode_subscribe_kv_events({args.begin() + 2, args.end()});
+  if (auto* err = std::get_if<wire_error>(&res)) {
+    reject(hex(identity), hex(std::string{args[0]}), hex(std::string{args[1]}), *err);
+    send_reply(mp_reply{identity, std::string{args[0]},
+                        encode_mp_failure_op(err->kind + ": " + err->detail), std::nullopt});
+    return;
+  }
+  auto& req = std::get<subscribe_kv_events_req>(res);
+  KVS_INFO(label(), "instance {} subscribes to kv events of model {} from cursor {}",
+           req.instance_id, req.model_name, req.cursor);
+  streams_.subscribe(identity, std::string{args[0]}, std::string{args[1]}, req, clock::now());
 }
 
 session_actor& engine_bridge::session_for(const std::string& rid, bool create) {
@@ -201,14 +235,19 @@ void engine_bridge::route(mp_call call) {
       send_reply(make_reply(call, encode_mp_str("OK")));
       return;
     case mp_op::get_experimental:
-      send_reply(make_reply(call, encode_mp_str_list({})));
+      // With the log on, LMCache's vLLM adapter opens subscribe_kv_events.
+      send_reply(make_reply(call, encode_mp_str_list(streams_.enabled()
+                                                       ? std::vector<std::string>{"kv_event_stream"}
+                                                       : std::vector<std::string>{})));
       return;
     case mp_op::ping: {
       // Answered here (the heartbeat must not queue behind anything); the
       // registry learns the instance is alive.
       auto& b = std::get<ping_req>(req.body);
-      if (b.instance_id)
+      if (b.instance_id) {
         send(p_.registry, tick_atom_v, *b.instance_id, true);
+        streams_.touch(*b.instance_id, clock::now());
+      }
       send_reply(make_reply(call, encode_mp_bool(true)));
       return;
     }
@@ -309,8 +348,10 @@ void engine_bridge::log_stats() {
   uint64_t rejected = 0;
   for (auto& [k, n] : rejected_)
     rejected += n;
-  KVS_INFO(label(), "stats: requests={} replies={} rejected={} sessions={} started={} ended={}",
-           requests_, replies_, rejected, sessions_.size(), sessions_started_, sessions_ended_);
+  KVS_INFO(label(), "stats: requests={} replies={} rejected={} sessions={} started={} ended={} "
+                    "kv_event_subscribers={} kv_event_log={}",
+           requests_, replies_, rejected, sessions_.size(), sessions_started_, sessions_ended_,
+           streams_.subscribers(), streams_.log().size());
 }
 
 } // namespace kvs

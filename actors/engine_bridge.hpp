@@ -6,11 +6,13 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
+#include "actors/kv_event_streams.hpp"
 #include "actors/zmq_bridge.hpp"
 #include "messages/wire_error.hpp"
 
 #include <chrono>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -20,6 +22,8 @@ struct engine_bridge_params {
   std::string endpoint;
   int64_t chunk_size = 256;
   std::chrono::nanoseconds session_ttl{};
+  size_t kv_event_log_size = 0;                 ///< subscribe_kv_events log; 0 = off
+  std::chrono::nanoseconds heartbeat_timeout{}; ///< a subscriber without PINGs this long ends
   registry_actor registry;
   store_actor store;
   gpu_transfer_actor gpu;
@@ -53,6 +57,7 @@ private:
   session_actor& session_for(const std::string& rid, bool create);
   void end_session(const std::string& rid);
   void send_reply(const mp_reply& r);
+  void on_subscribe(const std::string& identity, const std::vector<std::string_view>& args);
   void reject(const std::string& peer, const std::string& uid, const std::string& op,
               const wire_error& err);
 
@@ -60,6 +65,7 @@ private:
   zmq::socket_t router_;
   std::unordered_map<std::string, session_entry> sessions_;
   session_actor none_;
+  kv_event_streams streams_;
 
   uint64_t requests_ = 0;
   uint64_t replies_ = 0;

@@ -157,6 +157,7 @@ void on_store(self_ptr self, const mp_call& call, const store_req& r) {
         // What L1 already holds is not copied twice.
         store_finish fin;
         fin.rank = rank;
+        fin.model = r.key.model_name;
         auto cs = static_cast<size_t>(st.p.chunk_size);
         for (auto& c : res.chunks) {
           cp.chunk_positions.push_back(c.position);

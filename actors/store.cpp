@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <map>
 
 namespace kvs {
 
@@ -37,19 +38,50 @@ void announce(self_ptr self, std::vector<kv_event> events) {
   self->send(st.p.events, publish_atom_v, std::move(one));
 }
 
-/// BlockRemoved for evicted rank-0 chunks (one announcement per prefix hash).
+/// Hands records to the subscribe_kv_events log (if the bridge asked).
+void record(self_ptr self, std::vector<kv_event_record> records) {
+  auto& st = self->state;
+  if (records.empty() || !st.records_sink)
+    return;
+  self->send(st.records_sink, kv_event_records{std::move(records)});
+}
+
+uint32_t model_id(store_state& st, const std::string& model) {
+  auto [it, added] = st.model_ids.emplace(model, static_cast<uint32_t>(st.models.size()));
+  if (added)
+    st.models.push_back(model);
+  return it->second;
+}
+
+/// BlockRemoved for evicted rank-0 chunks (one announcement per prefix hash),
+/// and one "removed" record per model.
 void announce_removed(self_ptr self, const std::vector<chunk_key>& keys) {
+  auto& st = self->state;
   std::vector<kv_event> events;
+  std::map<uint32_t, std::vector<uint64_t>> by_model;
   for (auto& k : keys) {
-    ++self->state.evicted;
+    ++st.evicted;
     if (k.rank != 0)
       continue;
     block_removed e;
     e.block_hashes.push_back(k.hash);
     e.medium = "CPU";
     events.emplace_back(std::move(e));
+    if (auto m = st.chunk_model.find(k.hash); m != st.chunk_model.end()) {
+      by_model[m->second].push_back(k.hash);
+      st.chunk_model.erase(m);
+    }
   }
   announce(self, std::move(events));
+  std::vector<kv_event_record> records;
+  for (auto& [id, hashes] : by_model) {
+    kv_event_record r;
+    r.stored = false;
+    r.model_name = st.models[id];
+    r.block_hashes = std::move(hashes);
+    records.push_back(std::move(r));
+  }
+  record(self, std::move(records));
 }
 
 size_t distinct_sizes(const std::unordered_map<int64_t, size_t>& m) {
@@ -145,6 +177,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     [self](store_finish& f) {
       auto& st = self->state;
       std::vector<kv_event> events;
+      std::vector<kv_event_record> records;
       for (size_t i = 0; i < f.hashes.size(); ++i) {
         chunk_key k{f.hashes[i], f.rank};
         if (!f.commit) {
@@ -156,6 +189,13 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         ++st.stored;
         if (f.rank != 0)
           continue;
+        st.chunk_model[k.hash] = model_id(st, f.model);
+        kv_event_record rec;
+        rec.model_name = f.model;
+        rec.block_hashes.push_back(k.hash);
+        rec.parent_block_hash = f.parents[i];
+        rec.token_ids = f.tokens[i];
+        records.push_back(std::move(rec));
         block_stored e;
         e.block_hashes.push_back(k.hash);
         e.parent_block_hash = f.parents[i];
@@ -165,6 +205,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         events.emplace_back(std::move(e));
       }
       announce(self, std::move(events));
+      record(self, std::move(records));
     },
     [self](store_acquire& q) -> store_acquire_reply {
       auto& st = self->state;
@@ -261,6 +302,9 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       announce_removed(self, removed);
       auto bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
       self->send(bridge, make_reply(call, std::nullopt));
+    },
+    [self](record_atom, caf::actor& sink) {
+      self->state.records_sink = caf::actor_cast<engine_bridge_actor>(std::move(sink));
     },
     [self, expiry](tick_atom) {
       auto& st = self->state;

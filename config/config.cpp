@@ -440,6 +440,7 @@ config_result finish(const toml::table& t, loader& l) {
     l.fail_at("cache.registration_grace",
               "expected at least cache.heartbeat_timeout (" + to_string(k.heartbeat_timeout)
                 + "), got " + to_string(k.registration_grace));
+  k.kv_event_log_size = r.integer("cache.kv_event_log_size", 0, 100000000);
   k.events_rank = r.integer("cache.events_rank", -1, 1023);
   if (!l.error && k.events_rank >= e.dp_size)
     l.fail_at("cache.events_rank", "expected -1 or a dp rank below events.dp_size ("

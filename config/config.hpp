@@ -53,6 +53,7 @@ struct cache_config {
   duration lock_ttl{};
   duration heartbeat_timeout{};  ///< a pinging instance silent this long is reaped (0 = never)
   duration registration_grace{}; ///< ... one that never pinged: this long (>= heartbeat_timeout)
+  int64_t kv_event_log_size = 0; ///< subscribe_kv_events replay log (records); 0 = off
   int64_t events_rank = 0;
 };
 

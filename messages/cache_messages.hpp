@@ -90,6 +90,7 @@ struct store_reserve_reply {
 struct store_finish {
   bool commit = false;
   int32_t rank = 0;
+  std::string model; ///< the key's model_name (kv_event_stream records)
   std::vector<uint64_t> hashes;   ///< reserved chunks only
   std::vector<std::vector<int64_t>> tokens;
   std::vector<std::optional<uint64_t>> parents;

@@ -49,6 +49,7 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.cache.lock_ttl == std::chrono::seconds{300});
   CHECK(c.cache.heartbeat_timeout == std::chrono::seconds{120});
   CHECK(c.cache.registration_grace == std::chrono::seconds{3600});
+  CHECK(c.cache.kv_event_log_size == 32768);
   CHECK(c.cache.events_rank == 0);
   CHECK(c.gpu.backend == "auto");
 }
@@ -117,6 +118,8 @@ TEST_CASE("enums, ranges and cross-key rules") {
   CHECK(error_of("[events]\ndp_size = 0\n").key == "events.dp_size");
   CHECK(error_of("[cache]\nevict_low = 0.95\n").key == "cache.evict_low");
   CHECK(error_of("[cache]\nevents_rank = 3\n").key == "cache.events_rank");
+  CHECK(error_of("[cache]\nkv_event_log_size = -1\n").key == "cache.kv_event_log_size");
+  CHECK(ok("[cache]\nkv_event_log_size = 0\n").cache.kv_event_log_size == 0);
   CHECK(error_of("[events]\nendpoint = \"udp://x:1\"\n").key == "events.endpoint");
   CHECK(error_of("[events]\ndp_size = 2\nendpoint = \"tcp://*:65535\"\n").what.find("dp rank 1")
         != std::string::npos);
