@@ -11,7 +11,12 @@ are checked:
 2. LMCache's client, unmodified, registers host shared-memory KV pools
    (0.5.6's own ``CpuShmTensorWrapper`` descriptor), stores, looks up, waits,
    retrieves (bytes checked page for page) and ends its session against
-   kvsidecar.
+   kvsidecar;
+3. ``subscribe_kv_events`` (advertised as ``kv_event_stream``): LMCache's
+   client decodes every batch into its own ``KVEventBatch``, and the vLLM
+   adapter's own receiver methods (compiled from
+   ``integration/vllm/vllm_multi_process_adapter.py``, whose module needs
+   vLLM) turn them into the CacheStoreEvent / CacheRemoveEvent vLLM drains.
 
 LMCache 0.5.6 imports without a GPU stack only partly, so this module:
 - needs the unpacked wheel: ``LMCACHE_SRC`` = a folder holding ``lmcache/``,

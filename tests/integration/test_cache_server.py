@@ -157,7 +157,7 @@ def test_every_op_answers_as_lmcache(cache_server, kv_pools, by_name):
     assert body("noop") == b"\xa2OK"
     assert body("ping", None) == b"\xc3"
     assert body("ping", 4242) == b"\xc3"
-    assert body("get_experimental") == b"\x90"
+    assert body("get_experimental") == b"\x91\xafkv_event_stream"
     assert body("query_prefetch_status", "nobody") == b"\x00"
     assert body("wait_prefetch_status", "nobody", 1.0) == b"\x00"
     none("query_prefetch_lookup_hits", "nobody")
@@ -197,7 +197,7 @@ def test_replies_matched_by_uid_when_pipelined(cache_server):
     ops = [("noop", ()), ("get_chunk_size", ()), ("ping", (None,)), ("end_session", ("x",)),
            ("query_prefetch_status", ("y",)), ("get_experimental", ())]
     want = {"noop": "OK", "get_chunk_size": 256, "ping": True, "end_session": None,
-            "query_prefetch_status": 0, "get_experimental": []}
+            "query_prefetch_status": 0, "get_experimental": ["kv_event_stream"]}
     sent = [(c.submit(op, *args), op) for _ in range(50) for op, args in ops]
     for uid, op in reversed(sent):
         assert c.result(uid) == want[op], op
@@ -830,6 +830,21 @@ def test_uid_frame_is_opaque(cache_server):
         assert c.sock.poll(5000), f"no reply to uid frame {uid!r}"
         assert c.sock.recv_multipart() == [uid, enc(24), enc("OK")]
     srv.wait_stats(lambda s: s["rejected"] == 0, actor="engine_bridge")
+
+
+def test_kv_event_log_off_is_not_advertised(cache_server):
+    srv = cache_server(overrides={"cache.kv_event_log_size": 0})
+    c = srv.client()
+    assert c.get_experimental() == []
+    # A subscriber anyway gets "enabled: false" once, then the end of the stream.
+    uid = c.submit("subscribe_kv_events", 1, MODEL, 0, 8, by_name=True)
+    r = c.reply(uid)
+    batch = msgspec.msgpack.decode(r.body)
+    assert batch == {"enabled": False, "incarnation": batch["incarnation"], "next_cursor": 0,
+                     "lost": False, "events": []}
+    c.send_frames([encode_uid(uid), b"", b"ack"])
+    assert c.sock.poll(5000)
+    assert c.sock.recv_multipart() == [encode_uid(uid), enc("subscribe_kv_events")]
 
 
 def test_wait_prefetch_status_never_blocks_others(cache_server, kv_pools):
