@@ -2,7 +2,10 @@
 // actors/interfaces.hpp). Simple ops are answered here (get_chunk_size,
 // noop, ping's reply); the rest go to the registry, a session per request
 // id (spawned on demand) or the store. A bad request is logged with peer,
-// uid, op and reason, counted, and never disturbs other clients.
+// uid, op and reason, counted, answered with the failure reply when it has
+// a uid (messages/lmcache_failure.hpp), and never disturbs other clients.
+// subscribe_kv_events streams and their control frames are served here too
+// (actors/kv_event_streams.hpp), from the records the store sends.
 #pragma once
 
 #include "actors/interfaces.hpp"
