@@ -80,6 +80,7 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
   registry_params rp;
   rp.chunk_size = c.chunk_size;
   rp.heartbeat_timeout = c.heartbeat_timeout;
+  rp.registration_grace = c.registration_grace;
   rp.gpu = gpu;
   rp.store = st;
   rp.stats_interval = interval;
@@ -92,6 +93,8 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
   ep.session_ttl = c.session_ttl;
   ep.max_sessions = static_cast<size_t>(c.max_sessions);
   ep.hwm = c.hwm;
+  ep.kv_event_log_size = static_cast<size_t>(c.kv_event_log_size);
+  ep.heartbeat_timeout = c.heartbeat_timeout;
   ep.registry = reg;
   ep.store = st;
   ep.gpu = gpu;

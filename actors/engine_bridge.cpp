@@ -5,6 +5,7 @@
 #include "actors/zmq_frames.hpp"
 #include "app/log.hpp"
 #include "config/config.hpp"
+#include "messages/lmcache_failure.hpp"
 #include "messages/lmcache_protocol.hpp"
 
 #include <caf/exit_reason.hpp>
@@ -54,11 +55,21 @@ mp_reply make_reply(const mp_call& call, std::optional<std::string> body) {
                   std::move(body), call.received, static_cast<uint8_t>(call.request->op)};
 }
 
+mp_reply make_failure_reply(const mp_call& call, std::string_view why) {
+  return mp_reply{call.identity, call.request->uid_frame, encode_mp_failure_op(why),
+                  std::nullopt};
+}
+
 engine_bridge::engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
                              caf::actor supervisor, std::chrono::nanoseconds stats_interval,
                              engine_bridge_params params)
   : zmq_bridge(cfg, ctx, "engine_bridge", "", std::move(supervisor), stats_interval),
-    p_(std::move(params)) {}
+    p_(std::move(params)),
+    streams_(p_.kv_event_log_size,
+             std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count(),
+             p_.heartbeat_timeout, [this](const mp_reply& r) { send_reply(r); }) {}
 
 std::optional<std::string> engine_bridge::open() {
   router_ = zmq::socket_t{ctx_, zmq::socket_type::router};
@@ -86,6 +97,8 @@ std::optional<std::string> engine_bridge::open() {
                       "intended)",
              p_.endpoint);
   watch(router_, ZMQ_POLLIN);
+  if (streams_.enabled())
+    send(p_.store, record_atom_v, caf::actor_cast<caf::actor>(this));
   delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(), tick_atom_v);
   return std::nullopt;
 }
@@ -98,6 +111,7 @@ std::chrono::nanoseconds engine_bridge::sweep_interval() const {
 caf::behavior engine_bridge::handlers() {
   return {
     [this](mp_reply& r) { send_reply(r); },
+    [this](kv_event_records& r) { streams_.append(std::move(r.records)); },
     [this](tick_atom) {
       // Sessions idle past session_ttl end here, where every request passes
       // by: no request can reach one after it was told to end.
@@ -114,6 +128,9 @@ caf::behavior engine_bridge::handlers() {
       }
       if (idle.size() > 10)
         KVS_INFO(label(), "... and {} more sessions idle past session_ttl", idle.size() - 10);
+      if (auto n = streams_.expire(now))
+        KVS_INFO(label(), "{} kv event subscriptions ended: no PING for {}", n,
+                 to_string(p_.heartbeat_timeout));
       delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(), tick_atom_v);
     },
     [this](expire_atom, int64_t instance) {
@@ -125,6 +142,7 @@ caf::behavior engine_bridge::handlers() {
       for (auto& rid : doomed)
         end_session(rid);
       owners_.erase(instance);
+      streams_.drop_instance(instance);
       if (!doomed.empty())
         KVS_INFO(label(), "instance {} reaped: ended its {} sessions", instance, doomed.size());
     },
@@ -194,11 +212,25 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
   args.reserve(frames.size() - 1);
   for (size_t i = 1; i < frames.size(); ++i)
     args.emplace_back(static_cast<const char*>(frames[i].data()), frames[i].size());
+  // subscribe_kv_events and its stream control frames (messages/lmcache_kv_events.hpp).
+  if (args.size() == 3 && args[1].empty() && streams_.control(identity, args[0], args[2]))
+    return;
+  if (args.size() >= 2 && is_subscribe_kv_events_op(args[1])) {
+    on_subscribe(identity, args);
+    return;
+  }
   auto res = decode_mp_request(args);
   if (auto* err = std::get_if<wire_error>(&res)) {
     auto uid = args.size() > 0 ? hex(std::string{args[0]}) : std::string{"-"};
     auto op = args.size() > 1 ? hex(std::string{args[1]}) : std::string{"-"};
     reject(hex(identity), uid, op, *err);
+    // LMCache's server sends nothing here and its client waits out its RPC
+    // timeout (300 s); the call fails at once instead when there is a uid
+    // to answer. An empty op frame is stream control (ack/cancel), which
+    // is never answered.
+    if (args.size() >= 2 && !args[1].empty())
+      send_reply(mp_reply{identity, std::string{args[0]},
+                          encode_mp_failure_op(err->kind + ": " + err->detail), std::nullopt});
     return;
   }
   auto req = std::make_shared<mp_request>(std::move(std::get<mp_request>(res)));
@@ -211,10 +243,27 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
       reject(hex(call.identity), hex(call.request->uid_frame), "register_kv_cache",
              wire_error{"no_peer_credentials", "the ipc:// peer's uid is unknown; registration "
                                                "refused"});
+      send_reply(make_failure_reply(call, "register_kv_cache refused: the ipc:// peer's uid is "
+                                          "unknown"));
       return;
     }
   }
   route(std::move(call));
+}
+
+void engine_bridge::on_subscribe(const std::string& identity,
+                                 const std::vector<std::string_view>& args) {
+  auto res = decode_subscribe_kv_events({args.begin() + 2, args.end()});
+  if (auto* err = std::get_if<wire_error>(&res)) {
+    reject(hex(identity), hex(std::string{args[0]}), hex(std::string{args[1]}), *err);
+    send_reply(mp_reply{identity, std::string{args[0]},
+                        encode_mp_failure_op(err->kind + ": " + err->detail), std::nullopt});
+    return;
+  }
+  auto& req = std::get<subscribe_kv_events_req>(res);
+  KVS_INFO(label(), "instance {} subscribes to kv events of model {} from cursor {}",
+           req.instance_id, req.model_name, req.cursor);
+  streams_.subscribe(identity, std::string{args[0]}, std::string{args[1]}, req, clock::now());
 }
 
 session_actor& engine_bridge::session_for(const std::string& rid, bool create) {
@@ -253,7 +302,10 @@ void engine_bridge::route(mp_call call) {
       send_reply(make_reply(call, encode_mp_str("OK")));
       return;
     case mp_op::get_experimental:
-      send_reply(make_reply(call, encode_mp_str_list({})));
+      // With the log on, LMCache's vLLM adapter opens subscribe_kv_events.
+      send_reply(make_reply(call, encode_mp_str_list(streams_.enabled()
+                                                       ? std::vector<std::string>{"kv_event_stream"}
+                                                       : std::vector<std::string>{})));
       return;
     case mp_op::ping: {
       // Answered here (the heartbeat must not queue behind anything); the
@@ -263,18 +315,25 @@ void engine_bridge::route(mp_call call) {
       auto& b = std::get<ping_req>(req.body);
       if (b.instance_id) {
         auto o = owners_.find(*b.instance_id);
-        if (o == owners_.end() || o->second == call.identity)
-          send(p_.registry, tick_atom_v, *b.instance_id);
+        if (o == owners_.end() || o->second == call.identity) {
+          send(p_.registry, tick_atom_v, *b.instance_id, true);
+          streams_.touch(*b.instance_id, clock::now());
+        }
       }
       send_reply(make_reply(call, encode_mp_bool(true)));
       return;
     }
     case mp_op::register_kv_cache: {
-      // Refused like a failed registration: no reply (the connector fails
-      // on its timeout; LMCache's vLLM adapter retries on its next ping).
+      // Refused like a failed registration: the failure reply (the
+      // connector's start-up fails at once with the reason; LMCache's vLLM
+      // adapter retries on its next ping).
       auto id = std::get<register_kv_cache_req>(req.body).instance_id;
-      if (foreign(call, id))
+      if (foreign(call, id)) {
+        send_reply(make_failure_reply(call, "register_kv_cache refused: instance "
+                                              + std::to_string(id)
+                                              + " belongs to another connection"));
         return;
+      }
       owners_[id] = call.identity;
       send(p_.registry, std::move(call));
       return;
@@ -298,8 +357,13 @@ void engine_bridge::route(mp_call call) {
       break;
   }
   const auto* rid = request_id_of(req);
-  if (!rid)
-    return; // every op is covered above
+  if (!rid) {
+    // Every decoded op is routed above; a new one that is not gets a
+    // failure, never silence.
+    KVS_ERROR(label(), "op {} has no route: answered as failed", hex(req.op_frame));
+    send_reply(make_failure_reply(call, "no route for this operation"));
+    return;
+  }
   switch (req.op) {
     case mp_op::lookup:
     case mp_op::store:
@@ -331,7 +395,7 @@ void engine_bridge::route(mp_call call) {
       }
       sessions_[*rid].last_active = clock::now();
       if (instance >= 0) {
-        send(p_.registry, tick_atom_v, instance);
+        send(p_.registry, tick_atom_v, instance, false);
         auto& ids = sessions_[*rid].instances;
         if (std::find(ids.begin(), ids.end(), instance) == ids.end())
           ids.push_back(instance);
@@ -421,7 +485,9 @@ stats_snapshot engine_bridge::snapshot() {
     .counter("started", "kvsidecar_cache_sessions_started_total", sessions_started_)
     .counter("ended", "kvsidecar_cache_sessions_ended_total", sessions_ended_)
     .counter("reply_drops", "kvsidecar_cache_reply_drops_total", reply_drops_)
-    .counter("reply_unroutable", "kvsidecar_cache_reply_unroutable_total", reply_unroutable_);
+    .counter("reply_unroutable", "kvsidecar_cache_reply_unroutable_total", reply_unroutable_)
+    .gauge("kv_event_subscribers", "kvsidecar_cache_kv_event_subscribers", streams_.subscribers())
+    .gauge("kv_event_log", "kvsidecar_cache_kv_event_log_records", streams_.log().size());
   for (size_t op = 0; op < latency_.size(); ++op)
     if (latency_[op].count > 0)
       s.histogram("kvsidecar_cache_request_duration_seconds", latency_[op], "op",

@@ -2,16 +2,21 @@
 // actors/interfaces.hpp). Simple ops are answered here (get_chunk_size,
 // noop, ping's reply); the rest go to the registry, a session per request
 // id (spawned on demand) or the store. A bad request is logged with peer,
-// uid, op and reason, counted, and never disturbs other clients.
+// uid, op and reason, counted, answered with the failure reply when it has
+// a uid (messages/lmcache_failure.hpp), and never disturbs other clients.
+// subscribe_kv_events streams and their control frames are served here too
+// (actors/kv_event_streams.hpp), from the records the store sends.
 #pragma once
 
 #include "actors/interfaces.hpp"
+#include "actors/kv_event_streams.hpp"
 #include "actors/zmq_bridge.hpp"
 #include "messages/wire_error.hpp"
 
 #include <array>
 #include <chrono>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -23,6 +28,8 @@ struct engine_bridge_params {
   std::chrono::nanoseconds session_ttl{};
   size_t max_sessions = 65536; ///< live sessions at most (cache.max_sessions)
   int64_t hwm = 100000; ///< per-client send/receive HWM (cache.hwm)
+  size_t kv_event_log_size = 0;                 ///< subscribe_kv_events log; 0 = off
+  std::chrono::nanoseconds heartbeat_timeout{}; ///< a subscriber without PINGs this long ends
   registry_actor registry;
   store_actor store;
   gpu_transfer_actor gpu;
@@ -57,6 +64,7 @@ private:
   session_actor& session_for(const std::string& rid, bool create);
   void end_session(const std::string& rid);
   void send_reply(const mp_reply& r);
+  void on_subscribe(const std::string& identity, const std::vector<std::string_view>& args);
   void reject(const std::string& peer, const std::string& uid, const std::string& op,
               const wire_error& err);
   bool foreign(const mp_call& call, int64_t instance);
@@ -72,6 +80,7 @@ private:
   std::unordered_map<int64_t, std::string> owners_;
   bool ipc_ = false; ///< cache.endpoint is ipc://: registrations carry the peer's uid
   session_actor none_;
+  kv_event_streams streams_;
 
   uint64_t requests_ = 0;
   uint64_t replies_ = 0;

@@ -58,6 +58,7 @@ namespace kvs {
 /// after it was told to end.
 using engine_bridge_actor = caf::typed_actor<
   caf::reacts_to<mp_reply>,
+  caf::reacts_to<kv_event_records>,       ///< for subscribe_kv_events streams
   caf::reacts_to<expire_atom, int64_t>>; ///< instance reaped: end its sessions
 
 /// session[rid=…] — one per request id. Runs LOOKUP (hash, lock the hit
@@ -72,11 +73,12 @@ using session_actor = caf::typed_actor<
   caf::reacts_to<tick_atom>>;  ///< a parked WAIT_PREFETCH_STATUS may have timed out
 
 /// registry — engine instances: their KV-cache registrations, layouts and
-/// liveness. Opens an instance's pools in the GPU-transfer actor, sizes the
-/// store's chunk slots, and reaps instances silent past heartbeat_timeout.
+/// liveness. Opens an instance's pools in the GPU-transfer actor, tells the
+/// store the instance's chunk size, and reaps silent instances
+/// (heartbeat_timeout, or registration_grace for those that never pinged).
 using registry_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,           ///< register / unregister / ping
-  caf::reacts_to<tick_atom, int64_t>, ///< instance seen (store/retrieve)
+  caf::reacts_to<tick_atom, int64_t, bool>, ///< instance seen (true: it pinged)
   caf::reacts_to<tick_atom>,         ///< reaper round
   caf::reacts_to<stats_atom>,
   caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
@@ -84,7 +86,8 @@ using registry_actor = caf::typed_actor<
 /// store — sole owner of the L1 pool and chunk index: lookup-and-lock,
 /// reserve, commit/abort, acquire/release for reads, LRU eviction between
 /// the watermarks, lock and session TTLs. Announces committed and evicted
-/// chunks as BlockStored / BlockRemoved through a publisher.
+/// chunks as BlockStored / BlockRemoved through a publisher, and as
+/// kv_event_records (per model) to the engine bridge's subscribe_kv_events log.
 using store_actor = caf::typed_actor<
   caf::replies_to<store_lookup>::with<uint64_t>,
   caf::reacts_to<store_release_range>,
@@ -95,6 +98,7 @@ using store_actor = caf::typed_actor<
   caf::reacts_to<store_release>,
   caf::replies_to<store_configure>::with<store_configure_reply>,
   caf::reacts_to<mp_call>, ///< clear
+  caf::reacts_to<record_atom, caf::actor>, ///< where kv_event_records go (the engine bridge)
   caf::reacts_to<tick_atom>,
   caf::reacts_to<stats_atom>,
   caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor

@@ -14,7 +14,8 @@ namespace kvs {
 
 struct registry_params {
   int64_t chunk_size = 256;
-  std::chrono::nanoseconds heartbeat_timeout{};
+  std::chrono::nanoseconds heartbeat_timeout{};  ///< 0: never reap
+  std::chrono::nanoseconds registration_grace{}; ///< for instances that never pinged
   gpu_transfer_actor gpu;
   store_actor store;
   std::chrono::nanoseconds stats_interval{};
@@ -33,6 +34,7 @@ struct registry_state {
     std::shared_ptr<const kv_layout> layout;
     size_t tensors = 0;
     clock::time_point last_seen;
+    bool pinged = false; ///< has sent a PING (selects heartbeat_timeout over the grace)
   };
 
   registry_params p;

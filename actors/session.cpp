@@ -137,7 +137,7 @@ void on_store(self_ptr self, const mp_call& call, const store_req& r) {
   std::vector<uint64_t> hashes(all.begin() + static_cast<ptrdiff_t>(begin), all.end());
   auto rank = static_cast<int32_t>(*r.key.worker_id);
   ++st.inflight;
-  self->request(st.p.store, caf::infinite, store_reserve{rank, hashes})
+  self->request(st.p.store, caf::infinite, store_reserve{r.instance_id, rank, hashes})
     .then(
       [self, call, r, all, begin, rank](store_reserve_reply& res) {
         auto& st = self->state;
@@ -157,6 +157,7 @@ void on_store(self_ptr self, const mp_call& call, const store_req& r) {
         // What L1 already holds is not copied twice.
         store_finish fin;
         fin.rank = rank;
+        fin.model = r.key.model_name;
         auto cs = static_cast<size_t>(st.p.chunk_size);
         for (auto& c : res.chunks) {
           cp.chunk_positions.push_back(c.position);

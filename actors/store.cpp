@@ -4,7 +4,9 @@
 #include "config/config.hpp"
 #include "messages/lmcache_protocol.hpp"
 
+#include <algorithm>
 #include <ctime>
+#include <map>
 
 namespace kvs {
 
@@ -36,19 +38,58 @@ void announce(self_ptr self, std::vector<kv_event> events) {
   self->send(st.p.events, publish_atom_v, std::move(one));
 }
 
-/// BlockRemoved for evicted rank-0 chunks (one announcement per prefix hash).
+/// Hands records to the subscribe_kv_events log (if the bridge asked).
+void record(self_ptr self, std::vector<kv_event_record> records) {
+  auto& st = self->state;
+  if (records.empty() || !st.records_sink)
+    return;
+  self->send(st.records_sink, kv_event_records{std::move(records)});
+}
+
+uint32_t model_id(store_state& st, const std::string& model) {
+  auto [it, added] = st.model_ids.emplace(model, static_cast<uint32_t>(st.models.size()));
+  if (added)
+    st.models.push_back(model);
+  return it->second;
+}
+
+/// BlockRemoved for evicted rank-0 chunks (one announcement per prefix hash),
+/// and one "removed" record per model.
 void announce_removed(self_ptr self, const std::vector<chunk_key>& keys) {
+  auto& st = self->state;
   std::vector<kv_event> events;
+  std::map<uint32_t, std::vector<uint64_t>> by_model;
   for (auto& k : keys) {
-    ++self->state.evicted;
+    ++st.evicted;
     if (k.rank != 0)
       continue;
     block_removed e;
     e.block_hashes.push_back(k.hash);
     e.medium = "CPU";
     events.emplace_back(std::move(e));
+    if (auto m = st.chunk_model.find(k.hash); m != st.chunk_model.end()) {
+      by_model[m->second].push_back(k.hash);
+      st.chunk_model.erase(m);
+    }
   }
   announce(self, std::move(events));
+  std::vector<kv_event_record> records;
+  for (auto& [id, hashes] : by_model) {
+    kv_event_record r;
+    r.stored = false;
+    r.model_name = st.models[id];
+    r.block_hashes = std::move(hashes);
+    records.push_back(std::move(r));
+  }
+  record(self, std::move(records));
+}
+
+size_t distinct_sizes(const std::unordered_map<int64_t, size_t>& m) {
+  std::vector<size_t> v;
+  for (auto& [id, b] : m)
+    v.push_back(b);
+  std::sort(v.begin(), v.end());
+  return static_cast<size_t>(std::unique(v.begin(), v.end()) - v.begin());
 }
 
 } // namespace
@@ -121,12 +162,20 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     [self](store_reserve& q) -> store_reserve_reply {
       auto& st = self->state;
       store_reserve_reply out;
-      out.slot_bytes = st.p.pool->slot_bytes();
+      auto sized = st.chunk_bytes.find(q.instance_id);
+      if (sized == st.chunk_bytes.end()) {
+        ++st.refused;
+        out.why = "instance " + std::to_string(q.instance_id) + " is not registered";
+        KVS_WARN(st.label, "store of {} chunks on rank {} refused: {}", q.hashes.size(), q.rank,
+                 out.why);
+        return out;
+      }
+      out.slot_bytes = sized->second;
       auto now = cache_clock::now();
       std::vector<chunk_key> reserved;
       for (size_t i = 0; i < q.hashes.size(); ++i) {
         chunk_key k{q.hashes[i], q.rank};
-        auto r = st.index->reserve(k, st.p.pool->slot_bytes(), now);
+        auto r = st.index->reserve(k, out.slot_bytes, now);
         announce_removed(self, r.evicted);
         if (r.status == reserve_status::already_present) {
           ++out.already_present;
@@ -153,6 +202,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     [self](store_finish& f) {
       auto& st = self->state;
       std::vector<kv_event> events;
+      std::vector<kv_event_record> records;
       for (size_t i = 0; i < f.hashes.size(); ++i) {
         chunk_key k{f.hashes[i], f.rank};
         if (!f.commit) {
@@ -164,6 +214,13 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         ++st.stored;
         if (f.rank != 0)
           continue;
+        st.chunk_model[k.hash] = model_id(st, f.model);
+        kv_event_record rec;
+        rec.model_name = f.model;
+        rec.block_hashes.push_back(k.hash);
+        rec.parent_block_hash = f.parents[i];
+        rec.token_ids = f.tokens[i];
+        records.push_back(std::move(rec));
         block_stored e;
         e.block_hashes.push_back(k.hash);
         e.parent_block_hash = f.parents[i];
@@ -173,17 +230,30 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         events.emplace_back(std::move(e));
       }
       announce(self, std::move(events));
+      record(self, std::move(records));
     },
     [self](store_acquire& q) -> store_acquire_reply {
       auto& st = self->state;
       store_acquire_reply out;
-      out.slot_bytes = st.p.pool->slot_bytes();
+      out.slot_bytes = SIZE_MAX;
       store_state::read_ticket t;
       t.session = q.session;
       t.rank = q.rank;
       t.begin = q.begin;
       t.end = q.begin + q.hashes.size();
       auto now = cache_clock::now();
+      // Like LMCache 0.5.6 (its read needs the request's own lookup locks):
+      // a RETRIEVE reads only chunks a LOOKUP of the same request found.
+      if (auto found = st.ledger->locked_chunks(q.session); found < t.end) {
+        out.why = found == 0 ? "no lookup of this request found chunks to retrieve"
+                             : "chunks " + std::to_string(found) + ".." + std::to_string(t.end - 1)
+                                 + " are past the " + std::to_string(found)
+                                 + " its lookup found";
+        // What the lookup did lock in this range is given back all the same.
+        st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
+        out.slot_bytes = 0;
+        return out;
+      }
       for (size_t i = 0; i < q.hashes.size(); ++i) {
         chunk_key k{q.hashes[i], q.rank};
         auto e = st.index->find(k);
@@ -202,7 +272,10 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         }
         t.locks.push_back(*tok);
         out.slots.push_back(reinterpret_cast<uint8_t*>(e->data));
+        out.slot_bytes = std::min(out.slot_bytes, e->bytes);
       }
+      if (out.slots.empty())
+        out.slot_bytes = 0;
       out.ok = true;
       out.ticket = st.next_ticket++;
       st.tickets.emplace(out.ticket, std::move(t));
@@ -221,23 +294,29 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       st.tickets.erase(i);
     },
     [self](store_configure& c) -> store_configure_reply {
+      // Every instance gets slots of its own chunk size from the one L1
+      // region (slot_pool.hpp); chunks it stored before re-registering with
+      // another layout keep theirs (a RETRIEVE checks the size it gets).
       auto& st = self->state;
       store_configure_reply out;
-      auto& pool = *st.p.pool;
-      if (!pool.configured()) {
-        std::string err;
-        out.ok = pool.configure(c.slot_bytes, &err);
-        out.why = err;
-        if (out.ok)
-          KVS_INFO(st.label, "chunk slots of {} KiB: {} slots in L1", c.slot_bytes >> 10,
-                   pool.slot_count());
-      } else if (c.slot_bytes <= pool.slot_bytes()) {
+      auto usable = st.p.pool->capacity_bytes();
+      if (c.slot_bytes == 0) {
+        st.chunk_bytes.erase(c.instance_id);
         out.ok = true;
+      } else if (st.p.pool->stride_for(c.slot_bytes) == 0
+                 || st.p.pool->stride_for(c.slot_bytes) > usable) {
+        out.why = "chunks of " + std::to_string(c.slot_bytes) + " bytes per rank do not fit in "
+                  "the L1 region of " + std::to_string(usable) + " bytes (cache.l1_size)";
       } else {
-        out.why = "chunks of " + std::to_string(c.slot_bytes) + " bytes do not fit the slots of "
-                  + std::to_string(pool.slot_bytes()) + " bytes sized by the first registration";
+        st.chunk_bytes[c.instance_id] = c.slot_bytes;
+        out.ok = true;
+        out.slot_bytes = c.slot_bytes;
+        // "N slots": how many chunks of this size alone would fill L1.
+        KVS_INFO(st.label, "chunk slots of {} KiB: {} slots in L1 for instance {} ({} instances, "
+                           "{} chunk sizes share L1)",
+                 c.slot_bytes >> 10, usable / st.p.pool->stride_for(c.slot_bytes), c.instance_id,
+                 st.chunk_bytes.size(), distinct_sizes(st.chunk_bytes));
       }
-      out.slot_bytes = pool.slot_bytes();
       return out;
     },
     [self](mp_call& call) {
@@ -248,6 +327,9 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       announce_removed(self, removed);
       auto bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
       self->send(bridge, make_reply(call, std::nullopt));
+    },
+    [self](record_atom, caf::actor& sink) {
+      self->state.records_sink = caf::actor_cast<engine_bridge_actor>(std::move(sink));
     },
     [self, expiry](tick_atom) {
       auto& st = self->state;

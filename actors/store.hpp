@@ -44,6 +44,14 @@ struct store_state {
   std::unique_ptr<chunk_index> index;
   std::unique_ptr<lock_ledger> ledger;
   std::unordered_map<uint64_t, read_ticket> tickets;
+  /// Registered instance -> bytes per chunk per rank (its slot size).
+  std::unordered_map<int64_t, size_t> chunk_bytes;
+  /// subscribe_kv_events: where records go (null: nowhere), and the model of
+  /// each committed rank-0 chunk (an eviction's record names it).
+  engine_bridge_actor records_sink;
+  std::vector<std::string> models;
+  std::unordered_map<std::string, uint32_t> model_ids;
+  std::unordered_map<uint64_t, uint32_t> chunk_model;
   uint64_t next_ticket = 1;
 
   uint64_t stored = 0;

@@ -8,7 +8,6 @@ namespace kvs {
 const char* to_string(no_space_reason r) {
   switch (r) {
     case no_space_reason::none: return "none";
-    case no_space_reason::pool_not_configured: return "pool_not_configured";
     case no_space_reason::invalid_size: return "invalid_size";
     case no_space_reason::chunk_too_large: return "chunk_too_large";
     case no_space_reason::all_pinned: return "all_pinned";
@@ -18,7 +17,8 @@ const char* to_string(no_space_reason r) {
 
 namespace {
 
-// Slots at a fill fraction. The epsilon keeps 0.29 * 100 at 29, not 28.
+// Bytes (or slots) at a fill fraction. The epsilon keeps 0.29 * 100 at 29,
+// not 28.
 size_t slots_at(double fraction, size_t total) {
   return static_cast<size_t>(std::floor(fraction * static_cast<double>(total) + 1e-9));
 }
@@ -31,8 +31,9 @@ chunk_index::chunk_index(slot_pool& pool, index_options opts)
   opts_.evict_low = std::clamp(opts_.evict_low, 0.0, opts_.evict_high);
   table_.assign(16, bucket{0, 0, npos});
   mask_ = table_.size() - 1;
-  const size_t expect =
-      opts_.expected_entries ? opts_.expected_entries : pool_.slot_count();
+  const size_t expect = opts_.expected_entries
+                            ? opts_.expected_entries
+                            : std::min<size_t>(pool_.capacity_bytes() >> 16, size_t{1} << 20);
   map_grow(expect);
   entries_.reserve(expect);
 }
@@ -112,7 +113,7 @@ uint32_t chunk_index::new_entry() {
     return idx;
   }
   // Indexes fit in 31 bits (the bucket's top bit is the committed flag):
-  // entries never outnumber pool slots, and the pool caps those below 2^31.
+  // entries never outnumber slots in use, and the pool caps those below 2^31.
   entries_.emplace_back();
   return static_cast<uint32_t>(entries_.size() - 1);
 }
@@ -310,6 +311,34 @@ bool chunk_index::lock_alive(const lock_token& t) const {
 
 // --- write path ------------------------------------------------------------------
 
+void chunk_index::evict(uint32_t idx, reserve_result& r) {
+  r.evicted.push_back(chunk_key{entries_[idx].hash, entries_[idx].rank});
+  remove_entry(idx);
+  ++evictions_;
+}
+
+// The eviction rules of the header comment, steps 1-3.
+slot_id chunk_index::make_room(size_t bytes, size_t stride, reserve_result& r) {
+  const size_t cap = pool_.capacity_bytes();
+  if (pool_.bytes_used() + stride > slots_at(opts_.evict_high, cap)) {
+    const size_t low = slots_at(opts_.evict_low, cap);
+    while (pool_.bytes_used() + stride > low && lru_head_ != npos) evict(lru_head_, r);
+  }
+  slot_id s = pool_.alloc(bytes);
+  if (s != invalid_slot || lru_head_ == npos) return s;
+  for (uint32_t cur = lru_head_; cur != npos; cur = entries_[cur].next) {
+    if (pool_.run_if_freed(entries_[cur].slot) >= stride) {
+      evict(cur, r);
+      return pool_.alloc(bytes);
+    }
+  }
+  while (s == invalid_slot && lru_head_ != npos) {
+    evict(lru_head_, r);
+    s = pool_.alloc(bytes);
+  }
+  return s;
+}
+
 reserve_result chunk_index::reserve(chunk_key k, size_t bytes,
                                     cache_clock::time_point now) {
   reserve_result r;
@@ -327,34 +356,23 @@ reserve_result chunk_index::reserve(chunk_key k, size_t bytes,
     r.detail = std::move(detail);
     return std::move(r);
   };
-  if (!pool_.configured())
-    return no_space(no_space_reason::pool_not_configured,
-                    "no KV cache registered yet: the L1 slot size is unknown");
   if (bytes == 0)
     return no_space(no_space_reason::invalid_size, "chunk of 0 bytes");
-  if (bytes > pool_.slot_bytes())
+  const size_t stride = pool_.stride_for(bytes);
+  if (stride == 0 || stride > pool_.capacity_bytes() / pool_.slot_align() * pool_.slot_align())
     return no_space(no_space_reason::chunk_too_large,
                     "chunk of " + std::to_string(bytes) +
-                        " bytes is larger than the L1 slot size of " +
-                        std::to_string(pool_.slot_bytes()) +
-                        " bytes (fixed by the first registered KV layout)");
-
-  const size_t total = pool_.slot_count();
-  if (pool_.slots_used() + 1 > slots_at(opts_.evict_high, total)) {
-    const size_t low = slots_at(opts_.evict_low, total);
-    while (pool_.slots_used() + 1 > low && lru_head_ != npos) {
-      const entry& victim = entries_[lru_head_];
-      r.evicted.push_back(chunk_key{victim.hash, victim.rank});
-      remove_entry(lru_head_);
-      ++evictions_;
-    }
-  }
-  const slot_id s = pool_.alloc();
+                        " bytes is larger than the whole L1 region of " +
+                        std::to_string(pool_.capacity_bytes()) + " bytes (cache.l1_size)");
+  const slot_id s = make_room(bytes, stride, r);
   if (s == invalid_slot)
     return no_space(no_space_reason::all_pinned,
-                    "all " + std::to_string(total) + " L1 slots are in use by " +
+                    "no free run of " + std::to_string(stride) + " bytes in L1: " +
+                        std::to_string(pool_.bytes_used()) + " of " +
+                        std::to_string(pool_.capacity_bytes()) + " bytes held by " +
                         std::to_string(locked_.size()) + " read-locked and " +
-                        std::to_string(reserved_.size()) + " reserved chunks");
+                        std::to_string(reserved_.size()) +
+                        " reserved chunks, nothing unlocked left to evict");
 
   const uint32_t idx = new_entry();
   entry& e = entries_[idx];
@@ -451,10 +469,10 @@ index_stats chunk_index::stats() const {
   s.locked_entries = locked_.size();
   s.outstanding_readers = outstanding_readers_;
   s.bytes_used = bytes_used_;
-  s.slot_bytes_used = static_cast<uint64_t>(pool_.slots_used()) * pool_.slot_stride();
+  s.slot_bytes_used = pool_.bytes_used();
   s.capacity_bytes = pool_.capacity_bytes();
   s.slots_used = pool_.slots_used();
-  s.slots_total = pool_.slot_count();
+  s.largest_free_run = pool_.largest_free_run();
   s.evictions = evictions_;
   s.lookups = lookups_;
   s.hit_chunks = hit_chunks_;
@@ -517,7 +535,7 @@ bool chunk_index::check_invariants(std::string* why) const {
     return fail("entries not accounted for by the lists");
   // Entries <-> pool.
   if (pool_.slots_used() != live_) return fail("pool slots in use != live entries");
-  std::vector<uint8_t> slot_seen(pool_.slot_count(), 0);
+  std::vector<uint8_t> slot_seen(pool_.slot_ids(), 0);
   uint64_t bytes = 0;
   size_t live = 0;
   for (const entry& e : entries_) {
@@ -525,7 +543,7 @@ bool chunk_index::check_invariants(std::string* why) const {
     ++live;
     if (!pool_.in_use(e.slot)) return fail("entry slot not in use in the pool");
     if (slot_seen[e.slot]++) return fail("two entries share a slot");
-    if (e.bytes == 0 || e.bytes > pool_.slot_bytes()) return fail("entry size out of range");
+    if (e.bytes == 0 || e.bytes != pool_.slot_bytes(e.slot)) return fail("entry size != slot size");
     bytes += e.bytes;
   }
   if (live != live_) return fail("live count wrong");

@@ -12,10 +12,25 @@
 // arrives after the lock expired (or after the chunk was evicted and stored
 // again) is a counted no-op instead of stealing someone else's lock.
 //
-// Eviction is watermark-driven and happens inside reserve(): when one more
-// slot would push the fill above evict_high, unlocked committed chunks are
-// evicted least-recently-used first until the fill (including the new slot)
-// is at or below evict_low. Evicted keys are returned so the store can
+// Eviction happens inside reserve(), in bytes of the one L1 region that
+// every model and layout shares (slot_pool.hpp), over one LRU list of all
+// unlocked committed chunks whatever their size:
+//   1. watermarks: when the new slot would push the fill above evict_high,
+//      chunks are evicted least-recently-used first until the fill
+//      (including the new slot) is at or below evict_low;
+//   2. if no free run is still long enough for the new slot (the region is
+//      fragmented by chunks of other sizes, or the watermarks are 1.0), the
+//      least-recently-used chunk whose eviction alone opens a long enough
+//      run goes: a chunk of the same size always qualifies, a smaller one
+//      does when free space borders it. Older chunks that would not help
+//      stay, so one model's large store does not flush a smaller model's
+//      chunks for nothing;
+//   3. if no single chunk qualifies (the room needs several neighbours to
+//      go), chunks go least-recently-used first until a run fits;
+//   4. if the LRU list is empty and nothing fits, no_space / all_pinned.
+// Step 2 walks the LRU list from its old end; it runs only when the
+// watermark step left no room, which with one chunk size means the oldest
+// chunk qualifies at once. Evicted keys are returned so the store can
 // publish BlockRemoved events.
 //
 // Single-threaded: the store actor serializes every call. Time is passed in
@@ -60,7 +75,7 @@ struct entry_info {
   slot_id slot = invalid_slot;
   size_t offset = 0;          // into the pool
   std::byte* data = nullptr;  // pool.data(slot)
-  size_t bytes = 0;           // the chunk's size (<= slot size)
+  size_t bytes = 0;           // the chunk's size (the slot's usable bytes)
   uint32_t readers = 0;
   uint32_t lock_epoch = 0;
   cache_clock::time_point lock_expiry{};  // meaningful while readers > 0
@@ -70,10 +85,9 @@ enum class reserve_status { reserved, already_present, no_space };
 
 enum class no_space_reason {
   none,
-  pool_not_configured,  // no KV cache registered yet: slot size unknown
   invalid_size,         // 0 bytes
-  chunk_too_large,      // bigger than the pool's slot size
-  all_pinned,           // every slot is read-locked or reserved
+  chunk_too_large,      // bigger than the whole region
+  all_pinned,           // no run fits and nothing unlocked is left to evict
 };
 const char* to_string(no_space_reason r);
 
@@ -100,7 +114,8 @@ struct index_options {
   /// A reservation older than this is aborted by expire_reservations()
   /// (LMCache's write TTL: 600 s).
   std::chrono::nanoseconds reserve_ttl = std::chrono::seconds(600);
-  /// Pre-size the hash table (0: size it from the pool's slot count).
+  /// Pre-size the hash table (0: size it from the pool's capacity in 64 KiB
+  /// chunks, at most 1M).
   size_t expected_entries = 0;
 };
 
@@ -110,10 +125,10 @@ struct index_stats {
   size_t locked_entries = 0;    // committed entries with readers > 0
   uint64_t outstanding_readers = 0;  // sum of readers over all entries
   uint64_t bytes_used = 0;      // sum of entry sizes (reserved included)
-  uint64_t slot_bytes_used = 0; // slots in use * slot stride
+  uint64_t slot_bytes_used = 0; // bytes of the slots in use (strides)
   uint64_t capacity_bytes = 0;  // the pool's capacity
   size_t slots_used = 0;
-  size_t slots_total = 0;
+  uint64_t largest_free_run = 0; // the longest slot the pool can still give
   uint64_t evictions = 0;
   uint64_t lookups = 0;
   uint64_t hit_chunks = 0;      // sum of lookup results
@@ -238,6 +253,8 @@ private:
   void list_push(std::vector<uint32_t>& list, uint32_t idx);
   void list_remove(std::vector<uint32_t>& list, uint32_t idx);
   void end_lock_lifetime(uint32_t idx);  // readers -> 0, back to the LRU
+  void evict(uint32_t idx, reserve_result& r);
+  slot_id make_room(size_t bytes, size_t stride, reserve_result& r);
 
   entry_info info(const entry& e) const;
   bool committed(uint64_t hash, int32_t rank) const;

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@ namespace kvs {
 namespace {
 
 constexpr size_t k_huge_page = size_t{2} << 20;
+constexpr size_t k_max_slots = (size_t{1} << 31) - 2;
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -43,6 +45,7 @@ std::unique_ptr<slot_pool> slot_pool::create(const pool_options& opts,
   p->capacity_ = opts.capacity_bytes;
   p->align_ = opts.slot_align;
   if (opts.capacity_bytes == 0) return p;  // a pool with no slots is valid
+
 
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t region_align = opts.hugepages ? k_huge_page : page;
@@ -84,6 +87,8 @@ std::unique_ptr<slot_pool> slot_pool::create(const pool_options& opts,
   }
   // Slots are carved from the capacity asked for, not the rounded mapping,
   // so fill fractions mean what the operator configured.
+  const size_t usable_slots = opts.capacity_bytes / opts.slot_align * opts.slot_align;
+  if (usable_slots) p->add_run(0, usable_slots);
   return p;
 }
 
@@ -91,47 +96,87 @@ slot_pool::~slot_pool() {
   if (base_) ::munmap(base_, map_len_);
 }
 
-bool slot_pool::configure(size_t slot_bytes, std::string* error) {
-  auto fail = [&](std::string why) {
-    if (error) *error = std::move(why);
-    return false;
-  };
-  if (slot_bytes == 0) return fail("slot size 0");
-  if (slots_used() != 0)
-    return fail("slot size can change only while the pool is empty (" +
-                std::to_string(slots_used()) + " slots in use)");
-  const size_t stride = round_up(slot_bytes, align_);
-  if (stride < slot_bytes || stride > capacity_)
-    return fail("slot of " + std::to_string(slot_bytes) +
-                " bytes does not fit in a pool of " +
-                std::to_string(capacity_) + " bytes");
-  const size_t count = capacity_ / stride;
-  // The index packs slot-bounded entry numbers into 31 bits.
-  if (count >= (size_t{1} << 31) - 1)
-    return fail("too many slots (" + std::to_string(count) + ")");
-  slot_bytes_ = slot_bytes;
-  stride_ = stride;
-  used_.assign(count, 0);
-  free_.resize(count);
-  // Top of the stack is slot 0: allocation walks the region from its start.
-  for (size_t i = 0; i < count; ++i)
-    free_[i] = static_cast<slot_id>(count - 1 - i);
-  return true;
+size_t slot_pool::stride_for(size_t bytes) const {
+  const size_t stride = round_up(bytes, align_);
+  return stride < bytes ? 0 : stride;
 }
 
-slot_id slot_pool::alloc() {
-  if (free_.empty()) return invalid_slot;
-  slot_id s = free_.back();
-  free_.pop_back();
-  used_[s] = 1;
+void slot_pool::add_run(size_t offset, size_t len) {
+  runs_.emplace(offset, len);
+  by_len_.emplace(len, offset);
+}
+
+void slot_pool::drop_run(std::map<size_t, size_t>::iterator it) {
+  by_len_.erase({it->second, it->first});
+  runs_.erase(it);
+}
+
+slot_id slot_pool::alloc(size_t bytes) {
+  const size_t stride = stride_for(bytes);
+  if (bytes == 0 || stride == 0) return invalid_slot;
+  auto fit = by_len_.lower_bound({stride, 0});
+  if (fit == by_len_.end()) return invalid_slot;
+  // The index packs entry numbers (one per slot in use) into 31 bits.
+  if (free_ids_.empty() && slots_.size() >= k_max_slots) return invalid_slot;
+  const size_t off = fit->second, len = fit->first;
+  drop_run(runs_.find(off));
+  if (len > stride) add_run(off + stride, len - stride);
+  slot_id s;
+  if (!free_ids_.empty()) {
+    s = free_ids_.back();
+    free_ids_.pop_back();
+  } else {
+    s = static_cast<slot_id>(slots_.size());
+    slots_.emplace_back();
+  }
+  slots_[s] = slot_rec{off, stride, bytes, true};
+  ++used_count_;
+  bytes_used_ += stride;
   return s;
 }
 
 bool slot_pool::free(slot_id s) {
-  if (s >= used_.size() || !used_[s]) return false;
-  used_[s] = 0;
-  free_.push_back(s);
+  if (!in_use(s)) return false;
+  slot_rec& r = slots_[s];
+  size_t off = r.offset, len = r.stride;
+  // Merge with the free runs that touch this slot on either side.
+  auto next = runs_.lower_bound(off);
+  if (next != runs_.end() && next->first == off + len) {
+    len += next->second;
+    auto victim = next++;
+    drop_run(victim);
+  }
+  if (next != runs_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      off = prev->first;
+      len += prev->second;
+      drop_run(prev);
+    }
+  }
+  add_run(off, len);
+  --used_count_;
+  bytes_used_ -= r.stride;
+  r = slot_rec{};
+  free_ids_.push_back(s);
   return true;
+}
+
+size_t slot_pool::run_if_freed(slot_id s) const {
+  if (!in_use(s)) return 0;
+  const slot_rec& r = slots_[s];
+  size_t len = r.stride;
+  auto next = runs_.lower_bound(r.offset);
+  if (next != runs_.end() && next->first == r.offset + r.stride) len += next->second;
+  if (next != runs_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == r.offset) len += prev->second;
+  }
+  return len;
+}
+
+size_t slot_pool::largest_free_run() const {
+  return by_len_.empty() ? 0 : by_len_.rbegin()->first;
 }
 
 } // namespace kvs

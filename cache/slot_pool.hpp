@@ -1,13 +1,16 @@
-// The L1 memory region: one anonymous mapping of a fixed size, allocated once
-// at start, carved into equal slots (one chunk of one rank per slot).
+// The L1 memory region: one anonymous mapping of a fixed size (cache.l1_size),
+// allocated once at start, from which chunk slots of any size are carved on
+// demand (one chunk of one rank per slot).
 //
-// Slot size is a property of the pool, chosen at the first KV-cache
-// registration (bytes per chunk per rank) and changeable only while no slot
-// is in use. Chunks of a smaller byte size fit in a slot (the rest of the slot
-// is wasted); larger ones are refused by the index with reason
-// chunk_too_large. Mixing models with different chunk byte sizes in one
-// sidecar therefore wastes memory or fails for the larger model; a size-class
-// pool would fix that if it ever matters.
+// One sidecar serves several models and layouts at once, so chunks of
+// different byte sizes share the region: a slot is a run of whole
+// slot_align units, as long as its chunk (rounded up). Free space is kept as
+// address-ordered runs that merge with their neighbours when a slot is
+// freed, and alloc() takes the smallest run that fits (best fit), so slots
+// of one size reuse each other's holes and a run freed by a larger chunk is
+// not chipped away while an exact fit exists. Which chunk to evict when no
+// run fits is the index's business (chunk_index::reserve); the pool answers
+// the question it needs: how long a run would freeing this slot open?
 //
 // Single-threaded: the store actor owns it. data(slot) stays valid for the
 // pool's lifetime; whether the bytes in it are still the chunk's is the
@@ -16,7 +19,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,8 +40,9 @@ struct pool_options {
   /// Align the region to 2 MiB and madvise(MADV_HUGEPAGE) it, so transparent
   /// huge pages can back it (fewer TLB misses, faster cudaHostRegister).
   bool hugepages = true;
-  /// Every slot starts at a multiple of this (power of two). 256 keeps slots
-  /// friendly to DMA and vectorized copies.
+  /// Every slot starts at a multiple of this (power of two) and is a whole
+  /// number of these long. 256 keeps slots friendly to DMA and vectorized
+  /// copies.
   size_t slot_align = 256;
 };
 
@@ -49,48 +55,66 @@ public:
   slot_pool(const slot_pool&) = delete;
   slot_pool& operator=(const slot_pool&) = delete;
 
-  /// Sets the slot size (bytes per chunk per rank). Refused (returns false,
-  /// *error says why) while any slot is in use, for 0, or when one slot
-  /// would not fit in the region.
-  bool configure(size_t slot_bytes, std::string* error);
-  bool configured() const { return slot_bytes_ != 0; }
-
-  /// O(1). invalid_slot when none is free or the pool is not configured.
-  slot_id alloc();
-  /// O(1). Returns false (and changes nothing) for an invalid or free slot.
+  /// O(log runs). A slot of at least `bytes` bytes, or invalid_slot when no
+  /// free run is that long (or bytes is 0 or larger than the region).
+  slot_id alloc(size_t bytes);
+  /// O(log runs). Returns false (and changes nothing) for an invalid or free
+  /// slot. The slot's run merges with free neighbours.
   bool free(slot_id s);
 
-  std::byte* data(slot_id s) const { return base_ + offset(s); }
-  size_t offset(slot_id s) const { return static_cast<size_t>(s) * stride_; }
-  bool in_use(slot_id s) const { return s < used_.size() && used_[s] != 0; }
+  std::byte* data(slot_id s) const { return base_ + slots_[s].offset; }
+  size_t offset(slot_id s) const { return slots_[s].offset; }
+  bool in_use(slot_id s) const { return s < slots_.size() && slots_[s].used; }
+  /// Usable bytes of a slot (what alloc() was asked for).
+  size_t slot_bytes(slot_id s) const { return slots_[s].bytes; }
+  /// Bytes a slot occupies (slot_bytes rounded up to slot_align).
+  size_t slot_stride(slot_id s) const { return slots_[s].stride; }
+  /// What alloc(bytes) would occupy; 0 when it overflows.
+  size_t stride_for(size_t bytes) const;
 
-  /// At most 2^31 - 2 slots (the index packs entry numbers into 31 bits).
-  /// Usable bytes per slot (what configure() was given).
-  size_t slot_bytes() const { return slot_bytes_; }
-  /// Distance between slot starts (slot_bytes rounded up to slot_align).
-  size_t slot_stride() const { return stride_; }
-  size_t slot_count() const { return used_.size(); }
-  size_t slots_used() const { return used_.size() - free_.size(); }
-  size_t slots_free() const { return free_.size(); }
+  /// Length of the free run that freeing `s` (in use) would leave: its own
+  /// bytes plus the free runs right before and after it.
+  size_t run_if_freed(slot_id s) const;
+  /// The longest free run (0 when full).
+  size_t largest_free_run() const;
+
+  size_t slots_used() const { return used_count_; }
+  /// Slot ids handed out so far are < slot_ids() (ids are recycled).
+  size_t slot_ids() const { return slots_.size(); }
+  /// Bytes occupied by slots in use (strides).
+  size_t bytes_used() const { return bytes_used_; }
+  size_t slot_align() const { return align_; }
 
   /// The whole mapping (for cudaHostRegister and the like): base() ..
   /// base() + mapped_bytes(), capacity rounded up to the page (or 2 MiB).
   std::byte* base() const { return base_; }
   size_t mapped_bytes() const { return map_len_; }
-  /// The capacity asked for (what fill fractions are relative to).
+  /// The capacity asked for (what fill fractions are relative to); slots
+  /// are carved from [0, capacity rounded down to slot_align).
   size_t capacity_bytes() const { return capacity_; }
 
 private:
   slot_pool() = default;
+  void add_run(size_t offset, size_t len);
+  void drop_run(std::map<size_t, size_t>::iterator it);
+
+  struct slot_rec {
+    size_t offset = 0;
+    size_t stride = 0;
+    size_t bytes = 0;
+    bool used = false;
+  };
 
   std::byte* base_ = nullptr;     // aligned start of the mapping
   size_t map_len_ = 0;
-  size_t capacity_ = 0;           // slots are carved from this much
+  size_t capacity_ = 0;
   size_t align_ = 256;
-  size_t slot_bytes_ = 0;
-  size_t stride_ = 0;
-  std::vector<slot_id> free_;     // stack; lowest ids on top
-  std::vector<uint8_t> used_;     // per slot, to refuse double frees
+  std::vector<slot_rec> slots_;
+  std::vector<slot_id> free_ids_;          // recycled slot ids
+  std::map<size_t, size_t> runs_;          // free runs: offset -> length
+  std::set<std::pair<size_t, size_t>> by_len_;  // (length, offset): best fit
+  size_t used_count_ = 0;
+  size_t bytes_used_ = 0;
 };
 
 } // namespace kvs

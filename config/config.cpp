@@ -526,7 +526,13 @@ config_result finish(const toml::table& t, loader& l) {
   k.session_ttl = r.dur("cache.session_ttl", false);
   k.max_sessions = r.integer("cache.max_sessions", 1, 100000000);
   k.lock_ttl = r.dur("cache.lock_ttl", false);
-  k.heartbeat_timeout = r.dur("cache.heartbeat_timeout", false);
+  k.heartbeat_timeout = r.dur("cache.heartbeat_timeout", true);
+  k.registration_grace = r.dur("cache.registration_grace", true);
+  if (!l.error && k.registration_grace < k.heartbeat_timeout)
+    l.fail_at("cache.registration_grace",
+              "expected at least cache.heartbeat_timeout (" + to_string(k.heartbeat_timeout)
+                + "), got " + to_string(k.registration_grace));
+  k.kv_event_log_size = r.integer("cache.kv_event_log_size", 0, 100000000);
   k.events_rank = r.integer("cache.events_rank", -1, 1023);
   k.hwm = r.integer("cache.hwm", 1, 1000000000);
   if (!l.error && k.events_rank >= e.dp_size)

@@ -55,7 +55,9 @@ struct cache_config {
   duration session_ttl{};
   int64_t max_sessions = 0;
   duration lock_ttl{};
-  duration heartbeat_timeout{};
+  duration heartbeat_timeout{};  ///< a pinging instance silent this long is reaped (0 = never)
+  duration registration_grace{}; ///< ... one that never pinged: this long (>= heartbeat_timeout)
+  int64_t kv_event_log_size = 0; ///< subscribe_kv_events replay log (records); 0 = off
   int64_t events_rank = 0;
   std::vector<std::string> shm_allow_prefixes; ///< host_shm names a client may register
   int64_t hwm = 0; ///< cache ROUTER send/receive HWM per client

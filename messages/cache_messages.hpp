@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvs {
@@ -43,6 +44,10 @@ struct mp_reply {
 
 /// Builds the reply to `call` with `body` (nullopt = None).
 mp_reply make_reply(const mp_call& call, std::optional<std::string> body);
+/// The reply that makes the client's call fail at once with `why` (for a
+/// request that cannot be served and has no failure value of its own; see
+/// messages/lmcache_failure.hpp).
+mp_reply make_failure_reply(const mp_call& call, std::string_view why);
 
 // -- store ---------------------------------------------------------------------
 
@@ -68,8 +73,10 @@ struct store_end_session {
   std::string session;
 };
 
-/// STORE step 1: a slot for each chunk of `hashes` on `rank`.
+/// STORE step 1: a slot for each chunk of `hashes` on `rank`, each as long
+/// as one chunk of the instance's registered layout.
 struct store_reserve {
+  int64_t instance_id = 0;
   int32_t rank = 0;
   std::vector<uint64_t> hashes; ///< the chunks to store, in order
 };
@@ -82,7 +89,7 @@ struct store_reserve_reply {
   std::string why;                    ///< when !ok
   std::vector<reserved_chunk> chunks; ///< to copy (chunks already present are left out)
   size_t already_present = 0;
-  size_t slot_bytes = 0;
+  size_t slot_bytes = 0; ///< usable bytes of every reserved slot
 };
 
 /// STORE step 2: the copy finished (commit) or failed (abort). Committed
@@ -91,6 +98,7 @@ struct store_reserve_reply {
 struct store_finish {
   bool commit = false;
   int32_t rank = 0;
+  std::string model; ///< the key's model_name (kv_event_stream records)
   std::vector<uint64_t> hashes;   ///< reserved chunks only
   std::vector<std::vector<int64_t>> tokens;
   std::vector<std::optional<uint64_t>> parents;
@@ -109,21 +117,23 @@ struct store_acquire_reply {
   std::string why;
   uint64_t ticket = 0;           ///< give back with store_release
   std::vector<uint8_t*> slots;   ///< one per hash
-  size_t slot_bytes = 0;
+  size_t slot_bytes = 0;         ///< the smallest of their usable sizes
 };
 /// RETRIEVE step 2: the copy is over; release what acquire pinned.
 struct store_release {
   uint64_t ticket = 0;
 };
 
-/// Sets the chunk slot size (first registration decides).
+/// An instance's chunk byte size (bytes per chunk per rank of its layout):
+/// its STOREs reserve slots this long. 0 forgets the instance.
 struct store_configure {
+  int64_t instance_id = 0;
   size_t slot_bytes = 0;
 };
 struct store_configure_reply {
   bool ok = false;
   std::string why;
-  size_t slot_bytes = 0; ///< the pool's slot size after the call
+  size_t slot_bytes = 0; ///< the instance's slot size after the call
 };
 
 // -- gpu transfer --------------------------------------------------------------

@@ -477,11 +477,13 @@ std::variant<mp_request, wire_error> decode_mp_request(const std::vector<std::st
     return wire_error{"bad_frames", "expected uid, op and arguments; got " + std::to_string(frames.size()) + " frame(s)"};
   mp_request req;
   {
+    // The uid is opaque: echoed, never interpreted (LMCache's server does
+    // not decode it either, and answers whatever it is).
     cursor c(frames[0]);
     item it;
-    int64_t uid = 0;
+    int64_t uid = -1;
     if (c.next(it) || !c.at_end() || as_int64(it, "uid", uid))
-      return wire_error{"bad_uid", "uid frame is not one msgpack int (" + std::to_string(frames[0].size()) + " bytes)"};
+      uid = -1;
     req.uid = uid;
   }
   auto op = decode_op(frames[1]);

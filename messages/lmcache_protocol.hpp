@@ -187,7 +187,7 @@ using mp_request_body =
 struct mp_request {
   std::string uid_frame; ///< echoed byte for byte in the reply
   std::string op_frame;  ///< echoed byte for byte in the reply
-  int64_t uid = 0;       ///< the decoded uid, for logs
+  int64_t uid = 0;       ///< the decoded uid, for logs (-1: not one msgpack int; still echoed)
   mp_op op = mp_op::noop;
   mp_request_body body;
 };
@@ -195,7 +195,6 @@ struct mp_request {
 /// Decodes the frames after the ROUTER identity: uid, op, then one frame per
 /// argument. Never throws. Error kinds:
 ///   "bad_frames"     fewer than two frames
-///   "bad_uid"        the uid frame is not one msgpack int
 ///   "unknown_op"     op frame is not a known id/name (or not an int/str)
 ///   "unsupported_op" a real LMCache op that kvsidecar does not serve (named)
 ///   "arity"          wrong number of argument frames

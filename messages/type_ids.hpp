@@ -7,6 +7,7 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/type_id.hpp>
 
+#include "cache/kv_event_log.hpp"
 #include "messages/cache_messages.hpp"
 #include "messages/encoded_batch.hpp"
 #include "messages/kv_events.hpp"
@@ -60,6 +61,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_await))
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_copy_done))
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_status_reply))
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::kv_event_records))
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)
 
@@ -89,3 +91,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_copy_started)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_await)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_copy_done)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_status_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::kv_event_records)

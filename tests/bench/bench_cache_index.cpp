@@ -32,7 +32,6 @@ struct filled {
     po.slot_align = 64;
     std::string err;
     pool = slot_pool::create(po, &err);
-    pool->configure(64, &err);
     index_options o;
     o.evict_high = 1.0;
     o.evict_low = 1.0;

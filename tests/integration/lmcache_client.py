@@ -233,8 +233,8 @@ class MPClient:
         self._replies[uid] = r
         return r
 
-    def reply(self, uid: int, timeout: float = 5.0) -> Reply:
-        """The reply to request `uid` (others that arrive meanwhile are kept)."""
+    def _await(self, uid: int, timeout: float) -> tuple[Reply, Sent | None]:
+        """Receives until the reply to `uid` is in; returns it and what was sent."""
         deadline = time.monotonic() + timeout
         while uid not in self._replies:
             left = deadline - time.monotonic()
@@ -242,13 +242,29 @@ class MPClient:
                 if uid in self._replies:
                     break
                 raise NoReply(f"no reply to uid {uid} within {timeout}s")
-        r = self._replies.pop(uid)
-        sent = self.sent.pop(uid, None)
+        return self._replies.pop(uid), self.sent.pop(uid, None)
+
+    def reply(self, uid: int, timeout: float = 5.0) -> Reply:
+        """The reply to request `uid` (others that arrive meanwhile are kept)."""
+        r, sent = self._await(uid, timeout)
         if sent is not None:
             # LMCache echoes uid and op frames byte for byte.
             assert r.uid_frame == sent.frames[0], (r.uid_frame, sent.frames[0])
             assert r.op_frame == sent.frames[1], (r.op_frame, sent.frames[1])
         return r
+
+    def failure(self, uid: int, timeout: float = 5.0) -> str:
+        """The reason of a failure reply to `uid` (kvsidecar answers a call it
+        cannot serve with its uid and an op frame naming another operation,
+        which LMCache's client raises as ValueError; see
+        messages/lmcache_failure.hpp). Fails on any other reply."""
+        r, sent = self._await(uid, timeout)
+        if sent is not None:
+            assert r.uid_frame == sent.frames[0], (r.uid_frame, sent.frames[0])
+        assert r.body is None, r.frames
+        why = msgspec.msgpack.decode(r.op_frame)
+        assert isinstance(why, str) and why.startswith("kvsidecar: "), r.frames
+        return why
 
     def result(self, uid: int, timeout: float = 5.0) -> Any:
         return self.reply(uid, timeout).value

@@ -11,7 +11,12 @@ are checked:
 2. LMCache's client, unmodified, registers host shared-memory KV pools
    (0.5.6's own ``CpuShmTensorWrapper`` descriptor), stores, looks up, waits,
    retrieves (bytes checked page for page) and ends its session against
-   kvsidecar.
+   kvsidecar;
+3. ``subscribe_kv_events`` (advertised as ``kv_event_stream``): LMCache's
+   client decodes every batch into its own ``KVEventBatch``, and the vLLM
+   adapter's own receiver methods (compiled from
+   ``integration/vllm/vllm_multi_process_adapter.py``, whose module needs
+   vLLM) turn them into the CacheStoreEvent / CacheRemoveEvent vLLM drains.
 
 LMCache 0.5.6 imports without a GPU stack only partly, so this module:
 - needs the unpacked wheel: ``LMCACHE_SRC`` = a folder holding ``lmcache/``,
@@ -137,13 +142,18 @@ def _load_lmcache() -> types.SimpleNamespace:
         importlib.import_module("lmcache.v1.multiprocess.transport.zmq_impl.mq")
         importlib.import_module("lmcache.v1.multiprocess.transport.zmq_impl.client")
         ns.create_request_client = zmq_impl.create_request_client
-        ns.IPCCacheServerKey = importlib.import_module(
-            "lmcache.v1.multiprocess.custom_types").IPCCacheServerKey
+        custom_types = importlib.import_module("lmcache.v1.multiprocess.custom_types")
+        ns.IPCCacheServerKey = custom_types.IPCCacheServerKey
+        ns.KVEventBatch = custom_types.KVEventBatch
         wire = importlib.import_module("lmcache.v1.platform.base.ipc_wire")
         ns.CpuShmIPCData, ns.TensorMetadata = wire.CpuShmIPCData, wire.TensorMetadata
         ns.CpuShmTensorWrapper = importlib.import_module(
             "lmcache.v1.platform.devices.cpu.shm").CpuShmTensorWrapper
-        ns.EngineType = importlib.import_module("lmcache.utils").EngineType
+        lm_utils = importlib.import_module("lmcache.utils")
+        ns.EngineType = lm_utils.EngineType
+        ns.CacheStoreEvent, ns.CacheRemoveEvent = lm_utils.CacheStoreEvent, lm_utils.CacheRemoveEvent
+        ns.custom_types = custom_types
+        ns.src = src
         ns.legacy_ids = importlib.import_module(
             "lmcache.v1.multiprocess.transport.zmq_impl.wire").LEGACY_OPERATION_IDS
         return ns
@@ -280,7 +290,7 @@ def test_lmcache_client_full_flow(lmc, cache_server, kv_pools, layout):
         assert client.get_chunk_size().result(timeout=T) == CHUNK
         assert client.noop().result(timeout=T) == "OK"
         assert client.ping(None).result(timeout=T) is True
-        assert client.get_experimental().result(timeout=T) == []
+        assert client.get_experimental().result(timeout=T) == ["kv_event_stream"]
         engine = lmc.EngineType.SGLANG if layout == "sglang" else lmc.EngineType.VLLM
         hints = {"tokens_per_block": PAGE} if layout == "sglang" else {"kv_layout": "NHD"}
         assert client.register_kv_cache(4800, lmcache_wrappers(lmc, pools), MODEL, 1, engine,
@@ -305,7 +315,9 @@ def test_lmcache_client_full_flow(lmc, cache_server, kv_pools, layout):
         handle, ok = client.retrieve(K(model_name=MODEL, world_size=1, worker_id=0,
                                        token_ids=toks, start=0, end=4 * CHUNK, request_id="r"),
                                      4800, [dst], EVENT_HANDLE, skip).result(timeout=T)
-        assert ok is True
+        # b"": no device work to wait for (the host copy is over), which
+        # 0.5.6's client reads as "no event" (futures.py: `if event_bytes:`).
+        assert ok is True and handle == b""
         skipped = CHUNK // PAGE
         assert not pages_equal(pools, dst[skipped:], pools, blocks(0, 4)[skipped:])
         assert pages_equal(pools, dst[:skipped], pools, blocks(0, 4)[:skipped]), \
@@ -319,4 +331,214 @@ def test_lmcache_client_full_flow(lmc, cache_server, kv_pools, layout):
         assert client.unregister_kv_cache(4800).result(timeout=T) is None
         srv.wait_idle()
     finally:
+        client.close()
+
+
+def _next(stream, timeout: float = 5.0):
+    """next(stream) with a deadline (LMCache's stream read blocks without one)."""
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(next(stream, None)), daemon=True)
+    t.start()
+    t.join(timeout)
+    assert box, f"no batch within {timeout}s"
+    return box[0]
+
+
+def test_lmcache_client_kv_event_stream(lmc, cache_server, kv_pools):
+    """LMCache 0.5.6's own client subscribes (as its vLLM adapter does when
+    get_experimental advertises kv_event_stream), decodes every batch into its
+    own KVEventBatch / KVEventRecord types, and sees the CPU-tier chunks of its
+    model stored and removed, chained by parent hash, with the same hashes the
+    relay publishes as BlockStored / BlockRemoved."""
+    import vllm_structs as vs
+    srv = cache_server(events=True)
+    client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+    pools, other_pools = kv_pools("vllm"), kv_pools("vllm", seed=9)
+    toks, other = tuple(tokens(4, salt=61)), tuple(tokens(2, salt=62))
+    K = lmc.IPCCacheServerKey
+    T = 5.0
+    try:
+        assert "kv_event_stream" in client.get_experimental().result(timeout=T)
+        hints = {"kv_layout": "NHD"}
+        for inst, p, model in ((4810, pools, MODEL), (4811, other_pools, "org/other")):
+            assert client.register_kv_cache(inst, lmcache_wrappers(lmc, p), model, 1,
+                                            lmc.EngineType.VLLM, hints, []).result(timeout=T) is None
+        stream = client.subscribe_kv_events(4810, MODEL, 0, 64)
+        first = _next(stream)
+        assert isinstance(first, lmc.KVEventBatch)
+        assert first.enabled and not first.lost and first.events == [] and first.next_cursor == 0
+        incarnation = first.incarnation
+        assert incarnation > 0
+        # The other model's store is not this subscriber's business.
+        _, ok = client.store(K(model_name="org/other", world_size=1, worker_id=0, token_ids=other,
+                               start=0, end=2 * CHUNK, request_id="o"),
+                             4811, [blocks(0, 2)], EVENT_HANDLE).result(timeout=T)
+        assert ok
+        _, ok = client.store(K(model_name=MODEL, world_size=1, worker_id=0, token_ids=toks,
+                               start=0, end=4 * CHUNK, request_id="r"),
+                             4810, [blocks(0, 4)], EVENT_HANDLE).result(timeout=T)
+        assert ok
+        got = []
+        while len(got) < 4:
+            b = _next(stream)
+            assert b.incarnation == incarnation and not b.lost
+            got += b.events
+        assert [r.kind for r in got] == ["stored"] * 4
+        assert all(r.medium == "CPU" and r.model_name == MODEL for r in got)
+        assert [r.token_ids for r in got] == [list(toks[i * CHUNK:(i + 1) * CHUNK])
+                                              for i in range(4)]
+        assert got[0].parent_block_hash is None
+        for prev, r in zip(got, got[1:]):
+            assert r.parent_block_hash == prev.block_hashes[0]
+            assert r.seq > prev.seq
+        hashes = [r.block_hashes[0] for r in got]
+        assert all(len(h) == 8 for h in hashes)
+        # The same chunks, as the relay publishes them (int hashes).
+        relay = srv.events(6, kind=vs.BlockStored)
+        my_chunks = [list(toks[i * CHUNK:(i + 1) * CHUNK]) for i in range(4)]
+        mine = [e.block_hashes[0] for e in relay if e.token_ids in my_chunks]
+        assert mine == [int.from_bytes(h, "big") for h in hashes]
+        # CLEAR evicts them: one "removed" record with all four.
+        assert client.end_session("r").result(timeout=T) is None
+        assert client.end_session("o").result(timeout=T) is None
+        assert client.clear(True).result(timeout=T) is None
+        removed = []
+        while len(removed) < 4:
+            b = _next(stream)
+            for r in b.events:
+                assert r.kind == "removed" and r.model_name == MODEL
+                removed += r.block_hashes
+        assert sorted(removed) == sorted(hashes)
+        # A reconnecting subscriber resumes at its cursor: nothing new, and
+        # from cursor 0 the whole log is replayed (both kinds, this model only).
+        stream.close()
+        srv.wait_stats(lambda s: s["kv_event_subscribers"] == 0, actor="engine_bridge")
+        again = client.subscribe_kv_events(4810, MODEL, 0, 64)
+        replay = _next(again)
+        assert [r.kind for r in replay.events] == ["stored"] * 4 + ["removed"]
+        assert replay.incarnation == incarnation
+        again.close()
+        # Bad arguments: the call fails at once (LMCache raises and sends nothing).
+        bad = client.subscribe_kv_events(4810, MODEL, -1, 64)
+        assert _next(bad) is None, "a refused subscription ends the stream"
+        assert client.unregister_kv_cache(4810).result(timeout=T) is None
+        assert client.unregister_kv_cache(4811).result(timeout=T) is None
+        srv.wait_idle()
+    finally:
+        client.close()
+
+
+# The vLLM adapter's KV-event receiver, method for method.
+ADAPTER_METHODS = ["_receive_kv_events", "_apply_kv_event_batch", "_apply_kv_event_record",
+                   "_resync_kv_events", "_buffer_kv_events", "_disable_kv_event_stream"]
+
+
+class _Metric:
+    def __init__(self):
+        self.value = 0
+
+    def inc(self, n: int = 1):
+        self.value += n
+
+    def set(self, v):
+        self.value = v
+
+
+def _adapter_receiver(lmc, client, instance_id: int, model: str):
+    """An object running 0.5.6's own LMCacheMPWorkerAdapter KV-event code
+    (integration/vllm/vllm_multi_process_adapter.py), taken from the file by
+    name: the module itself imports vLLM and torch, so only these six methods
+    are compiled, with the module-level names they use, onto an object that
+    carries the attributes the adapter's __init__ would set."""
+    import ast
+    import logging
+    path = lmc.src / "lmcache/integration/vllm/vllm_multi_process_adapter.py"
+    tree = ast.parse(path.read_text(), str(path))
+    funcs = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name in ADAPTER_METHODS:
+            funcs[node.name] = node
+    assert sorted(funcs) == sorted(ADAPTER_METHODS), sorted(funcs)
+    module = ast.Module(body=list(funcs.values()), type_ignores=[])
+    import __future__
+    code = compile(module, str(path), "exec", flags=__future__.annotations.compiler_flag,
+                   dont_inherit=True)
+    ct = lmc.custom_types
+    ns = {"logger": logging.getLogger("lmcache-adapter"), "_KV_EVENT_BATCH_SIZE": 1024,
+          "KV_EVENT_KIND_STORED": ct.KV_EVENT_KIND_STORED,
+          "KV_EVENT_KIND_REMOVED": ct.KV_EVENT_KIND_REMOVED,
+          "CacheStoreEvent": lmc.CacheStoreEvent, "CacheRemoveEvent": lmc.CacheRemoveEvent}
+    exec(code, ns)
+    adapter = type("AdapterKVEvents", (), {n: ns[n] for n in ADAPTER_METHODS})()
+    adapter.req_client = client
+    adapter.instance_id = instance_id
+    adapter.model_name = model
+    adapter.lmcache_tokens_per_chunk = CHUNK
+    adapter._kv_event_stop = threading.Event()
+    adapter._kv_event_lock = threading.RLock()  # as its __init__ makes it
+    adapter._kv_event_stream = None
+    adapter._kv_event_server_source = True
+    adapter._kv_event_subscriber = True
+    adapter._kv_event_incarnation = None
+    adapter._announced_kv_hashes = set()
+    adapter._kv_events = []
+    adapter._kv_events_generated = _Metric()
+    adapter._kv_events_buffered = _Metric()
+    adapter._kv_event_batches = _Metric()
+    adapter._kv_event_resyncs = {r: _Metric() for r in ("server_restart", "events_lost",
+                                                        "stream_closed")}
+    return adapter
+
+
+def test_lmcache_vllm_adapter_gets_cpu_events_in_band(lmc, cache_server, kv_pools):
+    """0.5.6's vLLM adapter receiver thread (_receive_kv_events) against
+    kvsidecar: the events vLLM drains are the CacheStoreEvent /
+    CacheRemoveEvent it would get from LMCache's own server."""
+    srv = cache_server()
+    client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+    pools = kv_pools("vllm")
+    toks = tuple(tokens(3, salt=71))
+    K = lmc.IPCCacheServerKey
+    T = 5.0
+    adapter = _adapter_receiver(lmc, client, 4820, MODEL)
+    receiver = threading.Thread(target=adapter._receive_kv_events, daemon=True)
+    try:
+        assert client.register_kv_cache(4820, lmcache_wrappers(lmc, pools), MODEL, 1,
+                                        lmc.EngineType.VLLM, {"kv_layout": "NHD"},
+                                        []).result(timeout=T) is None
+        receiver.start()
+        srv.wait_stats(lambda s: s["kv_event_subscribers"] == 1, actor="engine_bridge")
+        _, ok = client.store(K(model_name=MODEL, world_size=1, worker_id=0, token_ids=toks,
+                               start=0, end=3 * CHUNK, request_id="r"),
+                             4820, [blocks(0, 3)], EVENT_HANDLE).result(timeout=T)
+        assert ok
+        deadline = time.monotonic() + T
+        while len(adapter._kv_events) < 3:
+            assert time.monotonic() < deadline, adapter._kv_events
+            time.sleep(0.01)
+        stored = list(adapter._kv_events)
+        assert all(isinstance(e, lmc.CacheStoreEvent) for e in stored)
+        assert [e.token_ids for e in stored] == [list(toks[i * CHUNK:(i + 1) * CHUNK])
+                                                 for i in range(3)]
+        assert all(e.medium == "CPU" and e.block_size == CHUNK for e in stored)
+        assert stored[0].parent_block_hash is None
+        assert [e.parent_block_hash for e in stored[1:]] == [e.block_hashes[0] for e in stored[:2]]
+        assert adapter._kv_event_resyncs["events_lost"].value == 0
+        assert client.end_session("r").result(timeout=T) is None
+        assert client.clear(True).result(timeout=T) is None
+        while len(adapter._kv_events) < 4:
+            assert time.monotonic() < deadline + T, adapter._kv_events
+            time.sleep(0.01)
+        gone = adapter._kv_events[3]
+        assert isinstance(gone, lmc.CacheRemoveEvent) and gone.medium == "CPU"
+        assert sorted(gone.block_hashes) == sorted(e.block_hashes[0] for e in stored)
+        assert adapter._announced_kv_hashes == set()
+    finally:
+        # As the adapter's shutdown() does.
+        adapter._kv_event_stop.set()
+        with adapter._kv_event_lock:
+            if adapter._kv_event_stream is not None:
+                adapter._kv_event_stream.close()
+        receiver.join(T)
+        assert not receiver.is_alive()
         client.close()

@@ -27,7 +27,7 @@ pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
 
 import vllm_structs as vs
 from conftest_cache import CHUNK, changed_pages, pages_equal, snapshot_pages, tokens
-from lmcache_client import (EVENT_HANDLE, OP_IDS, MPClient, SeedFlow, cache_key, encode_op,
+from lmcache_client import (EVENT_HANDLE, OP_IDS, MPClient, SeedFlow, Sent, cache_key, encode_op,
                             encode_uid, pool_wrappers)
 
 pytest_plugins = ["conftest_cache"]  # the cache_server and kv_pools fixtures
@@ -59,16 +59,18 @@ def register(c: MPClient, pools, instance: int, layout: str = "sglang", world_si
 
 
 def store(c: MPClient, instance: int, toks: list[int], rid: str, blocks: list[int],
-          worker: int = 0, world_size: int = 1, start: int = 0, end: int | None = None) -> bytes:
+          worker: int = 0, world_size: int = 1, start: int = 0, end: int | None = None,
+          model: str = MODEL) -> bytes:
     end = len(toks) // CHUNK * CHUNK if end is None else end
-    r = c.reply(c.submit("store", cache_key(MODEL, world_size, worker, toks, start, end, rid),
+    r = c.reply(c.submit("store", cache_key(model, world_size, worker, toks, start, end, rid),
                          instance, [blocks], EVENT_HANDLE))
     return r.body
 
 
-def lookup_wait(c: MPClient, toks: list[int], rid: str, world_size: int = 1) -> int:
+def lookup_wait(c: MPClient, toks: list[int], rid: str, world_size: int = 1,
+                model: str = MODEL) -> int:
     end = len(toks) // CHUNK * CHUNK
-    ack = c.reply(c.submit("lookup", cache_key(MODEL, world_size, None, toks, 0, end, rid),
+    ack = c.reply(c.submit("lookup", cache_key(model, world_size, None, toks, 0, end, rid),
                            world_size))
     assert ack.body is None and len(ack.frames) == 2
     return c.wait_prefetch_status(rid, 5.0)
@@ -155,7 +157,7 @@ def test_every_op_answers_as_lmcache(cache_server, kv_pools, by_name):
     assert body("noop") == b"\xa2OK"
     assert body("ping", None) == b"\xc3"
     assert body("ping", 4242) == b"\xc3"
-    assert body("get_experimental") == b"\x90"
+    assert body("get_experimental") == b"\x91\xafkv_event_stream"
     assert body("query_prefetch_status", "nobody") == b"\x00"
     assert body("wait_prefetch_status", "nobody", 1.0) == b"\x00"
     none("query_prefetch_lookup_hits", "nobody")
@@ -195,7 +197,7 @@ def test_replies_matched_by_uid_when_pipelined(cache_server):
     ops = [("noop", ()), ("get_chunk_size", ()), ("ping", (None,)), ("end_session", ("x",)),
            ("query_prefetch_status", ("y",)), ("get_experimental", ())]
     want = {"noop": "OK", "get_chunk_size": 256, "ping": True, "end_session": None,
-            "query_prefetch_status": 0, "get_experimental": []}
+            "query_prefetch_status": 0, "get_experimental": ["kv_event_stream"]}
     sent = [(c.submit(op, *args), op) for _ in range(50) for op, args in ops]
     for uid, op in reversed(sent):
         assert c.result(uid) == want[op], op
@@ -502,11 +504,26 @@ def test_retrieve_failures(cache_server, kv_pools):
     register(c, pools, 4101)
     toks = tokens(4, salt=9)
     untouched = snapshot_pages(pools, blocks(80, 4))
-    # Nothing stored: not in L1.
+    # Nothing stored, no lookup: refused.
     mark = srv.mark()
     r = c.retrieve(cache_key(MODEL, 1, 0, toks, 0, 4 * CHUNK, "req-a"), 4101, [blocks(80, 4)])
     assert r == [b"", False]
-    srv.wait_log(r"retrieve refused: chunk 0 of rank 0 is not in L1", mark=mark)
+    srv.wait_log(r"retrieve refused: no lookup of this request found chunks to retrieve", mark=mark)
+    # Stored, but this request never looked it up: False, as LMCache 0.5.6
+    # answers (its read needs the request's own lookup locks); after the
+    # lookup the same retrieve succeeds.
+    assert store(c, 4101, toks[:CHUNK], "req-s0", blocks(0, 1)) == STORE_OK
+    committed(srv, 1)
+    mark = srv.mark()
+    key1 = cache_key(MODEL, 1, 0, toks[:CHUNK], 0, CHUNK, "req-n")
+    assert c.retrieve(key1, 4101, [blocks(80, 1)]) == [b"", False]
+    srv.wait_log(r"retrieve refused: no lookup of this request found", mark=mark)
+    assert not changed_pages(pools, untouched)
+    assert lookup_wait(c, toks[:CHUNK], "req-n") == 1
+    assert c.retrieve(key1, 4101, [blocks(80, 1)]) == [b"", True]
+    assert not pages_equal(pools, blocks(80, 1), pools, blocks(0, 1))
+    c.end_session("req-n")
+    untouched = snapshot_pages(pools, blocks(80, 4))
     # Two chunks stored, a retrieve of four fails, and gives back the locks
     # its lookup took.
     assert store(c, 4101, toks[: 2 * CHUNK], "req-s", blocks(0, 2)) == STORE_OK
@@ -533,19 +550,22 @@ def test_retrieve_failures(cache_server, kv_pools):
     assert r == [b"", False]
     assert store(c, 4101, toks, "req-e", blocks(0, 4), worker=None) == STORE_FAILED
     assert not changed_pages(pools, untouched)
-    for rid in ("req-a", "req-b", "req-c", "req-d", "req-e", "req-s"):
+    for rid in ("req-a", "req-b", "req-c", "req-d", "req-e", "req-s", "req-s0"):
         c.end_session(rid)
     srv.wait_idle()
 
 
-def test_failed_registration_gets_no_reply_and_is_logged(cache_server, kv_pools):
-    srv = cache_server()
+def test_failed_registration_fails_the_call_at_once(cache_server, kv_pools):
+    """LMCache's server sends nothing for a registration it cannot do (the
+    connector fails on its 300 s timeout); kvsidecar fails the call at once
+    with the reason, and logs it."""
+    srv = cache_server(overrides={"cache.l1_size": "1MiB"})
     pools = kv_pools("sglang")
     c = srv.client()
     mark = srv.mark()
     # SGLang without tokens_per_block: the page size cannot be derived.
     uid = c.submit("register_kv_cache", 4102, pool_wrappers(pools), MODEL, 1, "sglang", {}, [])
-    c.assert_no_reply(uid, 0.3)
+    assert "register_kv_cache failed" in c.failure(uid)
     srv.wait_log(r"register_kv_cache of instance 4102 failed: .*tokens_per_block", mark=mark)
     # A shared-memory object that does not exist.
     w = pool_wrappers(pools)
@@ -553,19 +573,74 @@ def test_failed_registration_gets_no_reply_and_is_logged(cache_server, kv_pools)
     bad["shm_name"] = "/kvs_ct_does_not_exist"
     w[0] = msgspec.msgpack.Ext(0x4B, enc(bad))
     uid = c.submit("register_kv_cache", 4103, w, MODEL, 1, "sglang", {"tokens_per_block": PAGE}, [])
-    c.assert_no_reply(uid, 0.3)
+    assert "kvs_ct_does_not_exist" in c.failure(uid)
     srv.wait_log(r"register_kv_cache of instance 4103 failed: .*kvs_ct_does_not_exist", mark=mark)
-    # L1 slots are sized by the first registration; a model with bigger
-    # chunks cannot register next to it.
-    register(c, pools, 4104)
-    big = kv_pools("sglang", heads=4)
-    uid = c.submit("register_kv_cache", 4105, pool_wrappers(big), MODEL, 1, "sglang",
+    # One chunk larger than the whole L1 (2 MiB > 1 MiB).
+    huge = kv_pools("sglang", heads=64, num_blocks=32)
+    uid = c.submit("register_kv_cache", 4105, pool_wrappers(huge), MODEL, 1, "sglang",
                    {"tokens_per_block": PAGE}, [])
-    c.assert_no_reply(uid, 0.3)
-    srv.wait_log(r"register_kv_cache of instance 4105 failed: chunks of 131072 bytes do not fit "
-                 r"the slots of 65536 bytes", mark=mark)
+    why = c.failure(uid)
+    assert "chunks of 2097152 bytes per rank do not fit in the L1 region of 1048576 bytes" in why
+    srv.wait_log(r"register_kv_cache of instance 4105 failed: chunks of 2097152 bytes", mark=mark)
+    # The failed instance's pools were closed; nothing is registered.
     assert c.noop() == "OK"
-    srv.wait_stats(lambda s: s["instances"] == 1 and s["failed"] == 3, actor="registry")
+    srv.wait_stats(lambda s: s["instances"] == 0 and s["failed"] == 3, actor="registry")
+
+
+def test_two_models_with_different_chunk_sizes_share_l1(cache_server, kv_pools):
+    """Two models whose chunks differ in byte size (64 KiB and 128 KiB) are
+    served side by side from the one L1: stored, looked up and retrieved
+    bit-exact; under pressure the least recently used chunks go, whichever
+    model they belong to, and BlockRemoved says which."""
+    srv = cache_server(events=True, overrides={"cache.l1_size": "1MiB"})
+    small, big = kv_pools("sglang", seed=40), kv_pools("sglang", heads=4, seed=41)
+    c = srv.client()
+    register(c, small, 4600, model="org/small")
+    register(c, big, 4601, model="org/big")
+    srv.wait_log(r"chunk slots of 128 KiB: 8 slots in L1 for instance 4601 \(2 instances, "
+                 r"2 chunk sizes share L1\)")
+    s_toks, b_toks = tokens(4, salt=50), tokens(2, salt=51)
+    assert store(c, 4600, s_toks, "ss", blocks(0, 4), model="org/small") == STORE_OK
+    assert store(c, 4601, b_toks, "sb", blocks(0, 2), model="org/big") == STORE_OK
+    stored = srv.events(6, kind=vs.BlockStored)
+    big_hashes = sorted(e.block_hashes[0] for e in stored[4:])
+    assert [e.token_ids for e in stored[4:]] == [b_toks[:CHUNK], b_toks[CHUNK:]]
+    srv.wait_stats(lambda s: s["chunks"] == 6)
+    # Each model finds only its own chunks, and gets its own bytes back.
+    assert lookup_wait(c, s_toks, "ls", model="org/small") == 4
+    assert lookup_wait(c, b_toks, "lb", model="org/big") == 2
+    assert lookup_wait(c, b_toks, "lx", model="org/small") == 0
+    r = c.retrieve(cache_key("org/small", 1, 0, s_toks, 0, 4 * CHUNK, "ls"), 4600, [blocks(80, 4)])
+    assert r == [b"", True]
+    assert not pages_equal(small, blocks(80, 4), small, blocks(0, 4))
+    r = c.retrieve(cache_key("org/big", 1, 0, b_toks, 0, 2 * CHUNK, "lb"), 4601, [blocks(80, 2)])
+    assert r == [b"", True]
+    assert not pages_equal(big, blocks(80, 2), big, blocks(0, 2))
+    for rid in ("ls", "lb", "lx"):
+        c.end_session(rid)
+    srv.wait_locks(0)
+    # 4 x 64 KiB + 2 x 128 KiB = 512 KiB of 1 MiB. Make the small model's
+    # chunks the most recently used, then store 4 more big chunks: the 4th
+    # would fill L1 to 100% (above evict_high, 90%), so the least recently
+    # used go until the new chunk fits under evict_low (80%): the 2 old big
+    # ones (256 KiB) are enough, the small model's chunks stay.
+    assert lookup_wait(c, s_toks, "touch", model="org/small") == 4
+    c.end_session("touch")
+    srv.wait_locks(0)
+    more = tokens(4, salt=52)
+    assert store(c, 4601, more, "sm", blocks(0, 4), model="org/big") == STORE_OK
+    removed = srv.events(2, kind=vs.BlockRemoved)
+    assert sorted(e.block_hashes[0] for e in removed) == big_hashes
+    srv.wait_stats(lambda s: s["evicted"] == 2 and s["chunks"] == 8)
+    assert lookup_wait(c, b_toks, "l2", model="org/big") == 0
+    assert lookup_wait(c, s_toks, "l3", model="org/small") == 4
+    assert lookup_wait(c, more, "l4", model="org/big") == 4
+    r = c.retrieve(cache_key("org/big", 1, 0, more, 0, 4 * CHUNK, "l4"), 4601, [blocks(80, 4)])
+    assert r == [b"", True]
+    assert not pages_equal(big, blocks(80, 4), big, blocks(0, 4))
+    for rid in ("ss", "sb", "sm", "l2", "l3", "l4"):
+        c.end_session(rid)
+    srv.wait_idle()
 
 
 def test_l1_full_of_locked_chunks_refuses_store(cache_server, kv_pools):
@@ -587,7 +662,8 @@ def test_l1_full_of_locked_chunks_refuses_store(cache_server, kv_pools):
     extra = tokens(1, salt=200)
     assert store(c, 4200, extra, "x", blocks(0, 1)) == STORE_FAILED
     srv.wait_log(r"store#\d+ store of 1 chunks on rank 0 refused: no space in L1: all_pinned "
-                 r"\(all 16 L1 slots are in use by 16 read-locked and 0 reserved chunks\)", mark)
+                 r"\(no free run of 65536 bytes in L1: 1048576 of 1048576 bytes held by 16 "
+                 r"read-locked and 0 reserved chunks", mark)
     srv.wait_log(r"session\[rid=x\].* store of 1 chunks refused: no space in L1: all_pinned", mark)
     srv.wait_stats(lambda s: s["refused"] == 1 and s["chunks"] == 16 and s["reserved"] == 0)
     # Once the readers are gone the same store evicts and succeeds.
@@ -691,7 +767,11 @@ class Pinger(threading.Thread):
         assert self.error is None, repr(self.error)
 
 
-def test_bad_requests_logged_unanswered_others_served(cache_server):
+def test_bad_requests_logged_failed_at_once_others_served(cache_server):
+    """Every request with a uid is answered: one that cannot be decoded gets
+    the failure reply (LMCache's own server sends nothing, and its client
+    waits 300 s); stream control frames (empty op) and frames without a uid
+    stay unanswered."""
     srv = cache_server()
     ident = b"bad-client"
     bad = srv.client(identity=ident)
@@ -718,20 +798,53 @@ def test_bad_requests_logged_unanswered_others_served(cache_server):
     for op_frame, args, kind, detail in cases:
         uid = bad.next_uid()
         bad.send_frames([encode_uid(uid), op_frame] + args)
-        bad.assert_no_reply(uid, 0.1)
+        bad.sent[uid] = Sent(uid, [encode_uid(uid), op_frame] + args)
+        why = bad.failure(uid)
+        assert why.startswith(f"kvsidecar: {kind}: "), why
+        assert detail in why, why
         pat = (rf"engine_bridge#\d+ bad request from peer {hexs(ident)} uid {hexs(encode_uid(uid))} "
                rf"op {hexs(op_frame)[:32]}: {kind}: .*{detail}")
         srv.wait_log(pat, mark)
-    # A uid that is not an int.
-    bad.send_frames([b"\xa1x", enc(24)])
-    srv.wait_log(rf"bad request from peer {hexs(ident)} uid a178 op 18: bad_uid", mark)
+    # Not answered: stream control for a stream that does not exist (empty
+    # op frame, as LMCache's client sends ack/cancel), and a lone frame.
+    bad.send_frames([encode_uid(900), b"", b"ack"])
+    bad.send_frames([encode_uid(901)])
+    bad.assert_no_reply(900, 0.2)
+    bad.assert_no_reply(901, 0.1)
     # The same client is still served, and so was everyone else all along.
     assert bad.noop() == "OK"
-    srv.wait_stats(lambda s: s["rejected"] == len(cases) + 1, actor="engine_bridge")
+    srv.wait_stats(lambda s: s["rejected"] == len(cases) + 2, actor="engine_bridge")
     pinger.finish()
     assert pinger.count >= 20
     # Generous for a loaded CI machine; a blocked bridge would show seconds.
     assert pinger.worst < MAX_ROUND_TRIP, f"a round trip took {pinger.worst:.3f}s"
+
+
+def test_uid_frame_is_opaque(cache_server):
+    """LMCache's server never decodes the uid frame and answers whatever it
+    is; so does kvsidecar (it used to drop such requests)."""
+    srv = cache_server()
+    c = srv.client()
+    for uid in (b"\xa1x", b"", b"\x01\x02", b"\xcf" + b"\xff" * 8):
+        c.send_frames([uid, enc(24)])
+        assert c.sock.poll(5000), f"no reply to uid frame {uid!r}"
+        assert c.sock.recv_multipart() == [uid, enc(24), enc("OK")]
+    srv.wait_stats(lambda s: s["rejected"] == 0, actor="engine_bridge")
+
+
+def test_kv_event_log_off_is_not_advertised(cache_server):
+    srv = cache_server(overrides={"cache.kv_event_log_size": 0})
+    c = srv.client()
+    assert c.get_experimental() == []
+    # A subscriber anyway gets "enabled: false" once, then the end of the stream.
+    uid = c.submit("subscribe_kv_events", 1, MODEL, 0, 8, by_name=True)
+    r = c.reply(uid)
+    batch = msgspec.msgpack.decode(r.body)
+    assert batch == {"enabled": False, "incarnation": batch["incarnation"], "next_cursor": 0,
+                     "lost": False, "events": []}
+    c.send_frames([encode_uid(uid), b"", b"ack"])
+    assert c.sock.poll(5000)
+    assert c.sock.recv_multipart() == [encode_uid(uid), enc("subscribe_kv_events")]
 
 
 def test_wait_prefetch_status_never_blocks_others(cache_server, kv_pools):
@@ -772,8 +885,14 @@ def test_wait_prefetch_status_never_blocks_others(cache_server, kv_pools):
 
 
 def test_heartbeat_reaping(cache_server, kv_pools):
-    srv = cache_server(overrides={"cache.heartbeat_timeout": "500ms"})
+    """LMCache 0.5.6's liveness rules with short timeouts: an instance that
+    has pinged is reaped when silent for over heartbeat_timeout, one that
+    never pinged only after registration_grace; store/retrieve traffic keeps
+    an instance alive but does not make it ping-proven."""
+    srv = cache_server(overrides={"cache.heartbeat_timeout": "500ms",
+                                  "cache.registration_grace": "2s"})
     quiet_pools, live_pools = kv_pools("sglang", seed=20), kv_pools("sglang", seed=21)
+    mute_pools = kv_pools("sglang", seed=22)
     c = srv.client()
     register(c, live_pools, 4501)
     toks, other = tokens(4, salt=11), tokens(2, salt=12)
@@ -781,32 +900,57 @@ def test_heartbeat_reaping(cache_server, kv_pools):
     committed(srv, 4)
     mark = srv.mark()
     register(c, quiet_pools, 4500)
-    # A session that 4500 took part in, holding read locks.
+    register(c, mute_pools, 4502)  # never pings (some adapters do not)
+    mute_registered = time.monotonic()
+    # A session that 4500 took part in, holding read locks; its one ping
+    # makes it ping-proven.
+    assert c.ping(4500) is True
     assert lookup_wait(c, toks, "req-q") == 4
     assert store(c, 4500, other, "req-q", blocks(0, 2)) == STORE_OK
+    # Traffic from 4502: alive, but still not ping-proven.
+    assert store(c, 4502, tokens(1, salt=15), "req-m", blocks(0, 1)) == STORE_OK
+    mute_seen = time.monotonic()
     srv.wait_stats(lambda s: s["locks"] == 4)
     # 4501 pings (as the adapters' heartbeat thread does); 4500 stays silent.
     deadline = time.monotonic() + 5.0
-    while not srv.find(r"instance 4500 silent for over 500ms: reaped", mark):
+    while not srv.find(r"instance 4500 silent for over 500ms \(heartbeat_timeout\): reaped", mark):
         assert c.ping(4501) is True
         assert time.monotonic() < deadline, srv.tail()
         time.sleep(0.05)
     srv.wait_log(r"instance 4500 reaped: ended its 1 sessions", mark)
     srv.wait_locks(0)
+    # 4502, silent as long as 4500 but never pinged, is still registered.
+    assert time.monotonic() - mute_seen < 2.0
+    assert not srv.find(r"instance 4502 silent", mark)
     # The reaped instance is gone: its store fails.
     m2 = srv.mark()
     assert store(c, 4500, tokens(1, salt=13), "req-z", blocks(0, 1)) == STORE_FAILED
     srv.wait_log(r"instance 4500 is not registered", m2)
-    # The pinging one survived.
-    for _ in range(6):
+    # The grace runs out for 4502; 4501 keeps pinging and survives.
+    deadline = time.monotonic() + 6.0
+    while not srv.find(r"instance 4502 silent for over 2s \(registration_grace: it never "
+                       r"pinged\): reaped", mark):
         assert c.ping(4501) is True
-        time.sleep(0.1)
+        assert time.monotonic() < deadline, srv.tail()
+        time.sleep(0.05)
+    assert time.monotonic() - mute_registered > 2.0
     assert not srv.find(r"instance 4501 silent", mark)
     assert store(c, 4501, tokens(1, salt=14), "req-y", blocks(0, 1)) == STORE_OK
-    srv.wait_stats(lambda s: s["instances"] == 1 and s["reaped"] == 1, actor="registry")
-    for rid in ("s", "req-z", "req-y"):
+    srv.wait_stats(lambda s: s["instances"] == 1 and s["reaped"] == 2, actor="registry")
+    for rid in ("s", "req-z", "req-y", "req-m"):
         c.end_session(rid)
     srv.wait_idle()
+
+
+def test_heartbeat_timeout_zero_never_reaps(cache_server, kv_pools):
+    srv = cache_server(overrides={"cache.heartbeat_timeout": "0s",
+                                  "cache.registration_grace": "0s"})
+    c = srv.client()
+    srv.wait_log(r"registry#\d+ started: instances are never reaped")
+    register(c, kv_pools("sglang"), 4503)
+    assert c.ping(4503) is True
+    time.sleep(0.3)  # a reaper armed at 0 s would have reaped it many times over
+    srv.wait_stats(lambda s: s["instances"] == 1 and s["reaped"] == 0, actor="registry")
 
 
 def test_thousand_concurrent_sessions(cache_server, kv_pools):

@@ -17,7 +17,7 @@ struct fixture {
   std::unique_ptr<slot_pool> pool;
   std::unique_ptr<chunk_index> index;
 
-  explicit fixture(size_t slots, index_options o = {}, size_t slot_bytes = 64) {
+  explicit fixture(size_t slots, index_options o = {}) {
     pool_options po;
     po.capacity_bytes = slots * 64;
     po.hugepages = false;
@@ -25,8 +25,6 @@ struct fixture {
     std::string err;
     pool = slot_pool::create(po, &err);
     REQUIRE(pool);
-    REQUIRE(pool->configure(slot_bytes, &err));
-    REQUIRE(pool->slot_count() == slots);
     index = std::make_unique<chunk_index>(*pool, o);
   }
   // reserve + commit
@@ -234,7 +232,7 @@ TEST_CASE("no space: every slot locked or reserved, with a reason") {
   f.check();
 }
 
-TEST_CASE("no space reasons: unconfigured pool, oversized and empty chunks") {
+TEST_CASE("no space reasons: oversized and empty chunks") {
   pool_options po;
   po.capacity_bytes = 4096;
   po.hugepages = false;
@@ -242,20 +240,129 @@ TEST_CASE("no space reasons: unconfigured pool, oversized and empty chunks") {
   auto pool = slot_pool::create(po, &err);
   REQUIRE(pool);
   chunk_index idx(*pool);
-  auto r = idx.reserve(chunk_key{1, 0}, 64, t0);
+  auto r = idx.reserve(chunk_key{1, 0}, 4097, t0);
   CHECK(r.status == reserve_status::no_space);
-  CHECK(r.reason == no_space_reason::pool_not_configured);
-  REQUIRE(pool->configure(1000, &err));
-  r = idx.reserve(chunk_key{1, 0}, 1001, t0);
   CHECK(r.reason == no_space_reason::chunk_too_large);
-  CHECK(r.detail.find("1001") != std::string::npos);
+  CHECK(r.detail.find("4097") != std::string::npos);
   r = idx.reserve(chunk_key{1, 0}, 0, t0);
   CHECK(r.reason == no_space_reason::invalid_size);
-  // A smaller chunk fits in a bigger slot.
+  // Any size up to the region gets a slot of its own size.
   r = idx.reserve(chunk_key{1, 0}, 500, t0);
   CHECK(r.status == reserve_status::reserved);
   CHECK(idx.find(chunk_key{1, 0})->bytes == 500);
-  CHECK(idx.stats().reserve_no_space == 3);
+  r = idx.reserve(chunk_key{2, 0}, 3000, t0);
+  CHECK(r.status == reserve_status::reserved);
+  CHECK(idx.find(chunk_key{2, 0})->bytes == 3000);
+  CHECK(idx.stats().reserve_no_space == 2);
+}
+
+// --- several chunk sizes in one region (several models / layouts) ----------
+
+TEST_CASE("two chunk sizes share the region and one LRU") {
+  index_options o;
+  o.evict_high = 1.0;
+  o.evict_low = 1.0;  // evict only what the new chunk needs
+  fixture f(8, o);    // 8 x 64 bytes
+  // Model A: 64-byte chunks; model B: 128-byte chunks.
+  f.put(1, 0, 64);   // [0, 64)
+  f.put(2, 0, 128);  // [64, 192)
+  f.put(3, 0, 64);   // [192, 256)
+  f.put(4, 0, 128);  // [256, 384)
+  f.put(5, 0, 64);   // [384, 448)
+  f.put(6, 0, 64);   // [448, 512): full
+  CHECK(f.index->find(chunk_key{2, 0})->bytes == 128);
+  CHECK(f.index->stats().slot_bytes_used == 512);
+  // Two 64-byte holes: 128 bytes free in all, but not in one run.
+  REQUIRE(f.index->erase(chunk_key{3, 0}));
+  REQUIRE(f.index->erase(chunk_key{6, 0}));
+  // LRU: 1, 2, 4, 5. Freeing 1 opens 64 bytes only: it stays. Freeing 2
+  // joins the hole after it (128 + 64): the oldest chunk that helps goes.
+  auto r = f.put(7, 0, 128);
+  REQUIRE(r.status == reserve_status::reserved);
+  CHECK(keys_of(r.evicted) == std::vector<uint64_t>{2});
+  CHECK(f.index->find(chunk_key{1, 0}).has_value());
+  f.check();
+  // Best fit fills the 64-byte holes without eviction.
+  CHECK(f.put(8, 0, 64).evicted.empty());
+  CHECK(f.put(9, 0, 64).evicted.empty());
+  CHECK(f.index->stats().slot_bytes_used == 512);
+  // Full: a 64-byte chunk evicts the globally oldest chunk (1), and a
+  // 128-byte chunk the next oldest (4, of the other size).
+  CHECK(keys_of(f.put(10, 0, 64).evicted) == std::vector<uint64_t>{1});
+  CHECK(keys_of(f.put(11, 0, 128).evicted) == std::vector<uint64_t>{4});
+  f.check();
+}
+
+TEST_CASE("older chunks that would not open a run stay; a neighbour of a hole qualifies") {
+  index_options o;
+  o.evict_high = 1.0;
+  o.evict_low = 1.0;
+  fixture f(8, o);
+  f.put(10, 0, 64);   // a [0, 64)
+  f.put(11, 0, 64);   // b [64, 128)
+  f.put(12, 0, 64);   // c [128, 192)
+  f.put(13, 0, 64);   // d [192, 256)
+  f.put(14, 0, 128);  // e [256, 384)
+  f.put(15, 0, 64);   // f [384, 448)
+  f.put(16, 0, 64);   // g [448, 512)
+  REQUIRE(f.index->erase(chunk_key{11, 0}));  // hole [64, 128)
+  REQUIRE(f.index->erase(chunk_key{15, 0}));  // hole [384, 448)
+  f.index->touch(chunk_key{10, 0});
+  f.index->touch(chunk_key{12, 0});
+  // LRU: d, e, g, a, c. d is walled in by c and e (64 only): it stays; e
+  // joins the hole after it (128 + 64): e goes, though larger.
+  auto r = f.put(20, 0, 128);
+  CHECK(keys_of(r.evicted) == std::vector<uint64_t>{14});
+  CHECK(f.index->find(chunk_key{13, 0}).has_value());
+  f.check();
+  // 20 took [256, 384) (best fit in the merged run [256, 448)); free:
+  // [64, 128) and [384, 448). LRU: d, g, a, c, 20. d is still walled in;
+  // g borders the hole before it (64 + 64): g goes.
+  r = f.put(21, 0, 128);
+  CHECK(keys_of(r.evicted) == std::vector<uint64_t>{16});
+  CHECK(f.index->find(chunk_key{13, 0}).has_value());
+  f.check();
+}
+
+TEST_CASE("when no single chunk opens a run, the oldest go until one does") {
+  index_options o;
+  o.evict_high = 1.0;
+  o.evict_low = 1.0;
+  fixture f(4, o);
+  for (uint64_t h = 1; h <= 4; ++h) f.put(h, 0, 64);
+  // 256 bytes need all four: evicted oldest first, all of them.
+  auto r = f.put(9, 0, 256);
+  REQUIRE(r.status == reserve_status::reserved);
+  CHECK(keys_of(r.evicted) == std::vector<uint64_t>{1, 2, 3, 4});
+  f.check();
+  // With one of four locked, a 256-byte chunk cannot fit: no space, and
+  // the unlocked ones went trying (the log says why).
+  fixture g(4, o);
+  for (uint64_t h = 1; h <= 4; ++h) g.put(h, 0, 64);
+  REQUIRE(g.index->lock(chunk_key{3, 0}, 1, t0));
+  r = g.index->reserve(chunk_key{9, 0}, 256, t0);
+  CHECK(r.status == reserve_status::no_space);
+  CHECK(r.reason == no_space_reason::all_pinned);
+  CHECK(r.detail.find("1 read-locked and 0 reserved") != std::string::npos);
+  g.check();
+}
+
+TEST_CASE("watermarks count bytes of every size") {
+  index_options o;
+  o.evict_high = 0.75;
+  o.evict_low = 0.5;
+  fixture f(8, o);  // 512 bytes: high 384, low 256
+  f.put(1, 0, 128);
+  f.put(2, 0, 64);
+  f.put(3, 0, 128);  // 320 used
+  auto r = f.put(4, 0, 64);  // 384: at the high mark, no eviction
+  CHECK(r.evicted.empty());
+  // 384 + 128 > 384: evict least-recently-used first, whatever the size,
+  // until used + 128 <= 256.
+  r = f.put(5, 0, 128);
+  CHECK(keys_of(r.evicted) == std::vector<uint64_t>{1, 2, 3});
+  CHECK(f.index->stats().slot_bytes_used == 64 + 128);
+  f.check();
 }
 
 TEST_CASE("locks: counts, refresh, unlock, wrong targets") {
@@ -377,7 +484,7 @@ TEST_CASE("stats report sizes and capacity") {
   CHECK(s.slot_bytes_used == 3 * 64);
   CHECK(s.capacity_bytes == 8 * 64);
   CHECK(s.slots_used == 3);
-  CHECK(s.slots_total == 8);
+  CHECK(s.largest_free_run == 5 * 64);
 }
 
 TEST_CASE("many entries: growth, deletion and lookups stay consistent") {
@@ -390,7 +497,6 @@ TEST_CASE("many entries: growth, deletion and lookups stay consistent") {
   std::string err;
   auto pool = slot_pool::create(po, &err);
   REQUIRE(pool);
-  REQUIRE(pool->configure(64, &err));
   index_options o;
   o.expected_entries = 16;
   o.evict_high = 1.0;
@@ -429,7 +535,6 @@ TEST_CASE("1M chunks: 32-chunk prefix lookup is fast") {
   std::string err;
   auto pool = slot_pool::create(po, &err);
   REQUIRE(pool);
-  REQUIRE(pool->configure(64, &err));
   index_options o;
   o.evict_high = 1.0;
   o.evict_low = 1.0;

@@ -30,7 +30,6 @@ struct world {
     std::string err;
     pool = slot_pool::create(po, &err);
     REQUIRE(pool);
-    REQUIRE(pool->configure(64, &err));
     index = std::make_unique<chunk_index>(*pool, io);
     ledger = std::make_unique<lock_ledger>(*index, lo);
   }

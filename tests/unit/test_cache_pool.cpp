@@ -1,8 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <random>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "cache/slot_pool.hpp"
 
@@ -24,80 +27,111 @@ std::unique_ptr<slot_pool> make(size_t cap, bool hugepages = false,
 }
 } // namespace
 
-TEST_CASE("pool carves configured slots and hands them out in order") {
+TEST_CASE("slots are carved on demand, rounded to the alignment, from the start") {
   auto p = make(10000);
-  CHECK_FALSE(p->configured());
-  CHECK(p->alloc() == invalid_slot);  // not configured yet
-  std::string err;
-  REQUIRE(p->configure(1000, &err));
-  CHECK(p->slot_bytes() == 1000);
-  CHECK(p->slot_stride() == 1024);       // rounded up to 256
-  CHECK(p->slot_count() == 9);           // 10000 / 1024
-  CHECK(p->mapped_bytes() == 12288);     // whole 4 KiB pages
-  CHECK(p->slots_free() == 9);
-  CHECK(p->alloc() == 0);
-  CHECK(p->alloc() == 1);
-  CHECK(p->offset(1) == 1024);
-  CHECK(p->data(1) == p->base() + 1024);
+  CHECK(p->slots_used() == 0);
+  CHECK(p->largest_free_run() == 9984);  // 10000 rounded down to 256
+  slot_id a = p->alloc(1000);
+  REQUIRE(a != invalid_slot);
+  CHECK(p->slot_bytes(a) == 1000);
+  CHECK(p->slot_stride(a) == 1024);
+  CHECK(p->offset(a) == 0);
+  slot_id b = p->alloc(1);
+  CHECK(p->offset(b) == 1024);
+  CHECK(p->slot_stride(b) == 256);
+  CHECK(p->bytes_used() == 1280);
   CHECK(p->slots_used() == 2);
+  CHECK(p->data(b) == p->base() + 1024);
+  CHECK(p->alloc(0) == invalid_slot);
+  CHECK(p->alloc(9984 - 1280 + 1) == invalid_slot);  // one byte too many
+  CHECK(p->alloc(9984 - 1280) != invalid_slot);       // exactly the rest
+  CHECK(p->largest_free_run() == 0);
 }
 
-TEST_CASE("pool alloc/free: all slots distinct, exhaustion, reuse, double free") {
-  auto p = make(64 * 1024);
-  REQUIRE(p->configure(4096, nullptr));
-  REQUIRE(p->slot_count() == 16);
-  std::set<slot_id> got;
-  for (int i = 0; i < 16; ++i) got.insert(p->alloc());
-  CHECK(got.size() == 16);
-  CHECK(*got.rbegin() == 15);
-  CHECK(p->alloc() == invalid_slot);
-  CHECK(p->slots_free() == 0);
-  CHECK(p->free(7));
-  CHECK_FALSE(p->free(7));    // double free refused
-  CHECK_FALSE(p->free(16));   // out of range refused
-  CHECK_FALSE(p->in_use(7));
-  CHECK(p->alloc() == 7);     // LIFO reuse
-  CHECK(p->in_use(7));
-}
-
-TEST_CASE("pool memory is writable across every slot") {
-  auto p = make(1 << 20, /*hugepages=*/true, /*populate=*/true);
-  REQUIRE(p->configure(3000, nullptr));
-  const size_t n = p->slot_count();
-  CHECK(n == (1u << 20) / 3072);
-  for (size_t i = 0; i < n; ++i) {
-    slot_id s = p->alloc();
-    std::memset(p->data(s), static_cast<int>(s & 0xff), p->slot_bytes());
-  }
-  for (size_t i = 0; i < n; ++i)
-    CHECK(static_cast<unsigned char>(p->data(static_cast<slot_id>(i))[2999]) == (i & 0xff));
-  // 2 MiB alignment for transparent huge pages.
-  CHECK(reinterpret_cast<uintptr_t>(p->base()) % (2u << 20) == 0);
-  CHECK(p->capacity_bytes() == (1u << 20));
-  CHECK(p->mapped_bytes() == (2u << 20));  // rounded up to one huge page
-}
-
-TEST_CASE("slot size changes only while empty") {
-  auto p = make(8192);
-  std::string err;
-  REQUIRE(p->configure(1024, &err));
-  slot_id s = p->alloc();
-  CHECK_FALSE(p->configure(2048, &err));
-  CHECK(err.find("empty") != std::string::npos);
-  CHECK(p->slot_bytes() == 1024);
-  p->free(s);
-  REQUIRE(p->configure(2048, &err));
-  CHECK(p->slot_count() == 4);
-}
-
-TEST_CASE("configure refuses sizes that cannot work") {
+TEST_CASE("free merges with both neighbours; double free and bad ids are refused") {
   auto p = make(4096);
-  std::string err;
-  CHECK_FALSE(p->configure(0, &err));
-  CHECK_FALSE(p->configure(4097, &err));
-  CHECK(err.find("does not fit") != std::string::npos);
-  CHECK(p->configure(4096, &err));
-  CHECK(p->slot_count() == 1);
+  slot_id s[4];
+  for (auto& x : s) x = p->alloc(1024);
+  CHECK(p->largest_free_run() == 0);
+  CHECK(p->run_if_freed(s[1]) == 1024);
+  REQUIRE(p->free(s[0]));
+  CHECK(p->run_if_freed(s[1]) == 2048);  // joins s[0]'s run
+  REQUIRE(p->free(s[2]));
+  CHECK(p->run_if_freed(s[1]) == 3072);  // both sides
+  CHECK_FALSE(p->free(s[0]));
+  CHECK_FALSE(p->free(invalid_slot));
+  CHECK_FALSE(p->free(99));
+  REQUIRE(p->free(s[1]));
+  CHECK(p->largest_free_run() == 3072);  // one run, not three
+  slot_id big = p->alloc(3072);
+  CHECK(p->offset(big) == 0);
+  CHECK(p->run_if_freed(big) == 3072);
+}
+
+TEST_CASE("best fit: a hole of the right size is reused before a larger run is cut") {
+  auto p = make(8192);
+  slot_id a = p->alloc(1024), b = p->alloc(2048), c = p->alloc(1024);
+  (void)c;
+  REQUIRE(p->free(a));  // hole of 1024 at 0; hole of 4096 at the end
+  slot_id d = p->alloc(1000);
+  CHECK(p->offset(d) == 0);
+  REQUIRE(p->free(b));  // hole of 2048 at 1024
+  slot_id e = p->alloc(2048);
+  CHECK(p->offset(e) == 1024);
+  CHECK(p->largest_free_run() == 4096);
+}
+
+TEST_CASE("slot ids are recycled, data stays in place, slots do not overlap") {
+  auto p = make(64 * 1024, false, false, 64);
+  std::mt19937 rng(7);
+  std::vector<slot_id> live;
+  for (int round = 0; round < 4000; ++round) {
+    if (!live.empty() && (rng() % 3 == 0 || p->largest_free_run() < 4096)) {
+      size_t i = rng() % live.size();
+      slot_id s = live[i];
+      // The bytes written at alloc are still there.
+      auto* d = reinterpret_cast<unsigned char*>(p->data(s));
+      for (size_t k = 0; k < p->slot_bytes(s); ++k)
+        REQUIRE(d[k] == static_cast<unsigned char>(s));
+      REQUIRE(p->free(s));
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    size_t bytes = 1 + rng() % 4096;
+    slot_id s = p->alloc(bytes);
+    REQUIRE(s != invalid_slot);
+    std::memset(p->data(s), static_cast<int>(s & 0xff), bytes);
+    live.push_back(s);
+  }
+  // No two live slots overlap, and the accounting adds up.
+  std::vector<std::pair<size_t, size_t>> spans;
+  size_t used = 0;
+  for (auto s : live) {
+    spans.emplace_back(p->offset(s), p->offset(s) + p->slot_stride(s));
+    used += p->slot_stride(s);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) REQUIRE(spans[i - 1].second <= spans[i].first);
+  CHECK(p->bytes_used() == used);
+  CHECK(p->slots_used() == live.size());
+  CHECK(p->slot_ids() <= 4000);
+  for (auto s : live) REQUIRE(p->free(s));
+  CHECK(p->largest_free_run() == 64 * 1024);
+}
+
+TEST_CASE("hugepage-aligned region") {
+  auto p = make(4 << 20, true);
+  CHECK(reinterpret_cast<uintptr_t>(p->base()) % (2 << 20) == 0);
+  CHECK(p->mapped_bytes() == (4u << 20));
+  slot_id s = p->alloc(1 << 20);
+  std::memset(p->data(s), 0xab, 1 << 20);
+  CHECK(static_cast<unsigned char>(p->data(s)[12345]) == 0xab);
+}
+
+TEST_CASE("populated region") {
+  auto p = make(1 << 20, false, true);
+  slot_id s = p->alloc(4096);
+  CHECK(s != invalid_slot);
 }
 
 TEST_CASE("create refuses a bad alignment; zero capacity has no slots") {
@@ -109,13 +143,14 @@ TEST_CASE("create refuses a bad alignment; zero capacity has no slots") {
   CHECK(err.find("power of two") != std::string::npos);
 
   auto z = make(0);
-  CHECK_FALSE(z->configure(64, &err));
-  CHECK(z->alloc() == invalid_slot);
+  CHECK(z->alloc(64) == invalid_slot);
+  CHECK(z->largest_free_run() == 0);
 }
 
 TEST_CASE("small alignment packs slots tightly") {
   auto p = make(1000, false, false, 8);
-  REQUIRE(p->configure(100, nullptr));
-  CHECK(p->slot_stride() == 104);
-  CHECK(p->slot_count() == 9);
+  CHECK(p->stride_for(100) == 104);
+  int n = 0;
+  while (p->alloc(100) != invalid_slot) ++n;
+  CHECK(n == 9);  // 1000 / 104
 }

@@ -55,6 +55,8 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.cache.max_sessions == 65536);
   CHECK(c.cache.lock_ttl == std::chrono::seconds{300});
   CHECK(c.cache.heartbeat_timeout == std::chrono::seconds{120});
+  CHECK(c.cache.registration_grace == std::chrono::seconds{3600});
+  CHECK(c.cache.kv_event_log_size == 32768);
   CHECK(c.cache.events_rank == 0);
   CHECK(c.gpu.backend == "auto");
   CHECK(c.cache.shm_allow_prefixes == std::vector<std::string>{"/lmcache_kv_", "/kvs_"});
@@ -126,6 +128,8 @@ TEST_CASE("enums, ranges and cross-key rules") {
   CHECK(error_of("[cache]\nevict_low = 0.95\n").key == "cache.evict_low");
   CHECK(error_of("[cache]\nevents_rank = 3\n").key == "cache.events_rank");
   CHECK(error_of("[cache]\nmax_sessions = 0\n").what == "expected an integer in 1..100000000, got 0");
+  CHECK(error_of("[cache]\nkv_event_log_size = -1\n").key == "cache.kv_event_log_size");
+  CHECK(ok("[cache]\nkv_event_log_size = 0\n").cache.kv_event_log_size == 0);
   CHECK(error_of("[events]\nendpoint = \"udp://x:1\"\n").key == "events.endpoint");
   CHECK(error_of("[events]\ndp_size = 2\nendpoint = \"tcp://*:65535\"\n").what.find("dp rank 1")
         != std::string::npos);
@@ -146,6 +150,24 @@ TEST_CASE("every socket's high-water mark is bounded; the ingest's frame limit i
   auto c = ok("", {"events.ingest_max_message_size=\"4KiB\"", "cache.hwm=5"});
   CHECK(c.events.ingest_max_message_size == 4096);
   CHECK(c.cache.hwm == 5);
+}
+
+TEST_CASE("instance liveness: LMCache's two timeouts, 0 turns reaping off") {
+  auto off = ok("[cache]\nheartbeat_timeout = \"0s\"\nregistration_grace = \"0s\"\n");
+  CHECK(off.cache.heartbeat_timeout.count() == 0);
+  auto fast = ok("", {"cache.heartbeat_timeout=500ms", "cache.registration_grace=2s"});
+  CHECK(fast.cache.heartbeat_timeout == std::chrono::milliseconds{500});
+  CHECK(fast.cache.registration_grace == std::chrono::seconds{2});
+  // The grace of a never-pinged instance is at least the heartbeat timeout.
+  auto e = error_of("[cache]\nregistration_grace = \"10s\"\n");
+  CHECK(e.key == "cache.registration_grace");
+  CHECK(e.line == 2);
+  CHECK(e.what.find("at least cache.heartbeat_timeout (120s)") != std::string::npos);
+  e = error_of("[cache]\nheartbeat_timeout = \"2h\"\n");
+  CHECK(e.key == "cache.registration_grace");
+  e = error_of("[cache]\nregistration_grace = \"soon\"\n");
+  CHECK(e.key == "cache.registration_grace");
+  CHECK(e.what.find("duration") != std::string::npos);
 }
 
 TEST_CASE("--set errors name the key") {

@@ -444,10 +444,14 @@ TEST_CASE("op table: ids, names, round trips") {
 TEST_CASE("frames, uid and op errors") {
   CHECK(err({}).kind == "bad_frames");
   CHECK(err({i(1)}).kind == "bad_frames");
-  CHECK(err({s("x"), i(21)}).kind == "bad_uid");
-  CHECK(err({"", i(21)}).kind == "bad_uid");
-  CHECK(err({i(1) + i(2), i(21)}).kind == "bad_uid");
-  CHECK(err({unhex("cfffffffffffffffff"), i(21)}).kind == "bad_uid");
+  // The uid is opaque, as in LMCache's server: any bytes are echoed (and
+  // logged as uid -1 when they are not one msgpack int).
+  for (const std::string& uid : {s("x"), std::string{}, i(1) + i(2), unhex("cfffffffffffffffff")}) {
+    auto r = ok({uid, i(21)});
+    CHECK(r.uid == -1);
+    CHECK(r.uid_frame == uid);
+    CHECK(r.op == mp_op::get_chunk_size);
+  }
   auto unknown = err({i(1), i(99)});
   CHECK(unknown.kind == "unknown_op");
   CHECK(has(unknown.detail, "99"));

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# kvsidecar next to LMCache 0.5.6's own MP server, both on loopback, driven by
+# LMCache 0.5.6's own client classes (tests/bench/lmcache_side_by_side.py: what
+# is measured, and how). Optional, not in CI: LMCache's server needs its
+# Python package and torch (pip install lmcache==0.5.6 brings torch from
+# PyPI), a virtual environment of ~6 GB. LMCache serves `cpu_shm` pools on its
+# CPU platform; it cannot register SGLang MHA pools there (its registration
+# goes unanswered): the table says so, nothing works around it.
+#
+#   tests/bench/run_lmcache_side_by_side.sh        # creates the venv on first use
+#
+# Prints one markdown table (medians of REPS alternating A/B blocks) to paste
+# into BENCHMARKS.md with the machine it ran on (lscpu model, vCPUs, memory)
+# and the memcpy figure of tests/bench/run_cache_bench.sh on the same machine.
+#
+# Environment (defaults in brackets): VENV [build-lmcache-venv]
+#   BUILD_DIR [build-cbench]  REPS [5]  RTT_ITERS [1000]  SESSIONS [1000]
+#   L1_GB [4]  KEEP=DIR keeps logs and the JSON result.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+VENV="${VENV:-$ROOT/build-lmcache-venv}"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build-cbench}"
+REPS="${REPS:-5}"
+RTT_ITERS="${RTT_ITERS:-1000}"
+SESSIONS="${SESSIONS:-1000}"
+L1_GB="${L1_GB:-4}"
+WORK="${KEEP:-$(mktemp -d)}"
+mkdir -p "$WORK"
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  echo "creating $VENV (lmcache==0.5.6 and torch: ~6 GB) ..."
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q "lmcache==0.5.6" msgspec pyzmq
+fi
+
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build "$BUILD_DIR" -j2 --target kvsidecar >/dev/null
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PA="$(free_port)"; PB="$(free_port)"
+
+"$BUILD_DIR/kvsidecar" --set events.enabled=false --set gpu.backend=host \
+  --set "cache.endpoint=tcp://127.0.0.1:$PA" --set "cache.l1_size=${L1_GB}GiB" \
+  2>"$WORK/kvsidecar.log" &
+A_PID=$!
+"$VENV/bin/python" -m lmcache.v1.multiprocess.server --host 127.0.0.1 --port "$PB" \
+  --chunk-size 256 --l1-size-gb "$L1_GB" --eviction-policy LRU >"$WORK/lmcache.log" 2>&1 &
+B_PID=$!
+cleanup() {
+  kill -TERM "$A_PID" "$B_PID" 2>/dev/null || true
+  wait "$A_PID" "$B_PID" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# Both answer NOOP (LMCache's start-up takes a while: torch, its L1 buffer).
+"$VENV/bin/python" - "$PA" "$PB" <<'PY'
+import sys, time
+from lmcache.v1.multiprocess.transport.zmq_impl import create_request_client
+for port in sys.argv[1:]:
+    c = create_request_client(f"tcp://127.0.0.1:{port}")
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if c.noop().result(timeout=5) == "OK":
+                break
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            sys.exit(f"server on port {port} not ready after 300 s")
+    c.close()
+PY
+
+"$VENV/bin/python" "$ROOT/tests/bench/lmcache_side_by_side.py" \
+  --a "tcp://127.0.0.1:$PA" --a-pid "$A_PID" --b "tcp://127.0.0.1:$PB" --b-pid "$B_PID" \
+  --reps "$REPS" --rtt-iters "$RTT_ITERS" --sessions "$SESSIONS" --out "$WORK/result.json"
+
+kill -TERM "$A_PID"
+if ! wait "$A_PID"; then
+  echo "kvsidecar did not exit 0 on SIGTERM (log: $WORK/kvsidecar.log)" >&2
+  exit 1
+fi
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) vCPUs, $(free -g | awk '/Mem:/{print $2}') GiB; logs and JSON: $WORK"
