@@ -410,6 +410,7 @@ config_result finish(const toml::table& t, loader& l) {
   e.buffer_steps = r.integer("events.buffer_steps", 0, 100000000);
   e.buffer_bytes = r.size("events.buffer_bytes", 0);
   e.replay_rate = r.integer("events.replay_rate", 0, 1000000000);
+  e.index_max_blocks = r.integer("events.index_max_blocks", 1, 1000000000);
   e.hwm = r.integer("events.hwm", 0, 1000000000);
   e.max_queue_size = r.integer("events.max_queue_size", 1, 1000000000);
   e.topic = r.str("events.topic");

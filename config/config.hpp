@@ -37,6 +37,7 @@ struct events_config {
   int64_t buffer_steps = 0;
   uint64_t buffer_bytes = 0;
   int64_t replay_rate = 0;
+  int64_t index_max_blocks = 0;
   int64_t hwm = 0;
   int64_t max_queue_size = 0;
   std::string topic;
