@@ -1,6 +1,8 @@
 #include "actors/block_index.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 
 namespace kvs {
 
@@ -129,6 +131,43 @@ size_t attrs_bytes(const block_stored& a) {
 
 } // namespace
 
+block_index::packed_tokens& block_index::packed_tokens::operator=(const packed_tokens& o) {
+  if (this == &o)
+    return *this;
+  n_ = o.n_;
+  wide_ = o.wide_;
+  has_parent = o.has_parent;
+  data_.reset();
+  if (o.data_) {
+    data_.reset(new int32_t[o.words()]);
+    std::memcpy(data_.get(), o.data_.get(), o.words() * sizeof(int32_t));
+  }
+  return *this;
+}
+
+void block_index::packed_tokens::assign(const int64_t* first, const int64_t* last) {
+  n_ = static_cast<uint32_t>(last - first);
+  wide_ = std::any_of(first, last, [](int64_t t) {
+    return t < std::numeric_limits<int32_t>::min() || t > std::numeric_limits<int32_t>::max();
+  });
+  data_.reset(n_ ? new int32_t[words()] : nullptr);
+  if (wide_)
+    std::memcpy(data_.get(), first, n_ * sizeof(int64_t));
+  else
+    for (uint32_t i = 0; i < n_; ++i)
+      data_[i] = static_cast<int32_t>(first[i]);
+}
+
+void block_index::packed_tokens::append_to(std::vector<int64_t>& out) const {
+  auto at = out.size();
+  out.resize(at + n_);
+  if (wide_)
+    std::memcpy(out.data() + at, data_.get(), n_ * sizeof(int64_t));
+  else
+    for (uint32_t i = 0; i < n_; ++i)
+      out[at + i] = data_[i];
+}
+
 block_index::block_index(size_t max_blocks) : max_blocks_(max_blocks) {}
 
 void block_index::apply(const kv_event& ev) {
@@ -186,8 +225,10 @@ void block_index::free_slot(uint32_t i) {
 }
 
 size_t block_index::record_bytes(const record& r) const {
-  return r.data.tokens.capacity() * sizeof(int64_t)
-         + (r.data.extra_key ? r.data.extra_key->capacity() : 0);
+  // A shared extra key is charged to each block that holds it (an upper
+  // bound); 16 bytes per allocation is glibc's overhead.
+  return r.data.tokens.heap_bytes() + 16
+         + (r.data.extra_key ? r.data.extra_key->capacity() + sizeof(std::string) + 32 : 0);
 }
 
 bool block_index::owed(uint32_t i) const {
@@ -195,7 +236,7 @@ bool block_index::owed(uint32_t i) const {
   return snap_active_ && r.stamp <= snap_stamp_ && r.emitted != snap_id_;
 }
 
-void block_index::save_preimage(uint32_t i) {
+void block_index::save_preimage(uint32_t i, bool copy) {
   // Walk up to the first ancestor the snapshot already has (or that is not
   // indexed), then save top-down: parents before children. Marking while
   // walking also ends a (malformed) cycle of parents.
@@ -204,15 +245,24 @@ void block_index::save_preimage(uint32_t i) {
     auto& r = slots_[cur];
     r.emitted = snap_id_;
     chain_.push_back(cur);
-    if (!r.data.parent)
+    if (!r.data.tokens.has_parent)
       break;
-    auto it = map_.find(key{*r.data.parent, r.k.group, r.k.medium});
+    const key pk{r.data.parent, r.k.group, r.k.medium};
+    // Chains come in order: the block saved just before is usually the
+    // parent, already in the snapshot; no hash lookup then.
+    if (cur == i && !pending_.empty() && pending_.back().slot != none
+        && slots_[pending_.back().slot].k == pk)
+      break;
+    auto it = map_.find(pk);
     if (it == map_.end() || !owed(it->second))
       break;
     cur = it->second;
   }
   for (auto it = chain_.rbegin(); it != chain_.rend(); ++it)
-    pending_.push_back(slots_[*it].data);
+    if (copy)
+      pending_.push_back(pending_entry{none, slots_[*it].data});
+    else
+      pending_.push_back(pending_entry{*it, {}});
   preimages_ += chain_.size();
 }
 
@@ -274,12 +324,12 @@ void block_index::store(const block_stored& ev) {
     r.k = k;
     r.stamp = ++clock_;
     r.data.hash = k.hash;
-    r.data.parent = parent;
     r.data.attrs = attrs;
-    r.data.tokens.assign(toks.begin() + static_cast<std::ptrdiff_t>(lo),
-                         toks.begin() + static_cast<std::ptrdiff_t>(hi));
+    r.data.tokens.assign(toks.data() + lo, toks.data() + hi);
+    r.data.tokens.has_parent = parent.has_value();
+    r.data.parent = parent.value_or(0);
     if (extras)
-      r.data.extra_key = std::move((*extras)[b]);
+      r.data.extra_key = std::make_shared<const std::string>(std::move((*extras)[b]));
     else
       r.data.extra_key.reset();
     heap_bytes_ += record_bytes(r);
@@ -327,8 +377,7 @@ size_t block_index::memory_bytes() const {
   constexpr size_t node = sizeof(key) + sizeof(uint32_t) + 2 * sizeof(void*) + 16;
   size_t pending = 0;
   for (size_t i = pending_pos_; i < pending_.size(); ++i)
-    pending += sizeof(block_data) + pending_[i].tokens.capacity() * sizeof(int64_t)
-               + (pending_[i].extra_key ? pending_[i].extra_key->capacity() : 0);
+    pending += sizeof(pending_entry) + pending_[i].data.tokens.heap_bytes();
   return slots_.capacity() * sizeof(record) + free_.capacity() * sizeof(uint32_t)
          + map_.bucket_count() * sizeof(void*) + map_.size() * node + heap_bytes_
          + *attr_bytes_ + pending;
@@ -360,30 +409,33 @@ bool block_index::snapshot_next(size_t max_blocks, std::vector<kv_event>& out) {
     auto i = cursor_;
     cursor_ = slots_[i].next;
     if (owed(i))
-      save_preimage(i);
+      save_preimage(i, false);
   }
   size_t end = std::min(pending_.size(), pending_pos_ + max_blocks);
   // A chain cut at `end` continues in the next call, its parent hash intact.
   for (size_t i = pending_pos_; i < end;) {
-    const auto& first = pending_[i];
+    const auto& first = pending_at(i);
     block_stored ev = *first.attrs;
-    ev.parent_block_hash = first.parent;
-    const bool split_keys = first.extra_key.has_value();
+    if (first.tokens.has_parent)
+      ev.parent_block_hash = first.parent;
+    else
+      ev.parent_block_hash.reset();
+    const bool split_keys = first.extra_key != nullptr;
     std::string keys;
     size_t j = i;
     for (; j < end; ++j) {
-      const auto& b = pending_[j];
+      const auto& b = pending_at(j);
       if (j > i) {
-        const auto& prev = pending_[j - 1];
+        const auto& prev = pending_at(j - 1);
         // Merge a chain of one event: same attributes, parent = previous,
         // every block but the last exactly block_size tokens.
-        if (b.attrs != first.attrs || !b.parent || *b.parent != prev.hash
-            || b.extra_key.has_value() != split_keys || ev.block_size <= 0
+        if (b.attrs != first.attrs || !b.tokens.has_parent || b.parent != prev.hash
+            || (b.extra_key != nullptr) != split_keys || ev.block_size <= 0
             || prev.tokens.size() != static_cast<size_t>(ev.block_size))
           break;
       }
       ev.block_hashes.push_back(b.hash);
-      ev.token_ids.insert(ev.token_ids.end(), b.tokens.begin(), b.tokens.end());
+      b.tokens.append_to(ev.token_ids);
       if (split_keys)
         keys += *b.extra_key;
     }
@@ -397,6 +449,12 @@ bool block_index::snapshot_next(size_t max_blocks, std::vector<kv_event>& out) {
     i = j;
   }
   pending_pos_ = end;
+  // What stays pending may change before the next call: copy it now.
+  for (size_t i = pending_pos_; i < pending_.size(); ++i)
+    if (pending_[i].slot != none) {
+      pending_[i].data = slots_[pending_[i].slot].data;
+      pending_[i].slot = none;
+    }
   // Live pre-images keep arriving: drop what was yielded once it is most of
   // the buffer, so pending_ never holds more than the blocks still owed.
   if (pending_pos_ == pending_.size()) {

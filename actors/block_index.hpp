@@ -93,13 +93,45 @@ private:
                                    ^ (uint64_t{k.medium} << 56));
     }
   };
+  /// One block's token ids, 4 bytes each when they all fit (they do for
+  /// every vocabulary), else 8: the index's largest per-block cost.
+  class packed_tokens {
+  public:
+    packed_tokens() = default;
+    packed_tokens(const packed_tokens& o) {
+      *this = o;
+    }
+    packed_tokens& operator=(const packed_tokens& o);
+    packed_tokens(packed_tokens&&) = default;
+    packed_tokens& operator=(packed_tokens&&) = default;
+
+    void assign(const int64_t* first, const int64_t* last);
+    size_t size() const {
+      return n_;
+    }
+    void append_to(std::vector<int64_t>& out) const;
+    size_t heap_bytes() const {
+      return data_ ? words() * sizeof(int32_t) : 0;
+    }
+
+  private:
+    size_t words() const {
+      return wide_ ? 2 * size_t{n_} : n_;
+    }
+    std::unique_ptr<int32_t[]> data_;
+    uint32_t n_ = 0;
+    bool wide_ = false;
+
+  public:
+    bool has_parent = false; ///< of the block_data holding it (fills the padding)
+  };
   /// A block's data, as a snapshot yields it.
   struct block_data {
     uint64_t hash = 0;
-    std::optional<uint64_t> parent;
-    std::shared_ptr<const block_stored> attrs; ///< the event's other fields
-    std::vector<int64_t> tokens;
-    std::optional<std::string> extra_key;      ///< this block's extra_keys element (msgpack)
+    uint64_t parent = 0; ///< when tokens.has_parent
+    packed_tokens tokens;
+    std::shared_ptr<const block_stored> attrs;     ///< the event's other fields
+    std::shared_ptr<const std::string> extra_key; ///< its extra_keys element (msgpack)
   };
   struct record {
     block_data data;
@@ -119,8 +151,13 @@ private:
   void free_slot(uint32_t i);
   /// True when the active snapshot still has to yield slot i.
   bool owed(uint32_t i) const;
-  /// Saves slot i (and its owed ancestors, first) for the active snapshot.
-  void save_preimage(uint32_t i);
+  /// Saves slot i (and its owed ancestors, first) for the active snapshot:
+  /// a copy when a live event is about to change it (`copy`), else a
+  /// reference that snapshot_next() uses before it returns.
+  void save_preimage(uint32_t i, bool copy = true);
+  const block_data& pending_at(size_t i) const {
+    return pending_[i].slot != none ? slots_[pending_[i].slot].data : pending_[i].data;
+  }
   size_t record_bytes(const record& r) const;
 
   size_t max_blocks_;
@@ -139,7 +176,11 @@ private:
   uint64_t snap_id_ = 0;
   uint64_t snap_stamp_ = 0;
   uint32_t cursor_ = none;
-  std::vector<block_data> pending_;
+  struct pending_entry {
+    uint32_t slot = none; ///< a live slot's data (within snapshot_next only)
+    block_data data;      ///< else a saved copy
+  };
+  std::vector<pending_entry> pending_;
   size_t pending_pos_ = 0;
   std::vector<uint32_t> chain_;
   uint64_t preimages_ = 0;

@@ -18,7 +18,7 @@ namespace kvs {
 
 /// Blocks per snapshot batch, and batches per part sent to the bridge.
 constexpr size_t snapshot_blocks_per_batch = 64;
-constexpr size_t snapshot_batches_per_part = 16;
+constexpr size_t snapshot_batches_per_part = 4;
 
 /// A router asked for a snapshot (through the replay bridge that sent it).
 void snapshot_requested(publisher_actor::stateful_pointer<publisher_state> self,

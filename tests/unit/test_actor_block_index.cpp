@@ -127,6 +127,16 @@ TEST_CASE("block index follows stores, removals by hash and medium, and clears")
   CHECK(snapshot_all(idx).empty());
 }
 
+TEST_CASE("token ids past int32 come back exactly") {
+  block_index idx{10};
+  auto s = stored({1, 2}, std::nullopt);
+  s.token_ids = {-5, int64_t{1} << 40, 7, INT64_MIN};
+  idx.apply(s);
+  auto evs = snapshot_all(idx);
+  REQUIRE(evs.size() == 1);
+  CHECK(std::get<block_stored>(evs[0]).token_ids == s.token_ids);
+}
+
 TEST_CASE("block index keys blocks by KV-cache group too") {
   block_index idx{100};
   auto g0 = stored({5}, std::nullopt);
