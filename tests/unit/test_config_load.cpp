@@ -37,7 +37,7 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.events.buffer_steps == 10000);
   CHECK(c.events.buffer_bytes == (uint64_t{512} << 20));
   CHECK(c.events.replay_rate == 50000);
-  CHECK(c.events.index_max_blocks == 2000000);
+  CHECK(c.events.index_max_blocks == 1000000);
   CHECK(c.events.hwm == 100000);
   CHECK(c.events.max_queue_size == 100000);
   CHECK(c.events.topic.empty());
