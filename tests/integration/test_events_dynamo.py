@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+import zmq
 
 import real_engines
 from kvsidecar_harness import free_port_range, wait_until
@@ -97,6 +98,19 @@ def chain(v, first_token, n, parent=None, first_hash=1):
                                  lora_id=None, medium="GPU", lora_name=None)
 
 
+def new_publisher(v, port):
+    """vLLM's publisher on `port`; a restarted one retries while the old
+    socket is still being closed (address in use)."""
+    def make():
+        try:
+            return v.ZmqEventPublisher(0, endpoint=f"tcp://*:{port}")
+        except zmq.ZMQError as e:
+            if e.errno != zmq.EADDRINUSE:
+                raise
+            return None
+    return wait_until(make, 10, f"port {port} free for the restarted engine", interval=0.05)
+
+
 def publish_until(pub, v, cond, what, timeout=20.0):
     """Publishes empty batches (each one a new seq) until cond() holds."""
     deadline = time.monotonic() + timeout
@@ -149,7 +163,7 @@ def test_dynamo_drops_a_restarted_engines_blocks(rig, dynamo):
         pub.shutdown()
     # The engine restarts: a new publisher, seq from 0, nothing of the old
     # cache left (no BlockRemoved ever comes for the old blocks).
-    pub = v.ZmqEventPublisher(0, endpoint=f"tcp://*:{r.ingest_port}")
+    pub = new_publisher(v, r.ingest_port)
     try:
         deadline = time.monotonic() + 20
         while d.matched(new_tokens) != 2 * BS:
