@@ -159,6 +159,10 @@ def test_dynamo_drops_a_restarted_engines_blocks(rig, dynamo):
             assert time.monotonic() < deadline, "Dynamo never got the first engine's blocks"
             pub.publish(v.KVEventBatch(ts=time.time(), events=[old]))
             time.sleep(0.1)
+        # The engine runs on a while (seq 1..5) before it dies.
+        for _ in range(5):
+            pub.publish(v.KVEventBatch(ts=time.time(), events=[]))
+        r.sidecar.wait_stats("ingest", lambda s: s.get("received", 0) >= 6)
     finally:
         pub.shutdown()
     # The engine restarts: a new publisher, seq from 0, nothing of the old
