@@ -31,7 +31,8 @@ INGEST=$(port); PUB=$(port); REPLAY=$(port)
 "$SIDECAR" --set cache.enabled=false --set sidecar.stats_interval=1s \
   --set events.ingest_endpoint="tcp://127.0.0.1:$INGEST" \
   --set events.endpoint="tcp://*:$PUB" --set events.replay_endpoint="tcp://*:$REPLAY" \
-  --set events.buffer_steps=16 --set events.replay_rate="$REPLAY_RATE" 2>"$WORK/sidecar.log" &
+  --set events.buffer_steps=16 --set events.replay_rate="$REPLAY_RATE" \
+  --set events.index_max_blocks=$((BLOCKS + 100000)) 2>"$WORK/sidecar.log" &
 SC_PID=$!
 for _ in $(seq 100); do grep -q "kvsidecar ready" "$WORK/sidecar.log" && break; sleep 0.1; done
 rss() { awk -v k="$1:" '$1 == k {print $2 * 1024}' "/proc/$SC_PID/status"; }
