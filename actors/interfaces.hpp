@@ -20,8 +20,10 @@ namespace kvs {
 /// pub_bridge[dp=r] (actors/pub_bridge.hpp): sends a batch to routers.
 using pub_bridge_actor = caf::typed_actor<caf::reacts_to<publish_atom, encoded_batches>>;
 
-/// replay_bridge[dp=r] (actors/replay_bridge.hpp): streams a replay to a client.
-using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>>;
+/// replay_bridge[dp=r] (actors/replay_bridge.hpp): streams a replay, or a
+/// snapshot part by part, to a client.
+using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>,
+                                             caf::reacts_to<snapshot_part>>;
 
 // -- event relay -------------------------------------------------------------
 
@@ -30,8 +32,13 @@ using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>>;
 /// dialect, hands it to the PUB bridge and to the rank's replay actor.
 /// Seq 0 is its own AllBlocksCleared (routers drop blocks kept from before).
 /// Fed by the ingest bridges and by the cache store (its own events).
+/// Keeps the rank's block index (actors/block_index.hpp) from what it
+/// publishes and serves snapshots of it to the replay bridge, one part per
+/// credit, between live batches (actors/publisher_snapshot.hpp).
 using publisher_actor = caf::typed_actor<
   caf::reacts_to<publish_atom, kv_event_batches>,
+  caf::reacts_to<snapshot_request>,
+  caf::reacts_to<snapshot_credit>,
   caf::reacts_to<stats_atom>,
   caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 

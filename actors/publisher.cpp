@@ -2,6 +2,7 @@
 
 #include "actors/actor_logging.hpp"
 #include "actors/fence.hpp"
+#include "actors/publisher_snapshot.hpp"
 #include "messages/kv_event_codec.hpp"
 
 namespace kvs {
@@ -40,14 +41,19 @@ stats_snapshot snapshot(const publisher_state& st) {
     .gauge("queued", "kvsidecar_events_queued", st.queue->queued.load())
     // Counted where the batch was refused: kvsidecar_events_dropped_total
     // {reason="queue_full"} of the ingest rank.
-    .log_only("dropped_queue_full", st.queue->dropped_full.load());
+    .log_only("dropped_queue_full", st.queue->dropped_full.load())
+    .gauge("index_blocks", "kvsidecar_events_index_blocks", st.index.size())
+    .gauge("index_bytes", "kvsidecar_events_index_bytes", st.index.memory_bytes())
+    .counter("index_refused", "kvsidecar_events_index_refused_total", st.index.refused())
+    .counter("snapshots", "kvsidecar_events_snapshots_total", st.snapshots_served);
   return s;
 }
 
 publisher_actor::behavior_type
 publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
           event_dialect dialect, pub_bridge_actor pub_bridge, replay_actor replay,
-          relay_queue_ptr queue, std::chrono::nanoseconds stats_interval) {
+          relay_queue_ptr queue, std::chrono::nanoseconds stats_interval,
+          size_t index_max_blocks) {
   auto& st = self->state;
   st.label = log::label(publisher_state::name, "dp=" + std::to_string(rank), self->id());
   st.rank = rank;
@@ -55,6 +61,7 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
   st.pub_bridge = std::move(pub_bridge);
   st.replay = std::move(replay);
   st.queue = std::move(queue);
+  st.index = block_index{index_max_blocks};
   log_lifecycle(self, st.label,
                 fmt::format("started, dialect {}",
                             dialect == event_dialect::vllm ? "vllm" : "tokenspeed"));
@@ -69,6 +76,17 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
       out.items.push_back(encoded_batch{st.next_seq++, encode(batch, st.dialect)});
       ++st.batches;
       st.events += batch.event_count();
+      // The block index needs the events even when the payload passed
+      // through undecoded (the bytes were already taken above).
+      decode_wire_events(batch);
+      for (auto& ev : batch.events)
+        st.index.apply(ev);
+    }
+    if (st.index.refused() > 0 && !st.index_full_logged) {
+      st.index_full_logged = true;
+      KVS_WARN(st.label, "block index full ({} blocks, events.index_max_blocks): further "
+                         "blocks are not indexed, so snapshots miss them (counted as "
+                         "index_refused)", st.index.max_blocks());
     }
     if (st.replay)
       self->send(st.replay, record_atom_v, out);
@@ -83,6 +101,8 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
   }
   return {
     [emit](publish_atom, kv_event_batches& in) { emit(in); },
+    [self](snapshot_request& req) { snapshot_requested(self, req); },
+    [self](snapshot_credit& c) { snapshot_credited(self, c); },
     [self, stats_interval](stats_atom) {
       log_stats(self, snapshot(self->state), stats_interval);
     },

@@ -6,6 +6,7 @@
 
 #include <caf/send.hpp>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace kvs {
@@ -14,6 +15,12 @@ namespace {
 // How many messages one client gets per round before the others' turn.
 constexpr size_t batches_per_turn = 256;
 constexpr uint64_t end_seq = ~uint64_t{0}; // -1 as signed BE
+const std::string snapshot_verb = "snapshot/1";
+// Snapshots streaming at once per rank; more requests are refused (each
+// holds the rank's index in snapshot mode while it lasts).
+constexpr size_t max_snapshots = 16;
+// A snapshot's next part is asked for when fewer batches than this are left.
+constexpr size_t snapshot_low_water = 8;
 } // namespace
 
 replay_bridge::replay_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
@@ -62,9 +69,28 @@ void replay_bridge::on_socket(size_t, short revents) {
       continue;
     }
     // Frame 1 is the REQ/DEALER delimiter; like vLLM we do not inspect it.
+    if (frames[2].to_string_view() == snapshot_verb) {
+      size_t active = 0;
+      for (auto& s : streams_)
+        active += s.snapshot != 0;
+      if (active >= max_snapshots) {
+        reject("snapshot_busy", std::to_string(active) + " snapshots are streaming already");
+        continue;
+      }
+      ++requests_;
+      pending s;
+      s.stream.client = frames[0].to_string();
+      s.snapshot = ++snapshots_;
+      s.complete = false;
+      s.awaiting = true; // the publisher sends the first parts unasked
+      streams_.push_back(std::move(s));
+      KVS_DEBUG(label(), "snapshot request {}", snapshots_);
+      send(p_.publisher, snapshot_request{snapshots_});
+      continue;
+    }
     if (frames[2].size() != 8) {
-      reject("seq_length", "start_seq must be 8 bytes big-endian, got "
-                             + std::to_string(frames[2].size()) + " bytes");
+      reject("seq_length", "start_seq must be 8 bytes big-endian (or \"" + snapshot_verb
+                             + "\"), got " + std::to_string(frames[2].size()) + " bytes");
       continue;
     }
     ++requests_;
@@ -77,10 +103,36 @@ void replay_bridge::on_socket(size_t, short revents) {
 caf::behavior replay_bridge::handlers() {
   return {
     [this](replay_stream& s) {
-      streams_.push_back(pending{std::move(s), 0, false});
+      pending p;
+      p.stream = std::move(s);
+      streams_.push_back(std::move(p));
       pump();
     },
+    [this](snapshot_part& part) { on_snapshot_part(part); },
   };
+}
+
+void replay_bridge::on_snapshot_part(snapshot_part& part) {
+  auto it = std::find_if(streams_.begin(), streams_.end(),
+                         [&](const pending& s) { return s.snapshot == part.id; });
+  if (it == streams_.end())
+    return; // its client left; the publisher was told
+  auto& bs = it->stream.batches;
+  // Forget what was sent already: the stream holds at most about two parts.
+  bs.erase(bs.begin(), bs.begin() + static_cast<std::ptrdiff_t>(it->next));
+  it->next = 0;
+  for (auto& b : part.batches)
+    bs.push_back(std::move(b));
+  it->complete = part.last;
+  it->awaiting = false;
+  pump();
+}
+
+void replay_bridge::credit(pending& s) {
+  if (s.complete || s.awaiting || s.stream.batches.size() - s.next >= snapshot_low_water)
+    return;
+  s.awaiting = true;
+  send(p_.publisher, snapshot_credit{s.snapshot, false});
 }
 
 bool replay_bridge::send_batch(const std::string& client, const encoded_batch* b) {
@@ -130,6 +182,8 @@ void replay_bridge::pump() {
     try {
       for (size_t n = 0; n < batches_per_turn && budget > 0; ++n, --budget) {
         auto& bs = cur.stream.batches;
+        if (cur.idle())
+          break; // a snapshot waiting for its next part
         const encoded_batch* b = cur.next < bs.size() ? &bs[cur.next] : nullptr;
         if (!send_batch(cur.stream.client, b)) {
           cur.blocked = true;
@@ -148,26 +202,37 @@ void replay_bridge::pump() {
       KVS_DEBUG(label(), "replay client gone ({}), {} batches not sent", e.what(),
                 cur.stream.batches.size() - cur.next);
       finished = true;
+      if (!cur.complete)
+        send(p_.publisher, snapshot_credit{cur.snapshot, true});
     }
-    if (!finished)
+    if (!finished) {
+      if (cur.snapshot != 0)
+        credit(cur);
       streams_.push_back(std::move(cur));
+    }
   }
   if (p_.rate > 0)
     tokens_ -= static_cast<double>(allowed - budget);
 }
 
 std::chrono::milliseconds replay_bridge::poll_timeout() {
-  if (streams_.empty())
+  // A snapshot waiting for its next part needs no poll: the part wakes us.
+  if (std::all_of(streams_.begin(), streams_.end(), [](const pending& s) { return s.idle(); }))
     return std::chrono::milliseconds{-1};
   // Out of budget (events.replay_rate): continue when tokens are back.
   if (p_.rate > 0 && tokens_ < 1)
     return std::chrono::milliseconds{1};
   // Deferred streams: a client with a full pipe is retried shortly; one that
   // still has room continues at once.
-  for (auto& s : streams_)
+  bool waiting = false;
+  for (auto& s : streams_) {
+    if (s.idle())
+      continue;
     if (!s.blocked)
       return std::chrono::milliseconds{0};
-  return std::chrono::milliseconds{1};
+    waiting = true;
+  }
+  return std::chrono::milliseconds{waiting ? 1 : -1};
 }
 
 void replay_bridge::after_poll() {
@@ -179,6 +244,7 @@ stats_snapshot replay_bridge::snapshot() {
   stats_snapshot s;
   s.labels = {{"dp_rank", std::to_string(p_.rank)}};
   s.counter("requests", "kvsidecar_events_replay_requests_total", requests_)
+    .counter("snapshots", "kvsidecar_events_snapshot_requests_total", snapshots_)
     .counter("rejected", "kvsidecar_events_replay_rejected_total", rejected_)
     .counter("batches_sent", "kvsidecar_events_replay_batches_total", sent_)
     .gauge("streaming", "kvsidecar_events_replay_streams", streams_.size())

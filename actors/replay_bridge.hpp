@@ -1,10 +1,16 @@
 // replay_bridge[dp=r]: the replay ROUTER routers ask for missed batches.
 //
-// A request is exactly `[identity, "", start_seq (8 bytes BE)]`; anything
-// else is logged (once per kind) and ignored. The bridge asks the rank's
-// replay actor for a snapshot and streams it to the client at the client's
-// pace (ROUTER_MANDATORY: a full pipe defers the client, never blocks the
-// others or live publishing), then sends the end marker. Layout by dialect:
+// Two requests:
+//   replay:   [identity, "", start_seq (8 bytes BE)] -> every kept batch with
+//             seq >= start_seq (from the rank's replay actor);
+//   snapshot: [identity, "", "snapshot/1"] -> the rank's current blocks as
+//             BlockStored batches, each carrying the seq S they are
+//             consistent with (from the rank's publisher, part by part; no
+//             batch at all when the rank never published: replay from 0).
+// Anything else is logged (once per kind) and ignored. Both are streamed to
+// the client at the client's pace (ROUTER_MANDATORY: a full pipe defers the
+// client, never blocks the others or live publishing) and events.replay_rate,
+// then the end marker. Layout by dialect:
 //   vllm:       [id, "", topic, seq, payload] ... [id, "", "", END_SEQ, ""]
 //   tokenspeed: [id, "", seq, payload]        ... [id, "", END_SEQ, ""]
 #pragma once
@@ -24,6 +30,7 @@ struct replay_bridge_params {
   std::string topic;
   event_dialect dialect = event_dialect::vllm;
   replay_actor replay;
+  publisher_actor publisher; ///< serves snapshots
   int64_t rate = 0; ///< batches/s streamed at most, all clients together (0 = unlimited)
   std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
   int64_t hwm = 10000; ///< per-client send (and request receive) HWM: events.replay_hwm
@@ -47,6 +54,13 @@ private:
     replay_stream stream;
     size_t next = 0;       ///< next batch to send
     bool blocked = false;  ///< last send hit the client's HWM
+    uint64_t snapshot = 0; ///< snapshot id (0: a replay)
+    bool complete = true;  ///< all batches are here (a snapshot: last part came)
+    bool awaiting = false; ///< a snapshot's next part was asked for
+    /// Nothing to send until the publisher's next part arrives.
+    bool idle() const {
+      return !complete && next == stream.batches.size();
+    }
   };
 
   void pump();
@@ -55,6 +69,9 @@ private:
   /// Sends one message of the stream; false when the client's pipe is full.
   bool send_batch(const std::string& client, const encoded_batch* b);
   void reject(const std::string& kind, const std::string& detail);
+  void on_snapshot_part(snapshot_part& part);
+  /// Asks the publisher for a snapshot's next part when little is left.
+  void credit(pending& s);
 
   replay_bridge_params p_;
   zmq::socket_t router_;
@@ -64,6 +81,7 @@ private:
   uint64_t rejected_ = 0;
   uint64_t sent_ = 0;
   uint64_t abandoned_ = 0;
+  uint64_t snapshots_ = 0; ///< snapshot requests (also the last id given)
   double tokens_ = 0;
   std::chrono::steady_clock::time_point refilled_ = std::chrono::steady_clock::now();
 };

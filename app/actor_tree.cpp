@@ -30,20 +30,6 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
       rep = sys.spawn(replay, r, static_cast<size_t>(ev.buffer_steps),
                       static_cast<size_t>(ev.buffer_bytes), interval);
       t.workers.push_back(caf::actor_cast<caf::actor>(rep));
-      replay_bridge_params rp;
-      rp.rank = r;
-      rp.endpoint = *offset_endpoint(ev.replay_endpoint, r);
-      rp.config_key = "events.replay_endpoint";
-      rp.topic = ev.topic;
-      rp.dialect = dialect;
-      rp.replay = rep;
-      rp.rate = ev.replay_rate;
-      rp.curve_secret_key = cfg.security.curve_secret_key;
-      rp.hwm = ev.replay_hwm;
-      t.output_bridges.push_back(
-        sys.spawn<replay_bridge, caf::detached>(replay_ctx, supervisor, interval, rp));
-      t.summary.push_back(fmt::format("dp={}: replay (last {} batches) <- replay_bridge {}", r,
-                                      ev.buffer_steps, rp.endpoint));
     }
 
     pub_bridge_params pp;
@@ -60,8 +46,25 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     t.output_bridges.push_back(pub);
 
     auto p = sys.spawn(publisher, r, dialect, caf::actor_cast<pub_bridge_actor>(pub), rep,
-                       queue, interval);
+                       queue, interval, static_cast<size_t>(ev.index_max_blocks));
     publishers.push_back(p);
+    if (rep) {
+      replay_bridge_params rp;
+      rp.rank = r;
+      rp.endpoint = *offset_endpoint(ev.replay_endpoint, r);
+      rp.config_key = "events.replay_endpoint";
+      rp.topic = ev.topic;
+      rp.dialect = dialect;
+      rp.replay = rep;
+      rp.publisher = p;
+      rp.rate = ev.replay_rate;
+      rp.curve_secret_key = cfg.security.curve_secret_key;
+      rp.hwm = ev.replay_hwm;
+      t.output_bridges.push_back(
+        sys.spawn<replay_bridge, caf::detached>(replay_ctx, supervisor, interval, rp));
+      t.summary.push_back(fmt::format("dp={}: replay (last {} batches) <- replay_bridge {}", r,
+                                      ev.buffer_steps, rp.endpoint));
+    }
     t.workers.push_back(caf::actor_cast<caf::actor>(p));
     t.summary.push_back(fmt::format("dp={}: publisher ({}) -> pub_bridge {}", r, ev.format,
                                     pp.endpoint));

@@ -33,4 +33,26 @@ struct replay_stream {
   std::vector<encoded_batch> batches;
 };
 
+/// A router's snapshot request, as the replay bridge decoded it (bridge ->
+/// publisher). `id` is the bridge's name for the stream.
+struct snapshot_request {
+  uint64_t id = 0;
+};
+
+/// The bridge streamed what it had of snapshot `id` and wants the next part
+/// (or, with `cancel`, the client left: stop it).
+struct snapshot_credit {
+  uint64_t id = 0;
+  bool cancel = false;
+};
+
+/// Part of snapshot `id` (publisher -> bridge): BlockStored batches, each
+/// carrying the seq the snapshot is consistent with. `last`: the end marker
+/// follows. A snapshot of a rank that never published is one empty last part.
+struct snapshot_part {
+  uint64_t id = 0;
+  std::vector<encoded_batch> batches;
+  bool last = false;
+};
+
 } // namespace kvs

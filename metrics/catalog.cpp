@@ -33,6 +33,12 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_events_ingest_reconnects_total", "Engine connection established again after a loss"},
   {"kvsidecar_events_seq", "The next sequence number the rank will publish"},
   {"kvsidecar_events_queued", "Batches accepted and not yet on the wire"},
+  {"kvsidecar_events_index_blocks", "Blocks the rank holds now (its block index, for snapshots)"},
+  {"kvsidecar_events_index_bytes", "Estimated memory of the rank's block index"},
+  {"kvsidecar_events_index_refused_total",
+   "Blocks not indexed because events.index_max_blocks was reached"},
+  {"kvsidecar_events_snapshots_total", "Snapshots served to late routers"},
+  {"kvsidecar_events_snapshot_requests_total", "Snapshot requests received on the replay ROUTER"},
   {"kvsidecar_events_subscribers",
    "Distinct topics routers subscribe to on the PUB (XPUB reports each topic once: "
    "0 means no router listens)"},

@@ -11,7 +11,10 @@
 //            time (CLOCK_MONOTONIC seconds) in the envelope's ts field, which
 //            the sidecar relays unchanged, so receive - ts is the latency.
 //            --replay-port adds a client that replays the sidecar's whole
-//            buffer from seq 0 in a loop for the whole measurement.
+//            buffer from seq 0 in a loop for the whole measurement; with
+//            --snapshot 1 that client asks for snapshots ("snapshot/1") in a
+//            loop instead, and --fill-blocks N first stores N distinct blocks
+//            (chains of 1000, unpaced) so the snapshots have that size.
 //   codec    decode_event_batch / encode_event_batch alone, per batch.
 //   minirelay  a one-thread reference relay without actors (see run_minirelay).
 //
@@ -30,6 +33,7 @@
 //   bench_relay relay   --batch 16 --seconds 1.5 --ingest-port 41001 --sub-port 41002
 //   bench_relay latency --batch 16 --rate 5000 --seconds 3 --ingest-port .. --sub-port ..
 //                       [--replay-port ..] [--prefill 10000] [--replay-nice 19]
+//                       [--snapshot 1 --fill-blocks 1000000]
 //   bench_relay codec   --batch 16 --seconds 1      (the codec alone, no sockets)
 //   bench_relay minirelay --work full|validate|none --ingest-port .. --sub-port .. --seconds 60
 //            (a one-thread reference relay without actors, to run in place of kvsidecar)
@@ -73,6 +77,8 @@ struct options {
   double rate = 5000;  // latency: batches/s
   int64_t prefill = 0; // latency: batches sent (unpaced) before measuring
   int replay_nice = 0; // latency: nice value of the replaying client's thread
+  bool snapshot = false;   // latency: the --replay-port client asks for snapshots
+  int64_t fill_blocks = 0; // latency: distinct blocks stored before measuring
   std::string work = "full"; // minirelay: full | validate | none
   std::string format = "vllm";
   std::string dump;          // codec: write the payloads here (for codec_msgspec_bench.py)
@@ -83,7 +89,7 @@ struct options {
                "bench_relay: %s\nusage: bench_relay raw|relay|latency|codec|minirelay [--batch N] [--seconds S] "
                "[--window N] [--port P] [--ingest-port P] [--sub-port P] [--replay-port P] "
                "[--rate R] [--prefill N] [--replay-nice N] [--work full|validate|none] "
-               "[--format vllm|tokenspeed] [--dump FILE]\n",
+               "[--format vllm|tokenspeed] [--dump FILE] [--snapshot 0|1] [--fill-blocks N]\n",
                why);
   std::exit(2);
 }
@@ -111,6 +117,8 @@ options parse(int argc, char** argv) {
     else if (k == "--work") o.work = v;
     else if (k == "--format") o.format = v;
     else if (k == "--dump") o.dump = v;
+    else if (k == "--snapshot") o.snapshot = std::atoi(v) != 0;
+    else if (k == "--fill-blocks") o.fill_blocks = std::atoll(v);
     else usage(("unknown option " + k).c_str());
   }
   if (o.mode != "raw" && o.mode != "relay" && o.mode != "latency" && o.mode != "codec"
@@ -398,6 +406,9 @@ struct replayer {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> batches{0};
   std::atomic<uint64_t> replays{0}; // completed (end marker seen)
+  std::atomic<uint64_t> bytes{0};   // payload bytes received
+  bool snapshot = false;            // ask for snapshots instead of replays
+  std::vector<double> durations_s;  // each completed request, first batch asked to end marker
   std::atomic<bool> started{false}; // first reply arrived
   std::thread thread;
 
@@ -415,8 +426,12 @@ struct replayer {
       d.connect("tcp://127.0.0.1:" + std::to_string(port));
       zmq::pollitem_t it{d.handle(), 0, ZMQ_POLLIN, 0};
       while (!stop.load()) {
+        auto asked = clock_type::now();
         d.send(zmq::message_t{}, zmq::send_flags::sndmore);
-        d.send(kvs::be64_frame(0), zmq::send_flags::none);
+        if (snapshot)
+          d.send(zmq::str_buffer("snapshot/1"), zmq::send_flags::none);
+        else
+          d.send(kvs::be64_frame(0), zmq::send_flags::none);
         for (;;) {
           if (zmq::poll(&it, 1, 100ms) == 0) {
             if (stop.load())
@@ -432,9 +447,11 @@ struct replayer {
           // ["", (topic,) seq, payload]; the end marker's seq is -1.
           if (parts.size() >= 3 && parts[parts.size() - 2].size() == 8
               && kvs::get_be64(parts[parts.size() - 2].data()) == ~uint64_t{0}) {
+            durations_s.push_back(std::chrono::duration<double>(clock_type::now() - asked).count());
             replays.fetch_add(1);
             break;
           }
+          bytes.fetch_add(parts.back().size(), std::memory_order_relaxed);
           batches.fetch_add(1, std::memory_order_relaxed);
         }
       }
@@ -449,6 +466,36 @@ double percentile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(idx, sorted.size() - 1)];
 }
 
+/// Stores `blocks` distinct blocks as batches of one BlockStored chain of
+/// 1000 blocks (ts = 0: not timed), then waits until the router got them.
+uint64_t fill(zmq::socket_t& pub, const options& o, progress& pr, uint64_t seq) {
+  auto dialect = o.format == "vllm" ? kvs::event_dialect::vllm : kvs::event_dialect::tokenspeed;
+  std::mt19937_64 rng{777};
+  std::string s;
+  for (int64_t done = 0; done < o.fill_blocks;) {
+    kvs::block_stored e;
+    for (int i = 0; i < 1000 && done < o.fill_blocks; ++i, ++done) {
+      e.block_hashes.push_back(rng());
+      for (int t = 0; t < 16; ++t)
+        e.token_ids.push_back(static_cast<int64_t>(rng() % 128000));
+    }
+    e.block_size = 16;
+    e.medium = "GPU";
+    kvs::kv_event_batch b;
+    b.dp_rank = 0;
+    b.events.emplace_back(std::move(e));
+    s.clear();
+    kvs::encode_event_batch(b, dialect, s);
+    while (pr.sent.load() - pr.received.load() >= 64)
+      std::this_thread::sleep_for(100us);
+    send_batch(pub, seq++, s.data(), s.size());
+    pr.sent.fetch_add(1);
+  }
+  while (pr.received.load() < pr.sent.load())
+    std::this_thread::sleep_for(1ms);
+  return seq;
+}
+
 int run_latency(const options& o) {
   // Deadlines need better than the default 50 us timer slack.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -461,8 +508,11 @@ int run_latency(const options& o) {
   double worst_late_us = 0;
   double wall = 0;
 
+  rep.snapshot = o.snapshot;
   std::thread engine([&] {
     uint64_t seq = warm_up(e.pub, p, pr);
+    if (o.fill_blocks > 0)
+      seq = fill(e.pub, o, pr, seq);
     if (o.prefill > 0) {
       // Fills the replay buffer; ts = 0 marks these as not timed.
       seq = send_windowed(e.pub, p, pr, seq, o.window, 0, static_cast<uint64_t>(o.prefill));
@@ -545,16 +595,21 @@ int run_latency(const options& o) {
                                 + std::to_string(static_cast<long long>(replay_bps))
                                 + " batches/s replayed)").c_str()
                              : "");
-  char buf[512];
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "rate=%.0f replay=%d p50_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f sent=%llu "
                 "received=%llu lost=%llu worst_late_us=%.0f replays=%llu replay_batches_per_s=%.0f "
-                "payload_bytes=%zu replay_nice=%d",
+                "payload_bytes=%zu replay_nice=%d snapshot=%d fill_blocks=%lld "
+                "requests_done=%zu first_request_s=%.3f request_bytes=%llu",
                 o.rate, o.replay_port ? 1 : 0, p50, p99, p999, mx,
                 static_cast<unsigned long long>(sent), static_cast<unsigned long long>(got),
                 static_cast<unsigned long long>(sent - std::min(sent, got)), worst_late_us,
                 static_cast<unsigned long long>(rep.replays.load()), replay_bps,
-                p.real[0].size(), o.replay_nice);
+                p.real[0].size(), o.replay_nice, o.snapshot ? 1 : 0,
+                static_cast<long long>(o.fill_blocks), rep.durations_s.size(),
+                rep.durations_s.empty() ? 0.0 : rep.durations_s[0],
+                static_cast<unsigned long long>(
+                  rep.replays.load() ? rep.bytes.load() / rep.replays.load() : 0));
   print_result(o, buf);
   return got == 0 ? 1 : 0;
 }

@@ -42,10 +42,26 @@ replay_bridge_actor::behavior_type fake_replay_client(replay_bridge_actor::point
                                                       std::vector<uint64_t>* got) {
   self->send(replay, replay_atom_v, replay_request{"client-1", start});
   return {[got](replay_stream& s) {
-    CHECK(s.client == "client-1");
-    for (auto& b : s.batches)
-      got->push_back(b.seq);
-  }};
+            CHECK(s.client == "client-1");
+            for (auto& b : s.batches)
+              got->push_back(b.seq);
+          },
+          [](snapshot_part&) { FAIL("a replay got a snapshot part"); }};
+}
+
+/// Stands in for the replay bridge serving a snapshot: asks, then credits
+/// every part until the last.
+replay_bridge_actor::behavior_type fake_snapshot_client(replay_bridge_actor::pointer self,
+                                                        publisher_actor publisher,
+                                                        std::vector<snapshot_part>* parts) {
+  self->send(publisher, snapshot_request{7});
+  return {[](replay_stream&) { FAIL("a snapshot got a replay stream"); },
+          [self, publisher, parts](snapshot_part& p) {
+            CHECK(p.id == 7);
+            parts->push_back(p);
+            if (!p.last)
+              self->send(publisher, snapshot_credit{7, false});
+          }};
 }
 
 kv_event_batch batch_with(uint64_t hash, std::optional<int64_t> rank) {
@@ -69,7 +85,7 @@ TEST_CASE_FIXTURE(fixture, "publisher: gapless seq, rank filled in, same bytes t
   auto rep = sys.spawn(replay, int64_t{1}, size_t{3}, size_t{0}, std::chrono::nanoseconds{0});
   auto queue = std::make_shared<relay_queue>(100);
   auto p = sys.spawn(publisher, int64_t{1}, event_dialect::vllm, pub, rep, queue,
-                     std::chrono::nanoseconds{0});
+                     std::chrono::nanoseconds{0}, size_t{1000});
   sched.run();
   // Seq 0 is the publisher's own AllBlocksCleared: routers drop whatever they
   // kept from before this sidecar started.
@@ -119,6 +135,87 @@ TEST_CASE_FIXTURE(fixture, "publisher: gapless seq, rank filled in, same bytes t
   sched.run();
 }
 
+TEST_CASE_FIXTURE(fixture, "publisher: a snapshot is the state at its seq, live batches between parts") {
+  std::vector<encoded_batch> sent;
+  auto pub = sys.spawn(fake_pub, &sent);
+  auto queue = std::make_shared<relay_queue>(100);
+  auto p = sys.spawn(publisher, int64_t{0}, event_dialect::vllm, pub, replay_actor{}, queue,
+                     std::chrono::nanoseconds{0}, size_t{1000000});
+  sched.run();
+
+  // Nothing published yet: just the end (a router replays from 0). A
+  // publisher that starts with a batch of its own (a fence) answers one
+  // empty batch at that seq instead.
+  const uint64_t base = sent.size();
+  std::vector<snapshot_part> none;
+  sys.spawn(fake_snapshot_client, p, &none);
+  sched.run();
+  REQUIRE(none.size() == 1);
+  CHECK(none[0].last);
+  CHECK(none[0].batches.size() == base);
+
+  // Seq 0 and 1: 3000 blocks in one chain.
+  for (uint64_t part = 0; part < 2; ++part) {
+    block_stored e;
+    for (uint64_t h = 0; h < 1500; ++h)
+      e.block_hashes.push_back(part * 1500 + h + 1);
+    if (part == 1)
+      e.parent_block_hash = 1500;
+    e.token_ids.assign(1500 * 2, 5);
+    e.block_size = 2;
+    e.medium = "GPU";
+    kv_event_batches one;
+    kv_event_batch b;
+    b.ts = 1.0;
+    b.events = {e};
+    one.items.push_back(std::move(b));
+    caf::anon_send(p, publish_atom_v, std::move(one));
+  }
+  sched.run();
+  // The snapshot starts, then seq 2 removes every block: the parts keep
+  // coming with what the rank held at seq 1.
+  std::vector<snapshot_part> parts;
+  sys.spawn(fake_snapshot_client, p, &parts);
+  sched.run_once(); // the client asks
+  sched.run_once(); // the publisher starts the snapshot
+  block_removed gone;
+  for (uint64_t h = 1; h <= 3000; ++h)
+    gone.block_hashes.push_back(h);
+  gone.medium = "GPU";
+  kv_event_batches rm;
+  kv_event_batch b;
+  b.ts = 2.0;
+  b.events = {gone};
+  rm.items.push_back(std::move(b));
+  caf::anon_send(p, publish_atom_v, std::move(rm));
+  sched.run();
+  REQUIRE(sent.size() == base + 3);
+  REQUIRE(parts.size() >= 2);
+  CHECK(parts.back().last);
+  std::vector<uint64_t> hashes;
+  for (auto& part : parts)
+    for (auto& b : part.batches) {
+      CHECK(b.seq == base + 1);
+      auto r = decode_event_batch(reinterpret_cast<const uint8_t*>(b.payload->data()),
+                                  b.payload->size());
+      REQUIRE(std::holds_alternative<event_decode_result>(r));
+      auto& batch = std::get<event_decode_result>(r).batch;
+      CHECK(batch.dp_rank == 0);
+      for (auto& ev : batch.events) {
+        auto& s = std::get<block_stored>(ev);
+        CHECK(s.parent_block_hash == (hashes.empty() ? std::optional<uint64_t>{}
+                                                     : std::optional<uint64_t>{hashes.back()}));
+        hashes.insert(hashes.end(), s.block_hashes.begin(), s.block_hashes.end());
+      }
+    }
+  REQUIRE(hashes.size() == 3000);
+  for (uint64_t h = 0; h < 3000; ++h)
+    CHECK(hashes[h] == h + 1); // one chain, parents first
+  caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(pub, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
 TEST_CASE("relay queue: admits up to max, then drops and counts") {
   relay_queue q{2};
   CHECK(q.admit());
@@ -154,7 +251,7 @@ TEST_CASE_FIXTURE(fixture, "publisher: pass-through batches are forwarded, only 
   auto pub = sys.spawn(fake_pub, &sent);
   auto queue = std::make_shared<relay_queue>(100);
   auto p = sys.spawn(publisher, int64_t{1}, event_dialect::vllm, pub, replay_actor{}, queue,
-                     std::chrono::nanoseconds{0});
+                     std::chrono::nanoseconds{0}, size_t{1000});
   sched.run();
   REQUIRE(sent.size() == 1); // seq 0: the publisher's own AllBlocksCleared
   sent.clear();

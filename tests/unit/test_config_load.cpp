@@ -39,6 +39,7 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.events.buffer_steps == 10000);
   CHECK(c.events.buffer_bytes == (uint64_t{512} << 20));
   CHECK(c.events.replay_rate == 50000);
+  CHECK(c.events.index_max_blocks == 1000000);
   CHECK(c.events.hwm == 10000);
   CHECK(c.events.ingest_hwm == 10000);
   CHECK(c.events.ingest_max_message_size == (uint64_t{64} << 20));
@@ -125,6 +126,9 @@ TEST_CASE("enums, ranges and cross-key rules") {
   CHECK(error_of("[sidecar]\nlog_format = \"xml\"\n").key == "sidecar.log_format");
   CHECK(error_of("[gpu]\nbackend = \"rocm\"\n").key == "gpu.backend");
   CHECK(error_of("[events]\ndp_size = 0\n").key == "events.dp_size");
+  auto idx = error_of("[events]\n\nindex_max_blocks = 0\n");
+  CHECK(idx.key == "events.index_max_blocks");
+  CHECK(idx.line == 3);
   CHECK(error_of("[cache]\nevict_low = 0.95\n").key == "cache.evict_low");
   CHECK(error_of("[cache]\nevents_rank = 3\n").key == "cache.events_rank");
   CHECK(error_of("[cache]\nmax_sessions = 0\n").what == "expected an integer in 1..100000000, got 0");

@@ -1,0 +1,490 @@
+#include "actors/block_index.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace kvs {
+
+namespace {
+
+constexpr size_t max_mediums = 64;
+
+/// Size of the msgpack value at p[0..n), or 0 when it is not complete. The
+/// decoder already validated extra_keys, so this only has to walk it.
+size_t msgpack_size(const uint8_t* p, size_t n, int depth = 0) {
+  if (n == 0 || depth > 64)
+    return 0;
+  auto be = [&](size_t off, size_t w) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < w; ++i)
+      v = (v << 8) | p[off + i];
+    return v;
+  };
+  uint8_t t = p[0];
+  size_t head = 1;
+  uint64_t items = 0; // nested values that follow
+  uint64_t bytes = 0; // raw bytes that follow
+  if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
+  } else if (t >= 0x80 && t <= 0x8f) {
+    items = 2u * (t & 0x0f);
+  } else if (t >= 0x90 && t <= 0x9f) {
+    items = t & 0x0f;
+  } else if (t >= 0xa0 && t <= 0xbf) {
+    bytes = t & 0x1f;
+  } else {
+    switch (t) {
+      case 0xcc: case 0xd0: bytes = 1; break;
+      case 0xcd: case 0xd1: bytes = 2; break;
+      case 0xca: case 0xce: case 0xd2: bytes = 4; break;
+      case 0xcb: case 0xcf: case 0xd3: bytes = 8; break;
+      case 0xd4: bytes = 2; break;
+      case 0xd5: bytes = 3; break;
+      case 0xd6: bytes = 5; break;
+      case 0xd7: bytes = 9; break;
+      case 0xd8: bytes = 17; break;
+      case 0xc4: case 0xd9: head = 2; break;
+      case 0xc5: case 0xda: case 0xdc: case 0xde: head = 3; break;
+      case 0xc6: case 0xdb: case 0xdd: case 0xdf: head = 5; break;
+      case 0xc7: head = 3; break;
+      case 0xc8: head = 4; break;
+      case 0xc9: head = 6; break;
+      default: return 0;
+    }
+    if (n < head)
+      return 0;
+    if (t == 0xc4 || t == 0xd9 || t == 0xc5 || t == 0xda || t == 0xc6 || t == 0xdb)
+      bytes = be(1, head - 1);
+    else if (t == 0xdc || t == 0xdd)
+      items = be(1, head - 1);
+    else if (t == 0xde || t == 0xdf)
+      items = 2 * be(1, head - 1);
+    else if (t == 0xc7 || t == 0xc8 || t == 0xc9)
+      bytes = be(1, head - 2) + 1; // length, then the type byte and the data
+  }
+  if (head > n || bytes > n - head)
+    return 0;
+  size_t pos = head + static_cast<size_t>(bytes);
+  for (uint64_t i = 0; i < items; ++i) {
+    auto s = msgpack_size(p + pos, n - pos, depth + 1);
+    if (s == 0)
+      return 0;
+    pos += s;
+  }
+  return pos;
+}
+
+/// The elements of a msgpack array, as raw values; nullopt when `v` is not
+/// an array of exactly `count` complete elements.
+std::optional<std::vector<std::string>> split_array(const std::string& v, size_t count) {
+  auto p = reinterpret_cast<const uint8_t*>(v.data());
+  size_t n = v.size(), pos;
+  uint64_t len;
+  if (n >= 1 && p[0] >= 0x90 && p[0] <= 0x9f) {
+    len = p[0] & 0x0f;
+    pos = 1;
+  } else if (n >= 3 && p[0] == 0xdc) {
+    len = (uint64_t{p[1]} << 8) | p[2];
+    pos = 3;
+  } else if (n >= 5 && p[0] == 0xdd) {
+    len = (uint64_t{p[1]} << 24) | (uint64_t{p[2]} << 16) | (uint64_t{p[3]} << 8) | p[4];
+    pos = 5;
+  } else {
+    return std::nullopt;
+  }
+  if (len != count)
+    return std::nullopt;
+  std::vector<std::string> out;
+  out.reserve(count);
+  for (uint64_t i = 0; i < len; ++i) {
+    auto s = msgpack_size(p + pos, n - pos);
+    if (s == 0)
+      return std::nullopt;
+    out.emplace_back(v.data() + pos, s);
+    pos += s;
+  }
+  if (pos != n)
+    return std::nullopt;
+  return out;
+}
+
+void append_array_header(std::string& out, size_t len) {
+  if (len <= 15) {
+    out.push_back(static_cast<char>(0x90 | len));
+  } else if (len <= 0xffff) {
+    out.push_back(static_cast<char>(0xdc));
+    out.push_back(static_cast<char>(len >> 8));
+    out.push_back(static_cast<char>(len));
+  } else {
+    out.push_back(static_cast<char>(0xdd));
+    for (int s = 24; s >= 0; s -= 8)
+      out.push_back(static_cast<char>(len >> s));
+  }
+}
+
+size_t attrs_bytes(const block_stored& a) {
+  auto str = [](const std::optional<std::string>& s) { return s ? s->capacity() : 0; };
+  return sizeof(block_stored) + 16 /* control block */ + str(a.medium) + str(a.lora_name)
+         + str(a.extra_keys_msgpack) + str(a.kv_cache_spec_kind) + str(a.locality)
+         + str(a.ownership) + str(a.session_id);
+}
+
+} // namespace
+
+block_index::packed_tokens& block_index::packed_tokens::operator=(const packed_tokens& o) {
+  if (this == &o)
+    return *this;
+  n_ = o.n_;
+  wide_ = o.wide_;
+  has_parent = o.has_parent;
+  data_.reset();
+  if (o.data_) {
+    data_.reset(new int32_t[o.words()]);
+    std::memcpy(data_.get(), o.data_.get(), o.words() * sizeof(int32_t));
+  }
+  return *this;
+}
+
+void block_index::packed_tokens::assign(const int64_t* first, const int64_t* last) {
+  n_ = static_cast<uint32_t>(last - first);
+  wide_ = std::any_of(first, last, [](int64_t t) {
+    return t < std::numeric_limits<int32_t>::min() || t > std::numeric_limits<int32_t>::max();
+  });
+  data_.reset(n_ ? new int32_t[words()] : nullptr);
+  if (wide_)
+    std::memcpy(data_.get(), first, n_ * sizeof(int64_t));
+  else
+    for (uint32_t i = 0; i < n_; ++i)
+      data_[i] = static_cast<int32_t>(first[i]);
+}
+
+void block_index::packed_tokens::append_to(std::vector<int64_t>& out) const {
+  auto at = out.size();
+  out.resize(at + n_);
+  if (wide_)
+    std::memcpy(out.data() + at, data_.get(), n_ * sizeof(int64_t));
+  else
+    for (uint32_t i = 0; i < n_; ++i)
+      out[at + i] = data_[i];
+}
+
+block_index::block_index(size_t max_blocks) : max_blocks_(max_blocks) {}
+
+void block_index::apply(const kv_event& ev) {
+  if (auto s = std::get_if<block_stored>(&ev))
+    store(*s);
+  else if (auto r = std::get_if<block_removed>(&ev))
+    remove(*r);
+  else
+    clear();
+}
+
+std::optional<uint16_t> block_index::medium_id(const std::optional<std::string>& m, bool add) {
+  for (size_t i = 0; i < mediums_.size(); ++i)
+    if (mediums_[i] == m)
+      return static_cast<uint16_t>(i);
+  if (!add || mediums_.size() >= max_mediums)
+    return std::nullopt;
+  mediums_.push_back(m);
+  return static_cast<uint16_t>(mediums_.size() - 1);
+}
+
+uint32_t block_index::alloc_slot() {
+  uint32_t i;
+  if (!free_.empty()) {
+    i = free_.back();
+    free_.pop_back();
+  } else {
+    i = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  auto& r = slots_[i];
+  r.prev = tail_;
+  r.next = none;
+  if (tail_ != none)
+    slots_[tail_].next = i;
+  else
+    head_ = i;
+  tail_ = i;
+  return i;
+}
+
+void block_index::unlink(uint32_t i) {
+  auto& r = slots_[i];
+  if (cursor_ == i)
+    cursor_ = r.next;
+  (r.prev != none ? slots_[r.prev].next : head_) = r.next;
+  (r.next != none ? slots_[r.next].prev : tail_) = r.prev;
+}
+
+void block_index::free_slot(uint32_t i) {
+  unlink(i);
+  heap_bytes_ -= record_bytes(slots_[i]);
+  slots_[i] = record{};
+  free_.push_back(i);
+}
+
+size_t block_index::record_bytes(const record& r) const {
+  // A shared extra key is charged to each block that holds it (an upper
+  // bound); 16 bytes per allocation is glibc's overhead.
+  return r.data.tokens.heap_bytes() + 16
+         + (r.data.extra_key ? r.data.extra_key->capacity() + sizeof(std::string) + 32 : 0)
+         + (r.data.lookahead ? r.data.lookahead->capacity() * sizeof(int64_t) + 48 : 0);
+}
+
+bool block_index::owed(uint32_t i) const {
+  const auto& r = slots_[i];
+  return snap_active_ && r.stamp <= snap_stamp_ && r.emitted != snap_id_;
+}
+
+void block_index::save_preimage(uint32_t i, bool copy) {
+  // Walk up to the first ancestor the snapshot already has (or that is not
+  // indexed), then save top-down: parents before children. Marking while
+  // walking also ends a (malformed) cycle of parents.
+  chain_.clear();
+  for (uint32_t cur = i;;) {
+    auto& r = slots_[cur];
+    r.emitted = snap_id_;
+    chain_.push_back(cur);
+    if (!r.data.tokens.has_parent)
+      break;
+    const key pk{r.data.parent, r.k.group, r.k.medium};
+    // Chains come in order: the block saved just before is usually the
+    // parent, already in the snapshot; no hash lookup then.
+    if (cur == i && !pending_.empty() && pending_.back().slot != none
+        && slots_[pending_.back().slot].k == pk)
+      break;
+    auto it = map_.find(pk);
+    if (it == map_.end() || !owed(it->second))
+      break;
+    cur = it->second;
+  }
+  for (auto it = chain_.rbegin(); it != chain_.rend(); ++it)
+    if (copy)
+      pending_.push_back(pending_entry{none, slots_[*it].data});
+    else
+      pending_.push_back(pending_entry{*it, {}});
+  preimages_ += chain_.size();
+}
+
+void block_index::store(const block_stored& ev) {
+  const size_t n = ev.block_hashes.size();
+  if (n == 0)
+    return;
+  auto med = medium_id(ev.medium, true);
+  if (!med) {
+    refused_ += n;
+    return;
+  }
+  const int64_t group = ev.group_idx ? *ev.group_idx : no_group;
+  // Per-block parts: token ids by block_size, extra_keys by element.
+  std::optional<std::vector<std::string>> extras;
+  if (ev.extra_keys_msgpack)
+    extras = split_array(*ev.extra_keys_msgpack, n);
+  auto shared = new block_stored;
+  *shared = ev;
+  shared->block_hashes.clear();
+  shared->block_hashes.shrink_to_fit();
+  shared->token_ids.clear();
+  shared->token_ids.shrink_to_fit();
+  shared->parent_block_hash.reset();
+  if (extras)
+    shared->extra_keys_msgpack.reset();
+  // lookahead_token_ids is per block too (one list per block hash).
+  const bool split_lookahead = ev.lookahead_token_ids && ev.lookahead_token_ids->size() == n;
+  if (split_lookahead)
+    shared->lookahead_token_ids.reset();
+  auto cost = attrs_bytes(*shared);
+  *attr_bytes_ += cost;
+  std::shared_ptr<const block_stored> attrs(shared,
+                                            [counter = attr_bytes_, cost](const block_stored* p) {
+                                              *counter -= cost;
+                                              delete p;
+                                            });
+  const size_t bs = ev.block_size > 0 ? static_cast<size_t>(ev.block_size) : 0;
+  const auto& toks = ev.token_ids;
+  std::optional<uint64_t> parent = ev.parent_block_hash;
+  for (size_t b = 0; b < n; ++b) {
+    key k{ev.block_hashes[b], group, *med};
+    // Block b's token ids: [b*bs, (b+1)*bs), the last block takes the rest.
+    size_t lo = std::min(toks.size(), b * bs);
+    size_t hi = b + 1 == n ? toks.size() : std::min(toks.size(), (b + 1) * bs);
+    auto it = map_.find(k);
+    uint32_t i;
+    if (it != map_.end()) {
+      i = it->second;
+      if (owed(i))
+        save_preimage(i);
+      heap_bytes_ -= record_bytes(slots_[i]);
+    } else {
+      if (map_.size() >= max_blocks_) {
+        ++refused_;
+        parent = k.hash;
+        continue;
+      }
+      i = alloc_slot();
+      map_.emplace(k, i);
+    }
+    auto& r = slots_[i];
+    r.k = k;
+    r.stamp = ++clock_;
+    r.data.hash = k.hash;
+    r.data.attrs = attrs;
+    r.data.tokens.assign(toks.data() + lo, toks.data() + hi);
+    r.data.tokens.has_parent = parent.has_value();
+    r.data.parent = parent.value_or(0);
+    if (extras)
+      r.data.extra_key = std::make_shared<const std::string>(std::move((*extras)[b]));
+    else
+      r.data.extra_key.reset();
+    if (split_lookahead)
+      r.data.lookahead = std::make_shared<const std::vector<int64_t>>((*ev.lookahead_token_ids)[b]);
+    else
+      r.data.lookahead.reset();
+    heap_bytes_ += record_bytes(r);
+    parent = k.hash;
+  }
+}
+
+void block_index::remove(const block_removed& ev) {
+  auto med = medium_id(ev.medium, false);
+  if (!med)
+    return;
+  const int64_t group = ev.group_idx ? *ev.group_idx : no_group;
+  for (auto h : ev.block_hashes) {
+    auto it = map_.find(key{h, group, *med});
+    if (it == map_.end())
+      continue;
+    auto i = it->second;
+    if (owed(i))
+      save_preimage(i);
+    map_.erase(it);
+    ++clock_;
+    free_slot(i);
+  }
+}
+
+void block_index::clear() {
+  // A snapshot in progress still owes the blocks it has not yielded: save
+  // them all now (rare: engine restart or reset_prefix_cache).
+  if (snap_active_)
+    for (auto i = cursor_; i != none; i = slots_[i].next)
+      if (owed(i))
+        save_preimage(i);
+  cursor_ = none;
+  map_.clear();
+  slots_.clear();
+  free_.clear();
+  head_ = tail_ = none;
+  heap_bytes_ = 0;
+  ++clock_;
+}
+
+size_t block_index::memory_bytes() const {
+  // unordered_map node: key + value + next pointer + cached hash, plus the
+  // allocator's 16 bytes.
+  constexpr size_t node = sizeof(key) + sizeof(uint32_t) + 2 * sizeof(void*) + 16;
+  size_t pending = 0;
+  for (size_t i = pending_pos_; i < pending_.size(); ++i)
+    pending += sizeof(pending_entry) + pending_[i].data.tokens.heap_bytes();
+  return slots_.capacity() * sizeof(record) + free_.capacity() * sizeof(uint32_t)
+         + map_.bucket_count() * sizeof(void*) + map_.size() * node + heap_bytes_
+         + *attr_bytes_ + pending;
+}
+
+void block_index::begin_snapshot() {
+  snap_active_ = true;
+  ++snap_id_;
+  snap_stamp_ = clock_;
+  cursor_ = head_;
+  pending_.clear();
+  pending_pos_ = 0;
+}
+
+void block_index::cancel_snapshot() {
+  snap_active_ = false;
+  cursor_ = none;
+  pending_.clear();
+  pending_.shrink_to_fit();
+  pending_pos_ = 0;
+}
+
+bool block_index::snapshot_next(size_t max_blocks, std::vector<kv_event>& out) {
+  if (!snap_active_)
+    return true;
+  max_blocks = std::max<size_t>(max_blocks, 1);
+  // Fill pending_ up to the budget: saved pre-images first, then the walk.
+  while (pending_.size() - pending_pos_ < max_blocks && cursor_ != none) {
+    auto i = cursor_;
+    cursor_ = slots_[i].next;
+    if (owed(i))
+      save_preimage(i, false);
+  }
+  size_t end = std::min(pending_.size(), pending_pos_ + max_blocks);
+  // A chain cut at `end` continues in the next call, its parent hash intact.
+  for (size_t i = pending_pos_; i < end;) {
+    const auto& first = pending_at(i);
+    block_stored ev = *first.attrs;
+    if (first.tokens.has_parent)
+      ev.parent_block_hash = first.parent;
+    else
+      ev.parent_block_hash.reset();
+    const bool split_keys = first.extra_key != nullptr;
+    const bool split_look = first.lookahead != nullptr;
+    std::string keys;
+    size_t j = i;
+    for (; j < end; ++j) {
+      const auto& b = pending_at(j);
+      if (j > i) {
+        const auto& prev = pending_at(j - 1);
+        // Merge a chain of one event: same attributes, parent = previous,
+        // every block but the last exactly block_size tokens.
+        if (b.attrs != first.attrs || !b.tokens.has_parent || b.parent != prev.hash
+            || (b.extra_key != nullptr) != split_keys
+            || (b.lookahead != nullptr) != split_look || ev.block_size <= 0
+            || prev.tokens.size() != static_cast<size_t>(ev.block_size))
+          break;
+      }
+      ev.block_hashes.push_back(b.hash);
+      b.tokens.append_to(ev.token_ids);
+      if (split_keys)
+        keys += *b.extra_key;
+      if (split_look) {
+        if (!ev.lookahead_token_ids)
+          ev.lookahead_token_ids.emplace();
+        ev.lookahead_token_ids->push_back(*b.lookahead);
+      }
+    }
+    if (split_keys) {
+      std::string v;
+      append_array_header(v, j - i);
+      v += keys;
+      ev.extra_keys_msgpack = std::move(v);
+    }
+    out.emplace_back(std::move(ev));
+    i = j;
+  }
+  pending_pos_ = end;
+  // What stays pending may change before the next call: copy it now.
+  for (size_t i = pending_pos_; i < pending_.size(); ++i)
+    if (pending_[i].slot != none) {
+      pending_[i].data = slots_[pending_[i].slot].data;
+      pending_[i].slot = none;
+    }
+  // Live pre-images keep arriving: drop what was yielded once it is most of
+  // the buffer, so pending_ never holds more than the blocks still owed.
+  if (pending_pos_ == pending_.size()) {
+    pending_.clear();
+    pending_pos_ = 0;
+  } else if (pending_pos_ >= 4096 && 2 * pending_pos_ >= pending_.size()) {
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(pending_pos_));
+    pending_pos_ = 0;
+  }
+  if (cursor_ == none && pending_.empty()) {
+    snap_active_ = false;
+    return true;
+  }
+  return false;
+}
+
+} // namespace kvs
