@@ -9,6 +9,7 @@ DEB_PACKAGES=(
   libcaf-dev cppzmq-dev libzmq3-dev libmsgpack-cxx-dev libtomlplusplus-dev
   doctest-dev libspdlog-dev libfmt-dev libxxhash-dev libcli11-dev libbenchmark-dev
   clang libclang-rt-14-dev python3 python3-pip
+  libhiredis-dev redis-server redis-tools
 )
 
 missing=()
