@@ -1,10 +1,9 @@
 #include "actors/store.hpp"
 
 #include "actors/actor_logging.hpp"
+#include "actors/event_announce.hpp"
 #include "config/config.hpp"
 #include "messages/lmcache_protocol.hpp"
-
-#include <ctime>
 
 namespace kvs {
 
@@ -12,28 +11,11 @@ namespace {
 
 using self_ptr = store_actor::stateful_pointer<store_state>;
 
-double wall_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 /// Hands a batch of our own events to the configured publisher (if any),
 /// through the same bounded queue as the engine's batches.
 void announce(self_ptr self, std::vector<kv_event> events) {
   auto& st = self->state;
-  if (events.empty() || !st.p.events)
-    return;
-  if (!st.p.events_queue->admit()) {
-    ++st.events_dropped;
-    return;
-  }
-  kv_event_batch b;
-  b.ts = wall_seconds();
-  b.events = std::move(events);
-  kv_event_batches one;
-  one.items.push_back(std::move(b));
-  self->send(st.p.events, publish_atom_v, std::move(one));
+  announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
 }
 
 /// BlockRemoved for evicted rank-0 chunks (one announcement per prefix hash).
@@ -78,10 +60,13 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
                                                      std::chrono::seconds{1});
   self->delayed_send(self, expiry, tick_atom_v);
   return {
-    [self](store_lookup& q) -> uint64_t {
+    [self](store_lookup& q) -> caf::result<uint64_t> {
       auto& st = self->state;
-      return st.ledger->lookup(q.session, q.hashes.data(), q.hashes.size(), q.world_size,
-                               q.readers_per_key, cache_clock::now());
+      auto hits = st.ledger->lookup(q.session, q.hashes.data(), q.hashes.size(), q.world_size,
+                                    q.readers_per_key, cache_clock::now());
+      if (l2_wants_prefetch(self, q, hits)) // L2 hook: the rest of the prefix from L2
+        return l2_prefetch(self, std::move(q), hits);
+      return static_cast<uint64_t>(hits);
     },
     [self](store_release_range& q) {
       auto& ledger = *self->state.ledger;
@@ -91,6 +76,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         ledger.release_range(q.session, q.begin, q.end, cache_clock::now());
     },
     [self](store_end_session& q) -> uint64_t {
+      self->state.p.l2.fetches.erase(q.session); // L2 hook: a late prefetch takes no locks
       return self->state.ledger->end_session(q.session);
     },
     [self](store_reserve& q) -> store_reserve_reply {
@@ -137,6 +123,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         if (!st.index->commit(k))
           continue;
         ++st.stored;
+        l2_stage(self, f, i); // L2 hook: write-through
         if (f.rank != 0)
           continue;
         block_stored e;
@@ -147,6 +134,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         e.medium = "CPU";
         events.emplace_back(std::move(e));
       }
+      l2_flush(self); // L2 hook
       announce(self, std::move(events));
     },
     [self](store_acquire& q) -> store_acquire_reply {
@@ -244,6 +232,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
                s.chunks, s.reserved, s.slot_bytes_used >> 20, s.capacity_bytes >> 20,
                s.outstanding_readers, s.locked_entries, st.ledger->session_count(), s.hit_chunks,
                s.miss_chunks, st.stored, st.evicted, st.refused, st.events_dropped);
+      l2_log_stats(self); // L2 hook
       self->delayed_send(self, st.p.stats_interval, stats_atom_v);
     },
   };

@@ -44,6 +44,8 @@ struct store_lookup {
   std::vector<uint64_t> hashes;
   int32_t world_size = 1;
   uint32_t readers_per_key = 1;
+  std::string model; ///< names L2 objects (l2/object_header.hpp)
+  std::string salt;
 };
 
 /// FREE_LOOKUP_LOCKS: release the session's locks on chunks [begin, end):
@@ -86,6 +88,8 @@ struct store_finish {
   std::vector<uint64_t> hashes;   ///< reserved chunks only
   std::vector<std::vector<int64_t>> tokens;
   std::vector<std::optional<uint64_t>> parents;
+  std::string model; ///< names L2 objects (l2/object_header.hpp)
+  std::string salt;
 };
 
 /// RETRIEVE step 1: pin chunks [begin, end) of `hashes` on `rank` for

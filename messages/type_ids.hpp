@@ -10,6 +10,7 @@
 #include "messages/cache_messages.hpp"
 #include "messages/encoded_batch.hpp"
 #include "messages/kv_events.hpp"
+#include "messages/l2_messages.hpp"
 
 CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
 
@@ -52,6 +53,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_await))
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_copy_done))
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_status_reply))
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_write))
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_fetch))
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_fetch_reply))
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)
 
@@ -80,3 +84,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_copy_started)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_await)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_copy_done)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_status_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::l2_write)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::l2_fetch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::l2_fetch_reply)

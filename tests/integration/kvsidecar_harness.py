@@ -106,6 +106,8 @@ def toml_value(v: Any) -> str:
         return repr(v)
     if isinstance(v, str):
         return json.dumps(v)  # a TOML basic string for the ASCII we use
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     raise TypeError(f"no TOML literal for {v!r}")
 
 
