@@ -98,7 +98,8 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
     fetches.erase(i);
     return true;
   };
-  self->request(st.p.l2.actor, std::chrono::seconds(30), std::move(f))
+  // High priority: a prefetch goes ahead of queued write-throughs.
+  self->request<caf::message_priority::high>(st.p.l2.actor, std::chrono::seconds(30), std::move(f))
     .then(
       [self, q, l1_hits, rp, current](l2_fetch_reply& r) mutable {
         auto& st = self->state;
