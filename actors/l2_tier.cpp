@@ -119,6 +119,7 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
   // The contiguous prefix of chunks complete on every rank.
   for (size_t c = 0; c < n; ++c) {
     std::vector<std::string> shards(world);
+    std::vector<uint32_t> skip(world, 0);
     bool complete = true;
     for (size_t r = 0; r < world && complete; ++r) {
       auto i = c * world + r;
@@ -131,7 +132,8 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
       uint64_t payload = 0;
       if (v && check_l2_header(reinterpret_cast<const uint8_t*>(v->data()), v->size(), id, &payload)
                  == l2_header_check::ok) {
-        shards[r].assign(v->data() + l2_header_bytes, payload);
+        shards[r] = std::move(*v);
+        skip[r] = static_cast<uint32_t>(l2_header_bytes);
         ++st.fetched_redis;
         continue;
       }
@@ -141,8 +143,10 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
     }
     if (!complete)
       break;
-    for (auto& s : shards)
-      out.bytes.push_back(std::move(s));
+    for (size_t r = 0; r < world; ++r) {
+      out.bytes.push_back(std::move(shards[r]));
+      out.skip.push_back(skip[r]);
+    }
     ++out.chunks;
   }
   announce_disk_removals(self); // a rejected file is dropped from the disk

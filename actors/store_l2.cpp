@@ -60,13 +60,15 @@ void load_into_l1(store_self self, const store_lookup& q, uint64_t l1_hits, l2_f
     for (size_t rank = 0; rank < world; ++rank) {
       chunk_key k{q.hashes[l1_hits + c], static_cast<int32_t>(rank)};
       auto& bytes = r.bytes[c * world + rank];
-      auto res = st.index->reserve(k, bytes.size(), now);
+      size_t skip = r.skip[c * world + rank];
+      size_t payload = bytes.size() - skip;
+      auto res = st.index->reserve(k, payload, now);
       st.evicted += res.evicted.size(); // not announced: no tokens here
       if (res.status == reserve_status::already_present)
         continue;
       if (res.status != reserve_status::reserved)
         return;
-      std::memcpy(res.data, bytes.data(), bytes.size());
+      std::memcpy(res.data, bytes.data() + skip, payload);
       st.index->commit(k);
       ++st.p.l2.prefetched_chunks;
     }

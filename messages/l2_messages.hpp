@@ -35,6 +35,9 @@ struct l2_fetch {
 struct l2_fetch_reply {
   size_t chunks = 0;              ///< length of the prefix found
   std::vector<std::string> bytes; ///< [chunk * world_size + rank], chunks of them
+  /// Where each shard's payload starts in bytes[i] (a Redis value keeps its
+  /// header: dropping it would copy the chunk once more).
+  std::vector<uint32_t> skip;
 };
 
 } // namespace kvs
