@@ -28,7 +28,26 @@ void note_redis_error(self_ptr self) {
   }
 }
 
+/// Logs the first disk fault of each kind (ENOSPC, I/O error, rejected
+/// object); the stats line keeps counting them.
+void note_disk_faults(self_ptr self) {
+  auto& st = self->state;
+  if (!st.p.disk)
+    return;
+  auto& d = st.p.disk->stats();
+  auto once = [&](uint64_t now, uint64_t& seen, const char* what) {
+    if (now > 0 && seen == 0)
+      KVS_WARN(st.label, "disk {}: {} so far (skipped as misses; counted in the stats line)",
+               what, now);
+    seen = now;
+  };
+  once(d.no_space, st.seen_no_space, "full (ENOSPC) on write");
+  once(d.io_errors, st.seen_io_errors, "I/O error");
+  once(d.rejected, st.seen_rejected, "object rejected (corrupt, truncated or foreign)");
+}
+
 void announce_disk_removals(self_ptr self) {
+  note_disk_faults(self);
   auto& st = self->state;
   if (st.disk_removed.empty())
     return;

@@ -63,6 +63,7 @@ struct l2_state {
   uint64_t events_dropped = 0;
   std::vector<uint64_t> disk_removed; ///< rank-0 hashes evicted from disk, to announce
   std::string last_redis_error;       ///< logged once per distinct error
+  uint64_t seen_no_space = 0, seen_io_errors = 0, seen_rejected = 0; ///< disk faults logged once
 };
 
 l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_params params);

@@ -35,6 +35,10 @@ void announce_removed(self_ptr self, const std::vector<chunk_key>& keys) {
 
 } // namespace
 
+void announce_evicted(self_ptr self, const std::vector<chunk_key>& keys) {
+  announce_removed(self, keys);
+}
+
 store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self,
                                  store_params params) {
   auto& st = self->state;

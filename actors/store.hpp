@@ -57,4 +57,9 @@ struct store_state {
 store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self,
                                  store_params params);
 
+/// Counts evicted chunks and announces BlockRemoved "CPU" for rank 0's
+/// (also used by the L2 prefetch, actors/store_l2.cpp).
+void announce_evicted(store_actor::stateful_pointer<store_state> self,
+                      const std::vector<chunk_key>& keys);
+
 } // namespace kvs

@@ -63,7 +63,7 @@ void load_into_l1(store_self self, const store_lookup& q, uint64_t l1_hits, l2_f
       size_t skip = r.skip[c * world + rank];
       size_t payload = bytes.size() - skip;
       auto res = st.index->reserve(k, payload, now);
-      st.evicted += res.evicted.size(); // not announced: no tokens here
+      announce_evicted(self, res.evicted);
       if (res.status == reserve_status::already_present)
         continue;
       if (res.status != reserve_status::reserved)

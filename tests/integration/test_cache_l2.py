@@ -136,6 +136,15 @@ def written(srv, n: int, timeout: float = 10.0) -> dict:
                           what=f"written>={n}")
 
 
+def store_through(srv, f: SeedFlow, toks: list[int], rid: str, first_block: int = 0) -> None:
+    """STORE a whole prompt, end its session, wait until L2 has written it."""
+    n = len(toks) // CHUNK
+    assert f.store_kv(toks, rid, blocks(first_block, n)) is True
+    f.end_session(rid)
+    f.drain()
+    written(srv, n)
+
+
 @needs_redis
 def test_prompt_stored_on_a_is_a_prefetch_hit_on_b(cache_server, kv_pools, redis_cluster):
     a = cache_server(overrides=redis_overrides(redis_cluster))
@@ -175,10 +184,7 @@ def test_disk_tier_survives_a_restart(cache_server, kv_pools, tmp_path):
     f = flow_for(first, pools, 1)
     toks = tokens(3, salt=21)
     assert f.lookup_kv(toks, "r-1") == 0
-    assert f.store_kv(toks, "r-1", blocks(0, 3)) is True
-    f.end_session("r-1")
-    f.drain()
-    written(first, 3)
+    store_through(first, f, toks, "r-1")
     assert len(list(path.glob("*.kvl2"))) == 3
     first.close()
     # A new process on the same directory: the index is rebuilt from it.
@@ -206,10 +212,7 @@ def test_small_disk_evicts_lru_and_announces_disk_medium(cache_server, kv_pools,
     pools = kv_pools(seed=5, num_blocks=18 * PAGES_PER_CHUNK)
     f = flow_for(srv, pools, 1)
     toks = tokens(18, salt=31)
-    assert f.store_kv(toks, "s-1", blocks(0, 18)) is True
-    f.end_session("s-1")
-    f.drain()
-    written(srv, 18)
+    store_through(srv, f, toks, "s-1")
     stored = srv.events(36, kind=vs.BlockStored)
     by_medium: dict[str, list[int]] = {}
     for e in stored:
@@ -260,3 +263,31 @@ def test_redis_master_killed_mid_run_degrades_to_misses(cache_server, kv_pools, 
     fb.end_session("b-new")
     fb.drain()
     assert b.sidecar.running()
+
+
+def test_corrupt_disk_object_ends_the_prefix_as_a_miss(cache_server, kv_pools, tmp_path):
+    path = tmp_path / "l2corrupt"
+    o = {"l2.disk.enabled": True, "l2.disk.path": str(path), "l2.disk.size": "16MiB"}
+    first = cache_server(events=True, overrides=o)
+    pools = kv_pools(seed=8)
+    f = flow_for(first, pools, 1)
+    toks = tokens(3, salt=41)
+    store_through(first, f, toks, "c-1")
+    hashes = [h for e in first.events(3, kind=vs.BlockStored) if e.medium == "CPU"
+              for h in e.block_hashes]
+    assert len(hashes) == 3
+    first.close()
+    # Chunk 1's file: one payload-size byte flipped (the header checksum fails
+    # when it is read; the directory scan at start checks it too).
+    victim = path / f"00000000@{hashes[1] & (2**64 - 1):016x}.kvl2"
+    data = bytearray(victim.read_bytes())
+    data[20] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    second = cache_server(overrides=o)
+    second.wait_log(r"l2#\d+ started: disk .* 2 chunks found")
+    f2 = flow_for(second, kv_pools(seed=9), 2)
+    assert f2.lookup_kv(toks, "c-2") == 1 * CHUNK  # chunk 0 only: the prefix ends at chunk 1
+    f2.end_session("c-2")
+    f2.drain()
+    assert not victim.exists()  # dropped at start
+    second.wait_idle()
