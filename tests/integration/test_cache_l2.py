@@ -291,3 +291,22 @@ def test_corrupt_disk_object_ends_the_prefix_as_a_miss(cache_server, kv_pools, t
     f2.drain()
     assert not victim.exists()  # dropped at start
     second.wait_idle()
+
+
+def test_full_write_queue_skips_and_counts_never_blocks_store(cache_server, kv_pools, tmp_path):
+    # 1 MiB of queue holds 16 chunks of 64 KiB; one STORE of 18 commits them
+    # all at once, so the last 2 find the queue full.
+    srv = cache_server(overrides={"l2.disk.enabled": True, "l2.disk.path": str(tmp_path / "q"),
+                                  "l2.queue_bytes": "1MiB"})
+    pools = kv_pools(seed=10, num_blocks=18 * PAGES_PER_CHUNK)
+    f = flow_for(srv, pools, 1)
+    toks = tokens(18, salt=51)
+    assert f.store_kv(toks, "q-1", blocks(0, 18)) is True  # answered, not held up
+    f.end_session("q-1")
+    f.drain()
+    srv.wait_stats(lambda s: s["stored"] == 18, what="18 committed in L1")
+    written(srv, 16)
+    line = srv.wait_log(r"store#\d+ stats l2: .*write_skipped_queue_full=(\d+) queued=0B")
+    assert int(line.group(1)) == 2
+    assert len(list((tmp_path / "q").glob("*.kvl2"))) == 16
+    assert srv.stats("l2")["written"] == 16
