@@ -101,7 +101,8 @@ void on_lookup(self_ptr self, const lookup_req& r) {
   // the prefetch queries.
   auto world = static_cast<int32_t>(std::max<int64_t>(r.key.world_size, 1));
   self->request(st.p.store, caf::infinite,
-                store_lookup{st.p.request_id, std::move(hashes), world, 1, r.key.model_name, r.key.cache_salt})
+                store_lookup{st.p.request_id, std::move(hashes), world, 1, r.key.model_name,
+                             r.key.cache_salt})
     .then(
       [self, gen](uint64_t n) {
         auto& st = self->state;

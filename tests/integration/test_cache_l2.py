@@ -27,8 +27,8 @@ import pytest
 pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
 
 import vllm_structs as vs
-from conftest_cache import CHUNK, pages_equal, tokens
-from kvsidecar_harness import wait_until
+from conftest_cache import BASE_OVERRIDES, CHUNK, pages_equal, tokens
+from kvsidecar_harness import Sidecar, free_port_range, wait_until
 from lmcache_client import SeedFlow
 
 pytest_plugins = ["conftest_cache"]  # the cache_server and kv_pools fixtures
@@ -310,3 +310,16 @@ def test_full_write_queue_skips_and_counts_never_blocks_store(cache_server, kv_p
     assert int(line.group(1)) == 2
     assert len(list((tmp_path / "q").glob("*.kvl2"))) == 16
     assert srv.stats("l2")["written"] == 16
+
+
+def test_unusable_disk_path_is_a_startup_error(tmp_path):
+    o = dict(BASE_OVERRIDES)
+    o.update({"cache.endpoint": f"tcp://127.0.0.1:{free_port_range(1)}",
+              "l2.disk.enabled": True, "l2.disk.path": "/proc/kvs-l2-not-creatable"})
+    sc = Sidecar(tmp_path / "bad", o)
+    sc.spawn()
+    try:
+        assert sc.proc.wait(timeout=10) == 1
+        assert 'l2.disk.path = "/proc/kvs-l2-not-creatable": cannot create directory' in sc.log_text()
+    finally:
+        sc.kill()
