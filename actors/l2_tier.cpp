@@ -137,6 +137,12 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
   }
   // The contiguous prefix of chunks complete on every rank.
   for (size_t c = 0; c < n; ++c) {
+    // Read nothing of a chunk that some rank lacks everywhere.
+    bool present = true;
+    for (size_t r = 0; r < world && present; ++r)
+      present = (st.p.disk && st.p.disk->contains(id_at(c * world + r))) || remote[c * world + r];
+    if (!present)
+      break;
     std::vector<std::string> shards(world);
     std::vector<uint32_t> skip(world, 0);
     bool complete = true;

@@ -323,3 +323,38 @@ def test_unusable_disk_path_is_a_startup_error(tmp_path):
         assert 'l2.disk.path = "/proc/kvs-l2-not-creatable": cannot create directory' in sc.log_text()
     finally:
         sc.kill()
+
+
+def test_tp2_prefetch_loads_only_chunks_every_rank_has(cache_server, kv_pools, tmp_path):
+    o = {"l2.disk.enabled": True, "l2.disk.path": str(tmp_path / "tp2"), "l2.disk.size": "16MiB"}
+    first = cache_server(overrides=o)
+    p0, p1 = kv_pools(seed=12), kv_pools(seed=13)
+    w0 = SeedFlow(first.client(), p0, MODEL, 7000, tp_size=2, rank=0)
+    w1 = SeedFlow(first.client(), p1, MODEL, 7001, tp_size=2, rank=1)
+    assert w0.register() is None and w1.register() is None
+    toks = tokens(4, salt=61)
+    assert w0.store_kv(toks, "t-1", blocks(0, 4))
+    assert w1.store_kv(toks[: 2 * CHUNK], "t-1", blocks(0, 2))
+    w0.c.end_session("t-1")
+    written(first, 6)
+    first.close()
+    # L1 is empty after the restart: the scheduler-style lookup of each worker
+    # loads the 2 chunks both ranks hold from disk, and each rank gets its shard.
+    second = cache_server(overrides=o)
+    q0, q1 = kv_pools(seed=14), kv_pools(seed=15)
+    v0 = SeedFlow(second.client(), q0, MODEL, 7100, tp_size=2, rank=0)
+    v1 = SeedFlow(second.client(), q1, MODEL, 7101, tp_size=2, rank=1)
+    assert v0.register() is None and v1.register() is None
+    assert v0.lookup_kv(toks, "t-2") == 2 * CHUNK
+    assert v1.lookup_kv(toks, "t-2") == 2 * CHUNK
+    second.wait_locks(4)
+    assert v0.retrieve_kv("t-2", blocks(80, 2)) == 2 * CHUNK
+    assert v1.retrieve_kv("t-2", blocks(80, 2)) == 2 * CHUNK
+    assert not pages_equal(q0, blocks(80, 2), p0, blocks(0, 2))
+    assert not pages_equal(q1, blocks(80, 2), p1, blocks(0, 2))
+    v0.end_session("t-2")
+    v1.end_session("t-2")
+    v0.drain()
+    v1.drain()
+    second.wait_idle()
+    assert second.stats("l2")["fetched_disk"] == 4  # 2 chunks x 2 ranks, loaded once
