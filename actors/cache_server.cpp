@@ -2,6 +2,7 @@
 
 #include "actors/engine_bridge.hpp"
 #include "actors/gpu_transfer.hpp"
+#include "actors/l2_tier.hpp"
 #include "actors/registry.hpp"
 #include "actors/store.hpp"
 #include "app/log.hpp"
@@ -75,6 +76,11 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
   sp.events = events;
   sp.events_queue = events_queue;
   sp.stats_interval = interval;
+  sp.l2 = spawn_l2(sys, cfg, events, events_queue, &out.error); // L2 tiers (none by default)
+  if (!out.error.empty()) {
+    caf::anon_send_exit(gpu, caf::exit_reason::user_shutdown);
+    return out;
+  }
   auto st = sys.spawn(store, sp);
 
   registry_params rp;
@@ -104,6 +110,8 @@ cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& c
   for (auto& a : {caf::actor_cast<caf::actor>(reg), caf::actor_cast<caf::actor>(st),
                   caf::actor_cast<caf::actor>(gpu)})
     out.workers.push_back(a);
+  if (sp.l2.actor)
+    out.workers.push_back(caf::actor_cast<caf::actor>(sp.l2.actor));
   out.summary.push_back(fmt::format("engine_bridge {} -> registry, session[rid] (on demand), "
                                     "store (L1 {} MiB, chunk {} tokens)",
                                     c.endpoint, c.l1_size >> 20, c.chunk_size));

@@ -126,4 +126,14 @@ using gpu_transfer_actor = caf::typed_actor<
   caf::reacts_to<stats_atom>,
   caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
+/// l2 — the L2 tiers (l2/disk_tier, l2/redis_client) on a thread of its own
+/// (detached: disk and Redis I/O block). Writes committed chunks through
+/// (bounded by l2.queue_bytes, counted by the store) and answers the store's
+/// prefetches. Announces what the tiers hold as BlockStored/BlockRemoved
+/// with medium "DISK" / "SHARED".
+using l2_actor = caf::typed_actor<
+  caf::reacts_to<l2_write>,
+  caf::replies_to<l2_fetch>::with<l2_fetch_reply>,
+  caf::reacts_to<stats_atom>>;
+
 } // namespace kvs

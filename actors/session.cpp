@@ -101,7 +101,8 @@ void on_lookup(self_ptr self, const lookup_req& r) {
   // the prefetch queries.
   auto world = static_cast<int32_t>(std::max<int64_t>(r.key.world_size, 1));
   self->request(st.p.store, caf::infinite,
-                store_lookup{st.p.request_id, std::move(hashes), world, 1})
+                store_lookup{st.p.request_id, std::move(hashes), world, 1, r.key.model_name,
+                             r.key.cache_salt})
     .then(
       [self, gen](uint64_t n) {
         auto& st = self->state;
@@ -157,7 +158,8 @@ void on_store(self_ptr self, const mp_call& call, const store_req& r) {
         // What L1 already holds is not copied twice.
         store_finish fin;
         fin.rank = rank;
-        fin.model = r.key.model_name;
+        fin.model = r.key.model_name; // names the L2 objects
+        fin.salt = r.key.cache_salt;
         auto cs = static_cast<size_t>(st.p.chunk_size);
         for (auto& c : res.chunks) {
           cp.chunk_positions.push_back(c.position);

@@ -1,6 +1,8 @@
 #include "actors/store.hpp"
 
 #include "actors/actor_logging.hpp"
+#include "actors/event_announce.hpp"
+#include "actors/l2_tier.hpp"
 #include "config/config.hpp"
 #include "messages/lmcache_protocol.hpp"
 
@@ -14,28 +16,11 @@ namespace {
 
 using self_ptr = store_actor::stateful_pointer<store_state>;
 
-double wall_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 /// Hands a batch of our own events to the configured publisher (if any),
 /// through the same bounded queue as the engine's batches.
 void announce(self_ptr self, std::vector<kv_event> events) {
   auto& st = self->state;
-  if (events.empty() || !st.p.events)
-    return;
-  if (!st.p.events_queue->admit()) {
-    ++st.events_dropped;
-    return;
-  }
-  kv_event_batch b;
-  b.ts = wall_seconds();
-  b.events = std::move(events);
-  kv_event_batches one;
-  one.items.push_back(std::move(b));
-  self->send(st.p.events, publish_atom_v, std::move(one));
+  announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
 }
 
 /// Hands records to the subscribe_kv_events log (if the bridge asked).
@@ -116,7 +101,19 @@ stats_snapshot snapshot(const store_state& st) {
     .counter("evicted", "kvsidecar_cache_evictions_total", st.evicted, "tier", "l1")
     .counter("refused", "kvsidecar_cache_store_refused_total", st.refused)
     .counter("events_dropped", "kvsidecar_cache_events_dropped_total", st.events_dropped);
+  if (st.p.l2.actor) {
+    auto& l2 = st.p.l2;
+    s.counter("", "kvsidecar_cache_l2_prefetches_total", l2.prefetches)
+      .counter("", "kvsidecar_cache_lookup_hit_chunks_total", l2.prefetched_chunks, "tier", "l2")
+      .counter("", "kvsidecar_cache_l2_prefetch_failures_total", l2.prefetch_failures)
+      .counter("", "kvsidecar_cache_l2_write_skipped_total", l2.queued_skipped)
+      .gauge("", "kvsidecar_cache_l2_queued_bytes", l2.queue->queued.load());
+  }
   return s;
+}
+
+void announce_evicted(self_ptr self, const std::vector<chunk_key>& keys) {
+  announce_removed(self, keys);
 }
 
 store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self,
@@ -144,10 +141,13 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
                                                      std::chrono::seconds{1});
   self->delayed_send(self, expiry, tick_atom_v);
   return {
-    [self](store_lookup& q) -> uint64_t {
+    [self](store_lookup& q) -> caf::result<uint64_t> {
       auto& st = self->state;
-      return st.ledger->lookup(q.session, q.hashes.data(), q.hashes.size(), q.world_size,
-                               q.readers_per_key, cache_clock::now());
+      auto hits = st.ledger->lookup(q.session, q.hashes.data(), q.hashes.size(), q.world_size,
+                                    q.readers_per_key, cache_clock::now());
+      if (l2_wants_prefetch(self, q, hits)) // L2 hook: the rest of the prefix from L2
+        return l2_prefetch(self, std::move(q), hits);
+      return static_cast<uint64_t>(hits);
     },
     [self](store_release_range& q) {
       auto& ledger = *self->state.ledger;
@@ -157,6 +157,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         ledger.release_range(q.session, q.begin, q.end, cache_clock::now());
     },
     [self](store_end_session& q) -> uint64_t {
+      self->state.p.l2.fetches.erase(q.session); // L2 hook: a late prefetch takes no locks
       return self->state.ledger->end_session(q.session);
     },
     [self](store_reserve& q) -> store_reserve_reply {
@@ -212,6 +213,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         if (!st.index->commit(k))
           continue;
         ++st.stored;
+        l2_stage(self, f, i); // L2 hook: write-through
         if (f.rank != 0)
           continue;
         st.chunk_model[k.hash] = model_id(st, f.model);
@@ -229,6 +231,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         e.medium = "CPU";
         events.emplace_back(std::move(e));
       }
+      l2_flush(self); // L2 hook
       announce(self, std::move(events));
       record(self, std::move(records));
     },
@@ -343,6 +346,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       self->delayed_send(self, expiry, tick_atom_v);
     },
     [self](stats_atom) {
+      l2_log_stats(self); // L2 hook
       log_stats(self, snapshot(self->state), self->state.p.stats_interval);
     },
     [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },

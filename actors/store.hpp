@@ -3,6 +3,7 @@
 
 #include "actors/interfaces.hpp"
 #include "actors/relay_queue.hpp"
+#include "actors/store_l2.hpp"
 #include "cache/chunk_index.hpp"
 #include "cache/lock_ledger.hpp"
 #include "cache/slot_pool.hpp"
@@ -25,6 +26,7 @@ struct store_params {
   publisher_actor events;   ///< may be null: announce nothing
   relay_queue_ptr events_queue;
   std::chrono::nanoseconds stats_interval{};
+  store_l2_link l2;         ///< L2 tiers (actor null: none)
 };
 
 struct store_state {
@@ -65,5 +67,10 @@ stats_snapshot snapshot(const store_state& st);
 
 store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self,
                                  store_params params);
+
+/// Counts evicted chunks and announces BlockRemoved "CPU" for rank 0's
+/// (also used by the L2 prefetch, actors/store_l2.cpp).
+void announce_evicted(store_actor::stateful_pointer<store_state> self,
+                      const std::vector<chunk_key>& keys);
 
 } // namespace kvs

@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -247,8 +248,8 @@ public:
     }
     auto key = std::string{trim(std::string_view{kv}.substr(0, eq))};
     auto value = std::string{trim(std::string_view{kv}.substr(eq + 1))};
-    auto dot = key.find('.');
-    if (dot == std::string::npos || dot == 0 || dot + 1 == key.size()) {
+    auto dot = key.rfind('.');
+    if (dot == std::string::npos || key.find('.') == 0 || dot + 1 == key.size()) {
       fail("--set", key, 0, "expected section.key=value");
       return false;
     }
@@ -261,10 +262,18 @@ public:
       parsed = toml::table{};
       parsed.insert("v", value);
     }
+    // "l2.redis.ttl" -> {l2 = {redis = {ttl = v}}}
     toml::table wrapper;
-    toml::table section;
-    section.insert(key.substr(dot + 1), *parsed.get("v"));
-    wrapper.insert(key.substr(0, dot), std::move(section));
+    wrapper.insert(key.substr(dot + 1), *parsed.get("v"));
+    for (auto end = dot; end != std::string::npos;) {
+      auto start = key.rfind('.', end - 1);
+      auto name = key.substr(start == std::string::npos ? 0 : start + 1,
+                             end - (start == std::string::npos ? 0 : start + 1));
+      toml::table outer;
+      outer.insert(name, std::move(wrapper));
+      wrapper = std::move(outer);
+      end = start;
+    }
     return merge(dst, wrapper, "--set", false);
   }
 
@@ -305,43 +314,57 @@ private:
     for (auto&& [skey, snode] : src) {
       std::string section{skey.str()};
       auto line = static_cast<int64_t>(snode.source().begin.line);
-      auto* stbl = snode.as_table();
-      if (!stbl) {
-        fail(source, section, line, "top-level keys must be sections: [sidecar], [events], [cache], [gpu], [security], [http]");
+      if (!snode.as_table()) {
+        fail(source, section, line,
+             "top-level keys must be sections: [sidecar], [events], [cache], [gpu], [security], [http], [l2]");
         return false;
       }
-      auto* dtbl = dst.get_as<toml::table>(section);
-      if (!dtbl) {
-        if (!is_default) {
-          fail(source, section, line, "unknown section (expected sidecar, events, cache, gpu, security or http)");
+      if (!is_default && !dst.get_as<toml::table>(section)) {
+        fail(source, section, line, "unknown section (expected sidecar, events, cache, gpu, security, http or l2)");
+        return false;
+      }
+      if (!merge_table(dst, section, *snode.as_table(), section, source, is_default))
+        return false;
+    }
+    return true;
+  }
+
+  /// Merges src into dst[name] key by key; subtables ([l2.disk]) recurse, so
+  /// a file that sets one key of a subtable keeps the defaults of the others.
+  bool merge_table(toml::table& parent, const std::string& name, toml::table& src,
+                   const std::string& path, const std::string& source, bool is_default) {
+    auto* dtbl = parent.get_as<toml::table>(name);
+    if (!dtbl) {
+      parent.insert(name, toml::table{});
+      dtbl = parent.get_as<toml::table>(name);
+    }
+    for (auto&& [k, v] : src) {
+      std::string key = path + "." + std::string{k.str()};
+      auto vline = static_cast<int64_t>(v.source().begin.line);
+      auto* old = dtbl->get(k.str());
+      if (!is_default) {
+        if (!old) {
+          fail(source, key, vline, "unknown key");
           return false;
         }
-        dst.insert(section, toml::table{});
-        dtbl = dst.get_as<toml::table>(section);
-      }
-      for (auto&& [k, v] : *stbl) {
-        std::string key = section + "." + std::string{k.str()};
-        auto vline = static_cast<int64_t>(v.source().begin.line);
-        auto* old = dtbl->get(k.str());
-        if (!is_default) {
-          if (!old) {
-            fail(source, key, vline, "unknown key");
-            return false;
-          }
-          bool ok = old->type() == v.type()
-                    || (old->is_floating_point() && v.is_integer());
-          if (!ok) {
-            fail(source, key, vline,
-                 std::string{"expected "} + type_name(*old) + ", got " + type_name(v));
-            return false;
-          }
+        bool ok = old->type() == v.type()
+                  || (old->is_floating_point() && v.is_integer());
+        if (!ok) {
+          fail(source, key, vline,
+               std::string{"expected "} + type_name(*old) + ", got " + type_name(v));
+          return false;
         }
-        if (v.is_integer() && old && old->is_floating_point())
-          dtbl->insert_or_assign(k.str(), static_cast<double>(v.as_integer()->get()));
-        else
-          dtbl->insert_or_assign(k.str(), v);
-        origins_[key] = origin{source, vline};
       }
+      if (auto* sub = v.as_table()) {
+        if (!merge_table(*dtbl, std::string{k.str()}, *sub, key, source, is_default))
+          return false;
+        continue;
+      }
+      if (v.is_integer() && old && old->is_floating_point())
+        dtbl->insert_or_assign(k.str(), static_cast<double>(v.as_integer()->get()));
+      else
+        dtbl->insert_or_assign(k.str(), v);
+      origins_[key] = origin{source, vline};
     }
     return true;
   }
@@ -450,6 +473,22 @@ public:
       l_.fail_at(key, "expected a tcp://, ipc:// or inproc:// endpoint, got \"" + s + "\"");
     }
     return s;
+  }
+
+  /// A list of strings (an empty list is fine).
+  std::vector<std::string> strings(const char* key) {
+    std::vector<std::string> out;
+    auto* arr = node(key) ? node(key)->as_array() : nullptr;
+    if (!arr)
+      return out;
+    for (auto& el : *arr) {
+      if (!el.is_string()) {
+        l_.fail_at(key, "expected a list of strings");
+        return {};
+      }
+      out.push_back(el.value_or(std::string{}));
+    }
+    return out;
   }
 
 private:
@@ -575,6 +614,37 @@ config_result finish(const toml::table& t, loader& l) {
   c.http.listen = r.str("http.listen");
   if (auto why = check_listen_address(c.http.listen); why && !l.error)
     l.fail_at("http.listen", *why);
+
+  auto& l2 = c.l2;
+  l2.queue_bytes = r.size("l2.queue_bytes", 1 << 20);
+  l2.disk.enabled = r.boolean("l2.disk.enabled");
+  l2.disk.path = r.str("l2.disk.path");
+  l2.disk.size = r.size("l2.disk.size", 1 << 20);
+  if (!l.error && l2.disk.enabled && l2.disk.path.empty())
+    l.fail_at("l2.disk.path", "expected a directory when l2.disk.enabled is true");
+  auto& rd = l2.redis;
+  rd.enabled = r.boolean("l2.redis.enabled");
+  rd.endpoints = r.strings("l2.redis.endpoints");
+  rd.cluster = r.boolean("l2.redis.cluster");
+  rd.password = r.str("l2.redis.password");
+  rd.key_prefix = r.str("l2.redis.key_prefix");
+  rd.ttl = r.dur("l2.redis.ttl", true);
+  rd.connections = r.integer("l2.redis.connections", 1, 64);
+  rd.timeout = r.dur("l2.redis.timeout", false);
+  if (!l.error && rd.enabled && rd.endpoints.empty())
+    l.fail_at("l2.redis.endpoints", "expected at least one \"host:port\" when l2.redis.enabled is true");
+  for (auto& ep : rd.endpoints) {
+    auto colon = ep.rfind(':');
+    long port = -1;
+    if (colon != std::string::npos && colon > 0 && colon + 1 < ep.size()) {
+      char* end = nullptr;
+      port = std::strtol(ep.c_str() + colon + 1, &end, 10);
+      if (*end != '\0')
+        port = -1;
+    }
+    if (!l.error && (port < 1 || port > 65535))
+      l.fail_at("l2.redis.endpoints", "expected \"host:port\" with a port in 1..65535, got \"" + ep + "\"");
+  }
 
   if (l.error)
     return {std::nullopt, l.error};

@@ -64,6 +64,31 @@ struct cache_config {
   int64_t hwm = 0; ///< cache ROUTER send/receive HWM per client
 };
 
+/// L2 tiers behind the L1 pool (l2/, actors/l2_tier.hpp).
+struct l2_disk_config {
+  bool enabled = false;
+  std::string path;
+  uint64_t size = 0;
+};
+
+struct l2_redis_config {
+  bool enabled = false;
+  std::vector<std::string> endpoints; // "host:port"
+  bool cluster = false;
+  std::string password;
+  std::string key_prefix;
+  duration ttl{}; // 0 = no expiry
+  int64_t connections = 1;
+  duration timeout{};
+};
+
+struct l2_config {
+  uint64_t queue_bytes = 0;
+  l2_disk_config disk;
+  l2_redis_config redis;
+  bool enabled() const { return disk.enabled || redis.enabled; }
+};
+
 struct gpu_config {
   std::string backend; // auto|cuda|host
 };
@@ -90,6 +115,7 @@ struct config {
   gpu_config gpu;
   security_config security;
   http_config http;
+  l2_config l2;
 };
 
 /// What went wrong, ready for one line on stderr.

@@ -57,6 +57,8 @@ struct store_lookup {
   std::vector<uint64_t> hashes;
   int32_t world_size = 1;
   uint32_t readers_per_key = 1;
+  std::string model; ///< names L2 objects (l2/object_header.hpp)
+  std::string salt;
 };
 
 /// FREE_LOOKUP_LOCKS: release the session's locks on chunks [begin, end):
@@ -98,10 +100,11 @@ struct store_reserve_reply {
 struct store_finish {
   bool commit = false;
   int32_t rank = 0;
-  std::string model; ///< the key's model_name (kv_event_stream records)
   std::vector<uint64_t> hashes;   ///< reserved chunks only
   std::vector<std::vector<int64_t>> tokens;
   std::vector<std::optional<uint64_t>> parents;
+  std::string model; ///< the key's model_name: kv_event_stream records, L2 objects
+  std::string salt;  ///< names L2 objects (l2/object_header.hpp)
 };
 
 /// RETRIEVE step 1: pin chunks [begin, end) of `hashes` on `rank` for

@@ -12,6 +12,7 @@
 #include "messages/encoded_batch.hpp"
 #include "messages/kv_events.hpp"
 #include "messages/stats_snapshot.hpp"
+#include "messages/l2_messages.hpp"
 
 CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
 
@@ -65,6 +66,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_copy_done))
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_status_reply))
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::kv_event_records))
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_write))
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_fetch))
+  CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_fetch_reply))
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)
 
@@ -98,3 +102,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_await)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_copy_done)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_status_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::kv_event_records)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::l2_write)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::l2_fetch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::l2_fetch_reply)

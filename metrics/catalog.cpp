@@ -50,6 +50,11 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_events_replay_kept_batches", "Batches kept for replay"},
   {"kvsidecar_events_replay_kept_bytes", "Payload bytes kept for replay"},
   // -- cache server ---------------------------------------------------------------
+  {"kvsidecar_cache_l2_prefetches_total", "LOOKUPs that asked the L2 tiers for the rest of the prefix"},
+  {"kvsidecar_cache_l2_prefetch_failures_total", "L2 prefetches that failed (answered with the L1 hits)"},
+  {"kvsidecar_cache_l2_write_skipped_total",
+   "Committed chunks not written to L2 because l2.queue_bytes was full"},
+  {"kvsidecar_cache_l2_queued_bytes", "Chunk bytes waiting to be written to L2"},
   {"kvsidecar_cache_reply_drops_total",
    "Replies dropped because the client's queue was at cache.hwm (it stopped reading)"},
   {"kvsidecar_cache_reply_unroutable_total", "Replies to clients that left before the answer"},

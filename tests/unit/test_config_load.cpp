@@ -358,3 +358,68 @@ TEST_CASE("[http]: enabled and listen, validated") {
   }
   CHECK(error_of("[http]\nenabled = \"yes\"\n").key == "http.enabled");
 }
+
+TEST_CASE("[l2]: defaults, nested sections keep their defaults, --set reaches them") {
+  auto d = ok("");
+  CHECK(d.l2.queue_bytes == (uint64_t{1} << 30));
+  CHECK_FALSE(d.l2.disk.enabled);
+  CHECK(d.l2.disk.size == (uint64_t{100} << 30));
+  CHECK_FALSE(d.l2.redis.enabled);
+  CHECK(d.l2.redis.endpoints == std::vector<std::string>{"127.0.0.1:6379"});
+  CHECK(d.l2.redis.ttl.count() == 0);
+  CHECK(d.l2.redis.connections == 1);
+  CHECK(d.l2.redis.timeout == std::chrono::seconds{1});
+  CHECK_FALSE(d.l2.enabled());
+
+  auto c = ok("[l2.disk]\nenabled = true\npath = \"/tmp/x\"\n"
+              "[l2.redis]\nenabled = true\nendpoints = [\"10.0.0.1:7000\", \"[::1]:7001\"]\n"
+              "cluster = true\nttl = \"1h\"\n",
+              {"l2.redis.password=pw", "l2.queue_bytes=\"64MiB\""});
+  CHECK(c.l2.disk.enabled);
+  CHECK(c.l2.disk.path == "/tmp/x");
+  CHECK(c.l2.disk.size == (uint64_t{100} << 30)); // untouched key of a touched subtable
+  CHECK(c.l2.redis.endpoints == std::vector<std::string>{"10.0.0.1:7000", "[::1]:7001"});
+  CHECK(c.l2.redis.cluster);
+  CHECK(c.l2.redis.ttl == std::chrono::hours{1});
+  CHECK(c.l2.redis.password == "pw");
+  CHECK(c.l2.redis.timeout == std::chrono::seconds{1});
+  CHECK(c.l2.queue_bytes == (uint64_t{64} << 20));
+  CHECK(c.l2.enabled());
+}
+
+TEST_CASE("[l2]: every bad key is named with its line") {
+  auto e = error_of("[l2.disk]\nenabled = true\npath = \"\"\n");
+  CHECK(e.key == "l2.disk.path");
+  CHECK(e.line == 3);
+  e = error_of("[l2.disk]\nsize = \"lots\"\n");
+  CHECK(e.key == "l2.disk.size");
+  CHECK(e.line == 2);
+  e = error_of("[l2.disk]\nsizes = \"1GiB\"\n");
+  CHECK(e.key == "l2.disk.sizes");
+  CHECK(e.what == "unknown key");
+  e = error_of("[l2.redis]\nendpoints = [\"redis:0\"]\n");
+  CHECK(e.key == "l2.redis.endpoints");
+  CHECK(e.what.find("redis:0") != std::string::npos);
+  e = error_of("[l2.redis]\nendpoints = [\"nohost\"]\n");
+  CHECK(e.key == "l2.redis.endpoints");
+  e = error_of("[l2.redis]\nendpoints = [1]\n");
+  CHECK(e.what == "expected a list of strings");
+  e = error_of("[l2.redis]\nendpoints = \"a:1\"\n");
+  CHECK(e.what == "expected an array, got a string");
+  e = error_of("[l2.redis]\nenabled = true\nendpoints = []\n");
+  CHECK(e.key == "l2.redis.endpoints");
+  e = error_of("[l2.redis]\nconnections = 0\n");
+  CHECK(e.key == "l2.redis.connections");
+  e = error_of("[l2.redis]\ntimeout = \"0s\"\n");
+  CHECK(e.key == "l2.redis.timeout");
+  e = error_of("[l2.redis]\nttl = \"soon\"\n");
+  CHECK(e.key == "l2.redis.ttl");
+  e = error_of("[l2]\nqueue_bytes = \"1KiB\"\n");
+  CHECK(e.key == "l2.queue_bytes");
+  e = error_of("", {"l2.redis.nope=1"});
+  CHECK(e.key == "l2.redis.nope");
+  CHECK(e.source == "--set");
+  e = error_of("[l2]\ndisk = 3\n");
+  CHECK(e.key == "l2.disk");
+  CHECK(e.what == "expected a table, got an integer");
+}

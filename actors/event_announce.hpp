@@ -1,0 +1,36 @@
+// Our own KV events (store, L2) to a publisher, through the rank's bounded
+// relay queue like the engine's batches: dropped and counted when full.
+#pragma once
+
+#include "actors/interfaces.hpp"
+#include "actors/relay_queue.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace kvs {
+
+/// Seconds since the epoch, as a batch's `ts`.
+double wall_seconds();
+
+/// Sends `events` as one batch (nothing when empty or no publisher); false
+/// (and ++*dropped) when the queue is full.
+template <class Self>
+bool announce_events(Self* self, const publisher_actor& to, const relay_queue_ptr& queue,
+                     std::vector<kv_event> events, uint64_t* dropped) {
+  if (events.empty() || !to)
+    return true;
+  if (!queue->admit()) {
+    ++*dropped;
+    return false;
+  }
+  kv_event_batch b;
+  b.ts = wall_seconds();
+  b.events = std::move(events);
+  kv_event_batches one;
+  one.items.push_back(std::move(b));
+  self->send(to, publish_atom_v, std::move(one));
+  return true;
+}
+
+} // namespace kvs

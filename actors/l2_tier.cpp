@@ -1,0 +1,274 @@
+#include "actors/l2_tier.hpp"
+
+#include "actors/actor_logging.hpp"
+#include "actors/event_announce.hpp"
+
+#include <fmt/ranges.h>
+
+#include <cstring>
+
+namespace kvs {
+
+namespace {
+
+using self_ptr = l2_actor::stateful_pointer<l2_state>;
+
+l2_object_id object_id(uint64_t hash, int32_t rank, uint64_t model, uint64_t layout) {
+  return l2_object_id{hash, rank, model, layout};
+}
+
+/// Logs a Redis failure once per distinct message (a dead node would
+/// otherwise log on every batch); the counters keep the totals.
+void note_redis_error(self_ptr self) {
+  auto& st = self->state;
+  auto& e = st.redis->last_error();
+  if (!e.empty() && e != st.last_redis_error) {
+    KVS_WARN(st.label, "redis: {} (lookups degrade to the other tiers; retrying by itself)", e);
+    st.last_redis_error = e;
+  }
+}
+
+/// Logs the first disk fault of each kind (ENOSPC, I/O error, rejected
+/// object); the stats line keeps counting them.
+void note_disk_faults(self_ptr self) {
+  auto& st = self->state;
+  if (!st.p.disk)
+    return;
+  auto& d = st.p.disk->stats();
+  auto once = [&](uint64_t now, uint64_t& seen, const char* what) {
+    if (now > 0 && seen == 0)
+      KVS_WARN(st.label, "disk {}: {} so far (skipped as misses; counted in the stats line)",
+               what, now);
+    seen = now;
+  };
+  once(d.no_space, st.seen_no_space, "full (ENOSPC) on write");
+  once(d.io_errors, st.seen_io_errors, "I/O error");
+  once(d.rejected, st.seen_rejected, "object rejected (corrupt, truncated or foreign)");
+}
+
+void announce_disk_removals(self_ptr self) {
+  note_disk_faults(self);
+  auto& st = self->state;
+  if (st.disk_removed.empty())
+    return;
+  std::vector<kv_event> events;
+  block_removed e;
+  e.block_hashes = std::move(st.disk_removed);
+  e.medium = l2_disk_medium;
+  events.emplace_back(std::move(e));
+  st.disk_removed.clear();
+  announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
+}
+
+void on_write(self_ptr self, l2_write& w) {
+  auto& st = self->state;
+  auto model = l2_model_fingerprint(w.model, w.salt);
+  std::vector<kv_event> events;
+  auto stored_event = [&](size_t i, const char* medium) {
+    if (w.rank != 0 || i >= w.tokens.size())
+      return;
+    block_stored e;
+    e.block_hashes.push_back(w.hashes[i]);
+    e.parent_block_hash = w.parents[i];
+    e.token_ids = w.tokens[i];
+    e.block_size = st.p.chunk_size;
+    e.medium = medium;
+    events.emplace_back(std::move(e));
+  };
+  // Objects: header + payload, built once, written to each tier.
+  std::vector<std::string> objects(w.hashes.size());
+  for (size_t i = 0; i < w.hashes.size(); ++i) {
+    auto id = object_id(w.hashes[i], w.rank, model, w.layout);
+    if (st.p.disk && st.p.disk->put(id, w.bytes[i].data(), w.bytes[i].size()) == disk_put::stored)
+      stored_event(i, l2_disk_medium);
+    if (st.redis) {
+      auto& o = objects[i];
+      o.resize(l2_header_bytes + w.bytes[i].size());
+      encode_l2_header(id, w.bytes[i].size(), reinterpret_cast<uint8_t*>(o.data()));
+      std::memcpy(o.data() + l2_header_bytes, w.bytes[i].data(), w.bytes[i].size());
+    }
+  }
+  if (st.redis) {
+    std::vector<std::string> keys;
+    std::vector<std::string_view> values;
+    for (size_t i = 0; i < w.hashes.size(); ++i) {
+      keys.push_back(l2_key_string(st.p.key_prefix, w.model, w.rank, 0, w.hashes[i], w.salt));
+      values.emplace_back(objects[i]);
+    }
+    auto ok = st.redis->set(keys, values);
+    for (size_t i = 0; i < ok.size(); ++i)
+      if (ok[i])
+        stored_event(i, l2_redis_medium);
+    note_redis_error(self);
+  }
+  st.written_chunks += w.hashes.size();
+  st.p.queue->release(w.queued_bytes);
+  announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
+  announce_disk_removals(self);
+}
+
+l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
+  auto& st = self->state;
+  l2_fetch_reply out;
+  auto world = static_cast<size_t>(std::max(f.world_size, 1));
+  auto model = l2_model_fingerprint(f.model, f.salt);
+  auto n = f.hashes.size();
+  auto id_at = [&](size_t i) {
+    return object_id(f.hashes[i / world], static_cast<int32_t>(i % world), model, f.layout);
+  };
+  // One Redis round trip for every shard the disk does not hold.
+  std::vector<std::optional<std::string>> remote(n * world);
+  if (st.redis) {
+    std::vector<std::string> keys;
+    std::vector<size_t> where;
+    for (size_t i = 0; i < n * world; ++i) {
+      if (st.p.disk && st.p.disk->contains(id_at(i)))
+        continue;
+      keys.push_back(l2_key_string(st.p.key_prefix, f.model, static_cast<int32_t>(i % world), 0,
+                                   f.hashes[i / world], f.salt));
+      where.push_back(i);
+    }
+    if (!keys.empty()) {
+      auto got = st.redis->get(keys);
+      for (size_t k = 0; k < got.size(); ++k)
+        remote[where[k]] = std::move(got[k]);
+      note_redis_error(self);
+    }
+  }
+  // The contiguous prefix of chunks complete on every rank.
+  for (size_t c = 0; c < n; ++c) {
+    // Read nothing of a chunk that some rank lacks everywhere.
+    bool present = true;
+    for (size_t r = 0; r < world && present; ++r)
+      present = (st.p.disk && st.p.disk->contains(id_at(c * world + r))) || remote[c * world + r];
+    if (!present)
+      break;
+    std::vector<std::string> shards(world);
+    std::vector<uint32_t> skip(world, 0);
+    bool complete = true;
+    for (size_t r = 0; r < world && complete; ++r) {
+      auto i = c * world + r;
+      auto id = id_at(i);
+      if (st.p.disk && st.p.disk->get(id, &shards[r])) {
+        ++st.fetched_disk;
+        continue;
+      }
+      auto& v = remote[i];
+      uint64_t payload = 0;
+      if (v && check_l2_header(reinterpret_cast<const uint8_t*>(v->data()), v->size(), id, &payload)
+                 == l2_header_check::ok) {
+        shards[r] = std::move(*v);
+        skip[r] = static_cast<uint32_t>(l2_header_bytes);
+        ++st.fetched_redis;
+        continue;
+      }
+      if (v)
+        ++st.redis_rejected;
+      complete = false;
+    }
+    if (!complete)
+      break;
+    for (size_t r = 0; r < world; ++r) {
+      out.bytes.push_back(std::move(shards[r]));
+      out.skip.push_back(skip[r]);
+    }
+    ++out.chunks;
+  }
+  announce_disk_removals(self); // a rejected file is dropped from the disk
+  return out;
+}
+
+} // namespace
+
+l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_params params) {
+  auto& st = self->state;
+  st.p = std::move(params);
+  st.label = log::label(l2_state::name, "", self->id());
+  if (st.p.redis)
+    st.redis = std::make_unique<redis_client>(*st.p.redis);
+  if (st.p.disk)
+    st.p.disk->on_removed = [self](uint64_t hash, int32_t rank) {
+      if (rank == 0)
+        self->state.disk_removed.push_back(hash);
+    };
+  std::string what;
+  if (st.p.disk)
+    what += fmt::format("disk {} ({} MiB, {} chunks found)", st.p.disk->options().path,
+                        st.p.disk->options().size >> 20, st.p.disk->stats().recovered);
+  if (st.redis)
+    what += fmt::format("{}redis {}{}", what.empty() ? "" : ", ",
+                        fmt::join(st.p.redis->endpoints, ","), st.p.redis->cluster ? " (cluster)" : "");
+  log_lifecycle(self, st.label, "started: " + what);
+  arm_stats(self, st.p.stats_interval);
+  return {
+    [self](l2_write& w) { on_write(self, w); },
+    [self](l2_fetch& f) -> l2_fetch_reply { return on_fetch(self, f); },
+    [self](stats_atom) {
+      auto& st = self->state;
+      if (st.p.disk) {
+        auto& d = st.p.disk->stats();
+        KVS_INFO(st.label,
+                 "stats disk: objects={} bytes={}MiB puts={} hits={} misses={} evictions={} "
+                 "no_space={} io_errors={} rejected={}",
+                 d.objects, d.bytes >> 20, d.puts, d.hits, d.misses, d.evictions, d.no_space,
+                 d.io_errors, d.rejected);
+      }
+      if (st.redis) {
+        auto& r = st.redis->stats();
+        KVS_INFO(st.label,
+                 "stats redis: sets={} set_ok={} gets={} get_hits={} errors={} unreachable={} "
+                 "moved={} asked={} refreshes={} connects={} connect_failures={} rejected={}",
+                 r.sets, r.set_ok, r.gets, r.get_hits, r.errors, r.unreachable, r.moved, r.asked,
+                 r.slot_refreshes, r.connects, r.connect_failures, st.redis_rejected);
+      }
+      KVS_INFO(st.label, "stats: written={} fetched_disk={} fetched_redis={} queued={}B "
+                         "events_dropped={}",
+               st.written_chunks, st.fetched_disk, st.fetched_redis,
+               st.p.queue->queued.load(), st.events_dropped);
+      self->delayed_send(self, st.p.stats_interval, stats_atom_v);
+    },
+  };
+}
+
+store_l2_link spawn_l2(caf::actor_system& sys, const config& cfg, publisher_actor events,
+                       relay_queue_ptr events_queue, std::string* error) {
+  store_l2_link link;
+  auto& c = cfg.l2;
+  if (!c.enabled())
+    return link;
+  l2_params p;
+  if (c.disk.enabled) {
+    disk_tier_options o;
+    o.path = c.disk.path;
+    o.size = c.disk.size;
+    std::string err;
+    p.disk = disk_tier::open(o, &err);
+    if (!p.disk) {
+      *error = "l2.disk.path = \"" + c.disk.path + "\": " + err;
+      return link;
+    }
+  }
+  if (c.redis.enabled) {
+    redis_options o;
+    o.endpoints = c.redis.endpoints;
+    o.cluster = c.redis.cluster;
+    o.password = c.redis.password;
+    o.ttl = std::chrono::duration_cast<std::chrono::milliseconds>(c.redis.ttl);
+    o.connections = static_cast<int>(c.redis.connections);
+    o.timeout = std::max(std::chrono::milliseconds{1},
+                         std::chrono::duration_cast<std::chrono::milliseconds>(c.redis.timeout));
+    o.retry_after = o.timeout;
+    p.redis = o;
+    p.key_prefix = c.redis.key_prefix;
+  }
+  link.queue = std::make_shared<l2_queue>(c.queue_bytes);
+  p.queue = link.queue;
+  p.chunk_size = cfg.cache.chunk_size;
+  p.events = std::move(events);
+  p.events_queue = std::move(events_queue);
+  p.stats_interval = cfg.sidecar.stats_interval;
+  link.actor = sys.spawn<caf::detached>(l2_tier, std::move(p));
+  return link;
+}
+
+} // namespace kvs

@@ -1,0 +1,152 @@
+#include "actors/store_l2.hpp"
+
+#include "actors/actor_logging.hpp"
+#include "actors/l2_tier.hpp"
+#include "actors/store.hpp"
+
+#include <cstring>
+
+namespace kvs {
+
+void l2_stage(store_self self, const store_finish& f, size_t i) {
+  auto& st = self->state;
+  auto& l2 = st.p.l2;
+  if (!l2.actor)
+    return;
+  auto e = st.index->find(chunk_key{f.hashes[i], f.rank});
+  if (!e)
+    return;
+  if (!l2.queue->admit(e->bytes)) {
+    ++l2.queued_skipped;
+    return;
+  }
+  auto& w = l2.pending;
+  if (w.hashes.empty()) {
+    w.model = f.model;
+    w.salt = f.salt;
+    w.rank = f.rank;
+  }
+  // Every write batch is one model and rank; its chunks share one byte size.
+  w.layout = e->bytes;
+  w.hashes.push_back(f.hashes[i]);
+  w.bytes.emplace_back(reinterpret_cast<const char*>(e->data), e->bytes);
+  if (f.rank == 0 && i < f.tokens.size()) {
+    w.tokens.push_back(f.tokens[i]);
+    w.parents.push_back(i < f.parents.size() ? f.parents[i] : std::nullopt);
+  }
+  w.queued_bytes += e->bytes;
+}
+
+void l2_flush(store_self self) {
+  auto& l2 = self->state.p.l2;
+  if (!l2.actor || l2.pending.hashes.empty())
+    return;
+  self->send(l2.actor, std::exchange(l2.pending, l2_write{}));
+}
+
+bool l2_wants_prefetch(store_self self, const store_lookup& q, uint64_t l1_hits) {
+  auto& st = self->state;
+  return st.p.l2.actor && !st.chunk_bytes.empty() && l1_hits < q.hashes.size();
+}
+
+namespace {
+
+/// The layout fingerprint a prefetch asks L2 for: the chunk byte size when
+/// every registered instance has the same one (objects of another size are
+/// misses); with several sizes, 0: the model fingerprint and the object's own
+/// size check guard it (l2/object_header.hpp).
+uint64_t lookup_layout(const store_state& st) {
+  size_t only = 0;
+  for (auto& [id, bytes] : st.chunk_bytes) {
+    if (only != 0 && bytes != only)
+      return 0;
+    only = bytes;
+  }
+  return only;
+}
+
+/// Copies the fetched prefix into L1 slots (reserve, copy, commit); stops at
+/// the first chunk that does not fit. Shards already in L1 are left as they are.
+void load_into_l1(store_self self, const store_lookup& q, uint64_t l1_hits, l2_fetch_reply& r) {
+  auto& st = self->state;
+  auto world = static_cast<size_t>(std::max(q.world_size, 1));
+  auto now = cache_clock::now();
+  for (size_t c = 0; c < r.chunks; ++c) {
+    for (size_t rank = 0; rank < world; ++rank) {
+      chunk_key k{q.hashes[l1_hits + c], static_cast<int32_t>(rank)};
+      auto& bytes = r.bytes[c * world + rank];
+      size_t skip = r.skip[c * world + rank];
+      size_t payload = bytes.size() - skip;
+      auto res = st.index->reserve(k, payload, now);
+      announce_evicted(self, res.evicted);
+      if (res.status == reserve_status::already_present)
+        continue;
+      if (res.status != reserve_status::reserved)
+        return;
+      std::memcpy(res.data, bytes.data() + skip, payload);
+      st.index->commit(k);
+      ++st.p.l2.prefetched_chunks;
+    }
+  }
+}
+
+} // namespace
+
+caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup q,
+                                                  uint64_t l1_hits) {
+  auto& st = self->state;
+  auto rp = self->make_response_promise<uint64_t>();
+  auto gen = st.p.l2.next_fetch++;
+  st.p.l2.fetches[q.session] = gen;
+  ++st.p.l2.prefetches;
+  l2_fetch f;
+  f.model = q.model;
+  f.salt = q.salt;
+  f.layout = lookup_layout(st);
+  f.world_size = q.world_size;
+  f.hashes.assign(q.hashes.begin() + static_cast<ptrdiff_t>(l1_hits), q.hashes.end());
+  // The session's L1 locks stay held while L2 answers; the relock below
+  // replaces them with the longer prefix in one step.
+  auto current = [self, gen](const std::string& session) {
+    auto& fetches = self->state.p.l2.fetches;
+    auto i = fetches.find(session);
+    if (i == fetches.end() || i->second != gen)
+      return false;
+    fetches.erase(i);
+    return true;
+  };
+  // High priority: a prefetch goes ahead of queued write-throughs.
+  self->request<caf::message_priority::high>(st.p.l2.actor, std::chrono::seconds(30), std::move(f))
+    .then(
+      [self, q, l1_hits, rp, current](l2_fetch_reply& r) mutable {
+        auto& st = self->state;
+        if (r.chunks > 0)
+          load_into_l1(self, q, l1_hits, r);
+        if (!current(q.session)) {
+          rp.deliver(uint64_t{0}); // ended or superseded: nobody reads this
+          return;
+        }
+        rp.deliver(static_cast<uint64_t>(st.ledger->lookup(
+          q.session, q.hashes.data(), q.hashes.size(), q.world_size, q.readers_per_key,
+          cache_clock::now())));
+      },
+      [self, q, l1_hits, rp, current](caf::error&) mutable {
+        ++self->state.p.l2.prefetch_failures;
+        current(q.session);
+        rp.deliver(l1_hits); // what L1 had, still locked
+      });
+  return rp;
+}
+
+void l2_log_stats(store_self self) {
+  auto& st = self->state;
+  auto& l2 = st.p.l2;
+  if (!l2.actor)
+    return;
+  KVS_INFO(st.label, "stats l2: prefetches={} prefetched_chunks={} prefetch_failures={} "
+                     "write_skipped_queue_full={} queued={}B",
+           l2.prefetches, l2.prefetched_chunks, l2.prefetch_failures, l2.queued_skipped,
+           l2.queue->queued.load());
+}
+
+} // namespace kvs

@@ -1,0 +1,294 @@
+#include "l2/disk_tier.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <tuple>
+
+namespace kvs {
+
+namespace {
+
+constexpr const char* k_suffix = ".kvl2";
+constexpr const char* k_tmp_suffix = ".tmp";
+
+bool ends_with(const std::string& s, const char* suffix) {
+  size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+/// mkdir -p.
+bool make_dirs(const std::string& path, std::string* error) {
+  std::string cur;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || (path[i] == '/' && i > 0)) {
+      cur = path.substr(0, i);
+      if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
+        *error = "cannot create directory " + cur + ": " + std::strerror(errno);
+        return false;
+      }
+    }
+  }
+  struct stat sb;
+  if (::stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    *error = path + " is not a directory";
+    return false;
+  }
+  return true;
+}
+
+/// Reads exactly n bytes at offset; false on error or short file.
+bool pread_all(int fd, void* buf, size_t n, off_t off) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, n, off);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+    off += r;
+  }
+  return true;
+}
+
+} // namespace
+
+disk_tier::disk_tier(disk_tier_options opts) : opts_(std::move(opts)) {
+  if (!opts_.writev)
+    opts_.writev = [](int fd, const iovec* iov, int n) { return ::writev(fd, iov, n); };
+}
+
+std::unique_ptr<disk_tier> disk_tier::open(disk_tier_options opts, std::string* error) {
+  if (opts.path.empty()) {
+    *error = "no path";
+    return nullptr;
+  }
+  if (!make_dirs(opts.path, error))
+    return nullptr;
+  if (::access(opts.path.c_str(), R_OK | W_OK | X_OK) != 0) {
+    *error = "cannot read and write " + opts.path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  std::unique_ptr<disk_tier> t{new disk_tier(std::move(opts))};
+  t->scan();
+  return t;
+}
+
+std::string disk_tier::file_name(key k) const {
+  char name[48];
+  std::snprintf(name, sizeof name, "/%08x@%016" PRIx64 "%s", static_cast<uint32_t>(k.rank), k.hash,
+                k_suffix);
+  return opts_.path + name;
+}
+
+void disk_tier::scan() {
+  DIR* d = ::opendir(opts_.path.c_str());
+  if (!d)
+    return;
+  struct found {
+    timespec mtime;
+    key k;
+    uint64_t bytes;
+  };
+  std::vector<found> kept;
+  while (auto* de = ::readdir(d)) {
+    std::string name = de->d_name;
+    if (name == "." || name == "..")
+      continue;
+    std::string full = opts_.path + "/" + name;
+    if (ends_with(name, k_tmp_suffix)) {
+      ::unlink(full.c_str()); // a put that never finished
+      ++stats_.dropped_at_open;
+      continue;
+    }
+    if (!ends_with(name, k_suffix))
+      continue; // not ours: leave it alone
+    int fd = ::open(full.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      continue;
+    struct stat sb;
+    uint8_t h[l2_header_bytes];
+    l2_object_id id;
+    uint64_t payload = 0;
+    bool ok = ::fstat(fd, &sb) == 0 && pread_all(fd, h, sizeof h, 0)
+              && peek_l2_header(h, &id, &payload)
+              && static_cast<uint64_t>(sb.st_size) == payload + l2_header_bytes
+              && full == file_name(key{id.hash, id.rank});
+    ::close(fd);
+    if (!ok) {
+      ::unlink(full.c_str());
+      ++stats_.dropped_at_open;
+      continue;
+    }
+    kept.push_back({sb.st_mtim, key{id.hash, id.rank}, static_cast<uint64_t>(sb.st_size)});
+  }
+  ::closedir(d);
+  std::sort(kept.begin(), kept.end(), [](const found& a, const found& b) {
+    return std::tie(a.mtime.tv_sec, a.mtime.tv_nsec) < std::tie(b.mtime.tv_sec, b.mtime.tv_nsec);
+  });
+  for (auto& f : kept) {
+    lru_.push_back(entry{f.k, f.bytes});
+    map_[f.k] = std::prev(lru_.end());
+    stats_.bytes += f.bytes;
+    ++stats_.recovered;
+  }
+  stats_.objects = lru_.size();
+  // A smaller `size` than last time: trim the oldest.
+  while (stats_.bytes > opts_.size && !lru_.empty())
+    drop(lru_.begin(), true);
+}
+
+void disk_tier::drop(std::list<entry>::iterator it, bool count_eviction) {
+  ::unlink(file_name(it->k).c_str());
+  stats_.bytes -= it->bytes;
+  if (count_eviction)
+    ++stats_.evictions;
+  auto k = it->k;
+  map_.erase(k);
+  lru_.erase(it);
+  stats_.objects = lru_.size();
+  if (on_removed)
+    on_removed(k.hash, k.rank);
+}
+
+bool disk_tier::make_room(uint64_t bytes) {
+  if (bytes > opts_.size)
+    return false;
+  while (stats_.bytes + bytes > opts_.size && !lru_.empty())
+    drop(lru_.begin(), true);
+  return true;
+}
+
+disk_put disk_tier::put(const l2_object_id& id, const void* data, size_t bytes) {
+  key k{id.hash, id.rank};
+  if (map_.count(k)) {
+    ++stats_.put_exists;
+    return disk_put::exists;
+  }
+  uint64_t total = bytes + l2_header_bytes;
+  if (!make_room(total)) {
+    ++stats_.too_large;
+    return disk_put::too_large;
+  }
+  auto final_name = file_name(k);
+  auto tmp = final_name + k_tmp_suffix;
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  auto fail = [&](int err) {
+    if (fd >= 0)
+      ::close(fd);
+    ::unlink(tmp.c_str());
+    if (err == ENOSPC || err == EDQUOT) {
+      ++stats_.no_space;
+      return disk_put::no_space;
+    }
+    ++stats_.io_errors;
+    return disk_put::io_error;
+  };
+  if (fd < 0)
+    return fail(errno);
+  uint8_t header[l2_header_bytes];
+  encode_l2_header(id, bytes, header);
+  iovec iov[2] = {{header, sizeof header}, {const_cast<void*>(data), bytes}};
+  int iovcnt = 2;
+  iovec* cur = iov;
+  while (iovcnt > 0) {
+    ssize_t w = opts_.writev(fd, cur, iovcnt);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return fail(w < 0 ? errno : ENOSPC);
+    auto left = static_cast<size_t>(w);
+    while (iovcnt > 0 && left >= cur->iov_len) {
+      left -= cur->iov_len;
+      ++cur;
+      --iovcnt;
+    }
+    if (iovcnt > 0) {
+      cur->iov_base = static_cast<char*>(cur->iov_base) + left;
+      cur->iov_len -= left;
+    }
+  }
+  if (opts_.fsync && ::fdatasync(fd) != 0)
+    return fail(errno);
+  if (::close(fd) != 0) {
+    fd = -1;
+    return fail(errno);
+  }
+  fd = -1;
+  if (::rename(tmp.c_str(), final_name.c_str()) != 0)
+    return fail(errno);
+  lru_.push_back(entry{k, total});
+  map_[k] = std::prev(lru_.end());
+  stats_.bytes += total;
+  stats_.objects = lru_.size();
+  ++stats_.puts;
+  return disk_put::stored;
+}
+
+bool disk_tier::contains(const l2_object_id& id) const {
+  return map_.count(key{id.hash, id.rank}) != 0;
+}
+
+bool disk_tier::get(const l2_object_id& id, std::string* out) {
+  key k{id.hash, id.rank};
+  auto it = map_.find(k);
+  if (it == map_.end()) {
+    ++stats_.misses;
+    return false;
+  }
+  auto name = file_name(k);
+  int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    // Deleted behind our back: forget it.
+    ++stats_.io_errors;
+    ++stats_.misses;
+    drop(it->second, false);
+    return false;
+  }
+  struct stat sb;
+  uint8_t header[l2_header_bytes];
+  uint64_t payload = 0;
+  bool ok = ::fstat(fd, &sb) == 0 && pread_all(fd, header, sizeof header, 0);
+  auto check = ok ? check_l2_header(header, static_cast<size_t>(sb.st_size), id, &payload)
+                  : l2_header_check::short_object;
+  if (check == l2_header_check::ok) {
+    out->resize(payload);
+    ok = pread_all(fd, out->data(), payload, static_cast<off_t>(l2_header_bytes));
+  }
+  ::close(fd);
+  if (check != l2_header_check::ok || !ok) {
+    ++stats_.rejected;
+    ++stats_.misses;
+    drop(it->second, false);
+    return false;
+  }
+  lru_.splice(lru_.end(), lru_, it->second);
+  ++stats_.hits;
+  return true;
+}
+
+bool disk_tier::erase(const l2_object_id& id) {
+  auto it = map_.find(key{id.hash, id.rank});
+  if (it == map_.end())
+    return false;
+  drop(it->second, false);
+  return true;
+}
+
+std::vector<std::pair<uint64_t, int32_t>> disk_tier::lru_order() const {
+  std::vector<std::pair<uint64_t, int32_t>> out;
+  for (auto& e : lru_)
+    out.emplace_back(e.k.hash, e.k.rank);
+  return out;
+}
+
+} // namespace kvs

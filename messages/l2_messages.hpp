@@ -1,0 +1,43 @@
+// Messages between the store and the L2 actor (actors/l2_tier.hpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvs {
+
+/// Write-through of committed L1 chunks of one rank. `bytes[i]` is a copy of
+/// hashes[i]'s slot (the L1 slot may be evicted before the write happens);
+/// `tokens`/`parents` are filled for rank 0 only, for BlockStored events.
+struct l2_write {
+  std::string model;
+  std::string salt;
+  uint64_t layout = 0; ///< slot size: what the bytes mean
+  int32_t rank = 0;
+  std::vector<uint64_t> hashes;
+  std::vector<std::string> bytes;
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<std::optional<uint64_t>> parents;
+  uint64_t queued_bytes = 0; ///< given back to the queue once written
+};
+
+/// Prefetch: the longest prefix of `hashes` held in L2 for every rank
+/// 0..world_size-1 (disk first, then Redis).
+struct l2_fetch {
+  std::string model;
+  std::string salt;
+  uint64_t layout = 0;
+  int32_t world_size = 1;
+  std::vector<uint64_t> hashes;
+};
+struct l2_fetch_reply {
+  size_t chunks = 0;              ///< length of the prefix found
+  std::vector<std::string> bytes; ///< [chunk * world_size + rank], chunks of them
+  /// Where each shard's payload starts in bytes[i] (a Redis value keeps its
+  /// header: dropping it would copy the chunk once more).
+  std::vector<uint32_t> skip;
+};
+
+} // namespace kvs

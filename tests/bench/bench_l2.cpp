@@ -1,0 +1,207 @@
+// L2 tier throughput against plain baselines, side by side (BENCHMARKS.md):
+//   disk  <dir> <objects> <MiB>      disk_tier put/get vs plain write/read of
+//                                    the same sizes in files (no rename, no
+//                                    header), then put with fsync vs plain
+//                                    write + fdatasync
+//   redis <port> <requests> <bytes> <pipeline>
+//                                    redis_client set/get batches of
+//                                    <pipeline> keys on one connection (compare
+//                                    with redis-benchmark -c 1 -P <pipeline>)
+// Prints one line per measurement: name, GB/s or ops/s.
+#include "l2/disk_tier.hpp"
+#include "l2/redis_client.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace kvs;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+double secs(clk::time_point t0) {
+  return std::chrono::duration<double>(clk::now() - t0).count();
+}
+
+void rm_rf(const std::string& d) {
+  std::string cmd = "rm -rf '" + d + "'";
+  if (std::system(cmd.c_str()) != 0)
+    std::fprintf(stderr, "could not remove %s\n", d.c_str());
+}
+
+void plain_write(const std::string& dir, size_t n, const std::string& buf, bool sync) {
+  for (size_t i = 0; i < n; ++i) {
+    auto name = dir + "/plain" + std::to_string(i);
+    int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    size_t off = 0;
+    while (off < buf.size()) {
+      auto w = ::write(fd, buf.data() + off, buf.size() - off);
+      if (w <= 0)
+        std::abort();
+      off += static_cast<size_t>(w);
+    }
+    if (sync)
+      ::fdatasync(fd);
+    ::close(fd);
+  }
+}
+
+void plain_read(const std::string& dir, size_t n, std::string& buf) {
+  for (size_t i = 0; i < n; ++i) {
+    auto name = dir + "/plain" + std::to_string(i);
+    int fd = ::open(name.c_str(), O_RDONLY);
+    size_t off = 0;
+    while (off < buf.size()) {
+      auto r = ::read(fd, buf.data() + off, buf.size() - off);
+      if (r <= 0)
+        std::abort();
+      off += static_cast<size_t>(r);
+    }
+    ::close(fd);
+  }
+}
+
+int disk(const std::string& dir, size_t n, size_t mib) {
+  std::string buf(mib << 20, '\0');
+  for (size_t i = 0; i < buf.size(); ++i)
+    buf[i] = static_cast<char>(i * 31);
+  double gb = static_cast<double>(n * buf.size()) / 1e9;
+  auto plain_dir = dir + "/plain", tier_dir = dir + "/tier";
+  rm_rf(dir);
+  std::string cmd = "mkdir -p '" + plain_dir + "'";
+  if (std::system(cmd.c_str()) != 0)
+    return 1;
+  disk_tier_options o;
+  o.path = tier_dir;
+  o.size = uint64_t{1} << 40;
+  std::string err;
+  auto tier = disk_tier::open(o, &err);
+  if (!tier) {
+    std::fprintf(stderr, "%s\n", err.c_str());
+    return 1;
+  }
+  auto id = [](size_t i) { return l2_object_id{i + 1, 0, 7, 1}; };
+
+  // Each write phase starts with no dirty pages (sync) and ends with its own
+  // sync, so neither pays for the other's write-back; best of two rounds,
+  // alternating.
+  double pw = 0, tw = 0;
+  for (int round = 0; round < 2; ++round) {
+    ::sync();
+    auto t0 = clk::now();
+    plain_write(plain_dir, n, buf, false);
+    ::sync();
+    pw = std::max(pw, gb / secs(t0));
+    if (round == 0)
+      for (size_t i = 0; i < n; ++i)
+        tier->erase(id(i));
+    ::sync();
+    t0 = clk::now();
+    for (size_t i = 0; i < n; ++i)
+      if (tier->put(id(i), buf.data(), buf.size()) != disk_put::stored)
+        std::abort();
+    ::sync();
+    tw = std::max(tw, gb / secs(t0));
+    if (round == 0)
+      for (size_t i = 0; i < n; ++i)
+        tier->erase(id(i));
+  }
+  std::string in(buf.size(), '\0');
+  std::string out;
+  double pr = 0, tr = 0;
+  for (int round = 0; round < 3; ++round) { // from the page cache; best of three, alternating
+    auto t0 = clk::now();
+    plain_read(plain_dir, n, in);
+    pr = std::max(pr, gb / secs(t0));
+    t0 = clk::now();
+    for (size_t i = 0; i < n; ++i)
+      if (!tier->get(id(i), &out))
+        std::abort();
+    tr = std::max(tr, gb / secs(t0));
+  }
+  if (out != buf)
+    std::abort();
+  std::printf("disk write  plain %.2f GB/s  disk_tier %.2f GB/s  ratio %.2f\n", pw, tw, tw / pw);
+  std::printf("disk read   plain %.2f GB/s  disk_tier %.2f GB/s  ratio %.2f\n", pr, tr, tr / pr);
+
+  // fsync cost: a quarter of the objects, durable.
+  size_t ns = std::max<size_t>(1, n / 4);
+  double gbs = static_cast<double>(ns * buf.size()) / 1e9;
+  rm_rf(dir);
+  cmd = "mkdir -p '" + plain_dir + "'";
+  if (std::system(cmd.c_str()) != 0)
+    return 1;
+  o.fsync = true;
+  auto synced = disk_tier::open(o, &err);
+  ::sync();
+  auto t0 = clk::now();
+  plain_write(plain_dir, ns, buf, true);
+  double psw = gbs / secs(t0);
+  t0 = clk::now();
+  for (size_t i = 0; i < ns; ++i)
+    synced->put(id(i), buf.data(), buf.size());
+  double tsw = gbs / secs(t0);
+  std::printf("disk write+fdatasync  plain %.2f GB/s  disk_tier(fsync) %.2f GB/s  ratio %.2f"
+              "  (fsync off vs on: %.1fx)\n", psw, tsw, tsw / psw, tw / tsw);
+  rm_rf(dir);
+  return 0;
+}
+
+int redis(int port, size_t requests, size_t bytes, size_t pipeline) {
+  redis_options o;
+  o.endpoints = {"127.0.0.1:" + std::to_string(port)};
+  redis_client c(o);
+  std::string value(bytes, 'v');
+  std::vector<std::string> keys;
+  std::vector<std::string_view> values;
+  for (size_t i = 0; i < pipeline; ++i)
+    values.emplace_back(value);
+  size_t batches = requests / pipeline;
+  auto batch_keys = [&](size_t b) {
+    keys.clear();
+    for (size_t i = 0; i < pipeline; ++i)
+      keys.push_back("bench:" + std::to_string(b * pipeline + i));
+  };
+  auto t0 = clk::now();
+  for (size_t b = 0; b < batches; ++b) {
+    batch_keys(b);
+    for (bool ok : c.set(keys, values))
+      if (!ok)
+        std::abort();
+  }
+  double set_rps = static_cast<double>(batches * pipeline) / secs(t0);
+  t0 = clk::now();
+  for (size_t b = 0; b < batches; ++b) {
+    batch_keys(b);
+    for (auto& v : c.get(keys))
+      if (!v || v->size() != bytes)
+        std::abort();
+  }
+  double get_rps = static_cast<double>(batches * pipeline) / secs(t0);
+  std::printf("redis_client SET %.0f req/s (%.2f GB/s)  GET %.0f req/s (%.2f GB/s)  "
+              "value %zu B, pipeline %zu, 1 connection\n",
+              set_rps, set_rps * static_cast<double>(bytes) / 1e9, get_rps,
+              get_rps * static_cast<double>(bytes) / 1e9, bytes, pipeline);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 5 && std::strcmp(argv[1], "disk") == 0)
+    return disk(argv[2], std::strtoul(argv[3], nullptr, 10), std::strtoul(argv[4], nullptr, 10));
+  if (argc == 6 && std::strcmp(argv[1], "redis") == 0)
+    return redis(std::atoi(argv[2]), std::strtoul(argv[3], nullptr, 10),
+                 std::strtoul(argv[4], nullptr, 10), std::strtoul(argv[5], nullptr, 10));
+  std::fprintf(stderr, "usage: bench_l2 disk <dir> <objects> <MiB> | "
+                       "redis <port> <requests> <bytes> <pipeline>\n");
+  return 2;
+}

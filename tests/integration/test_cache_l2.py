@@ -1,0 +1,360 @@
+"""The L2 tiers behind the cache server, with real components on loopback:
+a 3-master Redis Cluster made of Debian's redis-server (started here with
+`redis-cli --cluster create`), two kvsidecars sharing it, and the disk tier
+in a temporary directory.
+
+What is checked: a prompt stored through sidecar A is a prefetch hit on
+sidecar B and RETRIEVE lands the same bytes in B's pages; a sidecar
+restarted on the same l2.disk.path still hits its chunks; a Redis master
+killed mid-run turns its chunks into misses while every engine request is
+still answered; a small l2.disk.size evicts LRU files and says so in
+BlockRemoved events with medium "DISK".
+
+Run: KVSIDECAR_BIN=<build>/kvsidecar python3 -m pytest -q tests/integration/test_cache_l2.py
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
+
+import vllm_structs as vs
+from conftest_cache import BASE_OVERRIDES, CHUNK, pages_equal, tokens
+from kvsidecar_harness import Sidecar, free_port_range, wait_until
+from lmcache_client import SeedFlow
+
+pytest_plugins = ["conftest_cache"]  # the cache_server and kv_pools fixtures
+
+MODEL = "test-org/test-model"
+PAGE = 16
+PAGES_PER_CHUNK = CHUNK // PAGE
+CHUNK_BYTES = 64 * 1024  # kv_pools' default layout: 64 KiB per chunk
+
+needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None
+                                 or shutil.which("redis-cli") is None,
+                                 reason="redis-server / redis-cli not installed")
+
+
+def blocks(first: int, n_chunks: int) -> list[int]:
+    return list(range(first, first + n_chunks * PAGES_PER_CHUNK))
+
+
+def port_free(p: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", p))
+            return True
+        except OSError:
+            return False
+
+
+def cluster_ports(n: int) -> list[int]:
+    """Ports below 55535 whose cluster bus port (+10000) is free too."""
+    out: list[int] = []
+    while len(out) < n:
+        p = random.randint(20000, 45000)
+        if p not in out and port_free(p) and port_free(p + 10000):
+            out.append(p)
+    return out
+
+
+class RedisCluster:
+    def __init__(self, workdir: Path, masters: int = 3):
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.ports = cluster_ports(masters)
+        for p in self.ports:
+            d = workdir / f"redis{p}"
+            d.mkdir(parents=True)
+            self.procs[p] = subprocess.Popen(
+                ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", str(d), "--logfile", str(d / "log"),
+                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                 "--cluster-node-timeout", "1000",
+                 # One dead master loses only its own slots (kvsidecar's recommendation).
+                 "--cluster-require-full-coverage", "no"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for p in self.ports:
+            wait_until(lambda p=p: self.cli(p, "PING") == "PONG", 10, f"redis {p} up")
+        subprocess.run(["redis-cli", "--cluster", "create",
+                        *[f"127.0.0.1:{p}" for p in self.ports], "--cluster-yes"],
+                       check=True, timeout=30, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: all("cluster_state:ok" in self.cli(p, "CLUSTER", "INFO")
+                               for p in self.ports), 20, "cluster_state:ok")
+
+    def cli(self, port: int, *args: str) -> str:
+        r = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
+                           text=True, timeout=5)
+        return r.stdout.strip()
+
+    def endpoints(self) -> list[str]:
+        return [f"127.0.0.1:{p}" for p in self.ports]
+
+    def dbsize(self, port: int) -> int:
+        return int(self.cli(port, "DBSIZE") or 0)
+
+    def kill(self, port: int) -> None:
+        proc = self.procs.pop(port)
+        proc.kill()
+        proc.wait(timeout=5)
+
+    def close(self) -> None:
+        for p in list(self.procs):
+            self.kill(p)
+
+
+@pytest.fixture
+def redis_cluster(tmp_path):
+    cl = RedisCluster(tmp_path / "redis")
+    yield cl
+    cl.close()
+
+
+def redis_overrides(cl: RedisCluster) -> dict:
+    return {"l2.redis.enabled": True, "l2.redis.cluster": True,
+            "l2.redis.endpoints": cl.endpoints()[:1],  # one seed: the rest is discovered
+            "l2.redis.timeout": "300ms"}
+
+
+def flow_for(srv, pools, instance: int) -> SeedFlow:
+    f = SeedFlow(srv.client(), pools, MODEL, instance_id=instance, engine="sglang",
+                 wrapper_kind="host_shm")
+    assert f.register() is None
+    return f
+
+
+def written(srv, n: int, timeout: float = 10.0) -> dict:
+    """Waits until the L2 actor has written n chunks in all."""
+    return srv.wait_stats(lambda s: s["written"] >= n, actor="l2", timeout=timeout,
+                          what=f"written>={n}")
+
+
+def store_through(srv, f: SeedFlow, toks: list[int], rid: str, first_block: int = 0) -> None:
+    """STORE a whole prompt, end its session, wait until L2 has written it."""
+    n = len(toks) // CHUNK
+    assert f.store_kv(toks, rid, blocks(first_block, n)) is True
+    f.end_session(rid)
+    f.drain()
+    written(srv, n)
+
+
+@needs_redis
+def test_prompt_stored_on_a_is_a_prefetch_hit_on_b(cache_server, kv_pools, redis_cluster):
+    a = cache_server(overrides=redis_overrides(redis_cluster))
+    b = cache_server(overrides=redis_overrides(redis_cluster))
+    pools_a, pools_b = kv_pools(seed=1), kv_pools(seed=2)
+    fa, fb = flow_for(a, pools_a, 1), flow_for(b, pools_b, 2)
+    toks = tokens(4, salt=11)
+    assert fa.lookup_kv(toks, "a-1") == 0
+    assert fa.store_kv(toks, "a-1", blocks(0, 4)) is True
+    fa.end_session("a-1")
+    written(a, 4)
+    # The four objects are spread over the cluster's masters.
+    assert sum(redis_cluster.dbsize(p) for p in redis_cluster.ports) == 4
+    # B has never seen the prompt: L1 misses, L2 hits all four chunks.
+    assert fb.lookup_kv(toks, "b-1") == 4 * CHUNK
+    b.wait_stats(lambda s: s["chunks"] == 4 and s["locks"] == 4, what="4 loaded, locked")
+    assert fb.retrieve_kv("b-1", blocks(80, 4)) == 4 * CHUNK
+    assert not pages_equal(pools_b, blocks(80, 4), pools_a, blocks(0, 4))
+    fb.end_session("b-1")
+    fb.drain()
+    fa.drain()
+    b.wait_idle()
+    # A longer prompt with the same first chunks: B serves those from L1 now,
+    # the new tail is a miss everywhere.
+    longer = toks + tokens(2, salt=12)
+    assert fb.lookup_kv(longer, "b-2") == 4 * CHUNK
+    fb.end_session("b-2")
+    fb.drain()
+    b.wait_stats(lambda s: s["fetched_redis"] == 4, actor="l2", what="fetched_redis=4")
+
+
+def test_disk_tier_survives_a_restart(cache_server, kv_pools, tmp_path):
+    path = tmp_path / "l2disk"
+    o = {"l2.disk.enabled": True, "l2.disk.path": str(path), "l2.disk.size": "16MiB"}
+    first = cache_server(overrides=o)
+    pools = kv_pools(seed=3)
+    f = flow_for(first, pools, 1)
+    toks = tokens(3, salt=21)
+    assert f.lookup_kv(toks, "r-1") == 0
+    store_through(first, f, toks, "r-1")
+    assert len(list(path.glob("*.kvl2"))) == 3
+    first.close()
+    # A new process on the same directory: the index is rebuilt from it.
+    second = cache_server(overrides=o)
+    second.wait_log(r"l2#\d+ started: disk .* \(16 MiB, 3 chunks found\)")
+    pools2 = kv_pools(seed=4)
+    f2 = flow_for(second, pools2, 2)
+    assert f2.lookup_kv(toks, "r-2") == 3 * CHUNK
+    assert f2.retrieve_kv("r-2", blocks(40, 3)) == 3 * CHUNK
+    assert not pages_equal(pools2, blocks(40, 3), pools, blocks(0, 3))
+    f2.end_session("r-2")
+    f2.drain()
+    second.wait_idle()
+    assert second.stats("l2")["fetched_disk"] == 3
+
+
+def test_small_disk_evicts_lru_and_announces_disk_medium(cache_server, kv_pools, tmp_path):
+    path = tmp_path / "l2small"
+    # Room for 16 objects (64 KiB + a 64-byte header each), not 17
+    # (l2.disk.size is at least 1 MiB).
+    size = 16 * (CHUNK_BYTES + 64) + 100
+    srv = cache_server(events=True, overrides={"l2.disk.enabled": True,
+                                               "l2.disk.path": str(path),
+                                               "l2.disk.size": str(size)})
+    pools = kv_pools(seed=5, num_blocks=18 * PAGES_PER_CHUNK)
+    f = flow_for(srv, pools, 1)
+    toks = tokens(18, salt=31)
+    store_through(srv, f, toks, "s-1")
+    stored = srv.events(36, kind=vs.BlockStored)
+    by_medium: dict[str, list[int]] = {}
+    for e in stored:
+        by_medium.setdefault(e.medium, []).extend(e.block_hashes)
+    assert len(by_medium["CPU"]) == 18
+    assert by_medium["DISK"] == by_medium["CPU"]  # each chunk once on disk, in order
+    removed = srv.events(1, kind=vs.BlockRemoved)
+    disk_removed = [h for e in removed if e.medium == "DISK" for h in e.block_hashes]
+    assert disk_removed == by_medium["DISK"][:2]  # the two least recently written
+    assert len(list(path.glob("*.kvl2"))) == 16
+    line = srv.wait_log(r"l2#\d+ stats disk: objects=(\d+) .* evictions=(\d+)")
+    assert (int(line.group(1)), int(line.group(2))) == (16, 2)
+
+
+@needs_redis
+def test_redis_master_killed_mid_run_degrades_to_misses(cache_server, kv_pools, redis_cluster):
+    a = cache_server(overrides=redis_overrides(redis_cluster))
+    b = cache_server(overrides=redis_overrides(redis_cluster))
+    pools_a, pools_b = kv_pools(seed=6), kv_pools(seed=7)
+    fa, fb = flow_for(a, pools_a, 1), flow_for(b, pools_b, 2)
+    prompts = [tokens(1, salt=100 + i) for i in range(12)]
+    for i, t in enumerate(prompts):
+        assert fa.store_kv(t, f"a-{i}", blocks(0, 1)) is True
+        fa.end_session(f"a-{i}")
+    fa.drain()
+    written(a, 12)
+    sizes = {p: redis_cluster.dbsize(p) for p in redis_cluster.ports}
+    assert sum(sizes.values()) == 12
+    victim = max(sizes, key=sizes.get)
+    redis_cluster.kill(victim)
+    # Every LOOKUP is answered (a number, never an error or a timeout): the
+    # chunks on the dead master are misses, the others hits.
+    hits = 0
+    t0 = time.monotonic()
+    for i, t in enumerate(prompts):
+        n = fb.lookup_kv(t, f"b-{i}")
+        assert n in (0, CHUNK)
+        hits += n // CHUNK
+        fb.end_session(f"b-{i}")
+    fb.drain()
+    assert hits == 12 - sizes[victim]
+    assert time.monotonic() - t0 < 10
+    b.wait_log(r"l2#\d+ redis: .*127\.0\.0\.1:" + str(victim))
+    b.wait_idle()
+    # The store goes on: a new prompt is written through to the live masters.
+    t = tokens(1, salt=999)
+    assert fb.store_kv(t, "b-new", blocks(0, 1)) is True
+    fb.end_session("b-new")
+    fb.drain()
+    assert b.sidecar.running()
+
+
+def test_corrupt_disk_object_ends_the_prefix_as_a_miss(cache_server, kv_pools, tmp_path):
+    path = tmp_path / "l2corrupt"
+    o = {"l2.disk.enabled": True, "l2.disk.path": str(path), "l2.disk.size": "16MiB"}
+    first = cache_server(events=True, overrides=o)
+    pools = kv_pools(seed=8)
+    f = flow_for(first, pools, 1)
+    toks = tokens(3, salt=41)
+    store_through(first, f, toks, "c-1")
+    hashes = [h for e in first.events(3, kind=vs.BlockStored) if e.medium == "CPU"
+              for h in e.block_hashes]
+    assert len(hashes) == 3
+    first.close()
+    # Chunk 1's file: one payload-size byte flipped (the header checksum fails
+    # when it is read; the directory scan at start checks it too).
+    victim = path / f"00000000@{hashes[1] & (2**64 - 1):016x}.kvl2"
+    data = bytearray(victim.read_bytes())
+    data[20] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    second = cache_server(overrides=o)
+    second.wait_log(r"l2#\d+ started: disk .* 2 chunks found")
+    f2 = flow_for(second, kv_pools(seed=9), 2)
+    assert f2.lookup_kv(toks, "c-2") == 1 * CHUNK  # chunk 0 only: the prefix ends at chunk 1
+    f2.end_session("c-2")
+    f2.drain()
+    assert not victim.exists()  # dropped at start
+    second.wait_idle()
+
+
+def test_full_write_queue_skips_and_counts_never_blocks_store(cache_server, kv_pools, tmp_path):
+    # 1 MiB of queue holds 16 chunks of 64 KiB; one STORE of 18 commits them
+    # all at once, so the last 2 find the queue full.
+    srv = cache_server(overrides={"l2.disk.enabled": True, "l2.disk.path": str(tmp_path / "q"),
+                                  "l2.queue_bytes": "1MiB"})
+    pools = kv_pools(seed=10, num_blocks=18 * PAGES_PER_CHUNK)
+    f = flow_for(srv, pools, 1)
+    toks = tokens(18, salt=51)
+    assert f.store_kv(toks, "q-1", blocks(0, 18)) is True  # answered, not held up
+    f.end_session("q-1")
+    f.drain()
+    srv.wait_stats(lambda s: s["stored"] == 18, what="18 committed in L1")
+    written(srv, 16)
+    line = srv.wait_log(r"store#\d+ stats l2: .*write_skipped_queue_full=(\d+) queued=0B")
+    assert int(line.group(1)) == 2
+    assert len(list((tmp_path / "q").glob("*.kvl2"))) == 16
+    assert srv.stats("l2")["written"] == 16
+
+
+def test_unusable_disk_path_is_a_startup_error(tmp_path):
+    o = dict(BASE_OVERRIDES)
+    o.update({"cache.endpoint": f"tcp://127.0.0.1:{free_port_range(1)}",
+              "l2.disk.enabled": True, "l2.disk.path": "/proc/kvs-l2-not-creatable"})
+    sc = Sidecar(tmp_path / "bad", o)
+    sc.spawn()
+    try:
+        assert sc.proc.wait(timeout=10) == 1
+        assert 'l2.disk.path = "/proc/kvs-l2-not-creatable": cannot create directory' in sc.log_text()
+    finally:
+        sc.kill()
+
+
+def test_tp2_prefetch_loads_only_chunks_every_rank_has(cache_server, kv_pools, tmp_path):
+    o = {"l2.disk.enabled": True, "l2.disk.path": str(tmp_path / "tp2"), "l2.disk.size": "16MiB"}
+    first = cache_server(overrides=o)
+    p0, p1 = kv_pools(seed=12), kv_pools(seed=13)
+    w0 = SeedFlow(first.client(), p0, MODEL, 7000, tp_size=2, rank=0)
+    w1 = SeedFlow(first.client(), p1, MODEL, 7001, tp_size=2, rank=1)
+    assert w0.register() is None and w1.register() is None
+    toks = tokens(4, salt=61)
+    assert w0.store_kv(toks, "t-1", blocks(0, 4))
+    assert w1.store_kv(toks[: 2 * CHUNK], "t-1", blocks(0, 2))
+    w0.c.end_session("t-1")
+    written(first, 6)
+    first.close()
+    # L1 is empty after the restart: the scheduler-style lookup of each worker
+    # loads the 2 chunks both ranks hold from disk, and each rank gets its shard.
+    second = cache_server(overrides=o)
+    q0, q1 = kv_pools(seed=14), kv_pools(seed=15)
+    v0 = SeedFlow(second.client(), q0, MODEL, 7100, tp_size=2, rank=0)
+    v1 = SeedFlow(second.client(), q1, MODEL, 7101, tp_size=2, rank=1)
+    assert v0.register() is None and v1.register() is None
+    assert v0.lookup_kv(toks, "t-2") == 2 * CHUNK
+    assert v1.lookup_kv(toks, "t-2") == 2 * CHUNK
+    second.wait_locks(4)
+    assert v0.retrieve_kv("t-2", blocks(80, 2)) == 2 * CHUNK
+    assert v1.retrieve_kv("t-2", blocks(80, 2)) == 2 * CHUNK
+    assert not pages_equal(q0, blocks(80, 2), p0, blocks(0, 2))
+    assert not pages_equal(q1, blocks(80, 2), p1, blocks(0, 2))
+    v0.end_session("t-2")
+    v1.end_session("t-2")
+    v0.drain()
+    v1.drain()
+    second.wait_idle()
+    assert second.stats("l2")["fetched_disk"] == 4  # 2 chunks x 2 ranks, loaded once

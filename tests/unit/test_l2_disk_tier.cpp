@@ -1,0 +1,251 @@
+// The disk L2 tier: objects round-trip, LRU inside the size, the index
+// survives a reopen, and faults (ENOSPC, EIO, corrupt or foreign files,
+// files deleted behind its back) are misses or skips, counted.
+#include <doctest/doctest.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "l2/disk_tier.hpp"
+
+using namespace kvs;
+
+namespace {
+
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    char tmpl[] = "/tmp/kvs-l2-disk-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~temp_dir() { std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+l2_object_id id_of(uint64_t hash, int32_t rank = 0) {
+  return l2_object_id{hash, rank, l2_model_fingerprint("m", ""), 4096};
+}
+
+std::string payload(uint64_t seed, size_t n = 4096) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i)
+    s[i] = static_cast<char>((seed * 131 + i * 7) & 0xff);
+  return s;
+}
+
+std::vector<std::string> files(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  while (auto* e = ::readdir(d))
+    if (e->d_name[0] != '.')
+      out.push_back(e->d_name);
+  ::closedir(d);
+  return out;
+}
+
+std::unique_ptr<disk_tier> open_tier(const std::string& path, uint64_t size,
+                                     decltype(disk_tier_options::writev) w = {}) {
+  disk_tier_options o;
+  o.path = path;
+  o.size = size;
+  o.writev = std::move(w);
+  std::string err;
+  auto t = disk_tier::open(o, &err);
+  REQUIRE_MESSAGE(t, err);
+  return t;
+}
+
+} // namespace
+
+TEST_CASE("object header: round trip and every rejection") {
+  uint8_t h[l2_header_bytes];
+  auto id = id_of(0xabcdef, 3);
+  encode_l2_header(id, 100, h);
+  uint64_t n = 0;
+  CHECK(check_l2_header(h, 164, id, &n) == l2_header_check::ok);
+  CHECK(n == 100);
+  CHECK(check_l2_header(h, 163, id) == l2_header_check::wrong_size);
+  CHECK(check_l2_header(h, 10, id) == l2_header_check::short_object);
+  CHECK(check_l2_header(h, 164, id_of(0xabcdef, 2)) == l2_header_check::wrong_key);
+  auto other_model = id;
+  other_model.model = l2_model_fingerprint("m2", "");
+  CHECK(check_l2_header(h, 164, other_model) == l2_header_check::wrong_model);
+  auto other_layout = id;
+  other_layout.layout = 8192;
+  CHECK(check_l2_header(h, 164, other_layout) == l2_header_check::wrong_layout);
+  h[20] ^= 1; // inside the checksummed fields
+  CHECK(check_l2_header(h, 164, id) == l2_header_check::bad_checksum);
+  h[0] = 'X';
+  CHECK(check_l2_header(h, 164, id) == l2_header_check::bad_magic);
+}
+
+TEST_CASE("LMCache 0.5.6 key schema") {
+  CHECK(l2_key_string("", "meta-llama/Llama-3.1-8B", 1, 0, 0x00ab, "")
+        == "meta-llama/Llama-3.1-8B@00000001@0@00000000000000ab");
+  CHECK(l2_key_string("kvs:", "m", 255, 10, 0xffffffffffffffffull, "tenant")
+        == "kvs:m@000000ff@a@ffffffffffffffff@tenant");
+}
+
+TEST_CASE("put, get, contains; a second put of the same chunk is skipped") {
+  temp_dir d;
+  auto t = open_tier(d.path, 1 << 20);
+  auto p = payload(1);
+  CHECK(t->put(id_of(1), p.data(), p.size()) == disk_put::stored);
+  CHECK(t->put(id_of(1), p.data(), p.size()) == disk_put::exists);
+  CHECK(t->contains(id_of(1)));
+  CHECK_FALSE(t->contains(id_of(1, 1)));
+  std::string out;
+  REQUIRE(t->get(id_of(1), &out));
+  CHECK(out == p);
+  CHECK_FALSE(t->get(id_of(2), &out));
+  CHECK(t->stats().objects == 1);
+  CHECK(t->stats().bytes == p.size() + l2_header_bytes);
+  // Only the final file is left: no temp files.
+  CHECK(files(d.path) == std::vector<std::string>{"00000000@0000000000000001.kvl2"});
+}
+
+TEST_CASE("LRU eviction inside the size; a get refreshes recency") {
+  temp_dir d;
+  const uint64_t obj = 4096 + l2_header_bytes;
+  auto t = open_tier(d.path, 3 * obj);
+  std::vector<uint64_t> removed;
+  t->on_removed = [&](uint64_t h, int32_t) { removed.push_back(h); };
+  for (uint64_t h = 1; h <= 3; ++h)
+    REQUIRE(t->put(id_of(h), payload(h).data(), 4096) == disk_put::stored);
+  std::string out;
+  REQUIRE(t->get(id_of(1), &out)); // 1 is now the most recent
+  REQUIRE(t->put(id_of(4), payload(4).data(), 4096) == disk_put::stored);
+  CHECK(removed == std::vector<uint64_t>{2});
+  CHECK_FALSE(t->contains(id_of(2)));
+  CHECK(t->stats().evictions == 1);
+  CHECK(t->stats().bytes == 3 * obj);
+  CHECK(files(d.path).size() == 3);
+  // Bigger than the whole tier: skipped, nothing evicted.
+  std::string big(4 * obj, 'x');
+  CHECK(t->put(id_of(9), big.data(), big.size()) == disk_put::too_large);
+  CHECK(t->stats().too_large == 1);
+  CHECK(t->stats().objects == 3);
+}
+
+TEST_CASE("the index survives a reopen, in LRU order; stray temp files go") {
+  temp_dir d;
+  {
+    auto t = open_tier(d.path, 1 << 20);
+    for (uint64_t h = 1; h <= 3; ++h) {
+      REQUIRE(t->put(id_of(h, 2), payload(h).data(), 4096) == disk_put::stored);
+      // mtime resolution: make the write order visible to the rescan.
+      struct timespec ts[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(1000 + h), 0}};
+      char name[64];
+      std::snprintf(name, sizeof name, "/00000002@%016llx.kvl2", static_cast<unsigned long long>(h));
+      ::utimensat(AT_FDCWD, (d.path + name).c_str(), ts, 0);
+    }
+  }
+  std::ofstream(d.path + "/00000000@0000000000000007.kvl2.tmp") << "half";
+  std::ofstream(d.path + "/unrelated.txt") << "not ours";
+  auto t = open_tier(d.path, 1 << 20);
+  CHECK(t->stats().recovered == 3);
+  CHECK(t->stats().dropped_at_open == 1);
+  CHECK(t->lru_order() == std::vector<std::pair<uint64_t, int32_t>>{{1, 2}, {2, 2}, {3, 2}});
+  std::string out;
+  REQUIRE(t->get(id_of(2, 2), &out));
+  CHECK(out == payload(2));
+  // Foreign files are left alone.
+  CHECK(::access((d.path + "/unrelated.txt").c_str(), F_OK) == 0);
+  // A smaller size at reopen trims the oldest.
+  t.reset();
+  auto small = open_tier(d.path, 2 * (4096 + l2_header_bytes));
+  CHECK(small->lru_order() == std::vector<std::pair<uint64_t, int32_t>>{{2, 2}, {3, 2}});
+}
+
+TEST_CASE("corrupt, truncated and foreign objects are misses, removed and counted") {
+  temp_dir d;
+  auto t = open_tier(d.path, 1 << 20);
+  for (uint64_t h = 1; h <= 3; ++h)
+    REQUIRE(t->put(id_of(h), payload(h).data(), 4096) == disk_put::stored);
+  auto name = [&](uint64_t h) {
+    char n[64];
+    std::snprintf(n, sizeof n, "/00000000@%016llx.kvl2", static_cast<unsigned long long>(h));
+    return d.path + n;
+  };
+  // 1: header byte flipped; 2: truncated payload; 3: a different layout asked.
+  {
+    int fd = ::open(name(1).c_str(), O_WRONLY);
+    uint8_t x = 0xff;
+    REQUIRE(::pwrite(fd, &x, 1, 17) == 1);
+    ::close(fd);
+  }
+  REQUIRE(::truncate(name(2).c_str(), 100) == 0);
+  std::string out;
+  CHECK_FALSE(t->get(id_of(1), &out));
+  CHECK_FALSE(t->get(id_of(2), &out));
+  auto wrong_layout = id_of(3);
+  wrong_layout.layout = 123;
+  CHECK_FALSE(t->get(wrong_layout, &out));
+  CHECK(t->stats().rejected == 3);
+  CHECK(t->stats().objects == 0);
+  CHECK(files(d.path).empty());
+  // Deleted behind our back: a miss, forgotten.
+  REQUIRE(t->put(id_of(4), payload(4).data(), 4096) == disk_put::stored);
+  ::unlink(name(4).c_str());
+  CHECK_FALSE(t->get(id_of(4), &out));
+  CHECK_FALSE(t->contains(id_of(4)));
+  // A corrupt file found at open is dropped there.
+  REQUIRE(t->put(id_of(5), payload(5).data(), 4096) == disk_put::stored);
+  t.reset();
+  REQUIRE(::truncate(name(5).c_str(), 64 + 10) == 0);
+  auto again = open_tier(d.path, 1 << 20);
+  CHECK(again->stats().recovered == 0);
+  CHECK(again->stats().dropped_at_open == 1);
+}
+
+TEST_CASE("ENOSPC and EIO while writing are skips: no file, nothing indexed") {
+  temp_dir d;
+  int fail_with = ENOSPC;
+  size_t calls = 0;
+  auto t = open_tier(d.path, 1 << 20, [&](int fd, const iovec* iov, int n) -> ssize_t {
+    ++calls;
+    if (fail_with == 0)
+      return ::writev(fd, iov, n);
+    if (calls % 2 == 1) // a short write first, then the error
+      return ::write(fd, iov[0].iov_base, 10);
+    errno = fail_with;
+    return -1;
+  });
+  auto p = payload(1);
+  CHECK(t->put(id_of(1), p.data(), p.size()) == disk_put::no_space);
+  fail_with = EIO;
+  CHECK(t->put(id_of(2), p.data(), p.size()) == disk_put::io_error);
+  CHECK(t->stats().no_space == 1);
+  CHECK(t->stats().io_errors == 1);
+  CHECK(t->stats().objects == 0);
+  CHECK(files(d.path).empty());
+  // Short writes are resumed where they stopped.
+  fail_with = 0;
+  size_t before = calls;
+  auto chunky = open_tier(d.path, 1 << 20, [&](int fd, const iovec* iov, int) -> ssize_t {
+    ++calls;
+    return ::write(fd, iov[0].iov_base, std::min<size_t>(iov[0].iov_len, 1000));
+  });
+  REQUIRE(chunky->put(id_of(3), p.data(), p.size()) == disk_put::stored);
+  CHECK(calls - before > 4);
+  std::string out;
+  REQUIRE(chunky->get(id_of(3), &out));
+  CHECK(out == p);
+}
+
+TEST_CASE("open refuses a path it cannot use") {
+  disk_tier_options o;
+  o.path = "/proc/self/kvs-not-creatable";
+  o.size = 1;
+  std::string err;
+  CHECK_FALSE(disk_tier::open(o, &err));
+  CHECK(err.find("/proc/self/kvs-not-creatable") != std::string::npos);
+}
