@@ -1,8 +1,11 @@
 """A disposable LMCache client process for the chaos tests
 (test_chaos_cache_copy.py): it registers its own host shared-memory pools,
 then stores, looks up, retrieves and ends sessions in a loop with several
-requests always in flight, until it is killed. It prints "ready" once its
-first request was answered.
+requests always in flight, until it is killed. It pings its instance every
+round, as LMCache's vLLM adapter does, so a killed client is reaped after
+cache.heartbeat_timeout (one that never pinged would get
+cache.registration_grace). It prints "ready" once its first request was
+answered.
 
 Its shared-memory objects are named /kvs_chaos_<pid>_<n>: a SIGKILLed client
 cannot unlink them, the test does (unlink_objects_of).
@@ -66,6 +69,7 @@ def main() -> None:
     while True:
         toks = tokens(CHUNKS, salt=instance * 100_000 + i)
         rid = f"{instance}-{i}"
+        in_flight.append(c.submit("ping", instance))
         in_flight.append(c.submit("store", cache_key(MODEL, 1, 0, toks, 0, end, rid), instance,
                                   src, EVENT_HANDLE))
         in_flight.append(c.submit("lookup", cache_key(MODEL, 1, None, toks, 0, end, rid), 1))

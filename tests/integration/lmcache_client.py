@@ -258,13 +258,22 @@ class MPClient:
         cannot serve with its uid and an op frame naming another operation,
         which LMCache's client raises as ValueError; see
         messages/lmcache_failure.hpp). Fails on any other reply."""
+        why, value = self.failure_or_value(uid, timeout)
+        assert why is not None, f"uid {uid} was answered {value!r}, not with a failure"
+        return why
+
+    def failure_or_value(self, uid: int, timeout: float = 5.0) -> tuple[str | None, Any]:
+        """(reason, None) for a failure reply to `uid` (see failure()),
+        (None, value) for an ordinary one."""
         r, sent = self._await(uid, timeout)
         if sent is not None:
             assert r.uid_frame == sent.frames[0], (r.uid_frame, sent.frames[0])
+            if r.op_frame == sent.frames[1]:
+                return None, r.value
         assert r.body is None, r.frames
         why = msgspec.msgpack.decode(r.op_frame)
         assert isinstance(why, str) and why.startswith("kvsidecar: "), r.frames
-        return why
+        return why, None
 
     def result(self, uid: int, timeout: float = 5.0) -> Any:
         return self.reply(uid, timeout).value

@@ -31,7 +31,7 @@ pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
 from conftest_cache import CHUNK, changed_pages, pages_equal, snapshot_pages, tokens
 import shm_pool  # noqa: E402 (conftest_cache puts tests/tools on the path)
 from kvsidecar_harness import free_port_range
-from lmcache_client import MPClient, NoReply, cache_key, pool_wrappers
+from lmcache_client import MPClient, cache_key, pool_wrappers
 from test_cache_server import (MODEL, PAGE, STORE_FAILED, STORE_OK, blocks, committed,
                                lookup_wait, register, store)
 
@@ -190,11 +190,14 @@ def as_user(uid: int, fn) -> list[str]:
 
 
 def try_register(c: MPClient, wrappers, instance: int) -> str:
-    try:
-        c.result(submit_register(c, wrappers, instance), 2.0)
+    """"registered", or "refused" when the failure reply (the op frame
+    "kvsidecar: register_kv_cache ...") comes back."""
+    why, value = c.failure_or_value(submit_register(c, wrappers, instance), 2.0)
+    if why is None:
+        assert value is None, value
         return "registered"
-    except NoReply:
-        return "refused"
+    assert why.startswith("kvsidecar: register_kv_cache"), why
+    return "refused"
 
 
 @needs_root
@@ -288,6 +291,9 @@ def test_reconnected_engine_registers_again_after_the_old_binding_is_reaped(cach
     pools = kv_pools("sglang")
     old = srv.client()
     register(old, pools, 7200)
+    # The engine pings (as LMCache's adapter does), so its silence is judged
+    # by heartbeat_timeout, not by registration_grace (default 1 h).
+    assert old.ping(7200) is True
     old.close()  # the blip: the engine's next connection has a new routing id
     new = srv.client()
     mark = srv.mark()
@@ -295,7 +301,7 @@ def test_reconnected_engine_registers_again_after_the_old_binding_is_reaped(cach
     assert new.failure(c_uid).startswith("kvsidecar: register_kv_cache")
     # The new connection's pings do not keep the old binding alive ...
     deadline = time.monotonic() + 5.0
-    while not srv.find(r"instance 7200 silent for over 600ms: reaped", mark):
+    while not srv.find(r"instance 7200 silent for over 600ms \(heartbeat_timeout\): reaped", mark):
         assert new.ping(7200) is True
         assert time.monotonic() < deadline, srv.tail()
         time.sleep(0.05)

@@ -36,6 +36,7 @@ import shm_pool
 from chaos_cache_client import unlink_objects_of
 from kvsidecar_harness import wait_until
 from lmcache_client import EVENT_HANDLE, MPClient, cache_key, pool_wrappers
+from test_cache_server import lookup_wait
 
 pytest_plugins = ["conftest_cache"]  # the cache_server and kv_pools fixtures
 
@@ -204,6 +205,9 @@ def test_pool_shrunk_after_registration_fails_only_its_requests(cache_server, kv
     r = bad.reply(bad.submit("store", store_key(tokens(4, salt=32), "b1"), 5001, [blocks(0, 4)],
                              EVENT_HANDLE))
     assert r.body == STORE_FAILED
+    # A RETRIEVE reads what its request's LOOKUP found (as in LMCache): look
+    # up first, so the copy itself is what fails.
+    assert lookup_wait(bad, toks, "b2", model=MODEL) == 4
     r = bad.reply(bad.submit("retrieve", store_key(toks, "b2"), 5001, [blocks(80, 4)],
                              EVENT_HANDLE, 0))
     assert r.body == STORE_FAILED
@@ -214,6 +218,7 @@ def test_pool_shrunk_after_registration_fails_only_its_requests(cache_server, kv
     assert srv.sidecar.running()
 
     # Everyone else is served as before, byte for byte.
+    assert lookup_wait(good, toks, "g2", model=MODEL) == 4
     r = good.reply(good.submit("retrieve", store_key(toks, "g2"), 5002, [blocks(80, 4)],
                                EVENT_HANDLE, 0))
     assert r.body == STORE_OK
@@ -273,8 +278,12 @@ def test_sigkilled_clients_mid_copy_leave_nothing_behind(cache_server, clients, 
     c = srv.client()
     register(c, pools, 7000)
     toks = tokens(4, salt=77)
+    stored = srv.wait_stats(lambda s: True)["stored"]
     assert c.reply(c.submit("store", store_key(toks, "after"), 7000, [blocks(0, 4)],
                             EVENT_HANDLE)).body == STORE_OK
+    # Committed, then visible to the lookup that the retrieve reads.
+    srv.wait_stats(lambda s: s["stored"] >= stored + 4, what=f"stored>={stored + 4}")
+    assert lookup_wait(c, toks, "after", model=MODEL) == 4
     r = c.reply(c.submit("retrieve", store_key(toks, "after"), 7000, [blocks(80, 4)],
                          EVENT_HANDLE, 0))
     assert r.body == STORE_OK
