@@ -27,10 +27,14 @@ fi
 
 if [ "${1:-}" = "--with-python" ]; then
   req=tests/integration/requirements.txt
-  if ! python3 -c 'import zmq, msgspec, pytest, pydantic, cachetools, yaml' 2>/dev/null; then
+  if ! python3 -c 'import zmq, msgspec, pytest, pydantic, cachetools, yaml, dynamo' 2>/dev/null; then
     echo "installing PyPI packages from $req"
-    python3 -m pip install -q -r "$req" 2>/dev/null \
-      || python3 -m pip install -q --break-system-packages -r "$req"
+    # The first attempt's error stays visible; a Debian system Python
+    # (PEP 668) then needs --break-system-packages.
+    if ! python3 -m pip install -q -r "$req"; then
+      echo "retrying with --break-system-packages"
+      python3 -m pip install -q --break-system-packages -r "$req"
+    fi
   fi
   # vLLM / SGLang / tokenspeed: only their KV event module is read out of
   # the wheel (tests/tools/engine_wheels.py), for the event goldens and the
