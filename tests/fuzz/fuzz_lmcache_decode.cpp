@@ -4,7 +4,10 @@
 //                (a short last frame takes what is left);
 //   byte 0 odd:  one wrapper; byte 1 picks ext 1 (even) or kvsidecar's
 //                host-shm ext (odd); the rest is the payload.
-// Whatever the decoders return must be self-consistent; anything else traps.
+// The same request frames also go through the subscribe_kv_events argument
+// decoder. Whatever the decoders return must be self-consistent; anything
+// else traps.
+#include "messages/lmcache_kv_events.hpp"
 #include "messages/lmcache_protocol.hpp"
 #include "messages/tensor_view.hpp"
 #include "messages/tensor_wrappers.hpp"
@@ -44,6 +47,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     frames.push_back(in.substr(0, n));
     in.remove_prefix(n);
   }
+  // The same frames as subscribe_kv_events' arguments (the bridge decodes
+  // that op before the main decoder).
+  auto sub = kvs::decode_subscribe_kv_events(frames);
+  if (auto* e = std::get_if<kvs::wire_error>(&sub); e && e->kind.empty())
+    __builtin_trap();
   auto r = kvs::decode_mp_request(frames);
   if (auto* req = std::get_if<kvs::mp_request>(&r)) {
     if (req->uid_frame != frames[0] || req->op_frame != frames[1]) __builtin_trap();
