@@ -126,9 +126,14 @@ void stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready, su
   // 4. Close the outputs (each flushes and closes its sockets on its thread).
   if (!stop_bridges(self, t.output_bridges, ready, sup, deadline))
     KVS_WARN(me, "output bridges did not stop in time");
-  // 5. The rest.
+  // 5. The rest, at once: the exit goes ahead of whatever is still queued
+  // in their mailboxes (after the deadline, a publisher may hold thousands
+  // of batches nobody will publish; working through them would keep the
+  // process alive past sidecar.shutdown_timeout).
   for (auto& w : t.workers)
-    self->send_exit(w, caf::exit_reason::user_shutdown);
+    w->enqueue(self->ctrl(), caf::make_message_id(caf::message_priority::high),
+               caf::make_message(caf::exit_msg{self->address(), caf::exit_reason::user_shutdown}),
+               nullptr);
 }
 
 void watch_tree(caf::scoped_actor& self, supervisor& sup, const actor_tree& t) {

@@ -295,7 +295,9 @@ for _ in range(40):
 
 
 def test_probes_answer_within_50ms_while_the_relay_is_flooded(rig):
-    r = rig(overrides={"events.max_queue_size": 1000000})
+    # The flood leaves thousands of batches queued; a short drain deadline
+    # keeps the fixture's stop (5 s) from waiting on them (slow under ASan).
+    r = rig(overrides={"events.max_queue_size": 1000000, "sidecar.shutdown_timeout": "2s"})
     sc = r.sidecar
     big = batch(1, n_events=50)
     stop = threading.Event()
