@@ -58,6 +58,8 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_cache_reply_drops_total",
    "Replies dropped because the client's queue was at cache.hwm (it stopped reading)"},
   {"kvsidecar_cache_reply_unroutable_total", "Replies to clients that left before the answer"},
+  {"kvsidecar_cache_kv_event_subscribers", "subscribe_kv_events streams open"},
+  {"kvsidecar_cache_kv_event_log_records", "Records in the subscribe_kv_events replay log"},
   {"kvsidecar_cache_lookups_total", "LOOKUP requests answered by the store"},
   {"kvsidecar_cache_lookup_hit_chunks_total", "Chunks found by lookups, by tier"},
   {"kvsidecar_cache_lookup_miss_chunks_total", "Chunks asked for beyond the hit prefix"},
