@@ -1,5 +1,6 @@
 #include "messages/lmcache_kv_events.hpp"
 
+#include "messages/msgpack_reader.hpp"
 #include "messages/utf8.hpp"
 
 #include <msgpack.hpp>
@@ -15,31 +16,26 @@ wire_error bad(size_t i, const char* name, const std::string& what) {
                                  + "': " + what};
 }
 
-/// One msgpack value filling the whole frame.
-bool one_object(std::string_view frame, msgpack::object_handle& oh) {
-  try {
-    size_t off = 0;
-    msgpack::unpack(oh, frame.data(), frame.size(), off);
-    return off == frame.size();
-  } catch (const std::exception&) {
-    return false;
-  }
+/// One msgpack value filling the whole frame, read in place (no object
+/// tree: a declared container length allocates nothing).
+bool one_item(std::string_view frame, msgpack_io::item& it) {
+  msgpack_io::reader r(reinterpret_cast<const uint8_t*>(frame.data()), frame.size());
+  return r.next(it) && r.remaining() == 0;
 }
 
 std::optional<wire_error> read_int(std::string_view frame, size_t i, const char* name,
                                    int64_t& out) {
-  msgpack::object_handle oh;
-  if (!one_object(frame, oh))
+  msgpack_io::item it;
+  if (!one_item(frame, it))
     return bad(i, name, "not one msgpack value");
-  const auto& o = oh.get();
-  if (o.type == msgpack::type::POSITIVE_INTEGER) {
-    if (o.via.u64 > static_cast<uint64_t>(INT64_MAX))
+  if (it.kind == msgpack_io::value_type::uint) {
+    if (it.u > static_cast<uint64_t>(INT64_MAX))
       return bad(i, name, "int out of range");
-    out = static_cast<int64_t>(o.via.u64);
+    out = static_cast<int64_t>(it.u);
     return std::nullopt;
   }
-  if (o.type == msgpack::type::NEGATIVE_INTEGER) {
-    out = o.via.i64;
+  if (it.kind == msgpack_io::value_type::sint) {
+    out = it.i;
     return std::nullopt;
   }
   return bad(i, name, "expected an int");
@@ -75,10 +71,10 @@ decode_subscribe_kv_events(const std::vector<std::string_view>& args) {
   if (auto e = read_int(args[0], 0, "instance_id", r.instance_id))
     return *e;
   {
-    msgpack::object_handle oh;
-    if (!one_object(args[1], oh) || oh.get().type != msgpack::type::STR)
+    msgpack_io::item it;
+    if (!one_item(args[1], it) || it.kind != msgpack_io::value_type::str)
       return bad(1, "model_name", "expected a str");
-    std::string_view s{oh.get().via.str.ptr, oh.get().via.str.size};
+    std::string_view s{reinterpret_cast<const char*>(it.ptr), it.len};
     if (!valid_utf8(reinterpret_cast<const uint8_t*>(s.data()), s.size()))
       return bad(1, "model_name", "not valid UTF-8");
     r.model_name.assign(s);

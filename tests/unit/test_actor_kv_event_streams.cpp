@@ -214,4 +214,11 @@ TEST_CASE("subscribe_kv_events request: op name and arguments") {
   CHECK(err({enc(std::string("x")), enc(std::string("m")), enc(0), enc(1)}).detail.find("instance_id") != std::string::npos);
   CHECK(err({enc(7), enc(3), enc(0), enc(1)}).detail.find("model_name") != std::string::npos);
   CHECK(err({enc(7), enc(std::string("m")) + "x", enc(0), enc(1)}).kind == "bad_arg");
+  // Found by fuzz_lmcache_decode: an argument that declares a huge array
+  // (array32 of 2^32-1 elements, 5 bytes) is refused without allocating for
+  // it (an object-tree parser asked for 64 GiB here).
+  const std::string huge_array{"\xdd\xff\xff\xff\xff", 5};
+  CHECK(err({huge_array, enc(std::string("m")), enc(0), enc(1)}).detail.find("instance_id")
+        != std::string::npos);
+  CHECK(err({enc(7), huge_array, enc(0), enc(1)}).detail.find("model_name") != std::string::npos);
 }
