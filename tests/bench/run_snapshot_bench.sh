@@ -47,11 +47,14 @@ STATS=$(grep "publisher\[dp=0\].*stats:" "$WORK/sidecar.log" | tail -1)
 echo "index: blocks=$BLOCKS rss_before=$RSS0 rss_after=$RSS1 rss_per_block=$(( (RSS1 - RSS0) / BLOCKS ))"
 echo "publisher: ${STATS#*stats: }"
 
-# Phase 2: live latency without and with snapshots in a loop.
+# Phase 2: live latency without and with snapshots in a loop. Every
+# bench_relay run is a new engine stream (its seq starts at 0 again), which
+# the sidecar fences with AllBlocksCleared: the index is emptied, so each run
+# fills it again before it measures.
 "$BENCH" latency --batch 16 --rate "$RATE" --seconds "$LAT_SECONDS" --ingest-port "$INGEST" \
-  --sub-port "$PUB" | sed 's/^/baseline: /'
+  --sub-port "$PUB" --fill-blocks "$BLOCKS" | sed 's/^/baseline: /'
 "$BENCH" latency --batch 16 --rate "$RATE" --seconds "$LAT_SECONDS" --ingest-port "$INGEST" \
-  --sub-port "$PUB" --replay-port "$REPLAY" --snapshot 1 | sed 's/^/snapshots: /'
+  --sub-port "$PUB" --replay-port "$REPLAY" --snapshot 1 --fill-blocks "$BLOCKS" | sed 's/^/snapshots: /'
 echo "sidecar: peak_rss=$(rss VmHWM) rss_now=$(rss VmRSS)"
 grep -E "snapshot [0-9]+ at seq" "$WORK/sidecar.log" | head -3
 kill -TERM $SC_PID; wait $SC_PID || true
