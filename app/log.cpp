@@ -32,29 +32,14 @@ level parse_level(std::string_view s) {
   return level::info;
 }
 
-// Escapes a string for a JSON string literal (without the quotes).
-void json_escape(std::string& out, std::string_view s) {
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20 || c == 0x7f)
-          out += fmt::format("\\u{:04x}", c);
-        else
-          out += static_cast<char>(c);
-    }
-  }
-}
+// Escapes control characters and the backslash, so a client-supplied string
+// (shm name, request id, model name) cannot write a line, or an escape, that
+// looks like the sidecar's own. JSON lines also escape '"' and use \uXXXX;
+// text lines use \xNN.
+enum class escape_style { json, text };
 
-// Text lines: control characters (and the backslash, so an escape cannot be
-// forged either) are written as escapes. Client-supplied strings (shm names,
-// request ids, model names) end up in messages; a raw newline in one would
-// let a client write lines that look like the sidecar's own.
-void text_escape(std::string& out, std::string_view s) {
+void escape(std::string& out, std::string_view s, escape_style style) {
+  const bool json = style == escape_style::json;
   for (unsigned char c : s) {
     switch (c) {
       case '\\': out += "\\\\"; break;
@@ -62,8 +47,10 @@ void text_escape(std::string& out, std::string_view s) {
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (c < 0x20 || c == 0x7f)
-          out += fmt::format("\\x{:02x}", c);
+        if (c == '"' && json)
+          out += "\\\"";
+        else if (c < 0x20 || c == 0x7f)
+          out += json ? fmt::format("\\u{:04x}", c) : fmt::format("\\x{:02x}", c);
         else
           out += static_cast<char>(c);
     }
@@ -118,16 +105,16 @@ void write(level lvl, std::string_view actor, std::string_view msg) {
     line += "\"level\":\"";
     line += level_name(lvl, true);
     line += "\",\"actor\":\"";
-    json_escape(line, actor);
+    escape(line, actor, escape_style::json);
     line += "\",\"msg\":\"";
-    json_escape(line, msg);
+    escape(line, msg, escape_style::json);
     line += "\"";
   } else {
     line += level_name(lvl, false);
     line += ' ';
-    text_escape(line, actor);
+    escape(line, actor, escape_style::text);
     line += ' ';
-    text_escape(line, msg);
+    escape(line, msg, escape_style::text);
   }
   lg->log(to_spd(lvl), "{}", line);
 }

@@ -7,7 +7,7 @@ blank line). The source starts at the first line that begins with '#',
 Its imports (msgspec, zmq, pydantic) come from PyPI (requirements.txt).
 
 Where shared/ is: $KVS_SHARED_DIR, else the first ancestor of this file
-that has shared/seeds (the repo's checkout has it at ../shared).
+that has shared/seeds, named by KVS_SHARED_DIR (optional: nothing else needs it).
 """
 
 import os
@@ -20,14 +20,11 @@ _STARTS = ("#", "import ", "from ", '"""', "'''")
 
 
 def find_shared_dir() -> Path | None:
+    # Only where asked for: the suite needs nothing outside the repository.
     env = os.environ.get("KVS_SHARED_DIR")
     if env:
         p = Path(env)
         return p if (p / "seeds").is_dir() else None
-    for parent in Path(__file__).resolve().parents:
-        cand = parent / "shared"
-        if (cand / "seeds").is_dir():
-            return cand
     return None
 
 
