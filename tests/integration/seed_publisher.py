@@ -6,8 +6,7 @@ blank line). The source starts at the first line that begins with '#',
 'import', 'from' or a docstring quote and from which the rest compiles.
 Its imports (msgspec, zmq, pydantic) come from PyPI (requirements.txt).
 
-Where shared/ is: $KVS_SHARED_DIR, else the first ancestor of this file
-that has shared/seeds, named by KVS_SHARED_DIR (optional: nothing else needs it).
+Where shared/ is: $KVS_SHARED_DIR only (optional: nothing else needs it).
 """
 
 import os
