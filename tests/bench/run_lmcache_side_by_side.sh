@@ -24,6 +24,8 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build-cbench}"
 REPS="${REPS:-5}"
 RTT_ITERS="${RTT_ITERS:-1000}"
 SESSIONS="${SESSIONS:-1000}"
+RTT_CHUNKS="${RTT_CHUNKS:-1,8,32}"
+COPY="${COPY:-32x8,32x1,4x32}"
 L1_GB="${L1_GB:-4}"
 WORK="${KEEP:-$(mktemp -d)}"
 mkdir -p "$WORK"
@@ -31,7 +33,9 @@ mkdir -p "$WORK"
 if [[ ! -x "$VENV/bin/python" ]]; then
   echo "creating $VENV (lmcache==0.5.6 and torch: ~6 GB) ..."
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q "lmcache==0.5.6" msgspec pyzmq
+  # torch 2.14.0: the torch LMCache 0.5.6's compiled extensions
+  # (lmcache_native: libtorch, libc10) were built against, as vLLM 0.33 pins it.
+  "$VENV/bin/pip" install -q "torch==2.14.0" "lmcache==0.5.6" msgspec pyzmq
 fi
 
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
@@ -41,13 +45,19 @@ cmake --build "$BUILD_DIR" -j2 --target kvsidecar >/dev/null
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PA="$(free_port)"; PB="$(free_port)"
+# Both servers serve Prometheus metrics on 9090 by default: one port each.
+MA="$(free_port)"; MB="$(free_port)"
 
 "$BUILD_DIR/kvsidecar" --set events.enabled=false --set gpu.backend=host \
   --set "cache.endpoint=tcp://127.0.0.1:$PA" --set "cache.l1_size=${L1_GB}GiB" \
+  --set "http.listen=127.0.0.1:$MA" \
   2>"$WORK/kvsidecar.log" &
 A_PID=$!
+# Usage telemetry off: it would report to LMCache's stats host (no network here).
+LMCACHE_TRACK_USAGE=false DO_NOT_TRACK=1 \
 "$VENV/bin/python" -m lmcache.v1.multiprocess.server --host 127.0.0.1 --port "$PB" \
-  --chunk-size 256 --l1-size-gb "$L1_GB" --eviction-policy LRU >"$WORK/lmcache.log" 2>&1 &
+  --chunk-size 256 --l1-size-gb "$L1_GB" --eviction-policy LRU --prometheus-port "$MB" \
+  >"$WORK/lmcache.log" 2>&1 &
 B_PID=$!
 cleanup() {
   kill -TERM "$A_PID" "$B_PID" 2>/dev/null || true
@@ -75,7 +85,8 @@ PY
 
 "$VENV/bin/python" "$ROOT/tests/bench/lmcache_side_by_side.py" \
   --a "tcp://127.0.0.1:$PA" --a-pid "$A_PID" --b "tcp://127.0.0.1:$PB" --b-pid "$B_PID" \
-  --reps "$REPS" --rtt-iters "$RTT_ITERS" --sessions "$SESSIONS" --out "$WORK/result.json"
+  --reps "$REPS" --rtt-iters "$RTT_ITERS" --rtt-chunks "$RTT_CHUNKS" --copy "$COPY" \
+  --sessions "$SESSIONS" --l1-gb "$L1_GB" --out "$WORK/result.json"
 
 kill -TERM "$A_PID"
 if ! wait "$A_PID"; then
