@@ -31,6 +31,8 @@ Model shapes: `L` layers of 8 KV heads × head_dim 128, bf16, page size 16,
             (every L1 page written once); their median GB/s is reported.
   memory    server RSS at idle (before the first request) and its peak (VmHWM).
   idle      server CPU while nothing is asked, over 5 s.
+  memcpy    the machine's reference for the GB/s rows: one 256 MiB copy
+            between pre-faulted buffers, once per repetition.
 """
 
 from __future__ import annotations
@@ -284,6 +286,17 @@ def block_sessions(s: Server, layers: int, n: int, rep: int) -> dict:
     return {"sessions_per_s": n / dt}
 
 
+def memcpy_GBps(src, dst) -> float:
+    """The machine's reference: one 256 MiB copy between pre-faulted buffers
+    (numpy's copyto is a memcpy), best of 3."""
+    best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = max(best, src.nbytes / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
 def idle_cpu(s: Server, seconds: float = 5.0) -> float:
     c0 = proc_cpu_s(s.pid)
     time.sleep(seconds)
@@ -343,7 +356,11 @@ def main() -> int:
     for s in servers:
         res[s.name]["warm_up_store_GBps"] = warm_up(s, max(shapes), int(a.l1_gb * 2**30))
     loads = [loadavg()]
+    src = np.frombuffer(np.random.default_rng(0).bytes(256 << 20), dtype=np.uint8)
+    dst = np.zeros_like(src)
+    res["memcpy_GBps"] = []
     for rep in range(a.reps):
+        res["memcpy_GBps"].append(memcpy_GBps(src, dst))
         order = servers if rep % 2 == 0 else servers[::-1]
         for s in order:
             time.sleep(0.05)
@@ -394,6 +411,9 @@ def main() -> int:
         fy = "n/a" if y is None else f"{y:,.1f}" if y >= 10 else f"{y:,.2f}"
         ratio = "" if not x or not y else f"{(x / y if higher_better else y / x):.2f}×"
         print(f"| {name} | {fx} | {fy} | {ratio} |")
+    print(f"memcpy reference (one 256 MiB copy, pre-faulted, median of one per repetition): "
+          f"{med(res['memcpy_GBps']):.2f} GB/s (range {min(res['memcpy_GBps']):.2f}-"
+          f"{max(res['memcpy_GBps']):.2f})")
     print(f"load average (1 min) at the start and after each repetition: {' '.join(loads)}")
     for s in ("kvsidecar", "lmcache"):
         for what, v in res[s]["registration"].items():
