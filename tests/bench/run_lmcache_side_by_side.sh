@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # kvsidecar next to LMCache 0.5.6's own MP server, both on loopback, driven by
 # LMCache 0.5.6's own client classes (tests/bench/lmcache_side_by_side.py: what
-# is measured, and how). Optional, not in CI: LMCache's server needs its
-# Python package and torch (pip install lmcache==0.5.6 brings torch from
-# PyPI), a virtual environment of ~6 GB. LMCache serves `cpu_shm` pools on its
-# CPU platform; it cannot register SGLang MHA pools there (its registration
-# goes unanswered): the table says so, nothing works around it.
+# is measured, and how). Optional, not in CI (a benchmark, not a test): it
+# needs LMCache's Python package and torch 2.14.0 in a virtual environment of
+# ~6.3 GB (PyPI's torch wheel brings CUDA libraries; nothing here needs a GPU).
+# LMCache's server runs on its CPU platform (StubCPUDevice) and serves
+# `cpu_shm` pools there; it cannot register SGLang MHA pools on that platform
+# (CPUCacheContext raises AttributeError: 'list' object has no attribute
+# 'data_ptr', logged, never answered): the table says so, nothing works
+# around it.
 #
-#   tests/bench/run_lmcache_side_by_side.sh        # creates the venv on first use
+#   VENV=/work/venv-lmcache tests/bench/run_lmcache_side_by_side.sh
 #
-# Prints one markdown table (medians of REPS alternating A/B blocks) to paste
-# into BENCHMARKS.md with the machine it ran on (lscpu model, vCPUs, memory)
-# and the memcpy figure of tests/bench/run_cache_bench.sh on the same machine.
+# creates VENV on first use. Prints one markdown table (medians of REPS
+# alternating A/B blocks), the memcpy reference measured in the same run, the
+# load average after each repetition, and the machine (lscpu model, vCPUs,
+# memory). ~10 minutes at the defaults on 2 vCPUs; ~13 GiB of memory at
+# L1_GB=4 (both L1s, ~1.5 GiB of shm pools per server).
 #
 # Environment (defaults in brackets): VENV [build-lmcache-venv]
 #   BUILD_DIR [build-cbench]  REPS [5]  RTT_ITERS [1000]  SESSIONS [1000]
+#   RTT_CHUNKS [1,8,32] (prompt lengths of the lookup round trips)
+#   COPY [32x8,32x1,4x32] (LAYERSxCHUNKS per store/retrieve; a chunk is LAYERS MiB)
 #   L1_GB [4]  KEEP=DIR keeps logs and the JSON result.
 set -euo pipefail
 
