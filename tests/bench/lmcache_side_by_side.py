@@ -38,8 +38,10 @@ Model shapes: `L` layers of 8 KV heads × head_dim 128, bf16, page size 16,
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import signal
 import statistics
 import sys
 import threading
@@ -64,6 +66,18 @@ HEADS, HEAD_DIM = 8, 128
 EVENT = bytes(64)
 T = 120.0
 LAYOUTS = ("vllm", "sglang")
+# Every pool made here, unlinked at exit even when a block fails (1.5 GiB of
+# /dev/shm per server otherwise stays behind).
+ALL_POOLS: list = []
+
+
+def _unlink_all() -> None:
+    for p in ALL_POOLS:
+        p.close()
+
+
+atexit.register(_unlink_all)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def tokens(n_chunks: int, salt: int) -> tuple[int, ...]:
@@ -121,6 +135,7 @@ class Server:
                 # Stored from pages 0.., retrieved into the pages after them.
                 p = make(layers, 2 * max_chunks * BPC, PAGE, HEADS, HEAD_DIM,
                          prefix=f"kvs_sbs_{name}")
+                ALL_POOLS.append(p)
                 fast_fill(p, 1000 * layers + i)
                 inst = 9000 + n
                 n += 1
