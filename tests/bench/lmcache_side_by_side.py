@@ -335,8 +335,66 @@ def loadavg() -> str:
     return Path("/proc/loadavg").read_text().split(" ", 3)[0]
 
 
+def fmt(x) -> str:
+    return "n/a" if x is None else f"{x:,.1f}" if x >= 10 else f"{x:,.2f}"
+
+
+def print_table(res: dict) -> None:
+    """The markdown table from a result JSON (as written by --out). Ratios:
+    kvsidecar's advantage per repetition (its block and LMCache's ran one
+    right after the other), median and range over the repetitions, so load
+    that drifts between repetitions cancels out."""
+    st = res["setup"]
+    rows = []  # (name, per-repetition values of a server, higher is better)
+    for n in st["rtt_chunks"]:
+        n = str(n)
+        for q in ("p50", "p99"):
+            rows.append((f"lookup+wait {n} chunk{'s' * (n != '1')} {q} (µs)",
+                         lambda r, n=n, q=q: [x[f"{q}_us"] for x in r["rtt"][n]], False))
+    rows.append(("server CPU per lookup+wait+end, 8 chunks (µs)",
+                 lambda r: [x["cpu_us_per_pair"] for x in r["rtt"]["8"]], False))
+    for k in res["kvsidecar"]["copy"]:
+        layout, shape = k.split(" ")
+        layers, n = shape.split("x")
+        for op in ("store", "retrieve"):
+            rows.append((f"{op} {layout}, {n} × {layers} MiB chunks (GB/s)",
+                         lambda r, k=k, o=op: [x.get(f"{o}_GBps") for x in r["copy"][k]], True))
+    rows += [(f"{st['sessions']:,} sessions (sessions/s)",
+              lambda r: [x["sessions_per_s"] for x in r["sessions"]], True),
+             (f"store into never-written L1, 8 × {st['warm_layers']} MiB chunks (GB/s; warm-up)",
+              lambda r: [r["warm_up_store_GBps"]], True),
+             ("RSS idle (MiB)", lambda r: [r["idle_rss_MiB"]], False),
+             ("RSS peak (MiB)", lambda r: [r["peak_rss_MiB"]], False),
+             ("idle CPU (%)", lambda r: [r["idle_cpu_pct"]], False)]
+    k, l = res["kvsidecar"], res["lmcache"]
+    print("| what | kvsidecar | LMCache 0.5.6 | kvsidecar better by (median of repetitions) "
+          "| range over repetitions |")
+    print("|---|---:|---:|---:|---:|")
+    for name, f, higher_better in rows:
+        xs, ys = f(k), f(l)
+        ratios = [(x / y if higher_better else y / x) for x, y in zip(xs, ys)
+                  if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x and y]
+        ratio = f"{med(ratios):.2f}×" if ratios else ""
+        spread = f"{min(ratios):.2f}–{max(ratios):.2f}×" if len(ratios) > 1 else ""
+        print(f"| {name} | {fmt(med(xs))} | {fmt(med(ys))} | {ratio} | {spread} |")
+    m = res["memcpy_GBps"]
+    print(f"memcpy reference (one 256 MiB copy, pre-faulted, one per repetition): median "
+          f"{med(m):.2f} GB/s (range {min(m):.2f}-{max(m):.2f})")
+    print(f"load average (1 min) at the start and after each repetition: "
+          f"{' '.join(res['loadavg_1min'])}")
+    for s in ("kvsidecar", "lmcache"):
+        for what, v in res[s]["registration"].items():
+            if not isinstance(v, int):
+                print(f"{s}: {what} pools: {v}")
+        for what, xs in res[s]["copy"].items():
+            errs = sorted({x["error"] for x in xs if "error" in x})
+            for e in errs:
+                print(f"{s}: {what}: {e} ({sum(x.get('error') == e for x in xs)} of {len(xs)})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--table", metavar="JSON", help="only print the table of a saved result")
     ap.add_argument("--a", required=True, help="kvsidecar endpoint")
     ap.add_argument("--a-pid", type=int, required=True)
     ap.add_argument("--b", required=True, help="LMCache endpoint")
@@ -349,6 +407,11 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--l1-gb", type=float, default=4.0, help="L1 size of both servers")
     ap.add_argument("--out", required=True)
+    only = argparse.ArgumentParser(add_help=False)
+    only.add_argument("--table")
+    if (t := only.parse_known_args()[0].table) is not None:
+        print_table(json.loads(Path(t).read_text()))
+        return 0
     a = ap.parse_args()
     copies = parse_shapes(a.copy)
     rtt_chunks = [int(x) for x in a.rtt_chunks.split(",")]
@@ -393,51 +456,11 @@ def main() -> int:
         res[s.name]["peak_rss_MiB"] = proc_mem_kib(s.pid, "VmHWM") / 1024
         s.close()
     res["loadavg_1min"] = loads
-    Path(a.out).write_text(json.dumps(res, indent=1, default=str))
 
-    rows = []
-    for n in rtt_chunks:
-        rows += [(f"lookup+wait {n} chunk{'s' * (n > 1)} p50 (µs)",
-                  lambda r, n=n: med(x["p50_us"] for x in r["rtt"][n]), False),
-                 (f"lookup+wait {n} chunk{'s' * (n > 1)} p99 (µs)",
-                  lambda r, n=n: med(x["p99_us"] for x in r["rtt"][n]), False)]
-    rows.append(("server CPU per lookup+wait+end, 8 chunks (µs)",
-                 lambda r: med(x["cpu_us_per_pair"] for x in r["rtt"][8]), False))
-    for layout in LAYOUTS:
-        for layers, n in copies:
-            k = f"{layout} {layers}x{n}"
-            for op in ("store", "retrieve"):
-                rows.append((f"{op} {layout}, {n} × {layers} MiB chunks (GB/s)",
-                             lambda r, k=k, o=op: med(x.get(f"{o}_GBps") for x in r["copy"][k]),
-                             True))
-    rows += [(f"{a.sessions:,} sessions (sessions/s)",
-              lambda r: med(x["sessions_per_s"] for x in r["sessions"]), True),
-             (f"store into never-written L1, 8 × {max(shapes)} MiB chunks (GB/s; warm-up)",
-              lambda r: r["warm_up_store_GBps"], True),
-             ("RSS idle (MiB)", lambda r: r["idle_rss_MiB"], False),
-             ("RSS peak (MiB)", lambda r: r["peak_rss_MiB"], False),
-             ("idle CPU (%)", lambda r: r["idle_cpu_pct"], False)]
-    k, l = res["kvsidecar"], res["lmcache"]
-    print("| what | kvsidecar | LMCache 0.5.6 | kvsidecar better by |")
-    print("|---|---:|---:|---:|")
-    for name, f, higher_better in rows:
-        x, y = f(k), f(l)
-        fx = "n/a" if x is None else f"{x:,.1f}" if x >= 10 else f"{x:,.2f}"
-        fy = "n/a" if y is None else f"{y:,.1f}" if y >= 10 else f"{y:,.2f}"
-        ratio = "" if not x or not y else f"{(x / y if higher_better else y / x):.2f}×"
-        print(f"| {name} | {fx} | {fy} | {ratio} |")
-    print(f"memcpy reference (one 256 MiB copy, pre-faulted, median of one per repetition): "
-          f"{med(res['memcpy_GBps']):.2f} GB/s (range {min(res['memcpy_GBps']):.2f}-"
-          f"{max(res['memcpy_GBps']):.2f})")
-    print(f"load average (1 min) at the start and after each repetition: {' '.join(loads)}")
-    for s in ("kvsidecar", "lmcache"):
-        for what, v in res[s]["registration"].items():
-            if not isinstance(v, int):
-                print(f"{s}: {what} pools: {v}")
-        for what, xs in res[s]["copy"].items():
-            errs = sorted({x["error"] for x in xs if "error" in x})
-            for e in errs:
-                print(f"{s}: {what}: {e} ({sum(x.get('error') == e for x in xs)} of {len(xs)})")
+    res["setup"] = {"rtt_chunks": rtt_chunks, "copy": a.copy, "sessions": a.sessions,
+                    "rtt_layers": rtt_layers, "warm_layers": max(shapes)}
+    Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+    print_table(json.loads(Path(a.out).read_text()))
     return 0
 
 
