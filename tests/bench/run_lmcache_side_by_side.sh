@@ -60,6 +60,7 @@ MA="$(free_port)"; MB="$(free_port)"
   --set "http.listen=127.0.0.1:$MA" \
   2>"$WORK/kvsidecar.log" &
 A_PID=$!
+B_LAUNCH="$(date +%s.%N)"
 # Usage telemetry off: it would report to LMCache's stats host (no network here).
 LMCACHE_TRACK_USAGE=false DO_NOT_TRACK=1 \
 "$VENV/bin/python" -m lmcache.v1.multiprocess.server --host 127.0.0.1 --port "$PB" \
@@ -72,11 +73,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Both answer NOOP (LMCache's start-up takes a while: torch, its L1 buffer).
-"$VENV/bin/python" - "$PA" "$PB" <<'PY'
+# Both answer NOOP (LMCache's start-up takes a while: torch, its L1 buffer);
+# how long LMCache took from its launch is printed at the end.
+"$VENV/bin/python" - "$PA" "$PB" "$B_LAUNCH" >"$WORK/lmcache_startup.txt" <<'PY'
 import sys, time
 from lmcache.v1.multiprocess.transport.zmq_impl import create_request_client
-for port in sys.argv[1:]:
+for port in sys.argv[1:3]:
     c = create_request_client(f"tcp://127.0.0.1:{port}")
     deadline = time.monotonic() + 300
     while True:
@@ -88,6 +90,7 @@ for port in sys.argv[1:]:
         if time.monotonic() > deadline:
             sys.exit(f"server on port {port} not ready after 300 s")
     c.close()
+print(f"{time.time() - float(sys.argv[3]):.1f}")
 PY
 
 "$VENV/bin/python" "$ROOT/tests/bench/lmcache_side_by_side.py" \
@@ -100,4 +103,7 @@ if ! wait "$A_PID"; then
   echo "kvsidecar did not exit 0 on SIGTERM (log: $WORK/kvsidecar.log)" >&2
   exit 1
 fi
+echo "start-up: LMCache answered its first NOOP $(tail -1 "$WORK/lmcache_startup.txt") s after" \
+  "its launch; kvsidecar logged 'starting' at $(head -1 "$WORK/kvsidecar.log" | cut -d' ' -f1)" \
+  "and 'ready' at $(grep -m1 'kvsidecar ready' "$WORK/kvsidecar.log" | cut -d' ' -f1)"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) vCPUs, $(free -g | awk '/Mem:/{print $2}') GiB; logs and JSON: $WORK"
