@@ -15,7 +15,7 @@
 # creates VENV on first use. Prints one markdown table (medians of REPS
 # alternating A/B blocks), the memcpy reference measured in the same run, the
 # load average after each repetition, and the machine (lscpu model, vCPUs,
-# memory). ~10 minutes at the defaults on 2 vCPUs; ~13 GiB of memory at
+# memory). 5–7 minutes at the defaults on 2 vCPUs; ~12 GiB of memory at
 # L1_GB=4 (both L1s, ~1.5 GiB of shm pools per server).
 #
 # Environment (defaults in brackets): VENV [build-lmcache-venv]
