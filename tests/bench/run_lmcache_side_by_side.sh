@@ -19,6 +19,7 @@
 # L1_GB=4 (both L1s, ~1.5 GiB of shm pools per server).
 #
 # Environment (defaults in brackets): VENV [build-lmcache-venv]
+#   PYTHON [python3.11] (makes VENV)
 #   BUILD_DIR [build-cbench]  REPS [5]  RTT_ITERS [1000]  SESSIONS [1000]
 #   RTT_CHUNKS [1,8,32] (prompt lengths of the lookup round trips)
 #   COPY [32x8,32x1,4x32] (LAYERSxCHUNKS per store/retrieve; a chunk is LAYERS MiB)
@@ -38,8 +39,9 @@ WORK="${KEEP:-$(mktemp -d)}"
 mkdir -p "$WORK"
 
 if [[ ! -x "$VENV/bin/python" ]]; then
-  echo "creating $VENV (lmcache==0.5.6 and torch: ~6 GB) ..."
-  python3 -m venv "$VENV"
+  echo "creating $VENV (lmcache==0.5.6 and torch: ~6.3 GB) ..."
+  # LMCache 0.5.6 ships only CPython 3.11 wheels (its compiled extensions).
+  "${PYTHON:-$(command -v python3.11 || command -v python3)}" -m venv "$VENV"
   # torch 2.14.0: the torch LMCache 0.5.6's compiled extensions
   # (lmcache_native: libtorch, libc10) were built against, as vLLM 0.33 pins it.
   "$VENV/bin/pip" install -q "torch==2.14.0" "lmcache==0.5.6" msgspec pyzmq
