@@ -97,7 +97,7 @@ bool resp_reader::line(int fd, std::string_view* out, std::string* why) {
       return false;
     }
     size_t seen = end_ - begin_; // survives the compaction in fill()
-    if (!fill(fd, why, "in the middle of a reply line"))
+    if (!fill(fd, why, seen ? "in the middle of a reply line" : "waiting for a reply"))
       return false;
     scanned = begin_ + seen;
   }
