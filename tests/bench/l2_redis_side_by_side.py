@@ -140,6 +140,12 @@ def rounds(a, port: int, clients: dict[str, str]) -> int:
         line = "  ".join(f"{t} {tool} {res[(t, tool)][-1][0]:.0f}" for t, tool, _ in runs)
         print(f"round {r + 1}: {line}", flush=True)
     print(f"# load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    stats = subprocess.run(["redis-cli", "-p", str(port), "INFO", "stats"], capture_output=True,
+                           text=True).stdout
+    misses = int(re.search(r"keyspace_misses:(\d+)", stats).group(1))
+    print(f"# server: keyspace_misses={misses} (every GET of both tools must be a hit)")
+    if misses:
+        sys.exit("some GETs missed: the comparison is not fair")
     print("| test | tool | req/s (median) | all rounds | vs redis-benchmark | "
           "client CPU us/req (median) |")
     print("|---|---|---|---|---|---|")
