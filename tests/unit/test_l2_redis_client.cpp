@@ -261,6 +261,34 @@ TEST_CASE("single node: large and small values in one pipeline, headers, get_int
   CHECK(c.stats().connects == 1);
 }
 
+TEST_CASE("single node: one pipeline of more pieces than one sendmsg takes (IOV_MAX)") {
+  if (!have_redis())
+    return;
+  redis_proc srv({});
+  redis_options o;
+  o.endpoints = {srv.endpoint()};
+  redis_client c(o);
+  // 700 values sent by reference, each between two copied pieces: > 1024
+  // iovecs, so the writer splits them over several sendmsg calls, and 11 MB
+  // is more than one call sends (partial writes).
+  std::vector<std::string> keys, values;
+  std::vector<std::string_view> views;
+  for (int i = 0; i < 700; ++i) {
+    keys.push_back("iov" + std::to_string(i));
+    values.push_back(std::string(16384 + i, static_cast<char>(i)) + std::to_string(i));
+  }
+  for (auto& v : values)
+    views.push_back(v);
+  auto ok = c.set(keys, views);
+  CHECK(std::count(ok.begin(), ok.end(), true) == 700);
+  auto got = c.get(keys);
+  size_t same = 0;
+  for (size_t i = 0; i < keys.size(); ++i)
+    same += got[i] == values[i];
+  CHECK(same == 700);
+  CHECK(c.stats().errors == 0);
+}
+
 TEST_CASE("single node: a restart is reconnected to by itself") {
   if (!have_redis())
     return;
