@@ -165,9 +165,6 @@ redisContext* redis_client::connection(node& n, size_t i) {
   }
   redisSetTimeout(c, tv);
   redisEnableKeepAlive(c);
-  // Keep the reader's buffer between replies: by default hiredis frees it
-  // whenever it is empty and over 16 KiB, so every chunk-sized GET regrew it.
-  c->reader->maxbuf = 0;
   if (!opts_.password.empty()) {
     const char* argv[] = {"AUTH", opts_.password.c_str()};
     size_t lens[] = {4, opts_.password.size()};
