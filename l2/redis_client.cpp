@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <unordered_map>
 
@@ -70,6 +71,14 @@ std::string flatten(const redisReply* r) {
     }
   }
   return {};
+}
+
+/// hiredis's error text, with its socket timeout (EAGAIN's "Resource
+/// temporarily unavailable") said as what it is.
+std::string hiredis_error(const redisContext* c, std::chrono::milliseconds timeout) {
+  if (c->err == REDIS_ERR_IO && std::string_view(c->errstr) == std::strerror(EAGAIN))
+    return "no reply within " + std::to_string(timeout.count()) + " ms";
+  return c->errstr;
 }
 
 } // namespace
@@ -171,7 +180,7 @@ redisContext* redis_client::connection(node& n, size_t i) {
     reply_ptr r{static_cast<redisReply*>(redisCommandArgv(c, 2, argv, lens))};
     if (!r || r->type == REDIS_REPLY_ERROR) {
       ++stats_.connect_failures;
-      std::string why = r ? std::string(r->str, r->len) : std::string{c->errstr};
+      std::string why = r ? std::string(r->str, r->len) : hiredis_error(c, opts_.timeout);
       redisFree(c);
       fail_node(n, "AUTH: " + why);
       return nullptr;
@@ -198,7 +207,7 @@ void redis_client::refresh_slots() {
       continue;
     reply_ptr r{static_cast<redisReply*>(redisCommand(c, "CLUSTER SLOTS"))};
     if (!r) {
-      fail_node(*n, std::string{"CLUSTER SLOTS: "} + c->errstr);
+      fail_node(*n, "CLUSTER SLOTS: " + hiredis_error(c, opts_.timeout));
       continue;
     }
     if (r->type != REDIS_REPLY_ARRAY) {
@@ -466,7 +475,7 @@ std::optional<std::string> redis_client::command(const std::vector<std::string>&
   reply_ptr r{static_cast<redisReply*>(
     redisCommandArgv(c, static_cast<int>(a.size()), a.data(), l.data()))};
   if (!r) {
-    fail_node(*n, std::string{"command: "} + c->errstr);
+    fail_node(*n, "command: " + hiredis_error(c, opts_.timeout));
     return std::nullopt;
   }
   return flatten(r.get());

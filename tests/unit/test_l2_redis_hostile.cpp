@@ -1,6 +1,7 @@
 // The Redis client against a hostile or broken server: a fake one on a
 // loopback socket that answers garbage, announces an oversize value, closes
-// mid-reply, never answers, or sends more than was asked. Each must end as
+// mid-reply, never answers, or sends more than was asked (and, for a
+// cluster, answers CLUSTER SLOTS with garbage or silence). Each must end as
 // a miss (or a failed SET) within the timeout, with last_error() naming the
 // endpoint and what was wrong, and the client must work again once the
 // server behaves. Plus resp_reader on random byte streams (run under ASan).
@@ -269,6 +270,35 @@ TEST_CASE("hostile Redis: a server that resets the connection while we send a la
   while (!ok && std::chrono::steady_clock::now() < deadline)
     ok = c.set({"k"}, {std::string_view("v")})[0];
   CHECK(ok);
+}
+
+TEST_CASE("hostile Redis: a cluster seed answering CLUSTER SLOTS with garbage or silence") {
+  // CLUSTER SLOTS goes through hiredis (not resp_wire): it must end too.
+  std::string reply, expect;
+  SUBCASE("garbage") {
+    reply = "hello\r\n";
+    expect = "CLUSTER SLOTS: Protocol error, got \"h\" as reply type byte";
+  }
+  SUBCASE("an array of nonsense") {
+    // Its malformed ranges are skipped (no slot known: the seed is asked),
+    // and the GET then waits for a reply the fake never sends.
+    reply = "*2\r\n:1\r\n*1\r\n$1\r\nx\r\n";
+    expect = "read: no data within 200 ms waiting for a reply";
+  }
+  SUBCASE("silence") {
+    reply = "";
+    expect = "CLUSTER SLOTS: no reply within 200 ms";
+  }
+  CAPTURE(reply);
+  fake_redis srv(first_reply(reply, false));
+  auto o = options_for(srv);
+  o.cluster = true;
+  redis_client c(o);
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(c.get({"k"})[0]);
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(c.stats().get_hits == 0);
+  CHECK(c.last_error() == srv.endpoint() + ": " + expect);
 }
 
 TEST_CASE("resp_reader: random byte streams end in replies or a named error, never a crash") {
