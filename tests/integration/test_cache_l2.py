@@ -417,14 +417,14 @@ class HostileRedis:
     (b"hello\r\n", False, "unexpected reply type byte 'h' (0x68) in 'hello'"),
     (b"$99999999999\r\n", False, "bulk length 99999999999 over the limit of 536870912 bytes"),
     (b"$1000\r\nabc", True, "server closed the connection after 3 of 1000 bytes of a bulk reply"),
-    (b"", False, "no data within 300 ms waiting for a reply"),
+    (b"", False, "no data within 1000 ms waiting for a reply"),
 ], ids=["garbage", "oversize-bulk", "closes-mid-reply", "never-replies"])
 def test_hostile_redis_is_a_miss_with_a_named_error(cache_server, kv_pools, reply, close, says):
     fake = HostileRedis(reply, close)
     try:
         srv = cache_server(overrides={"l2.redis.enabled": True,
                                       "l2.redis.endpoints": [f"127.0.0.1:{fake.port}"],
-                                      "l2.redis.timeout": "300ms"})
+                                      "l2.redis.timeout": "1s"})
         f = flow_for(srv, kv_pools(seed=16), 1)
         toks = tokens(2, salt=71)
         t0 = time.monotonic()
