@@ -5,7 +5,6 @@
 
 #include <fmt/ranges.h>
 
-#include <cstring>
 
 namespace kvs {
 
@@ -75,27 +74,26 @@ void on_write(self_ptr self, l2_write& w) {
     e.medium = medium;
     events.emplace_back(std::move(e));
   };
-  // Objects: header + payload, built once, written to each tier.
-  std::vector<std::string> objects(w.hashes.size());
+  // Redis objects are header + payload; the payload goes out from the
+  // write's own bytes (no object is assembled in memory).
+  std::string headers(st.redis ? w.hashes.size() * l2_header_bytes : 0, '\0');
   for (size_t i = 0; i < w.hashes.size(); ++i) {
     auto id = object_id(w.hashes[i], w.rank, model, w.layout);
     if (st.p.disk && st.p.disk->put(id, w.bytes[i].data(), w.bytes[i].size()) == disk_put::stored)
       stored_event(i, l2_disk_medium);
-    if (st.redis) {
-      auto& o = objects[i];
-      o.resize(l2_header_bytes + w.bytes[i].size());
-      encode_l2_header(id, w.bytes[i].size(), reinterpret_cast<uint8_t*>(o.data()));
-      std::memcpy(o.data() + l2_header_bytes, w.bytes[i].data(), w.bytes[i].size());
-    }
+    if (st.redis)
+      encode_l2_header(id, w.bytes[i].size(),
+                       reinterpret_cast<uint8_t*>(headers.data() + i * l2_header_bytes));
   }
   if (st.redis) {
     std::vector<std::string> keys;
-    std::vector<std::string_view> values;
+    std::vector<std::string_view> heads, values;
     for (size_t i = 0; i < w.hashes.size(); ++i) {
       keys.push_back(l2_key_string(st.p.key_prefix, w.model, w.rank, 0, w.hashes[i], w.salt));
-      values.emplace_back(objects[i]);
+      heads.emplace_back(headers.data() + i * l2_header_bytes, l2_header_bytes);
+      values.emplace_back(w.bytes[i].data(), w.bytes[i].size());
     }
-    auto ok = st.redis->set(keys, values);
+    auto ok = st.redis->set(keys, values, heads);
     for (size_t i = 0; i < ok.size(); ++i)
       if (ok[i])
         stored_event(i, l2_redis_medium);

@@ -2,11 +2,8 @@
 
 #include <hiredis/hiredis.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <unordered_map>
 
@@ -76,33 +73,12 @@ std::string flatten(const redisReply* r) {
   return {};
 }
 
-/// redisGetReply with 1 MiB socket reads instead of hiredis 0.14's 16 KiB
-/// ones (redisBufferRead): a chunk-sized GET is then a few read() calls, not
-/// hundreds. Writes stay hiredis's (run() flushed them already).
-int read_reply(redisContext* c, void** reply) {
-  static thread_local std::vector<char> buf(1 << 20);
-  *reply = nullptr;
-  if (redisReaderGetReply(c->reader, reply) != REDIS_OK)
-    return REDIS_ERR;
-  while (!*reply) {
-    ssize_t n = ::read(c->fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      c->err = REDIS_ERR_IO;
-      std::snprintf(c->errstr, sizeof c->errstr, "%s",
-                    n == 0 ? "server closed the connection"
-                           : (errno == EAGAIN ? "timed out" : std::strerror(errno)));
-      return REDIS_ERR;
-    }
-    if (redisReaderFeed(c->reader, buf.data(), static_cast<size_t>(n)) != REDIS_OK
-        || redisReaderGetReply(c->reader, reply) != REDIS_OK) {
-      c->err = REDIS_ERR_PROTOCOL;
-      std::snprintf(c->errstr, sizeof c->errstr, "protocol error");
-      return REDIS_ERR;
-    }
-  }
-  return REDIS_OK;
+/// hiredis's error text, with its socket timeout (EAGAIN's "Resource
+/// temporarily unavailable") said as what it is.
+std::string hiredis_error(const redisContext* c, std::chrono::milliseconds timeout) {
+  if (c->err == REDIS_ERR_IO && std::string_view(c->errstr) == std::strerror(EAGAIN))
+    return "no reply within " + std::to_string(timeout.count()) + " ms";
+  return c->errstr;
 }
 
 } // namespace
@@ -132,14 +108,16 @@ enum class op_kind { get, set, exists };
 struct redis_client::op {
   op_kind kind;
   const std::string* key;
+  std::string_view head;  ///< SET: sent before `value`, as one value
   std::string_view value;
   std::string ask_to; ///< set by an ASK redirect: the next try goes there
   bool done = false;
   bool ok = false;
-  std::optional<std::string> got;
+  std::string* dst = nullptr; ///< GET: where the value is read to
 };
 
-redis_client::redis_client(redis_options opts) : opts_(std::move(opts)) {
+redis_client::redis_client(redis_options opts)
+    : opts_(std::move(opts)), reader_(opts_.max_value_bytes, opts_.timeout) {
   opts_.connections = std::max(1, opts_.connections);
   for (auto& ep : opts_.endpoints)
     node_at(ep);
@@ -196,16 +174,13 @@ redisContext* redis_client::connection(node& n, size_t i) {
   }
   redisSetTimeout(c, tv);
   redisEnableKeepAlive(c);
-  // Keep the reader's buffer between replies: by default hiredis frees it
-  // whenever it is empty and over 16 KiB, so every chunk-sized GET regrew it.
-  c->reader->maxbuf = 0;
   if (!opts_.password.empty()) {
     const char* argv[] = {"AUTH", opts_.password.c_str()};
     size_t lens[] = {4, opts_.password.size()};
     reply_ptr r{static_cast<redisReply*>(redisCommandArgv(c, 2, argv, lens))};
     if (!r || r->type == REDIS_REPLY_ERROR) {
       ++stats_.connect_failures;
-      std::string why = r ? std::string(r->str, r->len) : std::string{c->errstr};
+      std::string why = r ? std::string(r->str, r->len) : hiredis_error(c, opts_.timeout);
       redisFree(c);
       fail_node(n, "AUTH: " + why);
       return nullptr;
@@ -232,7 +207,7 @@ void redis_client::refresh_slots() {
       continue;
     reply_ptr r{static_cast<redisReply*>(redisCommand(c, "CLUSTER SLOTS"))};
     if (!r) {
-      fail_node(*n, std::string{"CLUSTER SLOTS: "} + c->errstr);
+      fail_node(*n, "CLUSTER SLOTS: " + hiredis_error(c, opts_.timeout));
       continue;
     }
     if (r->type != REDIS_REPLY_ARRAY) {
@@ -328,64 +303,38 @@ void redis_client::run(std::vector<op>& ops) {
         continue;
       }
       for (auto* o : l.ops) {
-        if (!o->ask_to.empty()) {
-          const char* a[] = {"ASKING"};
-          size_t al[] = {6};
-          redisAppendCommandArgv(c, 1, a, al);
-        }
-        const char* argv[5];
-        size_t lens[5];
-        int argc = 2;
-        argv[1] = o->key->data();
-        lens[1] = o->key->size();
-        if (o->kind == op_kind::get) {
-          argv[0] = "GET";
-          lens[0] = 3;
-        } else if (o->kind == op_kind::exists) {
-          argv[0] = "EXISTS";
-          lens[0] = 6;
-        } else {
-          argv[0] = "SET";
-          lens[0] = 3;
-          argv[2] = o->value.data();
-          lens[2] = o->value.size();
-          argc = 3;
-          if (opts_.ttl.count() > 0) {
-            argv[3] = "PX";
-            lens[3] = 2;
-            argv[4] = px.c_str();
-            lens[4] = px.size();
-            argc = 5;
-          }
-        }
-        redisAppendCommandArgv(c, argc, argv, lens);
+        if (!o->ask_to.empty())
+          writer_.command({"ASKING"});
+        if (o->kind == op_kind::get)
+          writer_.command({"GET", *o->key});
+        else if (o->kind == op_kind::exists)
+          writer_.command({"EXISTS", *o->key});
+        else if (opts_.ttl.count() > 0)
+          writer_.command({"SET", *o->key, {o->head, o->value}, "PX", px});
+        else
+          writer_.command({"SET", *o->key, {o->head, o->value}});
       }
-      // Flush now so every node works on its share while we read the others.
-      int done = 0;
-      while (!done) {
-        if (redisBufferWrite(c, &done) != REDIS_OK) {
-          fail_node(*l.n, std::string{"write: "} + c->errstr);
-          break;
-        }
-      }
+      // Send now so every node works on its share while we read the others.
+      std::string why;
+      if (!writer_.flush(c->fd, &why))
+        fail_node(*l.n, "write: " + why); // its lane is failed below
     }
+    resp_reply r;
     for (auto& l : lanes) {
       auto* c = l.n->conns[l.conn];
+      std::string why;
       size_t i = 0;
       for (; c && i < l.ops.size(); ++i) {
         auto* o = l.ops[i];
-        void* raw = nullptr;
         if (!o->ask_to.empty()) {
-          if (read_reply(c, &raw) != REDIS_OK)
+          if (!reader_.next(c->fd, r, &why))
             break;
-          freeReplyObject(raw); // +OK of ASKING
-          o->ask_to.clear();
+          o->ask_to.clear(); // +OK of ASKING
         }
-        if (read_reply(c, &raw) != REDIS_OK)
+        if (!reader_.next(c->fd, r, &why, o->dst))
           break;
-        reply_ptr r{static_cast<redisReply*>(raw)};
-        if (r->type == REDIS_REPLY_ERROR) {
-          std::string_view e(r->str, r->len);
+        if (r.type == resp_reply::kind::error) {
+          std::string_view e = r.text;
           bool moved = e.rfind("MOVED ", 0) == 0;
           bool ask = e.rfind("ASK ", 0) == 0;
           if (moved || ask) {
@@ -406,30 +355,34 @@ void redis_client::run(std::vector<op>& ops) {
             continue; // retried next round
           }
           ++stats_.errors;
-          last_error_ = l.n->endpoint + ": " + std::string(e);
+          last_error_ = l.n->endpoint + ": " + r.text;
           o->done = true;
           continue;
         }
         o->done = true;
         if (o->kind == op_kind::get) {
-          o->ok = r->type == REDIS_REPLY_STRING;
-          if (o->ok)
-            o->got.emplace(r->str, r->len);
+          o->ok = r.type == resp_reply::kind::bulk;
         } else if (o->kind == op_kind::exists) {
-          o->ok = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+          o->ok = r.type == resp_reply::kind::integer && r.integer > 0;
         } else {
-          o->ok = r->type == REDIS_REPLY_STATUS;
+          o->ok = r.type == resp_reply::kind::status;
         }
       }
       if (i < l.ops.size()) {
         // The connection broke mid-pipeline: the rest of the lane is lost.
         if (c)
-          fail_node(*l.n, std::string{"read: "} + c->errstr);
+          fail_node(*l.n, "read: " + why);
         for (; i < l.ops.size(); ++i) {
           l.ops[i]->done = true;
           ++stats_.errors;
         }
+      } else if (c && reader_.buffered() > 0) {
+        // Bytes after the last reply: the stream is out of step with our
+        // requests. The replies read are kept; the connection is not.
+        fail_node(*l.n, "read: " + std::to_string(reader_.buffered())
+                          + " bytes nobody asked for after the last reply");
       }
+      reader_.clear();
     }
   }
   for (auto& o : ops)
@@ -439,20 +392,34 @@ void redis_client::run(std::vector<op>& ops) {
     }
 }
 
-std::vector<std::optional<std::string>> redis_client::get(const std::vector<std::string>& keys) {
+std::vector<bool> redis_client::get_into(const std::vector<std::string>& keys,
+                                         std::vector<std::string>& values) {
+  values.resize(keys.size());
   std::vector<op> ops;
   ops.reserve(keys.size());
-  for (auto& k : keys)
-    ops.push_back(op{op_kind::get, &k, {}, {}, false, false, std::nullopt});
+  for (size_t i = 0; i < keys.size(); ++i)
+    ops.push_back(op{op_kind::get, &keys[i], {}, {}, {}, false, false, &values[i]});
   run(ops);
-  std::vector<std::optional<std::string>> out;
-  out.reserve(keys.size());
-  for (auto& o : ops) {
+  std::vector<bool> hit;
+  hit.reserve(keys.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
     ++stats_.gets;
-    if (o.got)
+    if (ops[i].ok)
       ++stats_.get_hits;
-    out.push_back(std::move(o.got));
+    else
+      values[i].clear(); // a failure may have left part of a value
+    hit.push_back(ops[i].ok);
   }
+  return hit;
+}
+
+std::vector<std::optional<std::string>> redis_client::get(const std::vector<std::string>& keys) {
+  std::vector<std::string> values;
+  auto hit = get_into(keys, values);
+  std::vector<std::optional<std::string>> out(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (hit[i])
+      out[i] = std::move(values[i]);
   return out;
 }
 
@@ -460,7 +427,7 @@ std::vector<bool> redis_client::exists(const std::vector<std::string>& keys) {
   std::vector<op> ops;
   ops.reserve(keys.size());
   for (auto& k : keys)
-    ops.push_back(op{op_kind::exists, &k, {}, {}, false, false, std::nullopt});
+    ops.push_back(op{op_kind::exists, &k, {}, {}, {}, false, false, nullptr});
   run(ops);
   std::vector<bool> out;
   for (auto& o : ops) {
@@ -471,11 +438,13 @@ std::vector<bool> redis_client::exists(const std::vector<std::string>& keys) {
 }
 
 std::vector<bool> redis_client::set(const std::vector<std::string>& keys,
-                                    const std::vector<std::string_view>& values) {
+                                    const std::vector<std::string_view>& values,
+                                    const std::vector<std::string_view>& heads) {
   std::vector<op> ops;
   ops.reserve(keys.size());
   for (size_t i = 0; i < keys.size() && i < values.size(); ++i)
-    ops.push_back(op{op_kind::set, &keys[i], values[i], {}, false, false, std::nullopt});
+    ops.push_back(op{op_kind::set, &keys[i], i < heads.size() ? heads[i] : std::string_view{},
+                     values[i], {}, false, false, nullptr});
   run(ops);
   std::vector<bool> out;
   for (auto& o : ops) {
@@ -506,7 +475,7 @@ std::optional<std::string> redis_client::command(const std::vector<std::string>&
   reply_ptr r{static_cast<redisReply*>(
     redisCommandArgv(c, static_cast<int>(a.size()), a.data(), l.data()))};
   if (!r) {
-    fail_node(*n, std::string{"command: "} + c->errstr);
+    fail_node(*n, "command: " + hiredis_error(c, opts_.timeout));
     return std::nullopt;
   }
   return flatten(r.get());

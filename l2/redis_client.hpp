@@ -2,8 +2,11 @@
 // hiredis (libhiredis-dev, 0.14 in bookworm).
 //
 // What hiredis does: the connection (connect with timeout, socket
-// timeouts), the RESP encoder (redisAppendCommandArgv, binary-safe) and the
-// RESP reply parser (redisGetReply), i.e. the wire protocol.
+// timeouts), AUTH, CLUSTER SLOTS and command() (its encoder and reply
+// parser). The pipelined GET/SET/EXISTS requests and their replies go
+// through l2/resp_wire instead: values are sent from the caller's memory and
+// a GET's bulk is read straight into the returned string (hiredis copies
+// each value twice either way; see resp_wire.hpp).
 // What is written here, because hiredis 0.14 has no cluster support and
 // hiredis-cluster is not packaged in Debian (`apt-cache search hiredis`):
 //   - the cluster's key -> slot map: CRC16/XMODEM of the key (or of its
@@ -17,10 +20,15 @@
 //     one per batch) and, in a cluster, refreshes the slot map first;
 //   - AUTH after every connect.
 // Every failure is a miss (GET/EXISTS) or a skipped write (SET), counted in
-// stats(); nothing throws.
+// stats(); nothing throws. A server that answers garbage, announces a value
+// over `max_value_bytes`, closes mid-reply or stops answering costs one
+// timeout at most: its connection is dropped and last_error() says what
+// was wrong ("127.0.0.1:6379: read: bulk length ... over the limit ...").
 //
 // Single-threaded (the L2 actor owns it).
 #pragma once
+
+#include "l2/resp_wire.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -45,6 +53,10 @@ struct redis_options {
   int connections = 1;                ///< per node; a batch is spread over them
   std::chrono::milliseconds timeout{1000};    ///< connect and per-reply
   std::chrono::milliseconds retry_after{1000}; ///< a failed node is skipped this long
+  /// A GET reply announcing a longer value is a protocol error (the
+  /// connection is dropped, the key is a miss); Redis's own default
+  /// proto-max-bulk-len.
+  size_t max_value_bytes = size_t{512} << 20;
 };
 
 struct redis_stats {
@@ -67,11 +79,21 @@ public:
   /// One pipelined round (per node) of GETs: values, nullopt for a miss or
   /// any failure.
   std::vector<std::optional<std::string>> get(const std::vector<std::string>& keys);
+  /// The same GETs, each value read into values[i] (resized to keys.size());
+  /// true where it is a hit, and values[i] is empty where not. A string
+  /// already there is overwritten in place: a caller that keeps `values`
+  /// between batches allocates (and page-faults) nothing.
+  std::vector<bool> get_into(const std::vector<std::string>& keys,
+                             std::vector<std::string>& values);
   /// EXISTS per key: false for a miss or any failure.
   std::vector<bool> exists(const std::vector<std::string>& keys);
-  /// SET key value [PX ttl] per pair: true when the server said OK.
+  /// SET key value [PX ttl] per pair: true when the server said OK. The
+  /// values are sent from the caller's memory; heads[i], when given, goes
+  /// out just before values[i] as part of the same value (a header that is
+  /// not stored next to its payload).
   std::vector<bool> set(const std::vector<std::string>& keys,
-                        const std::vector<std::string_view>& values);
+                        const std::vector<std::string_view>& values,
+                        const std::vector<std::string_view>& heads = {});
 
   /// A plain command on the node owning `key` (tests, diagnostics); the
   /// reply flattened to text, nullopt on failure.
@@ -101,6 +123,8 @@ private:
   std::chrono::steady_clock::time_point last_refresh_{};
   redis_stats stats_;
   std::string last_error_;
+  resp_writer writer_; ///< reused by every lane of every batch
+  resp_reader reader_; ///< idem; empty between lanes
 };
 
 } // namespace kvs

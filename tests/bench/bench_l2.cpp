@@ -3,15 +3,19 @@
 //                                    the same sizes in files (no rename, no
 //                                    header), then put with fsync vs plain
 //                                    write + fdatasync
-//   redis <port> <requests> <bytes> <pipeline>
-//                                    redis_client set/get batches of
-//                                    <pipeline> keys on one connection (compare
-//                                    with redis-benchmark -c 1 -P <pipeline>)
+//   redis <port> <requests> <bytes> <pipeline> <keys> [set|get|get-fresh] [connections]
+//                                    redis_client alone: set or get batches
+//                                    of <pipeline> keys per connection over
+//                                    redis-benchmark -r <keys>'s key space
+//                                    (compare with redis-benchmark -c
+//                                    <connections> -P <pipeline> -r <keys>;
+//                                    tests/bench/l2_redis_side_by_side.py)
 // Prints one line per measurement: name, GB/s or ops/s.
 #include "l2/disk_tier.hpp"
 #include "l2/redis_client.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -155,41 +159,74 @@ int disk(const std::string& dir, size_t n, size_t mib) {
   return 0;
 }
 
-int redis(int port, size_t requests, size_t bytes, size_t pipeline) {
+double cpu_secs() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto t = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6; };
+  return t(u.ru_utime) + t(u.ru_stime);
+}
+
+/// The client alone (no actor): `requests` SETs or GETs in batches of
+/// pipeline x connections keys, key i of the run being
+/// "key:%012d" % (i mod keys) -- redis-benchmark -r's key format, so both
+/// sides use the same key space on the same server. Modes: set; get (values
+/// read into the previous batch's strings, get_into); get-fresh (get(): a
+/// new string per value). One line: req/s, GB/s and client CPU per request.
+int redis(int port, size_t requests, size_t bytes, size_t pipeline, size_t keyspace,
+          const std::string& mode, int connections) {
   redis_options o;
   o.endpoints = {"127.0.0.1:" + std::to_string(port)};
+  o.connections = connections;
   redis_client c(o);
   std::string value(bytes, 'v');
+  size_t batch = pipeline * static_cast<size_t>(connections);
   std::vector<std::string> keys;
-  std::vector<std::string_view> values;
-  for (size_t i = 0; i < pipeline; ++i)
-    values.emplace_back(value);
-  size_t batches = requests / pipeline;
-  auto batch_keys = [&](size_t b) {
+  std::vector<std::string_view> values(batch, value);
+  std::vector<std::string> got;
+  size_t batches = requests / batch;
+  size_t next = 0;
+  auto batch_keys = [&] {
     keys.clear();
-    for (size_t i = 0; i < pipeline; ++i)
-      keys.push_back("bench:" + std::to_string(b * pipeline + i));
+    char k[32];
+    for (size_t i = 0; i < batch; ++i) {
+      std::snprintf(k, sizeof k, "key:%012zu", next++ % keyspace);
+      keys.emplace_back(k);
+    }
   };
+  double cpu0 = cpu_secs();
   auto t0 = clk::now();
   for (size_t b = 0; b < batches; ++b) {
-    batch_keys(b);
-    for (bool ok : c.set(keys, values))
-      if (!ok)
-        std::abort();
+    batch_keys();
+    if (mode == "set") {
+      for (bool ok : c.set(keys, values))
+        if (!ok)
+          std::abort();
+    } else if (mode == "get") {
+      for (bool hit : c.get_into(keys, got))
+        if (!hit)
+          std::abort();
+      for (auto& v : got)
+        if (v.size() != bytes)
+          std::abort();
+    } else {
+      for (auto& v : c.get(keys))
+        if (!v || v->size() != bytes)
+          std::abort();
+    }
   }
-  double set_rps = static_cast<double>(batches * pipeline) / secs(t0);
-  t0 = clk::now();
-  for (size_t b = 0; b < batches; ++b) {
-    batch_keys(b);
-    for (auto& v : c.get(keys))
-      if (!v || v->size() != bytes)
-        std::abort();
+  double wall = secs(t0);
+  double n = static_cast<double>(batches * batch);
+  std::printf("redis_client %s %.0f req/s (%.2f GB/s) cpu %.1f us/req  value %zu B, pipeline %zu, "
+              "%d connection(s), %zu keys: %s\n",
+              mode == "set" ? "SET" : "GET", n / wall, n * static_cast<double>(bytes) / wall / 1e9,
+              (cpu_secs() - cpu0) / n * 1e6, bytes, pipeline, connections, keyspace,
+              mode == "set" ? "values sent from the caller's memory"
+                            : mode == "get" ? "values read into reused strings (get_into)"
+                                            : "a new string per value (get)");
+  if (c.stats().errors || c.stats().unreachable) {
+    std::fprintf(stderr, "redis errors: %s\n", c.last_error().c_str());
+    return 1;
   }
-  double get_rps = static_cast<double>(batches * pipeline) / secs(t0);
-  std::printf("redis_client SET %.0f req/s (%.2f GB/s)  GET %.0f req/s (%.2f GB/s)  "
-              "value %zu B, pipeline %zu, 1 connection\n",
-              set_rps, set_rps * static_cast<double>(bytes) / 1e9, get_rps,
-              get_rps * static_cast<double>(bytes) / 1e9, bytes, pipeline);
   return 0;
 }
 
@@ -198,10 +235,21 @@ int redis(int port, size_t requests, size_t bytes, size_t pipeline) {
 int main(int argc, char** argv) {
   if (argc == 5 && std::strcmp(argv[1], "disk") == 0)
     return disk(argv[2], std::strtoul(argv[3], nullptr, 10), std::strtoul(argv[4], nullptr, 10));
-  if (argc == 6 && std::strcmp(argv[1], "redis") == 0)
+  if (argc >= 7 && argc <= 9 && std::strcmp(argv[1], "redis") == 0) {
+    std::string mode = argc >= 8 ? argv[7] : "set";
+    if (mode != "set" && mode != "get" && mode != "get-fresh") {
+      std::fprintf(stderr, "mode must be set, get or get-fresh, not %s\n", mode.c_str());
+      return 2;
+    }
+    size_t keyspace = std::strtoul(argv[6], nullptr, 10);
+    int conns = argc == 9 ? std::atoi(argv[8]) : 1;
+    if (keyspace == 0 || conns < 1)
+      return 2;
     return redis(std::atoi(argv[2]), std::strtoul(argv[3], nullptr, 10),
-                 std::strtoul(argv[4], nullptr, 10), std::strtoul(argv[5], nullptr, 10));
-  std::fprintf(stderr, "usage: bench_l2 disk <dir> <objects> <MiB> | "
-                       "redis <port> <requests> <bytes> <pipeline>\n");
+                 std::strtoul(argv[4], nullptr, 10), std::strtoul(argv[5], nullptr, 10),
+                 keyspace, mode, conns);
+  }
+  std::fprintf(stderr, "usage: bench_l2 disk <dir> <objects> <MiB> | redis <port> <requests> "
+                       "<bytes> <pipeline> <keys> [set|get|get-fresh] [connections]\n");
   return 2;
 }

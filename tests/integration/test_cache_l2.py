@@ -8,7 +8,10 @@ sidecar B and RETRIEVE lands the same bytes in B's pages; a sidecar
 restarted on the same l2.disk.path still hits its chunks; a Redis master
 killed mid-run turns its chunks into misses while every engine request is
 still answered; a small l2.disk.size evicts LRU files and says so in
-BlockRemoved events with medium "DISK".
+BlockRemoved events with medium "DISK"; a hostile or broken Redis (a fake
+server answering garbage, an oversize bulk length, closing mid-reply or
+never answering) is a miss, the sidecar logs what was wrong and keeps
+answering.
 
 Run: KVSIDECAR_BIN=<build>/kvsidecar python3 -m pytest -q tests/integration/test_cache_l2.py
 """
@@ -16,9 +19,11 @@ Run: KVSIDECAR_BIN=<build>/kvsidecar python3 -m pytest -q tests/integration/test
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -358,3 +363,85 @@ def test_tp2_prefetch_loads_only_chunks_every_rank_has(cache_server, kv_pools, t
     v1.drain()
     second.wait_idle()
     assert second.stats("l2")["fetched_disk"] == 4  # 2 chunks x 2 ranks, loaded once
+
+
+class HostileRedis:
+    """A fake Redis on loopback that answers every request with `reply`
+    (and then closes, when `close` is set); an empty reply never answers."""
+
+    def __init__(self, reply: bytes, close: bool = False):
+        self.reply, self.close_after = reply, close
+        self.stop = threading.Event()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.threads = [threading.Thread(target=self.accept_loop, daemon=True)]
+        self.threads[0].start()
+
+    def accept_loop(self) -> None:
+        self.sock.settimeout(0.05)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            t = threading.Thread(target=self.serve, args=(conn,), daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def serve(self, conn: socket.socket) -> None:
+        conn.settimeout(0.05)
+        with conn:
+            while not self.stop.is_set():
+                try:
+                    if not conn.recv(1 << 20):
+                        return  # the client hung up
+                except socket.timeout:
+                    continue
+                except OSError:
+                    return
+                if self.reply:
+                    conn.sendall(self.reply)
+                    if self.close_after:
+                        return
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=5)
+        self.sock.close()
+
+
+@pytest.mark.parametrize("reply,close,says", [
+    (b"hello\r\n", False, "unexpected reply type byte 'h' (0x68) in 'hello'"),
+    (b"$99999999999\r\n", False, "bulk length 99999999999 over the limit of 536870912 bytes"),
+    (b"$1000\r\nabc", True, "server closed the connection after 3 of 1000 bytes of a bulk reply"),
+    (b"", False, "no data within 1000 ms waiting for a reply"),
+], ids=["garbage", "oversize-bulk", "closes-mid-reply", "never-replies"])
+def test_hostile_redis_is_a_miss_with_a_named_error(cache_server, kv_pools, reply, close, says):
+    fake = HostileRedis(reply, close)
+    try:
+        srv = cache_server(overrides={"l2.redis.enabled": True,
+                                      "l2.redis.endpoints": [f"127.0.0.1:{fake.port}"],
+                                      "l2.redis.timeout": "1s"})
+        f = flow_for(srv, kv_pools(seed=16), 1)
+        toks = tokens(2, salt=71)
+        t0 = time.monotonic()
+        assert f.lookup_kv(toks, "h-1") == 0  # answered: a miss, not an error
+        assert time.monotonic() - t0 < 5
+        srv.wait_log(r"l2#\d+ redis: 127\.0\.0\.1:" + str(fake.port) + ": read: "
+                     + re.escape(says))
+        # The write-through goes to the same server: the STORE is still answered.
+        assert f.store_kv(toks, "h-1", blocks(0, 2)) is True
+        f.end_session("h-1")
+        f.drain()
+        written(srv, 2)
+        assert f.lookup_kv(tokens(1, salt=72), "h-2") == 0
+        f.end_session("h-2")
+        f.drain()
+        srv.wait_idle()
+        assert srv.sidecar.running()
+        assert srv.stats("l2")["fetched_redis"] == 0
+    finally:
+        fake.close()

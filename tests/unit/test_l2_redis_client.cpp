@@ -207,6 +207,88 @@ TEST_CASE("single node: pipelined SET/GET/EXISTS, binary values, AUTH, TTL") {
   CHECK(bad.last_error().find("AUTH") != std::string::npos);
 }
 
+TEST_CASE("single node: large and small values in one pipeline, headers, get_into reuse") {
+  if (!have_redis())
+    return;
+  redis_proc srv({});
+  redis_options o;
+  o.endpoints = {srv.endpoint()};
+  redis_client c(o);
+  // Sizes around the writer's by-reference threshold (16 KiB) and the
+  // reader's buffer (64 KiB), and far beyond; each value distinct.
+  std::vector<size_t> sizes = {0, 1, 16383, 16384, 65535, 65536, 65537, 3 << 20, 7, 1 << 20};
+  std::vector<std::string> keys, values, heads;
+  std::vector<std::string_view> vv, hv;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    keys.push_back("mix" + std::to_string(i));
+    std::string v(sizes[i], '\0');
+    for (size_t b = 0; b < v.size(); ++b)
+      v[b] = static_cast<char>(b * 7 + i);
+    values.push_back(std::move(v));
+    heads.push_back(i % 2 ? std::string(64, static_cast<char>('A' + i)) : std::string());
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    vv.push_back(values[i]);
+    hv.push_back(heads[i]);
+  }
+  auto ok = c.set(keys, vv, hv);
+  CHECK(std::count(ok.begin(), ok.end(), true) == static_cast<long>(sizes.size()));
+  // The server holds head + value, byte for byte.
+  CHECK(std::atoll(srv.cli("STRLEN mix7").c_str()) == static_cast<long long>(64 + (3 << 20)));
+  std::vector<std::string> got;
+  auto ask = keys;
+  ask.insert(ask.begin() + 3, "absent"); // a nil among the bulks
+  auto hit = c.get_into(ask, got);
+  REQUIRE(got.size() == ask.size());
+  for (size_t i = 0, k = 0; i < ask.size(); ++i) {
+    if (ask[i] == "absent") {
+      CHECK_FALSE(hit[i]);
+      CHECK(got[i].empty());
+      continue;
+    }
+    CHECK(hit[i]);
+    CHECK(got[i] == heads[k] + values[k]);
+    ++k;
+  }
+  // Read again into the same strings: the large one is overwritten in
+  // place, not reallocated.
+  auto* before = got[8].data(); // mix7, 3 MiB + 64
+  hit = c.get_into(ask, got);
+  CHECK(hit[8]);
+  CHECK(got[8].data() == before);
+  CHECK(got[8] == heads[7] + values[7]);
+  CHECK(c.stats().errors == 0);
+  CHECK(c.stats().connects == 1);
+}
+
+TEST_CASE("single node: one pipeline of more pieces than one sendmsg takes (IOV_MAX)") {
+  if (!have_redis())
+    return;
+  redis_proc srv({});
+  redis_options o;
+  o.endpoints = {srv.endpoint()};
+  redis_client c(o);
+  // 700 values sent by reference, each between two copied pieces: > 1024
+  // iovecs, so the writer splits them over several sendmsg calls, and 11 MB
+  // is more than one call sends (partial writes).
+  std::vector<std::string> keys, values;
+  std::vector<std::string_view> views;
+  for (int i = 0; i < 700; ++i) {
+    keys.push_back("iov" + std::to_string(i));
+    values.push_back(std::string(16384 + i, static_cast<char>(i)) + std::to_string(i));
+  }
+  for (auto& v : values)
+    views.push_back(v);
+  auto ok = c.set(keys, views);
+  CHECK(std::count(ok.begin(), ok.end(), true) == 700);
+  auto got = c.get(keys);
+  size_t same = 0;
+  for (size_t i = 0; i < keys.size(); ++i)
+    same += got[i] == values[i];
+  CHECK(same == 700);
+  CHECK(c.stats().errors == 0);
+}
+
 TEST_CASE("single node: a restart is reconnected to by itself") {
   if (!have_redis())
     return;
