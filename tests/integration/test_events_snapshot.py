@@ -224,7 +224,7 @@ def test_snapshot_under_live_traffic_is_consistent_with_its_seq(rig, zctx):
     for seq, p in replay_batches(r.replay(s + 1)):
         apply(snap, p)
     assert snap == live
-    st = r.sidecar.wait_stats("publisher", lambda x: x.get("snapshots", 0) >= 1)
+    st = r.sidecar.wait_stats("index", lambda x: x.get("snapshots", 0) >= 1)
     assert st["index_blocks"] == len(live)
     assert st["index_bytes"] > 0
 
@@ -246,7 +246,7 @@ def test_index_bound_counts_refused_blocks(rig, zctx):
     send(r, stored(list(range(1, 16)), None))
     live: dict = {}
     received_state(r, 1, live)
-    st = r.sidecar.wait_stats("publisher", lambda x: x.get("index_refused", 0) == 5)
+    st = r.sidecar.wait_stats("index", lambda x: x.get("index_refused", 0) == 5)
     assert st["index_blocks"] == 10
     r.sidecar.wait_log(r"block index full \(10 blocks, events.index_max_blocks\)")
     _, snap = snapshot_state(zctx, r.replay_port)
