@@ -14,7 +14,7 @@
 # the per-round p99 difference snapshots - baseline, snapshot seconds, load
 # average at start and end), the sidecar's peak RSS (VmHWM), and one line
 # `BENCH_SNAPSHOT {json}` for scripts.
-# Environment: BUILD_DIR [build]  BLOCKS [1000000]  RATE [5000]  LAT_SECONDS [4]
+# Environment: BUILD_DIR [build]  BENCH [$BUILD_DIR/tests/bench_relay]  BLOCKS [1000000]  RATE [5000]  LAT_SECONDS [4]
 #   REPEATS [3]  REPLAY_RATE [50000] (events.replay_rate: snapshot batches/s)
 #   REPLAY_NICE [the config default] (events.replay_nice; unset for builds
 #   that do not know the key)
@@ -29,7 +29,9 @@ LAT_SECONDS="${LAT_SECONDS:-4}"
 REPEATS="${REPEATS:-3}"
 REPLAY_RATE="${REPLAY_RATE:-50000}"
 SIDECAR="$BUILD_DIR/kvsidecar"
-BENCH="$BUILD_DIR/tests/bench_relay"
+# The client side may come from another build (e.g. the current bench
+# against an older sidecar): BENCH overrides it.
+BENCH="${BENCH:-$BUILD_DIR/tests/bench_relay}"
 WORK="$(mktemp -d)"
 trap 'kill $SC_PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
@@ -69,14 +71,16 @@ echo "index stats: ${STATS#*stats: }"
 # Phase 2: live latency without and with snapshots in a loop, alternating.
 # Every bench_relay run is a new engine stream (its seq starts at 0 again),
 # which the sidecar fences with AllBlocksCleared: the index is emptied, so
-# each run fills it again before it measures.
+# each run fills it again, and waits until the sidecar's index has applied
+# the fill (--index-port), before it measures.
 : > "$WORK/results.txt"
 for REP in $(seq 1 "$REPEATS"); do
   "$BENCH" latency --batch 16 --rate "$RATE" --seconds "$LAT_SECONDS" --ingest-port "$INGEST" \
-    --sub-port "$PUB" --fill-blocks "$BLOCKS" 2>/dev/null | sed "s/^/baseline: /; s/\$/ rep=$REP/" \
+    --sub-port "$PUB" --fill-blocks "$BLOCKS" --index-port "$REPLAY" 2>/dev/null | sed "s/^/baseline: /; s/\$/ rep=$REP/" \
     | tee -a "$WORK/results.txt"
   "$BENCH" latency --batch 16 --rate "$RATE" --seconds "$LAT_SECONDS" --ingest-port "$INGEST" \
-    --sub-port "$PUB" --replay-port "$REPLAY" --snapshot 1 --fill-blocks "$BLOCKS" 2>/dev/null \
+    --sub-port "$PUB" --replay-port "$REPLAY" --snapshot 1 --fill-blocks "$BLOCKS" \
+    --index-port "$REPLAY" 2>/dev/null \
     | sed "s/^/snapshots: /; s/\$/ rep=$REP/" | tee -a "$WORK/results.txt"
 done
 LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
