@@ -39,7 +39,7 @@ indexer(indexer_actor::stateful_pointer<indexer_state> self, indexer_params para
         // paid for this decode.
         decode_wire_events(batch);
         for (auto& ev : batch.events)
-          st.index.apply(ev);
+          st.index.apply(std::move(ev));
       }
       st.batches += in.items.size();
       if (!in.items.empty())
