@@ -42,7 +42,7 @@ EXTRA=()
 
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 # The replay buffer is kept small so the RSS delta is the index alone.
-"$SIDECAR" --set cache.enabled=false --set sidecar.stats_interval=1s \
+"$SIDECAR" --set cache.enabled=false --set http.enabled=false --set sidecar.stats_interval=1s \
   --set events.ingest_endpoint="tcp://127.0.0.1:$INGEST" \
   --set events.endpoint="tcp://*:$PUB" --set events.replay_endpoint="tcp://*:$REPLAY" \
   --set events.buffer_steps=16 --set events.replay_rate="$REPLAY_RATE" \
