@@ -6,6 +6,7 @@ holds. Engines here are the fake engine (exact control) and the real vLLM
 0.33 / SGLang publishers from their wheels (real_engines.py).
 """
 
+import os
 import random
 import threading
 import time
@@ -307,3 +308,32 @@ def test_real_publisher_blocks_come_back_in_a_snapshot(rig, zctx, engine):
             assert got[0].group_idx == 0 and got[0].kv_cache_spec_kind == "full_attention"
     finally:
         pub.shutdown()
+
+
+def thread_nice(pid: int) -> dict[str, list[int]]:
+    """Nice value of each thread of `pid`, by thread name."""
+    out: dict[str, list[int]] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/comm") as f:
+            name = f.read().strip()
+        with open(f"/proc/{pid}/task/{task}/stat") as f:
+            # Fields after the ")" that ends the name: state is field 3, nice 19.
+            nice = int(f.read().rsplit(")", 1)[1].split()[16])
+        out.setdefault(name, []).append(nice)
+    return out
+
+
+@pytest.mark.parametrize("nice", [10, 0])
+def test_replay_threads_run_at_replay_nice(rig, zctx, nice):
+    """events.replay_nice lowers the replay bridge's thread and the replay
+    context's I/O thread (so streaming yields the CPU to live publishing);
+    every other thread keeps the process's priority."""
+    r = rig(overrides={"events.replay_nice": nice})
+    assert snapshot(zctx, r.replay_port)[-1] == [b"", END_SEQ, b""]  # streams
+    threads = thread_nice(r.sidecar.proc.pid)
+    assert threads["2/ZMQbg/IO/0"] == [nice], threads  # the replay context's I/O thread
+    assert threads["ZMQbg/IO/0"] == [0], threads       # the live context's
+    assert sorted(threads["caf.actor"]).count(nice) >= 1, threads
+    if nice:
+        # Only the replay bridge among the actor threads.
+        assert sorted(threads["caf.actor"]).count(nice) == 1, threads
