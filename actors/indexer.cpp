@@ -4,6 +4,8 @@
 #include "actors/indexer_snapshot.hpp"
 #include "messages/kv_event_codec.hpp"
 
+#include <malloc.h>
+
 namespace kvs {
 
 stats_snapshot snapshot(const indexer_state& st) {
@@ -44,8 +46,17 @@ indexer(indexer_actor::stateful_pointer<indexer_state> self, indexer_params para
       st.batches += in.items.size();
       if (!in.items.empty())
         st.last_seq = first_seq + in.items.size() - 1;
-      st.p.queue->indexing.fetch_sub(static_cast<int64_t>(in.items.size()),
-                                     std::memory_order_acq_rel);
+      const auto behind = st.p.queue->indexing.fetch_sub(static_cast<int64_t>(in.items.size()),
+                                                         std::memory_order_acq_rel)
+                          - static_cast<int64_t>(in.items.size());
+      st.backlog_peak = std::max(st.backlog_peak, behind + static_cast<int64_t>(in.items.size()));
+      if (behind == 0 && st.backlog_peak >= trim_after_backlog) {
+        // A burst (an engine storing a whole cache at once) queued here and
+        // is applied now: give the freed batches' memory back to the system
+        // instead of keeping it as free heap (tens of MB per 1 M blocks).
+        st.backlog_peak = 0;
+        malloc_trim(0);
+      }
       if (st.index.refused() > 0 && !st.index_full_logged) {
         st.index_full_logged = true;
         KVS_WARN(st.label, "block index full ({} blocks, events.index_max_blocks): further "

@@ -23,6 +23,10 @@
 
 namespace kvs {
 
+/// Batches behind the publisher after which the indexer, once caught up,
+/// returns free heap memory to the system (malloc_trim).
+constexpr int64_t trim_after_backlog = 256;
+
 struct indexer_params {
   int64_t rank = 0;
   size_t max_blocks = 0; ///< events.index_max_blocks
@@ -49,6 +53,8 @@ struct indexer_state {
     uint64_t blocks = 0;
   };
   std::deque<snapshot_job> snapshots;
+
+  int64_t backlog_peak = 0; ///< most batches behind since the last trim
 
   // stats since start
   uint64_t batches = 0;
