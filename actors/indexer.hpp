@@ -9,7 +9,9 @@
 // detached), in seq order, so a snapshot is still exactly the state at the
 // last seq applied; the publisher only hands each wake-up's batches over
 // (moved, pass-through bytes shared). How far behind it may fall is bounded
-// by relay_queue::indexing.
+// by relay_queue::indexing; once it has caught up after a burst it returns
+// the freed batches' heap to the system (malloc_trim), so a burst does not
+// leave the process tens of MB larger than its index.
 #pragma once
 
 #include "actors/block_index.hpp"
