@@ -53,9 +53,14 @@ indexer(indexer_actor::stateful_pointer<indexer_state> self, indexer_params para
       if (behind == 0 && st.backlog_peak >= trim_after_backlog) {
         // A burst (an engine storing a whole cache at once) queued here and
         // is applied now: give the freed batches' memory back to the system
-        // instead of keeping it as free heap (tens of MB per 1 M blocks).
-        st.backlog_peak = 0;
-        malloc_trim(0);
+        // instead of keeping it as free heap (tens of MB per 1 M blocks). At
+        // most once a second: under sustained load the heap is reused anyway.
+        const auto now = std::chrono::steady_clock::now();
+        if (now - st.last_trim >= std::chrono::seconds{1}) {
+          st.last_trim = now;
+          st.backlog_peak = 0;
+          malloc_trim(0);
+        }
       }
       if (st.index.refused() > 0 && !st.index_full_logged) {
         st.index_full_logged = true;

@@ -57,6 +57,7 @@ struct indexer_state {
   std::deque<snapshot_job> snapshots;
 
   int64_t backlog_peak = 0; ///< most batches behind since the last trim
+  std::chrono::steady_clock::time_point last_trim{};
 
   // stats since start
   uint64_t batches = 0;
