@@ -74,9 +74,10 @@ size_t msgpack_size(const uint8_t* p, size_t n, int depth = 0) {
   return pos;
 }
 
-/// The elements of a msgpack array, as raw values; nullopt when `v` is not
-/// an array of exactly `count` complete elements.
-std::optional<std::vector<std::string>> split_array(const std::string& v, size_t count) {
+/// The elements of a msgpack array, as raw values, into `out`; false when
+/// `v` is not an array of exactly `count` complete elements.
+bool split_array(const std::string& v, size_t count, std::vector<std::string>& out) {
+  out.clear();
   auto p = reinterpret_cast<const uint8_t*>(v.data());
   size_t n = v.size(), pos;
   uint64_t len;
@@ -90,23 +91,41 @@ std::optional<std::vector<std::string>> split_array(const std::string& v, size_t
     len = (uint64_t{p[1]} << 24) | (uint64_t{p[2]} << 16) | (uint64_t{p[3]} << 8) | p[4];
     pos = 5;
   } else {
-    return std::nullopt;
+    return false;
   }
   if (len != count)
-    return std::nullopt;
-  std::vector<std::string> out;
+    return false;
   out.reserve(count);
   for (uint64_t i = 0; i < len; ++i) {
     auto s = msgpack_size(p + pos, n - pos);
     if (s == 0)
-      return std::nullopt;
+      return false;
     out.emplace_back(v.data() + pos, s);
     pos += s;
   }
-  if (pos != n)
-    return std::nullopt;
-  return out;
+  return pos == n;
 }
+
+/// Whether `a` (attributes already shared) holds exactly the attributes
+/// `ev` would get: every field but the per-block ones. The static_assert
+/// below fails when a field is added to block_stored: add it here too.
+bool same_attrs(const block_stored& a, const block_stored& ev, bool split_extras,
+                bool split_lookahead) {
+  return a.block_size == ev.block_size && a.lora_id == ev.lora_id && a.medium == ev.medium
+         && a.lora_name == ev.lora_name
+         && (split_extras ? !a.extra_keys_msgpack : a.extra_keys_msgpack == ev.extra_keys_msgpack)
+         && a.group_idx == ev.group_idx && a.kv_cache_spec_kind == ev.kv_cache_spec_kind
+         && a.kv_cache_spec_sliding_window == ev.kv_cache_spec_sliding_window
+         && a.locality == ev.locality && a.ownership == ev.ownership
+         && a.session_id == ev.session_id
+         && (split_lookahead ? !a.lookahead_token_ids
+                             : a.lookahead_token_ids == ev.lookahead_token_ids)
+         && a.cache_salt == ev.cache_salt;
+}
+// 472 bytes with libstdc++ on 64-bit Linux (the platforms built); a new field
+// changes it and stops the build here until same_attrs() compares it.
+static_assert(sizeof(void*) != 8 || sizeof(block_stored) == 472,
+              "block_stored changed: compare the new field in same_attrs()");
 
 void append_array_header(std::string& out, size_t len) {
   if (len <= 15) {
@@ -171,12 +190,36 @@ void block_index::packed_tokens::append_to(std::vector<int64_t>& out) const {
 block_index::block_index(size_t max_blocks) : max_blocks_(max_blocks) {}
 
 void block_index::apply(const kv_event& ev) {
+  apply(kv_event{ev});
+}
+
+void block_index::apply(kv_event&& ev) {
   if (auto s = std::get_if<block_stored>(&ev))
-    store(*s);
+    store(std::move(*s));
   else if (auto r = std::get_if<block_removed>(&ev))
     remove(*r);
   else
     clear();
+}
+
+std::shared_ptr<const block_stored> block_index::attrs_of(block_stored&& ev, bool split_extras,
+                                                          bool split_lookahead) {
+  if (auto last = last_attrs_.lock(); last && same_attrs(*last, ev, split_extras, split_lookahead))
+    return last;
+  auto shared = new block_stored{std::move(ev)};
+  if (split_extras)
+    shared->extra_keys_msgpack.reset();
+  if (split_lookahead)
+    shared->lookahead_token_ids.reset();
+  auto cost = attrs_bytes(*shared);
+  *attr_bytes_ += cost;
+  std::shared_ptr<const block_stored> attrs(shared,
+                                            [counter = attr_bytes_, cost](const block_stored* p) {
+                                              *counter -= cost;
+                                              delete p;
+                                            });
+  last_attrs_ = attrs;
+  return attrs;
 }
 
 std::optional<uint16_t> block_index::medium_id(const std::optional<std::string>& m, bool add) {
@@ -267,7 +310,7 @@ void block_index::save_preimage(uint32_t i, bool copy) {
   preimages_ += chain_.size();
 }
 
-void block_index::store(const block_stored& ev) {
+void block_index::store(block_stored&& ev) {
   const size_t n = ev.block_hashes.size();
   if (n == 0)
     return;
@@ -277,35 +320,23 @@ void block_index::store(const block_stored& ev) {
     return;
   }
   const int64_t group = ev.group_idx ? *ev.group_idx : no_group;
-  // Per-block parts: token ids by block_size, extra_keys by element.
-  std::optional<std::vector<std::string>> extras;
-  if (ev.extra_keys_msgpack)
-    extras = split_array(*ev.extra_keys_msgpack, n);
-  auto shared = new block_stored;
-  *shared = ev;
-  shared->block_hashes.clear();
-  shared->block_hashes.shrink_to_fit();
-  shared->token_ids.clear();
-  shared->token_ids.shrink_to_fit();
-  shared->parent_block_hash.reset();
-  if (extras)
-    shared->extra_keys_msgpack.reset();
-  // lookahead_token_ids is per block too (one list per block hash).
+  // Per-block parts: token ids by block_size, extra_keys by element,
+  // lookahead_token_ids by element (one list per block hash); taken out of
+  // the event, whose other fields become the shared attributes.
+  const bool split_extras =
+    ev.extra_keys_msgpack && split_array(*ev.extra_keys_msgpack, n, extras_);
   const bool split_lookahead = ev.lookahead_token_ids && ev.lookahead_token_ids->size() == n;
-  if (split_lookahead)
-    shared->lookahead_token_ids.reset();
-  auto cost = attrs_bytes(*shared);
-  *attr_bytes_ += cost;
-  std::shared_ptr<const block_stored> attrs(shared,
-                                            [counter = attr_bytes_, cost](const block_stored* p) {
-                                              *counter -= cost;
-                                              delete p;
-                                            });
-  const size_t bs = ev.block_size > 0 ? static_cast<size_t>(ev.block_size) : 0;
-  const auto& toks = ev.token_ids;
+  const auto hashes = std::move(ev.block_hashes);
+  const auto toks = std::move(ev.token_ids);
   std::optional<uint64_t> parent = ev.parent_block_hash;
+  ev.parent_block_hash.reset();
+  std::vector<std::vector<int64_t>> lookahead;
+  if (split_lookahead)
+    lookahead = std::move(*ev.lookahead_token_ids);
+  const size_t bs = ev.block_size > 0 ? static_cast<size_t>(ev.block_size) : 0;
+  auto attrs = attrs_of(std::move(ev), split_extras, split_lookahead);
   for (size_t b = 0; b < n; ++b) {
-    key k{ev.block_hashes[b], group, *med};
+    key k{hashes[b], group, *med};
     // Block b's token ids: [b*bs, (b+1)*bs), the last block takes the rest.
     size_t lo = std::min(toks.size(), b * bs);
     size_t hi = b + 1 == n ? toks.size() : std::min(toks.size(), (b + 1) * bs);
@@ -333,12 +364,17 @@ void block_index::store(const block_stored& ev) {
     r.data.tokens.assign(toks.data() + lo, toks.data() + hi);
     r.data.tokens.has_parent = parent.has_value();
     r.data.parent = parent.value_or(0);
-    if (extras)
-      r.data.extra_key = std::make_shared<const std::string>(std::move((*extras)[b]));
-    else
+    if (split_extras) {
+      // Most engines send the same element for every block ([None]): one
+      // shared string then, not one per block.
+      if (!last_extra_key_ || *last_extra_key_ != extras_[b])
+        last_extra_key_ = std::make_shared<const std::string>(std::move(extras_[b]));
+      r.data.extra_key = last_extra_key_;
+    } else {
       r.data.extra_key.reset();
+    }
     if (split_lookahead)
-      r.data.lookahead = std::make_shared<const std::vector<int64_t>>((*ev.lookahead_token_ids)[b]);
+      r.data.lookahead = std::make_shared<const std::vector<int64_t>>(std::move(lookahead[b]));
     else
       r.data.lookahead.reset();
     heap_bytes_ += record_bytes(r);

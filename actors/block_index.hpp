@@ -41,6 +41,9 @@ public:
   explicit block_index(size_t max_blocks);
 
   void apply(const kv_event& ev);
+  /// The same, taking the event's vectors instead of copying them (the
+  /// indexer owns the batches it applies).
+  void apply(kv_event&& ev);
 
   size_t size() const {
     return map_.size();
@@ -144,7 +147,12 @@ private:
     uint32_t next = none;
   };
 
-  void store(const block_stored& ev);
+  void store(block_stored&& ev);
+  /// The event's fields other than the per-block ones, shared by every block
+  /// it stored: the previous event's object when they are all equal (the
+  /// usual case: one medium, one group, one spec), else a new one.
+  std::shared_ptr<const block_stored> attrs_of(block_stored&& ev, bool split_extras,
+                                               bool split_lookahead);
   void remove(const block_removed& ev);
   void clear();
   std::optional<uint16_t> medium_id(const std::optional<std::string>& m, bool add);
@@ -172,6 +180,9 @@ private:
   uint64_t refused_ = 0;
   size_t heap_bytes_ = 0; ///< tokens and extra keys of live records
   std::shared_ptr<size_t> attr_bytes_ = std::make_shared<size_t>(0);
+  std::weak_ptr<const block_stored> last_attrs_; ///< attrs_of()'s last answer
+  std::shared_ptr<const std::string> last_extra_key_; ///< reused for equal elements
+  std::vector<std::string> extras_; ///< store()'s split extra_keys (kept: no allocation)
 
   // snapshot
   bool snap_active_ = false;

@@ -29,14 +29,26 @@ using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>,
 
 /// publisher[dp=r] — one per DP rank. Owns the rank's sequence number:
 /// assigns 0, 1, 2, … with no gaps, encodes each batch in the configured
-/// dialect, hands it to the PUB bridge and to the rank's replay actor.
-/// Seq 0 is its own AllBlocksCleared (routers drop blocks kept from before).
-/// Fed by the ingest bridges and by the cache store (its own events).
-/// Keeps the rank's block index (actors/block_index.hpp) from what it
-/// publishes and serves snapshots of it to the replay bridge, one part per
-/// credit, between live batches (actors/publisher_snapshot.hpp).
+/// dialect (or passes the engine's bytes through), hands it to the PUB
+/// bridge and to the rank's replay actor, and the batch itself to the
+/// rank's indexer. Seq 0 is its own AllBlocksCleared (routers drop blocks
+/// kept from before). Fed by the ingest bridges and by the cache store (its
+/// own events). Nothing but this live path runs in it.
 using publisher_actor = caf::typed_actor<
   caf::reacts_to<publish_atom, kv_event_batches>,
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
+
+/// indexer[dp=r] — one per DP rank, on its own thread (actors/indexer.hpp).
+/// `publish_atom, first_seq, batches`: what the publisher published, seq
+/// first_seq on, applied in order to the rank's block index
+/// (actors/block_index.hpp). Serves snapshots of the index to the replay
+/// bridge, one part of raw BlockStored batches per credit
+/// (actors/indexer_snapshot.hpp); the bridge encodes and streams them. Off
+/// the live path: a live batch never waits behind an index update or a
+/// snapshot part.
+using indexer_actor = caf::typed_actor<
+  caf::reacts_to<publish_atom, uint64_t, kv_event_batches>,
   caf::reacts_to<snapshot_request>,
   caf::reacts_to<snapshot_credit>,
   caf::reacts_to<stats_atom>,

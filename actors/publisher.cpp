@@ -2,7 +2,6 @@
 
 #include "actors/actor_logging.hpp"
 #include "actors/fence.hpp"
-#include "actors/publisher_snapshot.hpp"
 #include "messages/kv_event_codec.hpp"
 
 namespace kvs {
@@ -34,78 +33,61 @@ std::shared_ptr<const std::string> encode(kv_event_batch& batch, event_dialect d
 stats_snapshot snapshot(const publisher_state& st) {
   stats_snapshot s;
   s.actor = st.label;
-  s.labels = {{"dp_rank", std::to_string(st.rank)}};
+  s.labels = {{"dp_rank", std::to_string(st.p.rank)}};
   s.counter("batches", "kvsidecar_events_published_total", st.batches)
     .counter("events", "kvsidecar_events_published_events_total", st.events)
     .gauge("next_seq", "kvsidecar_events_seq", st.next_seq)
-    .gauge("queued", "kvsidecar_events_queued", st.queue->queued.load())
+    .gauge("queued", "kvsidecar_events_queued", st.p.queue->queued.load())
     // Counted where the batch was refused: kvsidecar_events_dropped_total
     // {reason="queue_full"} of the ingest rank.
-    .log_only("dropped_queue_full", st.queue->dropped_full.load())
-    .gauge("index_blocks", "kvsidecar_events_index_blocks", st.index.size())
-    .gauge("index_bytes", "kvsidecar_events_index_bytes", st.index.memory_bytes())
-    .counter("index_refused", "kvsidecar_events_index_refused_total", st.index.refused())
-    .counter("snapshots", "kvsidecar_events_snapshots_total", st.snapshots_served);
+    .log_only("dropped_queue_full", st.p.queue->dropped_full.load());
   return s;
 }
 
 publisher_actor::behavior_type
-publisher(publisher_actor::stateful_pointer<publisher_state> self, int64_t rank,
-          event_dialect dialect, pub_bridge_actor pub_bridge, replay_actor replay,
-          relay_queue_ptr queue, std::chrono::nanoseconds stats_interval,
-          size_t index_max_blocks) {
+publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_params params) {
   auto& st = self->state;
-  st.label = log::label(publisher_state::name, "dp=" + std::to_string(rank), self->id());
-  st.rank = rank;
-  st.dialect = dialect;
-  st.pub_bridge = std::move(pub_bridge);
-  st.replay = std::move(replay);
-  st.queue = std::move(queue);
-  st.index = block_index{index_max_blocks};
+  st.p = std::move(params);
+  st.label = log::label(publisher_state::name, "dp=" + std::to_string(st.p.rank), self->id());
   log_lifecycle(self, st.label,
                 fmt::format("started, dialect {}",
-                            dialect == event_dialect::vllm ? "vllm" : "tokenspeed"));
-  arm_stats(self, stats_interval);
+                            st.p.dialect == event_dialect::vllm ? "vllm" : "tokenspeed"));
+  arm_stats(self, st.p.stats_interval);
+  // The live path: number, encode (or pass through), hand to the PUB bridge
+  // and the replay ring. The block index is the indexer's job on its own
+  // thread: it gets the batches themselves (pass-through ones undecoded), so
+  // nothing here waits for index updates or snapshot parts.
   auto emit = [self](kv_event_batches& in) {
     auto& st = self->state;
+    const uint64_t first_seq = st.next_seq;
     encoded_batches out;
     out.items.reserve(in.items.size());
     for (auto& batch : in.items) {
       if (!batch.dp_rank)
-        batch.dp_rank = st.rank;
-      out.items.push_back(encoded_batch{st.next_seq++, encode(batch, st.dialect)});
+        batch.dp_rank = st.p.rank;
+      out.items.push_back(encoded_batch{st.next_seq++, encode(batch, st.p.dialect)});
       ++st.batches;
       st.events += batch.event_count();
-      // The block index needs the events even when the payload passed
-      // through undecoded (the bytes were already taken above).
-      decode_wire_events(batch);
-      for (auto& ev : batch.events)
-        st.index.apply(ev);
     }
-    if (st.index.refused() > 0 && !st.index_full_logged) {
-      st.index_full_logged = true;
-      KVS_WARN(st.label, "block index full ({} blocks, events.index_max_blocks): further "
-                         "blocks are not indexed, so snapshots miss them (counted as "
-                         "index_refused)", st.index.max_blocks());
+    if (st.p.replay)
+      self->send(st.p.replay, record_atom_v, out);
+    self->send(st.p.pub_bridge, publish_atom_v, std::move(out));
+    if (st.p.indexer) {
+      st.p.queue->indexing.fetch_add(static_cast<int64_t>(in.items.size()),
+                                     std::memory_order_acq_rel);
+      self->send(st.p.indexer, publish_atom_v, first_seq, std::move(in));
     }
-    if (st.replay)
-      self->send(st.replay, record_atom_v, out);
-    self->send(st.pub_bridge, publish_atom_v, std::move(out));
   };
   // Seq 0 of every rank: a router that kept blocks from a previous sidecar
   // (or engine) drops them; the engine's current blocks follow (catch-up).
-  if (st.queue->admit()) {
+  if (st.p.queue->admit()) {
     kv_event_batches first;
-    first.items.push_back(fence_batch(rank));
+    first.items.push_back(fence_batch(st.p.rank));
     emit(first);
   }
   return {
     [emit](publish_atom, kv_event_batches& in) { emit(in); },
-    [self](snapshot_request& req) { snapshot_requested(self, req); },
-    [self](snapshot_credit& c) { snapshot_credited(self, c); },
-    [self, stats_interval](stats_atom) {
-      log_stats(self, snapshot(self->state), stats_interval);
-    },
+    [self](stats_atom) { log_stats(self, snapshot(self->state), self->state.p.stats_interval); },
     [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },
   };
 }

@@ -19,15 +19,15 @@ stats_snapshot snapshot(const replay_state& st) {
 }
 
 replay_actor::behavior_type
-replay(replay_actor::stateful_pointer<replay_state> self, int64_t rank,
-       size_t buffer_steps, size_t buffer_bytes, std::chrono::nanoseconds stats_interval) {
+replay(replay_actor::stateful_pointer<replay_state> self, replay_params params) {
   auto& st = self->state;
-  st.label = log::label(replay_state::name, "dp=" + std::to_string(rank), self->id());
-  st.rank = rank;
-  st.ring = replay_ring{buffer_steps, buffer_bytes};
+  const auto stats_interval = params.stats_interval;
+  st.label = log::label(replay_state::name, "dp=" + std::to_string(params.rank), self->id());
+  st.rank = params.rank;
+  st.ring = replay_ring{params.buffer_steps, params.buffer_bytes};
   log_lifecycle(self, st.label,
-                fmt::format("started, keeps the last {} batches, at most {} MiB", buffer_steps,
-                            buffer_bytes >> 20));
+                fmt::format("started, keeps the last {} batches, at most {} MiB",
+                            params.buffer_steps, params.buffer_bytes >> 20));
   arm_stats(self, stats_interval);
   return {
     [self](record_atom, encoded_batches& bs) {

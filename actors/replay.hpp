@@ -9,6 +9,13 @@
 
 namespace kvs {
 
+struct replay_params {
+  int64_t rank = 0;
+  size_t buffer_steps = 0; ///< events.buffer_steps: batches kept at most
+  size_t buffer_bytes = 0; ///< events.buffer_bytes: their payload bytes at most (0 = no bound)
+  std::chrono::nanoseconds stats_interval{};
+};
+
 struct replay_state {
   static inline const char* name = "replay";
 
@@ -23,7 +30,6 @@ struct replay_state {
 stats_snapshot snapshot(const replay_state& st);
 
 replay_actor::behavior_type
-replay(replay_actor::stateful_pointer<replay_state> self, int64_t rank,
-       size_t buffer_steps, size_t buffer_bytes, std::chrono::nanoseconds stats_interval);
+replay(replay_actor::stateful_pointer<replay_state> self, replay_params params);
 
 } // namespace kvs

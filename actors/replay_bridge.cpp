@@ -1,8 +1,10 @@
 #include "actors/replay_bridge.hpp"
 
+#include "actors/thread_priority.hpp"
 #include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
 #include "app/log.hpp"
+#include "messages/kv_event_codec.hpp"
 
 #include <caf/send.hpp>
 
@@ -31,7 +33,14 @@ replay_bridge::replay_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
     p_(std::move(params)) {}
 
 std::optional<std::string> replay_bridge::open() {
+  // Before the first socket: the context's I/O thread, started by it,
+  // inherits the lowered priority (one started earlier, e.g. by the CURVE
+  // authoriser, is found by its name).
+  if (auto err = lower_this_thread_priority(p_.nice))
+    KVS_WARN(label(), "events.replay_nice = {}: {} (replays run at normal priority)", p_.nice,
+             *err);
   router_ = zmq::socket_t{ctx_, zmq::socket_type::router};
+  lower_thread_priority_by_name(replay_io_thread_name, p_.nice);
   own(router_);
   router_.set(zmq::sockopt::router_mandatory, 1);
   serve_curve(router_, p_.curve_secret_key);
@@ -82,10 +91,10 @@ void replay_bridge::on_socket(size_t, short revents) {
       s.stream.client = frames[0].to_string();
       s.snapshot = ++snapshots_;
       s.complete = false;
-      s.awaiting = true; // the publisher sends the first parts unasked
+      s.awaiting = true; // the indexer sends the first parts unasked
       streams_.push_back(std::move(s));
       KVS_DEBUG(label(), "snapshot request {}", snapshots_);
-      send(p_.publisher, snapshot_request{snapshots_});
+      send(p_.indexer, snapshot_request{snapshots_});
       continue;
     }
     if (frames[2].size() != 8) {
@@ -116,13 +125,17 @@ void replay_bridge::on_snapshot_part(snapshot_part& part) {
   auto it = std::find_if(streams_.begin(), streams_.end(),
                          [&](const pending& s) { return s.snapshot == part.id; });
   if (it == streams_.end())
-    return; // its client left; the publisher was told
+    return; // its client left; the indexer was told
   auto& bs = it->stream.batches;
   // Forget what was sent already: the stream holds at most about two parts.
   bs.erase(bs.begin(), bs.begin() + static_cast<std::ptrdiff_t>(it->next));
   it->next = 0;
-  for (auto& b : part.batches)
-    bs.push_back(std::move(b));
+  // Encoded here, not in the indexer: this thread yields to the live path.
+  for (auto& b : part.batches) {
+    auto payload = std::make_shared<std::string>();
+    encode_event_batch(b, p_.dialect, *payload);
+    bs.push_back(encoded_batch{part.seq, std::move(payload)});
+  }
   it->complete = part.last;
   it->awaiting = false;
   pump();
@@ -132,7 +145,7 @@ void replay_bridge::credit(pending& s) {
   if (s.complete || s.awaiting || s.stream.batches.size() - s.next >= snapshot_low_water)
     return;
   s.awaiting = true;
-  send(p_.publisher, snapshot_credit{s.snapshot, false});
+  send(p_.indexer, snapshot_credit{s.snapshot, false});
 }
 
 bool replay_bridge::send_batch(const std::string& client, const encoded_batch* b) {
@@ -203,7 +216,7 @@ void replay_bridge::pump() {
                 cur.stream.batches.size() - cur.next);
       finished = true;
       if (!cur.complete)
-        send(p_.publisher, snapshot_credit{cur.snapshot, true});
+        send(p_.indexer, snapshot_credit{cur.snapshot, true});
     }
     if (!finished) {
       if (cur.snapshot != 0)

@@ -5,8 +5,9 @@
 //             seq >= start_seq (from the rank's replay actor);
 //   snapshot: [identity, "", "snapshot/1"] -> the rank's current blocks as
 //             BlockStored batches, each carrying the seq S they are
-//             consistent with (from the rank's publisher, part by part; no
-//             batch at all when the rank never published: replay from 0).
+//             consistent with (from the rank's indexer, part by part; no
+//             batch at all when the rank never published: replay from 0;
+//             encoded here, in the published dialect).
 // Anything else is logged (once per kind) and ignored. Both are streamed to
 // the client at the client's pace (ROUTER_MANDATORY: a full pipe defers the
 // client, never blocks the others or live publishing) and events.replay_rate,
@@ -30,10 +31,13 @@ struct replay_bridge_params {
   std::string topic;
   event_dialect dialect = event_dialect::vllm;
   replay_actor replay;
-  publisher_actor publisher; ///< serves snapshots
+  indexer_actor indexer; ///< serves snapshots
   int64_t rate = 0; ///< batches/s streamed at most, all clients together (0 = unlimited)
   std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
   int64_t hwm = 10000; ///< per-client send (and request receive) HWM: events.replay_hwm
+  /// events.replay_nice: this thread's (and the replay context's I/O
+  /// thread's) nice value, so streaming yields the CPU to the live relay.
+  int nice = 0;
 };
 
 class replay_bridge : public zmq_bridge {
@@ -57,7 +61,7 @@ private:
     uint64_t snapshot = 0; ///< snapshot id (0: a replay)
     bool complete = true;  ///< all batches are here (a snapshot: last part came)
     bool awaiting = false; ///< a snapshot's next part was asked for
-    /// Nothing to send until the publisher's next part arrives.
+    /// Nothing to send until the indexer's next part arrives.
     bool idle() const {
       return !complete && next == stream.batches.size();
     }
@@ -70,7 +74,7 @@ private:
   bool send_batch(const std::string& client, const encoded_batch* b);
   void reject(const std::string& kind, const std::string& detail);
   void on_snapshot_part(snapshot_part& part);
-  /// Asks the publisher for a snapshot's next part when little is left.
+  /// Asks the indexer for a snapshot's next part when little is left.
   void credit(pending& s);
 
   replay_bridge_params p_;

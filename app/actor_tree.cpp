@@ -1,6 +1,7 @@
 #include "app/actor_tree.hpp"
 
 #include "actors/cache_server.hpp"
+#include "actors/indexer.hpp"
 #include "actors/ingest_bridge.hpp"
 #include "actors/pub_bridge.hpp"
 #include "actors/publisher.hpp"
@@ -27,10 +28,24 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
 
     replay_actor rep;
     if (!ev.replay_endpoint.empty()) {
-      rep = sys.spawn(replay, r, static_cast<size_t>(ev.buffer_steps),
-                      static_cast<size_t>(ev.buffer_bytes), interval);
+      replay_params rpp;
+      rpp.rank = r;
+      rpp.buffer_steps = static_cast<size_t>(ev.buffer_steps);
+      rpp.buffer_bytes = static_cast<size_t>(ev.buffer_bytes);
+      rpp.stats_interval = interval;
+      rep = sys.spawn(replay, rpp);
       t.workers.push_back(caf::actor_cast<caf::actor>(rep));
     }
+
+    // On its own thread: index updates and snapshot walks never hold up a
+    // CAF worker the publisher needs.
+    indexer_params xp;
+    xp.rank = r;
+    xp.max_blocks = static_cast<size_t>(ev.index_max_blocks);
+    xp.queue = queue;
+    xp.stats_interval = interval;
+    auto idx = sys.spawn<caf::detached>(indexer, xp);
+    t.workers.push_back(caf::actor_cast<caf::actor>(idx));
 
     pub_bridge_params pp;
     pp.rank = r;
@@ -45,8 +60,15 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     auto pub = sys.spawn<pub_bridge, caf::detached>(ctx, supervisor, interval, pp);
     t.output_bridges.push_back(pub);
 
-    auto p = sys.spawn(publisher, r, dialect, caf::actor_cast<pub_bridge_actor>(pub), rep,
-                       queue, interval, static_cast<size_t>(ev.index_max_blocks));
+    publisher_params ppp;
+    ppp.rank = r;
+    ppp.dialect = dialect;
+    ppp.pub_bridge = caf::actor_cast<pub_bridge_actor>(pub);
+    ppp.replay = rep;
+    ppp.indexer = idx;
+    ppp.queue = queue;
+    ppp.stats_interval = interval;
+    auto p = sys.spawn(publisher, ppp);
     publishers.push_back(p);
     if (rep) {
       replay_bridge_params rp;
@@ -56,10 +78,11 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
       rp.topic = ev.topic;
       rp.dialect = dialect;
       rp.replay = rep;
-      rp.publisher = p;
+      rp.indexer = idx;
       rp.rate = ev.replay_rate;
       rp.curve_secret_key = cfg.security.curve_secret_key;
       rp.hwm = ev.replay_hwm;
+      rp.nice = static_cast<int>(ev.replay_nice);
       t.output_bridges.push_back(
         sys.spawn<replay_bridge, caf::detached>(replay_ctx, supervisor, interval, rp));
       t.summary.push_back(fmt::format("dp={}: replay (last {} batches) <- replay_bridge {}", r,

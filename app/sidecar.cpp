@@ -1,5 +1,6 @@
 #include "app/sidecar.hpp"
 
+#include "actors/thread_priority.hpp"
 #include "app/actor_tree.hpp"
 #include "actors/zap_handler.hpp"
 #include "app/health.hpp"
@@ -157,6 +158,9 @@ int run_sidecar(const config& cfg) {
   // has closed its sockets.
   zmq::context_t ctx{1};
   zmq::context_t replay_ctx{1};
+  // Named so that the replay bridges can lower its I/O thread's priority
+  // (events.replay_nice, actors/thread_priority.hpp).
+  replay_ctx.set(zmq::ctxopt::thread_name_prefix, replay_io_thread_prefix);
   // CURVE: the authoriser runs before any bridge binds and is stopped after
   // every bridge closed its sockets, before the contexts end.
   std::optional<zap_handler> zap;

@@ -535,6 +535,7 @@ config_result finish(const toml::table& t, loader& l) {
   e.buffer_steps = r.integer("events.buffer_steps", 0, 100000000);
   e.buffer_bytes = r.size("events.buffer_bytes", 0);
   e.replay_rate = r.integer("events.replay_rate", 0, 1000000000);
+  e.replay_nice = r.integer("events.replay_nice", 0, 19);
   e.index_max_blocks = r.integer("events.index_max_blocks", 1, 1000000000);
   e.hwm = r.integer("events.hwm", 1, 1000000000);
   e.ingest_hwm = r.integer("events.ingest_hwm", 1, 1000000000);

@@ -37,6 +37,7 @@ struct events_config {
   int64_t buffer_steps = 0;
   uint64_t buffer_bytes = 0;
   int64_t replay_rate = 0;
+  int64_t replay_nice = 0; ///< nice value of the replay/snapshot streaming threads
   int64_t index_max_blocks = 0;
   int64_t hwm = 0;
   int64_t ingest_hwm = 0;              ///< SUB and engine-replay DEALER receive HWM

@@ -3,6 +3,8 @@
 // replay ring.
 #pragma once
 
+#include "messages/kv_events.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,7 +36,7 @@ struct replay_stream {
 };
 
 /// A router's snapshot request, as the replay bridge decoded it (bridge ->
-/// publisher). `id` is the bridge's name for the stream.
+/// indexer). `id` is the bridge's name for the stream.
 struct snapshot_request {
   uint64_t id = 0;
 };
@@ -46,12 +48,15 @@ struct snapshot_credit {
   bool cancel = false;
 };
 
-/// Part of snapshot `id` (publisher -> bridge): BlockStored batches, each
-/// carrying the seq the snapshot is consistent with. `last`: the end marker
-/// follows. A snapshot of a rank that never published is one empty last part.
+/// Part of snapshot `id` (indexer -> bridge): BlockStored batches, not yet
+/// encoded (the bridge encodes them in the published dialect, on its own
+/// thread, each carrying `seq`, the seq the snapshot is consistent with).
+/// `last`: the end marker follows. A snapshot of a rank that never
+/// published is one empty last part.
 struct snapshot_part {
   uint64_t id = 0;
-  std::vector<encoded_batch> batches;
+  uint64_t seq = 0;
+  std::vector<kv_event_batch> batches;
   bool last = false;
 };
 

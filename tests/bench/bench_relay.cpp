@@ -14,7 +14,12 @@
 //            buffer from seq 0 in a loop for the whole measurement; with
 //            --snapshot 1 that client asks for snapshots ("snapshot/1") in a
 //            loop instead, and --fill-blocks N first stores N distinct blocks
-//            (chains of 1000, unpaced) so the snapshots have that size.
+//            (chains of 1000, unpaced) so the snapshots have that size;
+//            --index-port P (the sidecar's replay ROUTER) then waits until the
+//            sidecar's block index has applied them all before measuring (a
+//            snapshot request is answered once the indexer has worked through
+//            everything published before it; the bench reads that first
+//            answer and leaves).
 //   codec    decode_event_batch / encode_event_batch alone, per batch.
 //   minirelay  a one-thread reference relay without actors (see run_minirelay).
 //
@@ -33,7 +38,7 @@
 //   bench_relay relay   --batch 16 --seconds 1.5 --ingest-port 41001 --sub-port 41002
 //   bench_relay latency --batch 16 --rate 5000 --seconds 3 --ingest-port .. --sub-port ..
 //                       [--replay-port ..] [--prefill 10000] [--replay-nice 19]
-//                       [--snapshot 1 --fill-blocks 1000000]
+//                       [--snapshot 1 --fill-blocks 1000000 --index-port ..]
 //   bench_relay codec   --batch 16 --seconds 1      (the codec alone, no sockets)
 //   bench_relay minirelay --work full|validate|none --ingest-port .. --sub-port .. --seconds 60
 //            (a one-thread reference relay without actors, to run in place of kvsidecar)
@@ -79,6 +84,7 @@ struct options {
   int replay_nice = 0; // latency: nice value of the replaying client's thread
   bool snapshot = false;   // latency: the --replay-port client asks for snapshots
   int64_t fill_blocks = 0; // latency: distinct blocks stored before measuring
+  int index_port = 0;      // latency: after the fill, wait for the sidecar's index (replay ROUTER)
   std::string work = "full"; // minirelay: full | validate | none
   std::string format = "vllm";
   std::string dump;          // codec: write the payloads here (for codec_msgspec_bench.py)
@@ -119,6 +125,7 @@ options parse(int argc, char** argv) {
     else if (k == "--dump") o.dump = v;
     else if (k == "--snapshot") o.snapshot = std::atoi(v) != 0;
     else if (k == "--fill-blocks") o.fill_blocks = std::atoll(v);
+    else if (k == "--index-port") o.index_port = std::atoi(v);
     else usage(("unknown option " + k).c_str());
   }
   if (o.mode != "raw" && o.mode != "relay" && o.mode != "latency" && o.mode != "codec"
@@ -496,6 +503,22 @@ uint64_t fill(zmq::socket_t& pub, const options& o, progress& pr, uint64_t seq) 
   return seq;
 }
 
+/// Waits until the sidecar's indexer has applied everything published so
+/// far: it answers a snapshot request only after the batches queued before
+/// it. Reads the first answer and leaves (the sidecar cancels the rest).
+void wait_for_index(int port) {
+  zmq::context_t ctx{1};
+  zmq::socket_t d{ctx, zmq::socket_type::dealer};
+  d.set(zmq::sockopt::linger, 0);
+  d.connect("tcp://127.0.0.1:" + std::to_string(port));
+  d.send(zmq::message_t{}, zmq::send_flags::sndmore);
+  d.send(zmq::str_buffer("snapshot/1"), zmq::send_flags::none);
+  zmq::message_t m;
+  d.set(zmq::sockopt::rcvtimeo, 120000);
+  if (!d.recv(m, zmq::recv_flags::none))
+    std::fprintf(stderr, "bench_relay: no snapshot answer in 120 s (index not caught up?)\n");
+}
+
 int run_latency(const options& o) {
   // Deadlines need better than the default 50 us timer slack.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -511,8 +534,11 @@ int run_latency(const options& o) {
   rep.snapshot = o.snapshot;
   std::thread engine([&] {
     uint64_t seq = warm_up(e.pub, p, pr);
-    if (o.fill_blocks > 0)
+    if (o.fill_blocks > 0) {
       seq = fill(e.pub, o, pr, seq);
+      if (o.index_port != 0)
+        wait_for_index(o.index_port);
+    }
     if (o.prefill > 0) {
       // Fills the replay buffer; ts = 0 marks these as not timed.
       seq = send_windowed(e.pub, p, pr, seq, o.window, 0, static_cast<uint64_t>(o.prefill));

@@ -303,7 +303,7 @@ class Sidecar:
             raise AssertionError(f"{e}\nlog tail:\n{self.tail()}") from None
 
     def stats(self, actor: str, rank: int = 0) -> dict[str, Any] | None:
-        """The latest stats line of `actor` (ingest, pub, publisher, replay,
+        """The latest stats line of `actor` (ingest, pub, publisher, index, replay,
         replay_bridge) for `rank`, parsed; None before the first one."""
         last = None
         for line in self.lines():

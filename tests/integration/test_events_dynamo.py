@@ -130,7 +130,7 @@ def test_dynamo_started_late_recovers_the_blocks_from_the_sidecar(rig, dynamo):
         # Until the sidecar has it (its SUB joined): then Dynamo is late.
         publish_until(pub, v, lambda: r.sub.recv(0, 0.0) is not None, "the sidecar's first batch")
         pub.publish(v.KVEventBatch(ts=time.time(), events=[ev]))
-        r.sidecar.wait_stats("publisher", lambda s: s.get("index_blocks", 0) == 4)
+        r.sidecar.wait_stats("index", lambda s: s.get("index_blocks", 0) == 4)
         d = dynamo()
         d.register(r.pub_port, r.replay_port)
         # Its first live batch has seq > 0: it replays 0.. from the sidecar.

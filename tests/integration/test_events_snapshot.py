@@ -6,6 +6,7 @@ holds. Engines here are the fake engine (exact control) and the real vLLM
 0.33 / SGLang publishers from their wheels (real_engines.py).
 """
 
+import os
 import random
 import threading
 import time
@@ -224,7 +225,7 @@ def test_snapshot_under_live_traffic_is_consistent_with_its_seq(rig, zctx):
     for seq, p in replay_batches(r.replay(s + 1)):
         apply(snap, p)
     assert snap == live
-    st = r.sidecar.wait_stats("publisher", lambda x: x.get("snapshots", 0) >= 1)
+    st = r.sidecar.wait_stats("index", lambda x: x.get("snapshots", 0) >= 1)
     assert st["index_blocks"] == len(live)
     assert st["index_bytes"] > 0
 
@@ -246,7 +247,7 @@ def test_index_bound_counts_refused_blocks(rig, zctx):
     send(r, stored(list(range(1, 16)), None))
     live: dict = {}
     received_state(r, 1, live)
-    st = r.sidecar.wait_stats("publisher", lambda x: x.get("index_refused", 0) == 5)
+    st = r.sidecar.wait_stats("index", lambda x: x.get("index_refused", 0) == 5)
     assert st["index_blocks"] == 10
     r.sidecar.wait_log(r"block index full \(10 blocks, events.index_max_blocks\)")
     _, snap = snapshot_state(zctx, r.replay_port)
@@ -307,3 +308,32 @@ def test_real_publisher_blocks_come_back_in_a_snapshot(rig, zctx, engine):
             assert got[0].group_idx == 0 and got[0].kv_cache_spec_kind == "full_attention"
     finally:
         pub.shutdown()
+
+
+def thread_nice(pid: int) -> dict[str, list[int]]:
+    """Nice value of each thread of `pid`, by thread name."""
+    out: dict[str, list[int]] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/comm") as f:
+            name = f.read().strip()
+        with open(f"/proc/{pid}/task/{task}/stat") as f:
+            # Fields after the ")" that ends the name: state is field 3, nice 19.
+            nice = int(f.read().rsplit(")", 1)[1].split()[16])
+        out.setdefault(name, []).append(nice)
+    return out
+
+
+@pytest.mark.parametrize("nice", [10, 0])
+def test_replay_threads_run_at_replay_nice(rig, zctx, nice):
+    """events.replay_nice lowers the replay bridge's thread and the replay
+    context's I/O thread (so streaming yields the CPU to live publishing);
+    every other thread keeps the process's priority."""
+    r = rig(overrides={"events.replay_nice": nice})
+    assert snapshot(zctx, r.replay_port)[-1] == [b"", END_SEQ, b""]  # streams
+    threads = thread_nice(r.sidecar.proc.pid)
+    assert threads["2/ZMQbg/IO/0"] == [nice], threads  # the replay context's I/O thread
+    assert threads["ZMQbg/IO/0"] == [0], threads       # the live context's
+    assert sorted(threads["caf.actor"]).count(nice) >= 1, threads
+    if nice:
+        # Only the replay bridge among the actor threads.
+        assert sorted(threads["caf.actor"]).count(nice) == 1, threads

@@ -260,3 +260,48 @@ TEST_CASE("a cancelled snapshot leaves the index usable") {
   idx.apply(removed({1}));
   CHECK(flatten(snapshot_all(idx)).size() == 1);
 }
+
+TEST_CASE("events with equal attributes share them; any difference keeps its own") {
+  block_index idx{100};
+  // Three events of one chain: the first two alike (their blocks share one
+  // attributes object, and the snapshot may merge them into one event), the
+  // third differs only in session_id and keeps it.
+  idx.apply(kv_event{stored({1}, std::nullopt)});
+  idx.apply(kv_event{stored({2}, 1)});
+  const auto shared_bytes = idx.memory_bytes();
+  auto third = stored({3}, 2);
+  third.session_id = "req-7";
+  idx.apply(kv_event{third});
+  CHECK(idx.memory_bytes() > shared_bytes);
+  auto evs = snapshot_all(idx);
+  std::vector<std::optional<std::string>> sessions;
+  std::vector<uint64_t> hashes;
+  for (auto& e : evs) {
+    auto& s = std::get<block_stored>(e);
+    for (auto h : s.block_hashes) {
+      hashes.push_back(h);
+      sessions.push_back(s.session_id);
+    }
+  }
+  CHECK(hashes == std::vector<uint64_t>{1, 2, 3});
+  CHECK(sessions == std::vector<std::optional<std::string>>{std::nullopt, std::nullopt, "req-7"});
+  // Blocks 1 and 2 came from two events with the same attributes: one
+  // BlockStored in the snapshot (a chain), block 3 its own.
+  CHECK(evs.size() == 2);
+  CHECK(flatten(evs) == flatten({kv_event{stored({1, 2}, std::nullopt)}, kv_event{stored({3}, 2)}}));
+}
+
+TEST_CASE("an engine's [None] extra keys are kept per block, and come back exact") {
+  block_index idx{100};
+  auto a = stored({1, 2}, std::nullopt);
+  a.extra_keys_msgpack = std::string("\x92\xc0\xc0", 3);
+  auto b = stored({3}, 2);
+  b.extra_keys_msgpack = std::string("\x91\x05", 2);
+  idx.apply(kv_event{a});
+  idx.apply(kv_event{b});
+  auto blocks = flatten(snapshot_all(idx));
+  REQUIRE(blocks.size() == 3);
+  CHECK(std::get<4>(blocks[0]) == std::string("\xc0", 1));
+  CHECK(std::get<4>(blocks[1]) == std::string("\xc0", 1));
+  CHECK(std::get<4>(blocks[2]) == std::string("\x05", 1));
+}

@@ -1,7 +1,9 @@
 // Deterministic actor tests (CAF's test_coordinator, no threads): the
 // publisher numbers batches 0, 1, 2, … with no gaps, fills the rank in,
 // encodes exactly as the codec does, and hands each batch to the PUB bridge
-// and the replay actor; the replay actor answers with what it kept.
+// and the replay actor; the replay actor answers with what it kept; the
+// indexer follows the published batches and serves snapshots of them.
+#include "actors/indexer.hpp"
 #include "actors/publisher.hpp"
 #include "actors/replay.hpp"
 #include "messages/kv_event_codec.hpp"
@@ -52,16 +54,35 @@ replay_bridge_actor::behavior_type fake_replay_client(replay_bridge_actor::point
 /// Stands in for the replay bridge serving a snapshot: asks, then credits
 /// every part until the last.
 replay_bridge_actor::behavior_type fake_snapshot_client(replay_bridge_actor::pointer self,
-                                                        publisher_actor publisher,
+                                                        indexer_actor indexer,
                                                         std::vector<snapshot_part>* parts) {
-  self->send(publisher, snapshot_request{7});
+  self->send(indexer, snapshot_request{7});
   return {[](replay_stream&) { FAIL("a snapshot got a replay stream"); },
-          [self, publisher, parts](snapshot_part& p) {
+          [self, indexer, parts](snapshot_part& p) {
             CHECK(p.id == 7);
             parts->push_back(p);
             if (!p.last)
-              self->send(publisher, snapshot_credit{7, false});
+              self->send(indexer, snapshot_credit{7, false});
           }};
+}
+
+publisher_params publisher_with(int64_t rank, pub_bridge_actor pub, replay_actor rep,
+                                relay_queue_ptr queue, indexer_actor idx = {}) {
+  publisher_params p;
+  p.rank = rank;
+  p.pub_bridge = std::move(pub);
+  p.replay = std::move(rep);
+  p.indexer = std::move(idx);
+  p.queue = std::move(queue);
+  return p;
+}
+
+indexer_params indexer_with(int64_t rank, size_t max_blocks, relay_queue_ptr queue) {
+  indexer_params p;
+  p.rank = rank;
+  p.max_blocks = max_blocks;
+  p.queue = std::move(queue);
+  return p;
 }
 
 kv_event_batch batch_with(uint64_t hash, std::optional<int64_t> rank) {
@@ -82,10 +103,12 @@ kv_event_batch batch_with(uint64_t hash, std::optional<int64_t> rank) {
 TEST_CASE_FIXTURE(fixture, "publisher: gapless seq, rank filled in, same bytes to PUB and replay") {
   std::vector<encoded_batch> sent;
   auto pub = sys.spawn(fake_pub, &sent);
-  auto rep = sys.spawn(replay, int64_t{1}, size_t{3}, size_t{0}, std::chrono::nanoseconds{0});
+  replay_params rp;
+  rp.rank = 1;
+  rp.buffer_steps = 3;
+  auto rep = sys.spawn(replay, rp);
   auto queue = std::make_shared<relay_queue>(100);
-  auto p = sys.spawn(publisher, int64_t{1}, event_dialect::vllm, pub, rep, queue,
-                     std::chrono::nanoseconds{0}, size_t{1000});
+  auto p = sys.spawn(publisher, publisher_with(1, pub, rep, queue));
   sched.run();
   // Seq 0 is the publisher's own AllBlocksCleared: routers drop whatever they
   // kept from before this sidecar started.
@@ -139,20 +162,30 @@ TEST_CASE_FIXTURE(fixture, "publisher: a snapshot is the state at its seq, live 
   std::vector<encoded_batch> sent;
   auto pub = sys.spawn(fake_pub, &sent);
   auto queue = std::make_shared<relay_queue>(100);
-  auto p = sys.spawn(publisher, int64_t{0}, event_dialect::vllm, pub, replay_actor{}, queue,
-                     std::chrono::nanoseconds{0}, size_t{1000000});
+  auto idx = sys.spawn(indexer, indexer_with(0, 1000000, queue));
+  // Asked before anything was published (the publisher is not even there
+  // yet): just the end marker, a router replays from 0.
+  std::vector<snapshot_part> before;
+  sys.spawn(fake_snapshot_client, idx, &before);
+  sched.run();
+  REQUIRE(before.size() == 1);
+  CHECK(before[0].last);
+  CHECK(before[0].batches.empty());
+  auto p = sys.spawn(publisher, publisher_with(0, pub, replay_actor{}, queue, idx));
   sched.run();
 
-  // Nothing published yet: just the end (a router replays from 0). A
-  // publisher that starts with a batch of its own (a fence) answers one
-  // empty batch at that seq instead.
+  // The publisher starts with a batch of its own (a fence, seq 0): a
+  // snapshot now is one empty batch at that seq.
   const uint64_t base = sent.size();
+  REQUIRE(base == 1);
   std::vector<snapshot_part> none;
-  sys.spawn(fake_snapshot_client, p, &none);
+  sys.spawn(fake_snapshot_client, idx, &none);
   sched.run();
   REQUIRE(none.size() == 1);
   CHECK(none[0].last);
-  CHECK(none[0].batches.size() == base);
+  CHECK(none[0].seq == 0);
+  REQUIRE(none[0].batches.size() == 1);
+  CHECK(none[0].batches[0].events.empty());
 
   // Seq 0 and 1: 3000 blocks in one chain.
   for (uint64_t part = 0; part < 2; ++part) {
@@ -174,10 +207,11 @@ TEST_CASE_FIXTURE(fixture, "publisher: a snapshot is the state at its seq, live 
   sched.run();
   // The snapshot starts, then seq 2 removes every block: the parts keep
   // coming with what the rank held at seq 1.
+  CHECK(queue->indexing.load() == 0); // the indexer applied all three
   std::vector<snapshot_part> parts;
-  sys.spawn(fake_snapshot_client, p, &parts);
+  sys.spawn(fake_snapshot_client, idx, &parts);
   sched.run_once(); // the client asks
-  sched.run_once(); // the publisher starts the snapshot
+  sched.run_once(); // the indexer starts the snapshot
   block_removed gone;
   for (uint64_t h = 1; h <= 3000; ++h)
     gone.block_hashes.push_back(h);
@@ -194,12 +228,8 @@ TEST_CASE_FIXTURE(fixture, "publisher: a snapshot is the state at its seq, live 
   CHECK(parts.back().last);
   std::vector<uint64_t> hashes;
   for (auto& part : parts)
-    for (auto& b : part.batches) {
-      CHECK(b.seq == base + 1);
-      auto r = decode_event_batch(reinterpret_cast<const uint8_t*>(b.payload->data()),
-                                  b.payload->size());
-      REQUIRE(std::holds_alternative<event_decode_result>(r));
-      auto& batch = std::get<event_decode_result>(r).batch;
+    for (auto& batch : part.batches) {
+      CHECK(part.seq == base + 1);
       CHECK(batch.dp_rank == 0);
       for (auto& ev : batch.events) {
         auto& s = std::get<block_stored>(ev);
@@ -212,6 +242,7 @@ TEST_CASE_FIXTURE(fixture, "publisher: a snapshot is the state at its seq, live 
   for (uint64_t h = 0; h < 3000; ++h)
     CHECK(hashes[h] == h + 1); // one chain, parents first
   caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(idx, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(pub, caf::exit_reason::user_shutdown);
   sched.run();
 }
@@ -250,8 +281,7 @@ TEST_CASE_FIXTURE(fixture, "publisher: pass-through batches are forwarded, only 
   std::vector<encoded_batch> sent;
   auto pub = sys.spawn(fake_pub, &sent);
   auto queue = std::make_shared<relay_queue>(100);
-  auto p = sys.spawn(publisher, int64_t{1}, event_dialect::vllm, pub, replay_actor{}, queue,
-                     std::chrono::nanoseconds{0}, size_t{1000});
+  auto p = sys.spawn(publisher, publisher_with(1, pub, replay_actor{}, queue));
   sched.run();
   REQUIRE(sent.size() == 1); // seq 0: the publisher's own AllBlocksCleared
   sent.clear();
@@ -278,4 +308,55 @@ TEST_CASE_FIXTURE(fixture, "publisher: pass-through batches are forwarded, only 
   caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(pub, caf::exit_reason::user_shutdown);
   sched.run();
+}
+
+TEST_CASE_FIXTURE(fixture, "publisher: a live batch goes out before the indexer has applied it") {
+  std::vector<encoded_batch> sent;
+  auto pub = sys.spawn(fake_pub, &sent);
+  auto queue = std::make_shared<relay_queue>(100);
+  auto idx = sys.spawn(indexer, indexer_with(0, 1000, queue));
+  auto p = sys.spawn(publisher, publisher_with(0, pub, replay_actor{}, queue, idx));
+  sched.run();
+  REQUIRE(sent.size() == 1); // the fence
+  sent.clear();
+  REQUIRE(queue->admit());
+  kv_event_batches one;
+  one.items.push_back(pass_through(batch_with(42, 0), event_dialect::vllm));
+  caf::anon_send(p, publish_atom_v, std::move(one));
+  // Only the publisher and the PUB bridge run: the batch is published while
+  // the index update waits in the indexer's mailbox (the live path does not
+  // decode it for the index, nor wait for snapshot parts).
+  sched.prioritize(p);
+  sched.run_once();
+  sched.prioritize(pub);
+  sched.run_once();
+  REQUIRE(sent.size() == 1);
+  CHECK(sent[0].seq == 1);
+  CHECK(queue->indexing.load() == 1);
+  sched.run();
+  CHECK(queue->indexing.load() == 0);
+  // And the indexer got it: a snapshot now holds block 42 at seq 1.
+  std::vector<snapshot_part> parts;
+  sys.spawn(fake_snapshot_client, idx, &parts);
+  sched.run();
+  REQUIRE(parts.size() == 1);
+  CHECK(parts[0].seq == 1);
+  REQUIRE(parts[0].batches.size() == 1);
+  REQUIRE(parts[0].batches[0].events.size() == 1);
+  CHECK(std::get<block_stored>(parts[0].batches[0].events[0]).block_hashes
+        == std::vector<uint64_t>{42});
+  caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(idx, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(pub, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+TEST_CASE("relay queue: an indexer max_size batches behind makes it drop, too") {
+  relay_queue q{2};
+  q.indexing.store(2);
+  CHECK_FALSE(q.admit());
+  CHECK(q.dropped_full.load() == 1);
+  CHECK(q.queued.load() == 0);
+  q.indexing.store(1);
+  CHECK(q.admit());
 }

@@ -39,6 +39,7 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.events.buffer_steps == 10000);
   CHECK(c.events.buffer_bytes == (uint64_t{512} << 20));
   CHECK(c.events.replay_rate == 50000);
+  CHECK(c.events.replay_nice == 10);
   CHECK(c.events.index_max_blocks == 1000000);
   CHECK(c.events.hwm == 10000);
   CHECK(c.events.ingest_hwm == 10000);
@@ -129,6 +130,10 @@ TEST_CASE("enums, ranges and cross-key rules") {
   auto idx = error_of("[events]\n\nindex_max_blocks = 0\n");
   CHECK(idx.key == "events.index_max_blocks");
   CHECK(idx.line == 3);
+  auto nice = error_of("[events]\nreplay_nice = 20\n");
+  CHECK(nice.key == "events.replay_nice");
+  CHECK(nice.what == "expected an integer in 0..19, got 20");
+  CHECK(ok("[events]\nreplay_nice = 0\n").events.replay_nice == 0);
   CHECK(error_of("[cache]\nevict_low = 0.95\n").key == "cache.evict_low");
   CHECK(error_of("[cache]\nevents_rank = 3\n").key == "cache.events_rank");
   CHECK(error_of("[cache]\nmax_sessions = 0\n").what == "expected an integer in 1..100000000, got 0");

@@ -1,7 +1,6 @@
-#include "actors/publisher_snapshot.hpp"
+#include "actors/indexer_snapshot.hpp"
 
 #include "actors/actor_logging.hpp"
-#include "messages/kv_event_codec.hpp"
 
 #include <algorithm>
 
@@ -9,7 +8,7 @@ namespace kvs {
 
 namespace {
 
-using self_ptr = publisher_actor::stateful_pointer<publisher_state>;
+using self_ptr = indexer_actor::stateful_pointer<indexer_state>;
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
@@ -18,26 +17,24 @@ double now_seconds() {
 
 void start_next(self_ptr self);
 
-/// Encodes the next part of the front snapshot and sends it to its bridge.
+/// Walks the next part of the front snapshot and sends it to its bridge.
 void send_part(self_ptr self) {
   auto& st = self->state;
   auto& job = st.snapshots.front();
-  snapshot_part part{job.id, {}, false};
+  snapshot_part part{job.id, job.seq, {}, false};
   for (size_t k = 0; k < snapshot_batches_per_part && !part.last; ++k) {
     kv_event_batch b;
     b.ts = now_seconds();
-    b.dp_rank = st.rank;
+    b.dp_rank = st.p.rank;
     part.last = st.index.snapshot_next(snapshot_blocks_per_batch, b.events);
     // The first batch always goes (it tells the router S even when the
     // rank holds no block); later empty ones are not worth a message.
     if (b.events.empty() && job.batches > 0)
       continue;
-    auto payload = std::make_shared<std::string>();
-    encode_event_batch(b, st.dialect, *payload);
-    part.batches.push_back(encoded_batch{job.seq, std::move(payload)});
     ++job.batches;
     for (auto& ev : b.events)
       job.blocks += std::get<block_stored>(ev).block_hashes.size();
+    part.batches.push_back(std::move(b));
   }
   const bool last = part.last;
   self->send(job.bridge, std::move(part));
@@ -54,18 +51,18 @@ void start_next(self_ptr self) {
   auto& st = self->state;
   while (!st.snapshots.empty()) {
     auto& job = st.snapshots.front();
-    if (st.next_seq == 0) {
+    if (!st.last_seq) {
       // Nothing published yet: the index is empty and a replay from 0 gets
       // everything. Only the end marker goes.
-      self->send(job.bridge, snapshot_part{job.id, {}, true});
+      self->send(job.bridge, snapshot_part{job.id, 0, {}, true});
       ++st.snapshots_served;
       st.snapshots.pop_front();
       continue;
     }
-    job.seq = st.next_seq - 1;
+    job.seq = *st.last_seq;
     const auto id = job.id;
     st.index.begin_snapshot();
-    // Two parts in flight: the bridge streams one while the next is encoded.
+    // Two parts in flight: the bridge streams one while the next is walked.
     send_part(self);
     if (!st.snapshots.empty() && st.snapshots.front().id == id)
       send_part(self);
@@ -78,7 +75,7 @@ void start_next(self_ptr self) {
 void snapshot_requested(self_ptr self, const snapshot_request& req) {
   auto& st = self->state;
   auto bridge = caf::actor_cast<replay_bridge_actor>(self->current_sender());
-  st.snapshots.push_back(publisher_state::snapshot_job{req.id, bridge});
+  st.snapshots.push_back(indexer_state::snapshot_job{req.id, bridge});
   KVS_DEBUG(st.label, "snapshot {} requested ({} waiting)", req.id, st.snapshots.size() - 1);
   if (st.snapshots.size() == 1)
     start_next(self);

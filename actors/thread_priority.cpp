@@ -1,0 +1,48 @@
+#include "actors/thread_priority.hpp"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace kvs {
+
+namespace {
+
+std::optional<std::string> set_nice(long tid, int nice) {
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), nice) != 0)
+    return std::string{"setpriority("} + std::to_string(nice) + "): " + std::strerror(errno);
+  return std::nullopt;
+}
+
+} // namespace
+
+std::optional<std::string> lower_this_thread_priority(int nice) {
+  if (nice <= 0)
+    return std::nullopt;
+  return set_nice(::syscall(SYS_gettid), nice);
+}
+
+int lower_thread_priority_by_name(const std::string& comm, int nice) {
+  if (nice <= 0)
+    return 0;
+  int changed = 0;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream in(task.path() / "comm");
+    std::string name;
+    if (!std::getline(in, name) || name != comm)
+      continue;
+    const long tid = std::strtol(task.path().filename().c_str(), nullptr, 10);
+    if (tid > 0 && !set_nice(tid, nice))
+      ++changed;
+  }
+  return changed;
+}
+
+} // namespace kvs
