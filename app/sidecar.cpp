@@ -204,6 +204,10 @@ int run_sidecar(const config& cfg) {
     std::atomic<int> signals_seen{0};
     signal_watcher signals{[&, target = caf::actor_cast<caf::actor>(self)](int sig) {
       if (signals_seen.fetch_add(1) == 0) {
+        // Logged here, on arrival: a second SIGINT right behind it exits
+        // before the main thread would get to log it.
+        KVS_INFO(me, "{} received: stopping input, draining, closing sockets (deadline {})",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", to_string(cfg.sidecar.shutdown_timeout));
         caf::anon_send(target, signal_atom_v, sig);
       } else if (sig == SIGINT) {
         KVS_WARN(me, "second SIGINT during shutdown: exiting now");
@@ -263,10 +267,7 @@ int run_sidecar(const config& cfg) {
                   cause.down->name, cause.down->reason_text(), int{exit_actor_failed});
         status = exit_actor_failed;
       } else {
-        health.draining = true;
-        KVS_INFO(me, "{} received: stopping input, draining, closing sockets (deadline {})",
-                 cause.signal == SIGINT ? "SIGINT" : "SIGTERM",
-                 to_string(cfg.sidecar.shutdown_timeout));
+        health.draining = true; // the signal was logged when it arrived
       }
       stop_all(self, tree, ready, sup, clock::now() + cfg.sidecar.shutdown_timeout, me, true);
     }
