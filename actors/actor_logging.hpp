@@ -2,7 +2,7 @@
 // its start, its exit with the reason, and a stats line every stats_interval.
 #pragma once
 
-#include "app/log.hpp"
+#include "log/log.hpp"
 #include "messages/type_ids.hpp"
 
 #include <caf/error.hpp>

@@ -3,7 +3,7 @@
 #include "actors/session.hpp"
 #include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
-#include "app/log.hpp"
+#include "log/log.hpp"
 #include "config/config.hpp"
 #include "messages/lmcache_failure.hpp"
 #include "messages/lmcache_protocol.hpp"

@@ -2,7 +2,7 @@
 
 #include "actors/fence.hpp"
 #include "actors/zmq_frames.hpp"
-#include "app/log.hpp"
+#include "log/log.hpp"
 #include "messages/kv_event_codec.hpp"
 
 #include <caf/send.hpp>

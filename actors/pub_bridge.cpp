@@ -2,7 +2,7 @@
 
 #include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
-#include "app/log.hpp"
+#include "log/log.hpp"
 #include "messages/type_ids.hpp"
 
 namespace kvs {

@@ -3,7 +3,7 @@
 #include "actors/thread_priority.hpp"
 #include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
-#include "app/log.hpp"
+#include "log/log.hpp"
 #include "messages/kv_event_codec.hpp"
 
 #include <caf/send.hpp>

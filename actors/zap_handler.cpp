@@ -1,6 +1,6 @@
 #include "actors/zap_handler.hpp"
 
-#include "app/log.hpp"
+#include "log/log.hpp"
 
 #include <future>
 

@@ -1,6 +1,6 @@
 #include "actors/zmq_bridge.hpp"
 
-#include "app/log.hpp"
+#include "log/log.hpp"
 #include "config/config.hpp"
 #include "messages/type_ids.hpp"
 

@@ -1,6 +1,6 @@
 #include "app/actor_tree.hpp"
 
-#include "actors/cache_server.hpp"
+#include "app/cache_tree.hpp"
 #include "actors/indexer.hpp"
 #include "actors/ingest_bridge.hpp"
 #include "actors/pub_bridge.hpp"
@@ -129,7 +129,7 @@ actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx,
       events_pub = publishers[static_cast<size_t>(cfg.cache.events_rank)];
       events_queue = t.queues[static_cast<size_t>(cfg.cache.events_rank)];
     }
-    auto cache = spawn_cache_server(sys, ctx, cfg, supervisor, events_pub, events_queue);
+    auto cache = spawn_cache_tree(sys, ctx, cfg, supervisor, events_pub, events_queue);
     t.input_bridges.insert(t.input_bridges.end(), cache.input_bridges.begin(),
                            cache.input_bridges.end());
     t.workers.insert(t.workers.end(), cache.workers.begin(), cache.workers.end());

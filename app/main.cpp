@@ -1,5 +1,5 @@
 // kvsidecar: command line, config loading and the process exit status.
-#include "app/log.hpp"
+#include "log/log.hpp"
 #include "app/sidecar.hpp"
 #include "config/config.hpp"
 

@@ -1,7 +1,7 @@
 #include "app/observability.hpp"
 
-#include "app/health.hpp"
-#include "app/log.hpp"
+#include "metrics/health.hpp"
+#include "log/log.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/exit_reason.hpp>

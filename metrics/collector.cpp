@@ -1,6 +1,6 @@
 #include "metrics/collector.hpp"
 
-#include "app/health.hpp"
+#include "metrics/health.hpp"
 #include "messages/type_ids.hpp"
 #include "metrics/families.hpp"
 #include "metrics/process_stats.hpp"

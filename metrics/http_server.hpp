@@ -8,7 +8,7 @@
 //   GET /readyz   200 "ready" once start-up is done; 503 during start-up and drain
 #pragma once
 
-#include "app/health.hpp"
+#include "metrics/health.hpp"
 #include "metrics/collector.hpp"
 
 #include <memory>

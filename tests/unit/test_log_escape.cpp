@@ -1,6 +1,6 @@
 // The log layer escapes control characters: a client-supplied string (shm
 // name, request id) can never start a line of its own.
-#include "app/log.hpp"
+#include "log/log.hpp"
 
 #include <doctest/doctest.h>
 

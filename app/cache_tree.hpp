@@ -17,7 +17,7 @@
 
 namespace kvs {
 
-struct cache_server_actors {
+struct cache_tree {
   std::vector<caf::actor> input_bridges; ///< the engine bridge
   std::vector<caf::actor> workers;       ///< registry, store, gpu transfer
   gpu_transfer_actor gpu;                ///< drained at shutdown before the workers exit
@@ -27,7 +27,7 @@ struct cache_server_actors {
 };
 
 /// `events` / `events_queue` may be null: the cache then announces nothing.
-cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& ctx,
+cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
                                        const config& cfg, caf::actor supervisor,
                                        publisher_actor events, relay_queue_ptr events_queue);
 

@@ -1,11 +1,11 @@
-#include "actors/cache_server.hpp"
+#include "app/cache_tree.hpp"
 
 #include "actors/engine_bridge.hpp"
 #include "actors/gpu_transfer.hpp"
 #include "actors/l2_tier.hpp"
 #include "actors/registry.hpp"
 #include "actors/store.hpp"
-#include "app/log.hpp"
+#include "log/log.hpp"
 
 #include <caf/actor_cast.hpp>
 
@@ -36,10 +36,10 @@ std::shared_ptr<transfer_backend> pick_backend(const std::string& wanted, std::s
 
 } // namespace
 
-cache_server_actors spawn_cache_server(caf::actor_system& sys, zmq::context_t& ctx,
+cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
                                        const config& cfg, caf::actor supervisor,
                                        publisher_actor events, relay_queue_ptr events_queue) {
-  cache_server_actors out;
+  cache_tree out;
   auto& c = cfg.cache;
   auto interval = cfg.sidecar.stats_interval;
   auto backend = pick_backend(cfg.gpu.backend, out.error);

@@ -1,4 +1,4 @@
-#include "app/log.hpp"
+#include "log/log.hpp"
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>

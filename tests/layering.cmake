@@ -1,0 +1,41 @@
+# Checks that each source folder includes only the folders below it, so the
+# libraries form a tree without cycles:
+#   log, core                 (leaves)
+#   cache                     core
+#   messages                  core cache
+#   config, l2                core log
+#   gpu                       core log messages
+#   metrics                   core log messages
+#   actors                    everything above except metrics
+#   app                       everything
+# Run: cmake -DSRC=<repo> -P tests/layering.cmake (ctest: layering).
+cmake_minimum_required(VERSION 3.20)
+set(allowed_log "log")
+set(allowed_core "core")
+set(allowed_cache "core;cache")
+set(allowed_messages "core;cache;messages")
+set(allowed_config "core;log;config")
+set(allowed_l2 "core;log;l2")
+set(allowed_gpu "core;log;messages;gpu")
+set(allowed_metrics "core;log;messages;metrics")
+set(allowed_actors "core;log;cache;messages;config;l2;gpu;actors")
+set(allowed_app "core;log;cache;messages;config;l2;gpu;metrics;actors;app")
+
+set(violations "")
+foreach(folder log core cache messages config l2 gpu metrics actors app)
+  file(GLOB files ${SRC}/${folder}/*.hpp ${SRC}/${folder}/*.cpp ${SRC}/${folder}/*.cu)
+  foreach(f ${files})
+    file(STRINGS ${f} lines REGEX "^#include \"[a-z0-9_]+/")
+    foreach(line ${lines})
+      string(REGEX REPLACE "^#include \"([a-z0-9_]+)/.*" "\\1" dep "${line}")
+      if(NOT dep IN_LIST allowed_${folder})
+        file(RELATIVE_PATH rel ${SRC} ${f})
+        string(APPEND violations "\n  ${rel}: ${line} (${folder}/ may include only: ${allowed_${folder}})")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+if(violations)
+  message(FATAL_ERROR "include layering broken:${violations}")
+endif()
+message(STATUS "include layering ok")
