@@ -69,6 +69,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_write))
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_fetch))
   CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_fetch_reply))
+  CAF_ADD_ATOM(kvsidecar, kvs, recycle_atom, "recycle")
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)
 
