@@ -509,9 +509,12 @@ std::variant<event_decode_result, wire_error> decode_event_batch(const uint8_t* 
   // 256 events per batch), but only for events the payload can hold: no
   // event is shorter than min_event_bytes, so a claimed count beyond what
   // the bytes left could carry reserves no more than decoding real events
-  // would allocate anyway.
+  // would allocate anyway; and at most max_reserved_events (~2 MB), past
+  // which a batch grows as it is actually decoded.
   constexpr size_t min_event_bytes = 8;
-  result.batch.events.reserve(std::min<size_t>(n, r.remaining() / min_event_bytes));
+  constexpr size_t max_reserved_events = 4096;
+  result.batch.events.reserve(
+    std::min<size_t>({n, r.remaining() / min_event_bytes, max_reserved_events}));
 
   event_parser parser(r);
   for (uint32_t k = 0; k < n; ++k) {
