@@ -19,7 +19,8 @@
 
 /// Gives message type `T` the next type id of the block and allows it in
 /// messages without serialization (both expand to specializations at global
-/// scope, so this is valid anywhere inside the block).
+/// scope, so this is valid anywhere inside the block). `T` must not contain
+/// a top-level comma: give a template instance a `using` alias first.
 #define KVS_ADD_MESSAGE_TYPE(T)                                                \
   CAF_ADD_TYPE_ID(kvsidecar, (T))                                              \
   CAF_ALLOW_UNSAFE_MESSAGE_TYPE(T)
