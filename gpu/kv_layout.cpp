@@ -47,14 +47,14 @@ std::string where(size_t i, const tensor_desc& t) {
          dims(t.stride) + ")";
 }
 
-wire_error layout_err(std::string detail) { return gpu_error("layout", std::move(detail)); }
-wire_error unsupported(std::string detail) {
-  return gpu_error("unsupported", std::move(detail));
+error layout_err(std::string detail) { return make_error("layout", std::move(detail)); }
+error unsupported(std::string detail) {
+  return make_error("unsupported", std::move(detail));
 }
 
 /// Checks what every layout needs from each tensor and computes how far
 /// into its storage each view reaches.
-gpu_result<std::vector<uint64_t>> check_tensors(const std::vector<tensor_desc>& ts) {
+expected<std::vector<uint64_t>> check_tensors(const std::vector<tensor_desc>& ts) {
   if (ts.empty()) return layout_err("registration has no KV tensors");
   if (ts.size() > 16384) return layout_err("registration has " + std::to_string(ts.size()) +
                                            " tensors; more than any model has layers");
@@ -106,7 +106,7 @@ gpu_result<std::vector<uint64_t>> check_tensors(const std::vector<tensor_desc>& 
 }
 
 /// Fills the fields shared by all layouts once heads/head_dim/block size are known.
-gpu_result<kv_layout> finish(kv_layout l, const tensor_desc& t) {
+expected<kv_layout> finish(kv_layout l, const tensor_desc& t) {
   l.element_size = t.element_size;
   l.dtype = t.dtype;
   if (!mul(uint64_t{l.num_heads} * l.head_dim, l.element_size, l.token_bytes) ||
@@ -120,7 +120,7 @@ gpu_result<kv_layout> finish(kv_layout l, const tensor_desc& t) {
 
 bool fits_u32(int64_t v) { return v > 0 && v <= static_cast<int64_t>(UINT32_MAX); }
 
-gpu_result<kv_layout> detect_sglang(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
+expected<kv_layout> detect_sglang(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
   if (h.kv_list_layout == "unified")
     return unsupported("SGLang kv_list_layout 'unified' (per-component views) is not supported; "
                        "register the flat K-then-V list ('k_v')");
@@ -177,7 +177,7 @@ gpu_result<kv_layout> detect_sglang(const std::vector<tensor_desc>& ts, const kv
   return finish(std::move(l), t);
 }
 
-gpu_result<kv_layout> detect_vllm(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
+expected<kv_layout> detect_vllm(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
   if (h.kv_layout == "HND" || h.kv_layout == "BLHNC" || h.kv_layout == "BLNHC")
     return unsupported("vLLM kv_layout '" + h.kv_layout +
                        "' is not supported; only NHD pages are copied");
@@ -271,14 +271,14 @@ gpu_result<kv_layout> detect_vllm(const std::vector<tensor_desc>& ts, const kv_l
 
 } // namespace
 
-gpu_result<kv_layout> detect_kv_layout(const std::vector<tensor_desc>& tensors,
+expected<kv_layout> detect_kv_layout(const std::vector<tensor_desc>& tensors,
                                        const kv_layout_hints& hints) {
-  if (hints.engine_type != "sglang" && hints.engine_type != "vllm")
-    return unsupported("engine_type '" + hints.engine_type +
+  if (hints.engine_type != engine_type::sglang && hints.engine_type != engine_type::vllm)
+    return unsupported(std::string("engine_type '") + to_string(hints.engine_type) +
                        "' is not supported by the block copy (supported: sglang, vllm)");
   auto ends = check_tensors(tensors);
-  if (!ends) return ends.error();
-  auto l = hints.engine_type == "sglang" ? detect_sglang(tensors, hints)
+  if (!ends) return ends.error_value();
+  auto l = hints.engine_type == engine_type::sglang ? detect_sglang(tensors, hints)
                                          : detect_vllm(tensors, hints);
   if (l) l.value().tensor_end_bytes = std::move(ends.value());
   return l;

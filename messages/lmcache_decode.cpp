@@ -75,7 +75,7 @@ derr read_cache_key(cursor& c, const std::string& where, cache_key& k) {
         k.request_configs_msgpack.clear();
         return std::nullopt;
       }
-      if (it.kind != mk::map) return expected(w, "map or nil", it);
+      if (it.kind != mk::map) return wrong_kind(w, "map or nil", it);
       for (uint32_t m = 0; m < it.len; ++m) {
         item key;
         if (auto r = read_item(c, w, key)) return r;
@@ -219,7 +219,7 @@ const op_info* find_op(mp_op op) {
   return nullptr;
 }
 
-wire_error bad_arg(const decode_error& e) { return wire_error{"bad_arg", e.where + ": " + e.what}; }
+error bad_arg(const decode_error& e) { return error{"bad_arg", e.where + ": " + e.what}; }
 
 /// Decodes one whole argument frame with `fn`, refusing trailing bytes.
 template <class F>
@@ -252,10 +252,10 @@ derr read_kv_caches(cursor& c, const std::string& where, std::vector<tensor_desc
     std::string w = at_index(where, k);
     item it;
     if (auto e = read_item(c, w, it)) return e;
-    if (it.kind != mk::ext) return expected(w, "ext (a KV-cache wrapper)", it);
+    if (it.kind != mk::ext) return wrong_kind(w, "ext (a KV-cache wrapper)", it);
     auto r = decode_kv_cache_wrapper(it.ext_type, std::string_view(reinterpret_cast<const char*>(it.ptr), it.len));
-    if (auto* err = std::get_if<wire_error>(&r)) return fail(w, err->kind + ": " + err->detail);
-    out.push_back(std::move(std::get<tensor_desc>(r)));
+    if (!r) return fail(w, to_string(r.error_value()));
+    out.push_back(std::move(*r));
   }
   return std::nullopt;
 }
@@ -270,7 +270,7 @@ derr read_timeout(cursor& c, const std::string& where, double& out) {
   else if (it.kind == mk::sint)
     out = static_cast<double>(it.i);
   else
-    return expected(where, "float", it);
+    return wrong_kind(where, "float", it);
   if (!std::isfinite(out) || out < 0) return fail(where, "timeout must be finite and >= 0");
   return std::nullopt;
 }
@@ -410,12 +410,12 @@ std::string shown(std::string_view s) {
 }
 
 /// Resolves the op frame: a legacy id (msgpack int) or a snake_case name.
-std::variant<const op_info*, wire_error> decode_op(std::string_view frame) {
+expected<const op_info*> decode_op(std::string_view frame) {
   if (frame.empty())
-    return wire_error{"unsupported_op", "empty op frame (event-stream control: subscribe_kv_events is not served)"};
+    return error{"unsupported_op", "empty op frame (event-stream control: subscribe_kv_events is not served)"};
   cursor c(frame);
   item it;
-  if (c.next(it) || !c.at_end()) return wire_error{"unknown_op", "op frame is not one msgpack value"};
+  if (c.next(it) || !c.at_end()) return error{"unknown_op", "op frame is not one msgpack value"};
   if (it.kind == mk::uint || it.kind == mk::sint) {
     // Ids are small; anything beyond int64 is simply not one of them.
     int64_t id = it.kind == mk::sint ? it.i
@@ -424,17 +424,17 @@ std::variant<const op_info*, wire_error> decode_op(std::string_view frame) {
     if (auto op = mp_op_from_id(id)) return find_op(*op);
     for (const auto& f : k_foreign_ops)
       if (f.id != 0 && f.id == id)
-        return wire_error{"unsupported_op", std::string("op ") + std::to_string(id) + " (" + f.name + ") is not served"};
-    return wire_error{"unknown_op", "unknown legacy op id " + (it.kind == mk::uint ? std::to_string(it.u) : std::to_string(it.i))};
+        return error{"unsupported_op", std::string("op ") + std::to_string(id) + " (" + f.name + ") is not served"};
+    return error{"unknown_op", "unknown legacy op id " + (it.kind == mk::uint ? std::to_string(it.u) : std::to_string(it.i))};
   }
   if (it.kind == mk::str) {
     std::string_view name(reinterpret_cast<const char*>(it.ptr), it.len);
     if (auto op = mp_op_from_name(name)) return find_op(*op);
     for (const auto& f : k_foreign_ops)
-      if (name == f.name) return wire_error{"unsupported_op", "op '" + std::string(name) + "' is not served"};
-    return wire_error{"unknown_op", "unknown op name '" + shown(name) + "'"};
+      if (name == f.name) return error{"unsupported_op", "op '" + std::string(name) + "' is not served"};
+    return error{"unknown_op", "unknown op name '" + shown(name) + "'"};
   }
-  return wire_error{"unknown_op", std::string("op frame holds a ") + mk_name(it.kind) + ", not an int or str"};
+  return error{"unknown_op", std::string("op frame holds a ") + mk_name(it.kind) + ", not an int or str"};
 }
 
 
@@ -461,20 +461,9 @@ std::optional<mp_op> mp_op_from_id(int64_t id) {
   return std::nullopt;
 }
 
-const char* to_string(engine_type t) {
-  switch (t) {
-    case engine_type::vllm: return "vllm";
-    case engine_type::atom: return "atom";
-    case engine_type::sglang: return "sglang";
-    case engine_type::trtllm: return "trtllm";
-    case engine_type::mock: return "mock";
-  }
-  return "?";
-}
-
-std::variant<mp_request, wire_error> decode_mp_request(const std::vector<std::string_view>& frames) {
+expected<mp_request> decode_mp_request(const std::vector<std::string_view>& frames) {
   if (frames.size() < 2)
-    return wire_error{"bad_frames", "expected uid, op and arguments; got " + std::to_string(frames.size()) + " frame(s)"};
+    return error{"bad_frames", "expected uid, op and arguments; got " + std::to_string(frames.size()) + " frame(s)"};
   mp_request req;
   {
     // The uid is opaque: echoed, never interpreted (LMCache's server does
@@ -487,14 +476,14 @@ std::variant<mp_request, wire_error> decode_mp_request(const std::vector<std::st
     req.uid = uid;
   }
   auto op = decode_op(frames[1]);
-  if (auto* e = std::get_if<wire_error>(&op)) return *e;
-  const op_info& info = *std::get<const op_info*>(op);
+  if (!op) return op.error_value();
+  const op_info& info = **op;
   std::vector<std::string_view> args(frames.begin() + 2, frames.end());
   if (args.size() < info.min_args || args.size() > info.max_args) {
     std::string want = info.min_args == info.max_args
                            ? std::to_string(info.min_args)
                            : std::to_string(info.min_args) + ".." + std::to_string(info.max_args);
-    return wire_error{"arity", std::string(info.name) + " takes " + want + " argument(s), got " + std::to_string(args.size())};
+    return error{"arity", std::string(info.name) + " takes " + want + " argument(s), got " + std::to_string(args.size())};
   }
   if (auto e = decode_body(info, args, req.body)) return bad_arg(*e);
   req.op = info.op;

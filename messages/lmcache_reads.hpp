@@ -7,7 +7,7 @@
 
 #include "messages/msgpack_reader.hpp"
 #include "messages/utf8.hpp"
-#include "messages/wire_error.hpp"
+#include "core/error.hpp"
 
 #include <cstdint>
 #include <limits>
@@ -70,7 +70,7 @@ struct decode_error {
 using derr = std::optional<decode_error>;
 
 inline derr fail(const std::string& where, std::string what) { return decode_error{where, std::move(what)}; }
-inline derr expected(const std::string& where, const char* want, const item& got) {
+inline derr wrong_kind(const std::string& where, const char* want, const item& got) {
   return fail(where, std::string("expected ") + want + ", got " + mk_name(got.kind));
 }
 
@@ -90,7 +90,7 @@ inline derr as_int64(const item& it, const std::string& where, int64_t& out) {
     out = it.i;
     return std::nullopt;
   }
-  return expected(where, "int", it);
+  return wrong_kind(where, "int", it);
 }
 
 inline derr read_int(cursor& c, const std::string& where, int64_t& out) {
@@ -112,7 +112,7 @@ inline derr read_opt_int(cursor& c, const std::string& where, std::optional<int6
     out.reset();
     return std::nullopt;
   }
-  if (it.kind != mk::uint && it.kind != mk::sint) return expected(where, "int or nil", it);
+  if (it.kind != mk::uint && it.kind != mk::sint) return wrong_kind(where, "int or nil", it);
   int64_t v = 0;
   if (auto e = as_int64(it, where, v)) return e;
   out = v;
@@ -120,7 +120,7 @@ inline derr read_opt_int(cursor& c, const std::string& where, std::optional<int6
 }
 
 inline derr as_str(const item& it, const std::string& where, std::string& out, size_t* code_points = nullptr) {
-  if (it.kind != mk::str) return expected(where, "str", it);
+  if (it.kind != mk::str) return wrong_kind(where, "str", it);
   if (!valid_utf8(it.ptr, it.len, code_points)) return fail(where, "str is not valid UTF-8");
   out.assign(reinterpret_cast<const char*>(it.ptr), it.len);
   return std::nullopt;
@@ -135,7 +135,7 @@ inline derr read_str(cursor& c, const std::string& where, std::string& out, size
 inline derr read_bin(cursor& c, const std::string& where, std::string& out) {
   item it;
   if (auto e = read_item(c, where, it)) return e;
-  if (it.kind != mk::bin) return expected(where, "bin", it);
+  if (it.kind != mk::bin) return wrong_kind(where, "bin", it);
   out.assign(reinterpret_cast<const char*>(it.ptr), it.len);
   return std::nullopt;
 }
@@ -147,7 +147,7 @@ inline derr read_opt_bin(cursor& c, const std::string& where, std::optional<std:
     out.reset();
     return std::nullopt;
   }
-  if (it.kind != mk::bin) return expected(where, "bin or nil", it);
+  if (it.kind != mk::bin) return wrong_kind(where, "bin or nil", it);
   out.emplace(reinterpret_cast<const char*>(it.ptr), it.len);
   return std::nullopt;
 }
@@ -155,7 +155,7 @@ inline derr read_opt_bin(cursor& c, const std::string& where, std::optional<std:
 inline derr read_bool(cursor& c, const std::string& where, bool& out) {
   item it;
   if (auto e = read_item(c, where, it)) return e;
-  if (it.kind != mk::boolean) return expected(where, "bool", it);
+  if (it.kind != mk::boolean) return wrong_kind(where, "bool", it);
   out = it.u != 0;
   return std::nullopt;
 }
@@ -163,7 +163,7 @@ inline derr read_bool(cursor& c, const std::string& where, bool& out) {
 inline derr read_header(cursor& c, const std::string& where, mk kind, uint32_t& count) {
   item it;
   if (auto e = read_item(c, where, it)) return e;
-  if (it.kind != kind) return expected(where, mk_name(kind), it);
+  if (it.kind != kind) return wrong_kind(where, mk_name(kind), it);
   count = it.len;
   return std::nullopt;
 }
@@ -235,8 +235,8 @@ struct required {
 };
 
 
-inline wire_error to_wire(const decode_error& e, const char* kind) {
-  return wire_error{kind, e.where.empty() ? e.what : e.where + ": " + e.what};
+inline error to_wire(const decode_error& e, const char* kind) {
+  return error{kind, e.where.empty() ? e.what : e.where + ": " + e.what};
 }
 
 } // namespace kvs::lmcache_wire
