@@ -199,8 +199,8 @@ bool engine_bridge::foreign(const mp_call& call, int64_t instance) {
     return false;
   reject(hex(call.identity), hex(call.request->uid_frame), to_string(call.request->op),
          error{"foreign_instance",
-                    "instance " + std::to_string(instance) + " was registered by connection "
-                      + hex(i->second) + "; only that connection may use it"});
+               "instance " + std::to_string(instance) + " was registered by connection "
+                 + hex(i->second) + "; only that connection may use it"});
   return true;
 }
 
@@ -243,7 +243,7 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
     if (!call.peer_uid) {
       reject(hex(call.identity), hex(call.request->uid_frame), "register_kv_cache",
              error{"no_peer_credentials", "the ipc:// peer's uid is unknown; registration "
-                                               "refused"});
+                                          "refused"});
       send_reply(make_failure_reply(call, "register_kv_cache refused: the ipc:// peer's uid is "
                                           "unknown"));
       return;
@@ -387,8 +387,8 @@ void engine_bridge::route(mp_call call) {
         // hits), a STORE/RETRIEVE fails.
         reject(hex(call.identity), hex(req.uid_frame), to_string(req.op),
                error{"session_limit", std::to_string(sessions_.size())
-                                             + " sessions live (cache.max_sessions): request id "
-                                             + *rid + " refused"});
+                                        + " sessions live (cache.max_sessions): request id "
+                                        + *rid + " refused"});
         send_reply(make_reply(call, req.op == mp_op::lookup
                                       ? std::nullopt
                                       : std::optional<std::string>{encode_mp_event_ok("", false)}));

@@ -299,7 +299,7 @@ public:
   const char* name() const override { return "cuda"; }
 
   expected<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
-                                                 const kv_layout& layout) override {
+                                               const kv_layout& layout) override {
     if (tensors.empty() || tensors.size() != layout.tensor_end_bytes.size())
       return make_error("open", "layout was detected for " +
                                    std::to_string(layout.tensor_end_bytes.size()) +
@@ -456,7 +456,7 @@ public:
     r.host = static_cast<uint8_t*>(p);
     r.bytes = n;
     regions_.push_back(r);
-    return status{};
+    return {};
   }
 
   void unpin_host_memory(void* p) override {
@@ -492,7 +492,7 @@ private:
       return it->second + (p - r.host);
     }
     return make_error("bad_request",
-                     "an L1 slot is not inside memory registered with pin_host_memory");
+                      "an L1 slot is not inside memory registered with pin_host_memory");
   }
 
   // Caller holds cp.mu.

@@ -116,7 +116,7 @@ public:
   const char* name() const override { return "host"; }
 
   expected<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
-                                                 const kv_layout& layout) override {
+                                               const kv_layout& layout) override {
     if (tensors.size() != layout.tensor_end_bytes.size())
       return make_error("open", "layout was detected for " +
                                    std::to_string(layout.tensor_end_bytes.size()) +
@@ -188,7 +188,7 @@ public:
     if (g.faulted) {
       const host_pools::mapping& m = hp->maps[g.range];
       return make_error("shm_truncated",
-                       "shared-memory object '" + m.name + "' no longer backs byte " +
+                        "shared-memory object '" + m.name + "' no longer backs byte " +
                            std::to_string(g.offset) + " of the " + std::to_string(m.size) +
                            " registered (it was truncated after registration); the copy was "
                            "abandoned part-way");
@@ -196,7 +196,7 @@ public:
     return std::unique_ptr<copy_completion>(std::make_unique<host_completion>());
   }
 
-  status pin_host_memory(void*, size_t) override { return status{}; }
+  status pin_host_memory(void*, size_t) override { return {}; }
   void unpin_host_memory(void*) override {}
 };
 

@@ -272,7 +272,7 @@ expected<kv_layout> detect_vllm(const std::vector<tensor_desc>& ts, const kv_lay
 } // namespace
 
 expected<kv_layout> detect_kv_layout(const std::vector<tensor_desc>& tensors,
-                                       const kv_layout_hints& hints) {
+                                     const kv_layout_hints& hints) {
   if (hints.engine_type != engine_type::sglang && hints.engine_type != engine_type::vllm)
     return unsupported(std::string("engine_type '") + to_string(hints.engine_type) +
                        "' is not supported by the block copy (supported: sglang, vllm)");

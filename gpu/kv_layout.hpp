@@ -77,6 +77,6 @@ struct kv_layout {
 
 /// Validates the registration and computes its layout. Never throws.
 expected<kv_layout> detect_kv_layout(const std::vector<tensor_desc>& tensors,
-                                       const kv_layout_hints& hints);
+                                     const kv_layout_hints& hints);
 
 } // namespace kvs

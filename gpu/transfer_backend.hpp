@@ -12,6 +12,17 @@
 //                                               RETRIEVE: release the read locks
 //          == failed                         -> STORE: discard the reservations
 // Slots stay reserved/locked until then, so the copy never outlives them.
+//
+// Nothing in gpu/ throws: failures are kvs::error (core/error.hpp) of kind
+//   "layout"        registration shape/stride/dtype we cannot handle
+//   "unsupported"   a valid layout or engine this build does not copy
+//   "bad_request"   a copy request that does not fit the registration
+//   "open"          shm_open/mmap/cudaIpcOpenMemHandle and friends
+//   "shm_truncated" host backend: the engine shrank a registered shared-memory
+//                   object and a copy touched a page it no longer backs
+//   "cuda"          any other CUDA runtime failure
+//   "no_cuda"       no CUDA backend in this build or no usable GPU
+// which the gpu-transfer actor turns into one log line and ok=false.
 #pragma once
 
 #include "core/error.hpp"
@@ -100,7 +111,7 @@ public:
   /// Maps every registered tensor (once per distinct memory object) and
   /// checks the layout fits inside the mappings.
   virtual expected<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
-                                                         const kv_layout& layout) = 0;
+                                                       const kv_layout& layout) = 0;
   /// Waits for in-flight copies on these pools and releases the mappings.
   /// Idempotent.
   virtual void close(opened_pools& pools) = 0;

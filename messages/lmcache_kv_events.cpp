@@ -13,7 +13,7 @@ constexpr std::string_view k_op_name = "subscribe_kv_events";
 
 error bad(size_t i, const char* name, const std::string& what) {
   return error{"bad_arg", "subscribe_kv_events arg " + std::to_string(i) + " '" + name
-                                 + "': " + what};
+                            + "': " + what};
 }
 
 /// One msgpack value filling the whole frame, read in place (no object
@@ -24,7 +24,7 @@ bool one_item(std::string_view frame, msgpack_io::item& it) {
 }
 
 status read_int(std::string_view frame, size_t i, const char* name,
-                                   int64_t& out) {
+                int64_t& out) {
   msgpack_io::item it;
   if (!one_item(frame, it))
     return bad(i, name, "not one msgpack value");
@@ -66,7 +66,7 @@ expected<subscribe_kv_events_req>
 decode_subscribe_kv_events(const std::vector<std::string_view>& args) {
   if (args.size() != 4)
     return error{"arity", "subscribe_kv_events takes 4 argument(s), got "
-                                 + std::to_string(args.size())};
+                            + std::to_string(args.size())};
   subscribe_kv_events_req r;
   if (auto e = read_int(args[0], 0, "instance_id", r.instance_id); !e)
     return e.error_value();

@@ -31,7 +31,7 @@ status apply_torch_cuda_share(const torch_cuda_share& s, tensor_desc& out) {
     out.ipc_mem_handle = h;
   } else if (h.size() >= 2 && h[1] == 'e') {
     return error{"unsupported_wrapper",
-                      "handle[1]: expandable-segment handle (PYTORCH_CUDA_ALLOC_CONF=expandable_segments) cannot be opened with cudaIpcOpenMemHandle"};
+                 "handle[1]: expandable-segment handle (PYTORCH_CUDA_ALLOC_CONF=expandable_segments) cannot be opened with cudaIpcOpenMemHandle"};
   } else if (h.size() == 66 && h[1] == 'c' && h[0] >= 1 && h[0] <= 3) {
     out.ipc_mem_handle = h.substr(2);
   } else {
@@ -52,7 +52,7 @@ status apply_torch_cuda_share(const torch_cuda_share& s, tensor_desc& out) {
 }
 
 status apply_tensor_view(std::string dtype, std::vector<int64_t> shape, std::vector<int64_t> stride,
-                                            int64_t storage_offset, tensor_desc& out, bool check_span) {
+                         int64_t storage_offset, tensor_desc& out, bool check_span) {
   auto size = torch_dtype_size(dtype);
   if (!size) return error{"bad_wrapper", "unsupported dtype '" + dtype.substr(0, 32) + "'"};
   if (shape.size() != stride.size())

@@ -45,7 +45,7 @@ status apply_torch_cuda_share(const torch_cuda_share& share, tensor_desc& out);
 /// known, ranks equal (<= 64), sizes, strides and storage_offset >= 0, and,
 /// when `check_span`, the view's byte span within `out.storage_size_bytes`.
 status apply_tensor_view(std::string dtype, std::vector<int64_t> shape,
-                                            std::vector<int64_t> stride, int64_t storage_offset,
-                                            tensor_desc& out, bool check_span = true);
+                         std::vector<int64_t> stride, int64_t storage_offset,
+                         tensor_desc& out, bool check_span = true);
 
 } // namespace kvs
