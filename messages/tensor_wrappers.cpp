@@ -19,12 +19,12 @@ using namespace lmcache_wire;
 // ---------------------------------------------------------------------------
 
 /// TensorMetadata (ipc_wire.py): every field required, unknown ones refused.
-derr read_tensor_metadata(cursor& c, const std::string& where, tensor_desc& out) {
+status read_tensor_metadata(cursor& c, const std::string& where, tensor_desc& out) {
   required req{{{"dtype", false}, {"shape", false}, {"stride", false}, {"storage_offset", false}, {"device_uuid", false}}};
   std::string dtype;
   std::vector<int64_t> shape, stride;
   int64_t storage_offset = 0;
-  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> derr {
+  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> status {
     known = true;
     req.seen(f);
     std::string w = at_field(where, f);
@@ -34,29 +34,29 @@ derr read_tensor_metadata(cursor& c, const std::string& where, tensor_desc& out)
     if (f == "storage_offset") return read_nonneg(c, w, storage_offset);
     if (f == "device_uuid") return read_str(c, w, out.device_uuid);
     known = false;
-    return std::nullopt;
+    return {};
   });
-  if (e) return e;
-  if (auto r = req.check(where, "TensorMetadata")) return r;
+  if (!e) return e;
+  if (auto r = req.check(where, "TensorMetadata"); !r) return r;
   // Stash for apply_tensor_view once the storage size is known.
   out.dtype = std::move(dtype);
   out.shape = std::move(shape);
   out.stride = std::move(stride);
   out.storage_offset = storage_offset;
-  return std::nullopt;
+  return {};
 }
 
-derr read_torch_share(cursor& c, const std::string& where, torch_cuda_share& s) {
+status read_torch_share(cursor& c, const std::string& where, torch_cuda_share& s) {
   uint32_t n = 0;
-  if (auto e = read_header(c, where, mk::array, n)) return e;
+  if (auto e = read_header(c, where, mk::array, n); !e) return e;
   if (n != 8) return fail(where, "expected the 8-element storage._share_cuda_() tuple, got " + std::to_string(n));
-  if (auto e = read_int(c, at_index(where, 0), s.device)) return e;
-  if (auto e = read_opt_bin(c, at_index(where, 1), s.mem_handle)) return e;
-  if (auto e = read_nonneg(c, at_index(where, 2), s.storage_size_bytes)) return e;
-  if (auto e = read_nonneg(c, at_index(where, 3), s.storage_offset_bytes)) return e;
-  if (auto e = read_opt_bin(c, at_index(where, 4), s.ref_counter_handle)) return e;
-  if (auto e = read_nonneg(c, at_index(where, 5), s.ref_counter_offset)) return e;
-  if (auto e = read_opt_bin(c, at_index(where, 6), s.event_handle)) return e;
+  if (auto e = read_int(c, at_index(where, 0), s.device); !e) return e;
+  if (auto e = read_opt_bin(c, at_index(where, 1), s.mem_handle); !e) return e;
+  if (auto e = read_nonneg(c, at_index(where, 2), s.storage_size_bytes); !e) return e;
+  if (auto e = read_nonneg(c, at_index(where, 3), s.storage_offset_bytes); !e) return e;
+  if (auto e = read_opt_bin(c, at_index(where, 4), s.ref_counter_handle); !e) return e;
+  if (auto e = read_nonneg(c, at_index(where, 5), s.ref_counter_offset); !e) return e;
+  if (auto e = read_opt_bin(c, at_index(where, 6), s.event_handle); !e) return e;
   return read_bool(c, at_index(where, 7), s.event_sync_required);
 }
 
@@ -78,11 +78,11 @@ expected<tensor_desc> decode_ipc_descriptor(std::string_view payload) {
   std::string tag;
   {
     cursor c(payload);
-    auto e = read_fields(c, where, false, [&](std::string_view f, bool& known) -> derr {
+    auto e = read_fields(c, where, false, [&](std::string_view f, bool& known) -> status {
       known = f == "type";
-      return known ? read_str(c, at_field(where, f), tag) : std::nullopt;
+      return known ? read_str(c, at_field(where, f), tag) : status{};
     });
-    if (e) return to_wire(*e, "bad_wrapper");
+    if (!e) return to_wire(e.error_value(), "bad_wrapper");
     if (!c.at_end()) return error{"bad_wrapper", "descriptor: trailing bytes"};
   }
   if (tag.empty()) return error{"bad_wrapper", "descriptor: missing tag field 'type'"};
@@ -101,7 +101,7 @@ expected<tensor_desc> decode_ipc_descriptor(std::string_view payload) {
   if (tag == "cuda_raw") req.fields.insert(req.fields.end(), {{"ipc_handle", false}, {"alloc_offset", false}, {"nbytes", false}});
   if (tag == "cpu_shm") req.fields.insert(req.fields.end(), {{"shm_name", false}, {"nbytes", false}});
   cursor c(payload);
-  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> derr {
+  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> status {
     known = true;
     req.seen(f);
     std::string w = at_field(where, f);
@@ -117,10 +117,10 @@ expected<tensor_desc> decode_ipc_descriptor(std::string_view payload) {
     if ((tag == "cuda_raw" || tag == "cpu_shm") && f == "nbytes") return read_nonneg(c, w, nbytes);
     if (tag == "cpu_shm" && f == "shm_name") return read_str(c, w, d.shm_name);
     known = false;
-    return std::nullopt;
+    return {};
   });
-  if (e) return to_wire(*e, "bad_wrapper");
-  if (auto r = req.check(where + " '" + tag + "'", "descriptor")) return to_wire(*r, "bad_wrapper");
+  if (!e) return to_wire(e.error_value(), "bad_wrapper");
+  if (auto r = req.check(where + " '" + tag + "'", "descriptor"); !r) return to_wire(r.error_value(), "bad_wrapper");
   if (version != 1) return error{"bad_wrapper", "descriptor: version " + std::to_string(version) + " (expected 1)"};
 
   if (tag == "cuda") {
@@ -149,7 +149,7 @@ expected<tensor_desc> decode_host_shm_ext(std::string_view payload) {
   std::optional<int64_t> nbytes;
   required req{{{"shm_name", false}, {"dtype", false}, {"shape", false}, {"stride", false}}};
   cursor c(payload);
-  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> derr {
+  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> status {
     known = true;
     req.seen(f);
     std::string w = at_field(where, f);
@@ -161,16 +161,16 @@ expected<tensor_desc> decode_host_shm_ext(std::string_view payload) {
     if (f == "storage_offset") return read_nonneg(c, w, storage_offset);
     if (f == "nbytes") {
       int64_t v = 0;
-      if (auto r = read_nonneg(c, w, v)) return r;
+      if (auto r = read_nonneg(c, w, v); !r) return r;
       nbytes = v;
-      return std::nullopt;
+      return {};
     }
     known = false;
-    return std::nullopt;
+    return {};
   });
-  if (e) return to_wire(*e, "bad_wrapper");
+  if (!e) return to_wire(e.error_value(), "bad_wrapper");
   if (!c.at_end()) return error{"bad_wrapper", "host_shm: trailing bytes"};
-  if (auto r = req.check(where, "host_shm")) return to_wire(*r, "bad_wrapper");
+  if (auto r = req.check(where, "host_shm"); !r) return to_wire(r.error_value(), "bad_wrapper");
   if (d.shm_name.empty()) return error{"bad_wrapper", "host_shm: empty shm_name"};
   d.shm_offset_bytes = static_cast<uint64_t>(offset);
   d.storage_offset = storage_offset;
