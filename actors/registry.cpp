@@ -18,8 +18,8 @@ kv_layout_hints to_layout_hints(const register_kv_cache_req& r) {
   kv_layout_hints h;
   h.engine_type = r.engine;
   h.tokens_per_block = r.hints.tokens_per_block.value_or(0);
-  h.kv_layout = r.hints.kv_layout.value_or("");
-  h.kv_list_layout = r.hints.kv_list_layout.value_or("");
+  h.kv_layout = r.hints.kv_layout;
+  h.kv_list_layout = r.hints.kv_list_layout;
   for (auto& g : r.groups)
     h.group_layer_indices.push_back(g.layer_indices);
   return h;

@@ -121,11 +121,9 @@ expected<kv_layout> finish(kv_layout l, const tensor_desc& t) {
 bool fits_u32(int64_t v) { return v > 0 && v <= static_cast<int64_t>(UINT32_MAX); }
 
 expected<kv_layout> detect_sglang(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
-  if (h.kv_list_layout == "unified")
+  if (h.kv_list_layout == sglang_kv_list_layout::unified)
     return unsupported("SGLang kv_list_layout 'unified' (per-component views) is not supported; "
                        "register the flat K-then-V list ('k_v')");
-  if (!h.kv_list_layout.empty() && h.kv_list_layout != "k_v")
-    return layout_err("unknown SGLang kv_list_layout '" + h.kv_list_layout + "'");
   if (h.group_layer_indices.size() > 1)
     return unsupported("SGLang registration with " + std::to_string(h.group_layer_indices.size()) +
                        " engine groups; SGLang MHA has one");
@@ -171,18 +169,16 @@ expected<kv_layout> detect_sglang(const std::vector<tensor_desc>& ts, const kv_l
     }
   l.layer_group.assign(l.num_layers, 0);
   l.num_groups = 1;
-  if (nh == 1 && h.kv_list_layout.empty())
+  if (nh == 1 && !h.kv_list_layout)
     l.note = "single-head SGLang registration without kv_list_layout='k_v': read as MHA "
              "(K layers then V layers); LMCache 0.5.6 would read it as MLA";
   return finish(std::move(l), t);
 }
 
 expected<kv_layout> detect_vllm(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
-  if (h.kv_layout == "HND" || h.kv_layout == "BLHNC" || h.kv_layout == "BLNHC")
-    return unsupported("vLLM kv_layout '" + h.kv_layout +
+  if (h.kv_layout && *h.kv_layout != vllm_kv_layout::nhd)
+    return unsupported(std::string("vLLM kv_layout '") + to_string(*h.kv_layout) +
                        "' is not supported; only NHD pages are copied");
-  if (!h.kv_layout.empty() && h.kv_layout != "NHD")
-    return layout_err("unknown vLLM kv_layout '" + h.kv_layout + "'");
   const tensor_desc& t = ts.front();
   if (t.shape.size() == 4)
     return unsupported("vLLM fused K/V layout " + where(0, t) + " is not supported");

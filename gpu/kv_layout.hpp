@@ -16,9 +16,11 @@
 
 #include "core/engine_type.hpp"
 #include "core/error.hpp"
+#include "core/layout_hints.hpp"
 #include "messages/tensor_desc.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,8 +34,8 @@ const char* to_string(kv_layout_kind k);
 struct kv_layout_hints {
   kvs::engine_type engine_type = kvs::engine_type::vllm;
   int64_t tokens_per_block = 0;  ///< layout_hints.tokens_per_block; 0 = absent
-  std::string kv_layout;         ///< layout_hints.kv_layout ("NHD", "HND", ...); "" = absent
-  std::string kv_list_layout;    ///< layout_hints.kv_list_layout ("k_v", "unified"); "" = absent
+  std::optional<vllm_kv_layout> kv_layout;             ///< layout_hints.kv_layout
+  std::optional<sglang_kv_list_layout> kv_list_layout; ///< layout_hints.kv_list_layout
   /// engine_group_infos[i].layer_indices; empty = one group with every layer.
   std::vector<std::vector<int64_t>> group_layer_indices;
 };

@@ -96,12 +96,13 @@ status read_layout_hints(cursor& c, const std::string& where, layout_hints& h) {
   return read_fields(c, where, false, [&](std::string_view f, bool& known) -> status {
     known = true;
     std::string w = at_field(where, f);
-    auto literal = [&](std::optional<std::string>& out, std::initializer_list<const char*> allowed) -> status {
+    // A fixed-value hint, parsed into its enum here and nowhere else.
+    auto literal = [&](auto& out, auto... allowed) -> status {
       std::string s;
       if (auto r = read_str(c, w, s); !r) return r;
-      for (const char* a : allowed)
-        if (s == a) {
-          out = std::move(s);
+      for (auto a : {allowed...})
+        if (s == to_string(a)) {
+          out = a;
           return {};
         }
       return fail(w, "invalid value '" + s.substr(0, 32) + "'");
@@ -112,8 +113,11 @@ status read_layout_hints(cursor& c, const std::string& where, layout_hints& h) {
       out = v;
       return {};
     };
-    if (f == "kv_layout") return literal(h.kv_layout, {"NHD", "HND", "BLHNC", "BLNHC"});
-    if (f == "kv_list_layout") return literal(h.kv_list_layout, {"k_v", "unified"});
+    if (f == "kv_layout")
+      return literal(h.kv_layout, vllm_kv_layout::nhd, vllm_kv_layout::hnd, vllm_kv_layout::blhnc,
+                     vllm_kv_layout::blnhc);
+    if (f == "kv_list_layout")
+      return literal(h.kv_list_layout, sglang_kv_list_layout::k_v, sglang_kv_list_layout::unified);
     if (f == "num_kv_heads") return integer(h.num_kv_heads);
     if (f == "tokens_per_block") return integer(h.tokens_per_block);
     if (f == "head_dim") return integer(h.head_dim);

@@ -21,6 +21,7 @@
 
 #include "core/engine_type.hpp"
 #include "core/error.hpp"
+#include "core/layout_hints.hpp"
 #include "messages/tensor_desc.hpp"
 
 #include <cstdint>
@@ -96,10 +97,10 @@ struct cache_key {
 /// `LayoutHints` (a TypedDict, total=False): every key optional; unknown keys
 /// ignored; the Literal-typed keys are checked.
 struct layout_hints {
-  std::optional<std::string> kv_layout;      ///< "NHD" | "HND" | "BLHNC" | "BLNHC"
+  std::optional<vllm_kv_layout> kv_layout;           ///< "NHD" | "HND" | "BLHNC" | "BLNHC"
   std::optional<int64_t> num_kv_heads;
   std::optional<int64_t> tokens_per_block;
-  std::optional<std::string> kv_list_layout; ///< "k_v" | "unified"
+  std::optional<sglang_kv_list_layout> kv_list_layout; ///< "k_v" | "unified"
   std::optional<int64_t> head_dim;
 };
 

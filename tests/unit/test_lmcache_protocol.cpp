@@ -209,7 +209,7 @@ TEST_CASE("register_kv_cache from 0.5.6: descriptors for torch CUDA IPC, raw CUD
   CHECK(r.model_name == "meta-llama/Llama-3.1-8B");
   CHECK(r.world_size == 2);
   CHECK(r.engine == engine_type::vllm);
-  CHECK(r.hints.kv_layout == std::optional<std::string>("NHD"));
+  CHECK(r.hints.kv_layout == vllm_kv_layout::nhd);
   CHECK(r.hints.num_kv_heads == std::optional<int64_t>(8));
   CHECK(r.hints.head_dim == std::optional<int64_t>(128));
   CHECK_FALSE(r.hints.tokens_per_block.has_value());
@@ -548,7 +548,7 @@ TEST_CASE("argument errors name the argument and the place") {
     CHECK(has(err(reg).detail, "arg 5 'layout_hints': field 'kv_layout': invalid value 'NCHW'"));
     reg = golden_frames("register_kv_cache");
     reg[7] = map_of({{"kv_list_layout", s("k_v")}, {"unknown_hint", arr_hdr(2) + nil + nil}});
-    CHECK(std::get<register_kv_cache_req>(ok(reg).body).hints.kv_list_layout == std::optional<std::string>("k_v"));
+    CHECK(std::get<register_kv_cache_req>(ok(reg).body).hints.kv_list_layout == sglang_kv_list_layout::k_v);
     reg = golden_frames("register_kv_cache");
     reg[7] = nil;
     CHECK(has(err(reg).detail, "arg 5 'layout_hints': expected map, got nil"));
