@@ -161,7 +161,7 @@ void engine_bridge::on_socket(size_t, short revents) {
 }
 
 void engine_bridge::reject(const std::string& peer, const std::string& uid, const std::string& op,
-                           const wire_error& err) {
+                           const error& err) {
   auto n = ++rejected_[err.kind];
   // Every bad request counts; the log names the first ones of each kind and
   // then one in a thousand, so a broken client cannot flood the log.
@@ -198,9 +198,9 @@ bool engine_bridge::foreign(const mp_call& call, int64_t instance) {
   if (i == owners_.end() || i->second == call.identity)
     return false;
   reject(hex(call.identity), hex(call.request->uid_frame), to_string(call.request->op),
-         wire_error{"foreign_instance",
-                    "instance " + std::to_string(instance) + " was registered by connection "
-                      + hex(i->second) + "; only that connection may use it"});
+         error{"foreign_instance",
+               "instance " + std::to_string(instance) + " was registered by connection "
+                 + hex(i->second) + "; only that connection may use it"});
   return true;
 }
 
@@ -220,20 +220,21 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
     return;
   }
   auto res = decode_mp_request(args);
-  if (auto* err = std::get_if<wire_error>(&res)) {
+  if (!res) {
+    const error& err = res.error_value();
     auto uid = args.size() > 0 ? hex(std::string{args[0]}) : std::string{"-"};
     auto op = args.size() > 1 ? hex(std::string{args[1]}) : std::string{"-"};
-    reject(hex(identity), uid, op, *err);
+    reject(hex(identity), uid, op, err);
     // LMCache's server sends nothing here and its client waits out its RPC
     // timeout (300 s); the call fails at once instead when there is a uid
     // to answer. An empty op frame is stream control (ack/cancel), which
     // is never answered.
     if (args.size() >= 2 && !args[1].empty())
       send_reply(mp_reply{identity, std::string{args[0]},
-                          encode_mp_failure_op(err->kind + ": " + err->detail), std::nullopt});
+                          encode_mp_failure_op(to_string(err)), std::nullopt});
     return;
   }
-  auto req = std::make_shared<mp_request>(std::move(std::get<mp_request>(res)));
+  auto req = std::make_shared<mp_request>(std::move(*res));
   mp_call call{std::move(identity), std::move(req), std::nullopt, received};
   if (ipc_ && call.request->op == mp_op::register_kv_cache) {
     // The identity frame is made up by the ROUTER; the peer's metadata
@@ -241,8 +242,8 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
     call.peer_uid = peer_uid(frames[1]);
     if (!call.peer_uid) {
       reject(hex(call.identity), hex(call.request->uid_frame), "register_kv_cache",
-             wire_error{"no_peer_credentials", "the ipc:// peer's uid is unknown; registration "
-                                               "refused"});
+             error{"no_peer_credentials", "the ipc:// peer's uid is unknown; registration "
+                                          "refused"});
       send_reply(make_failure_reply(call, "register_kv_cache refused: the ipc:// peer's uid is "
                                           "unknown"));
       return;
@@ -254,13 +255,13 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
 void engine_bridge::on_subscribe(const std::string& identity,
                                  const std::vector<std::string_view>& args) {
   auto res = decode_subscribe_kv_events({args.begin() + 2, args.end()});
-  if (auto* err = std::get_if<wire_error>(&res)) {
-    reject(hex(identity), hex(std::string{args[0]}), hex(std::string{args[1]}), *err);
+  if (!res) {
+    reject(hex(identity), hex(std::string{args[0]}), hex(std::string{args[1]}), res.error_value());
     send_reply(mp_reply{identity, std::string{args[0]},
-                        encode_mp_failure_op(err->kind + ": " + err->detail), std::nullopt});
+                        encode_mp_failure_op(to_string(res.error_value())), std::nullopt});
     return;
   }
-  auto& req = std::get<subscribe_kv_events_req>(res);
+  auto& req = *res;
   KVS_INFO(label(), "instance {} subscribes to kv events of model {} from cursor {}",
            req.instance_id, req.model_name, req.cursor);
   streams_.subscribe(identity, std::string{args[0]}, std::string{args[1]}, req, clock::now());
@@ -385,9 +386,9 @@ void engine_bridge::route(mp_call call) {
         // bound. A LOOKUP is acked (its prefetch queries then report 0
         // hits), a STORE/RETRIEVE fails.
         reject(hex(call.identity), hex(req.uid_frame), to_string(req.op),
-               wire_error{"session_limit", std::to_string(sessions_.size())
-                                             + " sessions live (cache.max_sessions): request id "
-                                             + *rid + " refused"});
+               error{"session_limit", std::to_string(sessions_.size())
+                                        + " sessions live (cache.max_sessions): request id "
+                                        + *rid + " refused"});
         send_reply(make_reply(call, req.op == mp_op::lookup
                                       ? std::nullopt
                                       : std::optional<std::string>{encode_mp_event_ok("", false)}));

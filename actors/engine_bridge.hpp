@@ -11,7 +11,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/kv_event_streams.hpp"
 #include "actors/zmq_bridge.hpp"
-#include "messages/wire_error.hpp"
+#include "core/error.hpp"
 
 #include <array>
 #include <chrono>
@@ -66,7 +66,7 @@ private:
   void send_reply(const mp_reply& r);
   void on_subscribe(const std::string& identity, const std::vector<std::string_view>& args);
   void reject(const std::string& peer, const std::string& uid, const std::string& op,
-              const wire_error& err);
+              const error& err);
   bool foreign(const mp_call& call, int64_t instance);
   std::optional<uint32_t> peer_uid(zmq::message_t& frame) const;
 

@@ -81,7 +81,7 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       auto& st = self->state;
       auto opened = st.p.backend->open(*op.tensors, *op.layout);
       if (!opened)
-        return {false, opened.error().kind + ": " + opened.error().detail};
+        return {false, to_string(opened.error_value())};
       st.instances[op.instance_id] = {std::move(opened.value()), op.engine};
       KVS_INFO(st.label, "opened {} tensors of instance {}", op.tensors->size(), op.instance_id);
       return {true, {}};
@@ -120,7 +120,7 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       // SGLang's connector counts skipped pages; LMCache 0.5.6's vLLM
       // adapter counts tokens (block-aligned).
       auto bs = pools.layout().block_size;
-      req.skip_prefix_n_blocks = i->second.engine == "sglang" || bs == 0
+      req.skip_prefix_n_blocks = i->second.engine == engine_type::sglang || bs == 0
                                    ? cp.skip_first_n
                                    : cp.skip_first_n / bs;
       req.engine_event_handle = std::move(cp.engine_event_handle);
@@ -129,7 +129,7 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       auto res = st.p.backend->copy(req);
       if (!res) {
         ++st.failed;
-        return {false, res.error().kind + ": " + res.error().detail, {}, 0};
+        return {false, to_string(res.error_value()), {}, 0};
       }
       ++st.copies;
       uint64_t nbytes = req.chunks.size() * pools.layout().chunk_bytes(cp.chunk_tokens);

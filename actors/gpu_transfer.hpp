@@ -33,7 +33,7 @@ struct gpu_transfer_state {
 
   struct instance {
     std::unique_ptr<opened_pools> pools;
-    std::string engine;
+    engine_type engine;
   };
   using clock = std::chrono::steady_clock;
   /// Copies of one direction (0: STORE into L1, 1: RETRIEVE out of it).

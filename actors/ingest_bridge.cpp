@@ -103,12 +103,12 @@ bool ingest_bridge::decode(const zmq::message_t& payload, kv_event_batch& out) {
     return true;
   }
   auto res = decode_event_batch(data, payload.size());
-  if (auto* err = std::get_if<wire_error>(&res)) {
+  if (!res) {
     ++bad_payloads_;
-    note(seen_payload_errors_, "dropped payload " + err->kind, err->detail);
+    note(seen_payload_errors_, "dropped payload " + res.error_value().kind, res.error_value().detail);
     return false;
   }
-  auto& ok = std::get<event_decode_result>(res);
+  auto& ok = *res;
   for (auto& e : ok.dropped) {
     ++dropped_events_;
     note(seen_event_errors_, "dropped event " + e.kind, e.detail);

@@ -281,12 +281,12 @@ store_l2_link spawn_l2(caf::actor_system& sys, const config& cfg, publisher_acto
     disk_tier_options o;
     o.path = c.disk.path;
     o.size = c.disk.size;
-    std::string err;
-    p.disk = disk_tier::open(o, &err);
-    if (!p.disk) {
-      *error = "l2.disk.path = \"" + c.disk.path + "\": " + err;
+    auto disk = disk_tier::open(o);
+    if (!disk) {
+      *error = "l2.disk.path = \"" + c.disk.path + "\": " + disk.error_value().detail;
       return link;
     }
+    p.disk = std::move(*disk);
   }
   if (c.redis.enabled) {
     redis_options o;

@@ -16,10 +16,10 @@ using self_ptr = registry_actor::stateful_pointer<registry_state>;
 
 kv_layout_hints to_layout_hints(const register_kv_cache_req& r) {
   kv_layout_hints h;
-  h.engine_type = to_string(r.engine);
+  h.engine_type = r.engine;
   h.tokens_per_block = r.hints.tokens_per_block.value_or(0);
-  h.kv_layout = r.hints.kv_layout.value_or("");
-  h.kv_list_layout = r.hints.kv_list_layout.value_or("");
+  h.kv_layout = r.hints.kv_layout;
+  h.kv_list_layout = r.hints.kv_list_layout;
   for (auto& g : r.groups)
     h.group_layer_indices.push_back(g.layer_indices);
   return h;
@@ -44,10 +44,10 @@ std::optional<std::string> refuse_shm(const registry_state& st, const mp_call& c
     if (t.kind != tensor_desc::memory_kind::host_shm)
       continue;
     auto where = [&] { return "tensor " + std::to_string(i) + " ('" + t.shm_name + "'): "; };
-    if (auto why = check_shm_name(t.shm_name, st.p.shm_allow_prefixes))
-      return where() + *why;
-    if (auto why = check_shm_owner(t.shm_name, uid))
-      return where() + *why + (call.peer_uid ? "" : " (over tcp:// the objects must belong to "
+    if (auto ok = check_shm_name(t.shm_name, st.p.shm_allow_prefixes); !ok)
+      return where() + ok.error_value().detail;
+    if (auto ok = check_shm_owner(t.shm_name, uid); !ok)
+      return where() + ok.error_value().detail + (call.peer_uid ? "" : " (over tcp:// the objects must belong to "
                                                     "the sidecar's user; use an ipc:// "
                                                     "cache.endpoint for other users)");
   }
@@ -77,7 +77,7 @@ void on_register(self_ptr self, const mp_call& call, const register_kv_cache_req
   }
   auto layout = detect_kv_layout(r.kv_caches, to_layout_hints(r));
   if (!layout) {
-    fail(layout.error().kind + ": " + layout.error().detail);
+    fail(to_string(layout.error_value()));
     return;
   }
   auto lay = std::make_shared<const kv_layout>(std::move(layout.value()));
@@ -96,7 +96,7 @@ void on_register(self_ptr self, const mp_call& call, const register_kv_cache_req
     pinged = old->second.pinged;
     forget(self, r.instance_id);
   }
-  gpu_open op{r.instance_id, to_string(r.engine),
+  gpu_open op{r.instance_id, r.engine,
               std::make_shared<const std::vector<tensor_desc>>(r.kv_caches), lay};
   self->request(st.p.gpu, caf::infinite, std::move(op))
     .then([self, call, r, lay, slot, fail, pinged](gpu_status_reply& opened) {

@@ -27,7 +27,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
                        std::vector<publisher_actor>& publishers) {
   auto& ev = cfg.events;
   auto interval = cfg.sidecar.stats_interval;
-  auto dialect = ev.format == "tokenspeed" ? event_dialect::tokenspeed : event_dialect::vllm;
+  auto dialect = ev.format;
   for (int64_t r = 0; r < ev.dp_size; ++r) {
     auto queue = std::make_shared<relay_queue>(ev.max_queue_size);
     t.queues.push_back(queue);
@@ -55,7 +55,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
 
     pub_bridge_params pp;
     pp.rank = r;
-    pp.endpoint = *offset_endpoint(ev.endpoint, r);
+    pp.endpoint = offset_endpoint(ev.endpoint, r).value();
     pp.config_key = "events.endpoint";
     pp.topic = ev.topic;
     pp.hwm = ev.hwm;
@@ -78,7 +78,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     if (rep) {
       replay_bridge_params rp;
       rp.rank = r;
-      rp.endpoint = *offset_endpoint(ev.replay_endpoint, r);
+      rp.endpoint = offset_endpoint(ev.replay_endpoint, r).value();
       rp.config_key = "events.replay_endpoint";
       rp.topic = ev.topic;
       rp.dialect = dialect;
@@ -94,16 +94,16 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
                                       ev.buffer_steps, rp.endpoint));
     }
     t.workers.push_back(caf::actor_cast<caf::actor>(p));
-    t.summary.push_back(fmt::format("dp={}: publisher ({}) -> pub_bridge {}", r, ev.format,
+    t.summary.push_back(fmt::format("dp={}: publisher ({}) -> pub_bridge {}", r, to_string(ev.format),
                                     pp.endpoint));
   }
   for (int64_t r = 0; r < ev.dp_size; ++r) {
     ingest_bridge_params ip;
     ip.rank = r;
-    ip.endpoint = *offset_endpoint(ev.ingest_endpoint, r);
+    ip.endpoint = offset_endpoint(ev.ingest_endpoint, r).value();
     ip.replay_endpoint = ev.ingest_replay_endpoint.empty()
                            ? std::string{}
-                           : *offset_endpoint(ev.ingest_replay_endpoint, r);
+                           : offset_endpoint(ev.ingest_replay_endpoint, r).value();
     ip.gap_timeout = ev.ingest_gap_timeout;
     ip.hwm = ev.ingest_hwm;
     ip.max_message_size = static_cast<int64_t>(ev.ingest_max_message_size);

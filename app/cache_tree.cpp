@@ -14,19 +14,19 @@ namespace kvs {
 namespace {
 
 /// The transfer backend `gpu.backend` asks for, or why there is none.
-std::shared_ptr<transfer_backend> pick_backend(const std::string& wanted, std::string& error) {
+std::shared_ptr<transfer_backend> pick_backend(gpu_backend wanted, std::string& error) {
   const std::string who = log::label("cache_server", "", 0);
-  if (wanted == "host") {
+  if (wanted == gpu_backend::host) {
     KVS_INFO(who, "gpu.backend = \"host\": engine KV pools are host shared memory");
     return make_host_backend();
   }
-  std::string why;
-  auto cuda = make_cuda_backend(&why);
+  auto cuda = make_cuda_backend();
+  const std::string why = cuda ? std::string() : cuda.error_value().detail;
   if (cuda) {
-    KVS_INFO(who, "gpu.backend = \"{}\": CUDA backend ({})", wanted, why);
-    return cuda;
+    KVS_INFO(who, "gpu.backend = \"{}\": CUDA backend ({})", to_string(wanted), why);
+    return std::move(*cuda);
   }
-  if (wanted == "cuda") {
+  if (wanted == gpu_backend::cuda) {
     error = "gpu.backend = \"cuda\" but the CUDA backend cannot run: " + why;
     return nullptr;
   }
@@ -47,15 +47,15 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
     return out;
   pool_options po;
   po.capacity_bytes = c.l1_size;
-  std::string err;
-  std::shared_ptr<slot_pool> pool{slot_pool::create(po, &err)};
-  if (!pool) {
-    out.error = "cache.l1_size = " + std::to_string(c.l1_size) + " bytes: " + err;
+  auto created = slot_pool::create(po);
+  if (!created) {
+    out.error = "cache.l1_size = " + std::to_string(c.l1_size) + " bytes: " + created.error_value().detail;
     return out;
   }
+  std::shared_ptr<slot_pool> pool{std::move(*created)};
   if (auto pinned = backend->pin_host_memory(pool->base(), pool->mapped_bytes()); !pinned) {
     out.error = "pinning L1 (cache.l1_size) for the " + std::string{backend->name()}
-                + " backend: " + pinned.error().detail;
+                + " backend: " + pinned.error_value().detail;
     return out;
   }
 

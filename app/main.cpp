@@ -51,20 +51,19 @@ int main(int argc, char** argv) {
   }
   if (!check_file.empty()) {
     auto res = kvs::load_config(check_file, overrides);
-    if (res.error) {
-      std::cerr << res.error->to_string() << "\n";
+    if (!res) {
+      std::cerr << res.error_value().detail << "\n";
       return kvs::exit_bad_config;
     }
     std::cout << check_file << ": valid\n";
     return 0;
   }
   auto res = kvs::load_config(config_file, overrides);
-  if (res.error) {
-    std::cerr << res.error->to_string() << "\n";
+  if (!res) {
+    std::cerr << res.error_value().detail << "\n";
     return kvs::exit_bad_config;
   }
   kvs::block_signals();
-  kvs::log::init(res.value->sidecar.log_format, res.value->sidecar.log_level,
-                 res.value->sidecar.name);
-  return kvs::run_sidecar(*res.value);
+  kvs::log::init(res->sidecar.log_format, res->sidecar.log_level, res->sidecar.name);
+  return kvs::run_sidecar(*res);
 }

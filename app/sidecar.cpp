@@ -203,7 +203,7 @@ int run_sidecar(const config& cfg) {
     caf::scoped_actor self{sys};
     KVS_INFO(me, "starting: events {}, cache {}, gpu backend \"{}\"",
              cfg.events.enabled ? "on" : "off", cfg.cache.enabled ? "on" : "off",
-             cfg.gpu.backend);
+             to_string(cfg.gpu.backend));
     auto obs = start_observability(sys, cfg, me);
     if (!obs.error.empty()) {
       KVS_ERROR(me, "start-up failed: {}", obs.error);

@@ -484,11 +484,8 @@ index_stats chunk_index::stats() const {
   return s;
 }
 
-bool chunk_index::check_invariants(std::string* why) const {
-  auto fail = [&](std::string w) {
-    if (why) *why = std::move(w);
-    return false;
-  };
+status chunk_index::check_invariants() const {
+  auto fail = [](std::string w) -> status { return make_error("invariant", std::move(w)); };
   // Map <-> entries.
   size_t occupied = 0;
   for (size_t i = 0; i < table_.size(); ++i) {
@@ -548,7 +545,7 @@ bool chunk_index::check_invariants(std::string* why) const {
   }
   if (live != live_) return fail("live count wrong");
   if (bytes != bytes_used_) return fail("bytes_used drifted");
-  return true;
+  return {};
 }
 
 } // namespace kvs

@@ -201,8 +201,9 @@ public:
   const slot_pool& pool() const { return pool_; }
   const index_options& options() const { return opts_; }
   /// Walks every structure and cross-checks it (map <-> entries <-> lists <->
-  /// pool, counters). For tests; O(n).
-  bool check_invariants(std::string* why) const;
+  /// pool, counters). For tests; O(n). Error kind "invariant" naming the
+  /// first broken one.
+  status check_invariants() const;
 
 private:
   static constexpr uint32_t npos = UINT32_MAX;

@@ -32,15 +32,11 @@ int populate_region(void* addr, size_t len, size_t page) {
 
 } // namespace
 
-std::unique_ptr<slot_pool> slot_pool::create(const pool_options& opts,
-                                             std::string* error) {
-  auto fail = [&](std::string why) -> std::unique_ptr<slot_pool> {
-    if (error) *error = std::move(why);
-    return nullptr;
-  };
+expected<std::unique_ptr<slot_pool>> slot_pool::create(const pool_options& opts) {
+  auto fail = [](std::string why) { return make_error("mmap", std::move(why)); };
   if (!is_pow2(opts.slot_align))
-    return fail("slot_align " + std::to_string(opts.slot_align) +
-                " is not a power of two");
+    return make_error("bad_option", "slot_align " + std::to_string(opts.slot_align) +
+                                        " is not a power of two");
   std::unique_ptr<slot_pool> p(new slot_pool());
   p->capacity_ = opts.capacity_bytes;
   p->align_ = opts.slot_align;

@@ -17,6 +17,8 @@
 // index's business (locks), not timing.
 #pragma once
 
+#include "core/error.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -48,9 +50,9 @@ struct pool_options {
 
 class slot_pool {
 public:
-  /// Maps the region. On failure returns null and says why in *error.
-  static std::unique_ptr<slot_pool> create(const pool_options& opts,
-                                           std::string* error);
+  /// Maps the region. On failure error kind "bad_option" (slot_align) or
+  /// "mmap" (mapping or populating it), the detail saying why.
+  static expected<std::unique_ptr<slot_pool>> create(const pool_options& opts);
   ~slot_pool();
   slot_pool(const slot_pool&) = delete;
   slot_pool& operator=(const slot_pool&) = delete;

@@ -13,17 +13,6 @@
 
 namespace kvs {
 
-std::string config_error::to_string() const {
-  std::ostringstream os;
-  os << "config error: " << source;
-  if (line > 0)
-    os << ":" << line;
-  if (!key.empty())
-    os << ": key '" << key << "'";
-  os << ": " << what;
-  return os.str();
-}
-
 // -- units ---------------------------------------------------------------------
 
 namespace {
@@ -131,10 +120,9 @@ bool endpoint_is_local(const std::string& ep) {
   return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]" || host == "::1";
 }
 
-std::optional<std::string> check_listen_address(const std::string& s) {
+status check_listen_address(const std::string& s) {
   auto bad = [&](const std::string& what) {
-    return std::optional<std::string>{"expected " + what + " (like \"0.0.0.0:9090\"), got \""
-                                      + s + "\""};
+    return make_error("bad_value", "expected " + what + " (like \"0.0.0.0:9090\"), got \"" + s + "\"");
   };
   auto colon = s.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 >= s.size())
@@ -164,7 +152,7 @@ std::optional<std::string> check_listen_address(const std::string& s) {
   }
   if (parts != 4)
     return bad("an IPv4 address");
-  return std::nullopt;
+  return {};
 }
 
 namespace {
@@ -185,37 +173,57 @@ long tcp_port(const std::string& ep) {
 
 } // namespace
 
-std::optional<std::string> offset_endpoint(const std::string& ep, int64_t rank,
-                                           std::string* why) {
+expected<std::string> offset_endpoint(const std::string& ep, int64_t rank) {
   if (ep.empty() || rank == 0)
     return ep;
   if (ep.rfind("inproc://", 0) == 0 || ep.rfind("ipc://", 0) == 0)
     return ep + "_dp" + std::to_string(rank);
   if (ep.rfind("tcp://", 0) == 0) {
     auto port = tcp_port(ep);
-    if (port < 0) {
-      if (why)
-        *why = "tcp endpoint without a numeric port";
-      return std::nullopt;
-    }
+    if (port < 0)
+      return make_error("bad_value", "tcp endpoint without a numeric port");
     if (port == 0)
       return ep; // ephemeral: every rank gets its own anyway
-    if (port + rank > 65535) {
-      if (why)
-        *why = "port " + std::to_string(port) + " + dp rank " + std::to_string(rank)
-               + " exceeds 65535";
-      return std::nullopt;
-    }
+    if (port + rank > 65535)
+      return make_error("bad_value", "port " + std::to_string(port) + " + dp rank " + std::to_string(rank)
+                                         + " exceeds 65535");
     return ep.substr(0, ep.rfind(':') + 1) + std::to_string(port + rank);
   }
-  if (why)
-    *why = "endpoint must be tcp://, ipc:// or inproc://";
-  return std::nullopt;
+  return make_error("bad_value", "endpoint must be tcp://, ipc:// or inproc://");
+}
+
+const char* to_string(gpu_backend b) {
+  switch (b) {
+    case gpu_backend::automatic: return "auto";
+    case gpu_backend::cuda: return "cuda";
+    case gpu_backend::host: return "host";
+  }
+  return "?";
 }
 
 // -- loading -------------------------------------------------------------------
 
 namespace {
+
+/// The first problem found while loading, before it becomes a kvs::error.
+struct config_error {
+  std::string source; ///< file name, "<default>" or "--set"
+  std::string key;    ///< "events.endpoint"
+  int64_t line = 0;   ///< 0 when unknown
+  std::string what;   ///< "expected a port in 1..65535, got 70000"
+
+  /// "config error: <source>[:<line>][: key '<key>']: <what>"
+  std::string to_string() const {
+    std::ostringstream os;
+    os << "config error: " << source;
+    if (line > 0)
+      os << ":" << line;
+    if (!key.empty())
+      os << ": key '" << key << "'";
+    os << ": " << what;
+    return os.str();
+  }
+};
 
 // Where a key's final value came from, for error messages.
 struct origin {
@@ -401,17 +409,21 @@ public:
     auto v = node(key);
     return v ? v->value_or(false) : false;
   }
-  std::string one_of(const char* key, std::initializer_list<const char*> allowed) {
+  /// A string with a fixed set of values, parsed here once into its enum;
+  /// anything else fails naming the allowed values (the first one is
+  /// returned then, never used: loading stops at the first error).
+  template <class E>
+  E one_of(const char* key, std::initializer_list<std::pair<const char*, E>> allowed) {
     auto s = str(key);
     std::string list;
-    for (auto a : allowed) {
-      if (s == a)
-        return s;
+    for (auto& a : allowed) {
+      if (s == a.first)
+        return a.second;
       list += list.empty() ? "" : ", ";
-      list += std::string{"\""} + a + "\"";
+      list += std::string{"\""} + a.first + "\"";
     }
     l_.fail_at(key, "expected one of " + list + ", got \"" + s + "\"");
-    return s;
+    return allowed.begin()->second;
   }
   uint64_t size(const char* key, uint64_t min) {
     auto s = str(key);
@@ -431,9 +443,8 @@ public:
       l_.fail_at(key, "expected a duration above 0, got \"" + s + "\"");
     return v.value_or(duration{});
   }
-  /// An array of strings (each checked by `check`, which returns why not).
-  std::vector<std::string> strings(const char* key,
-                                   std::optional<std::string> (*check)(const std::string&)) {
+  /// An array of strings (each checked by `check`, whose error says why not).
+  std::vector<std::string> strings(const char* key, status (*check)(const std::string&)) {
     std::vector<std::string> out;
     auto* v = node(key);
     auto* arr = v ? v->as_array() : nullptr;
@@ -448,8 +459,9 @@ public:
                           + " is not a string");
         return out;
       }
-      if (auto why = check(s->get())) {
-        l_.fail_at(key, "element " + std::to_string(i) + " (\"" + s->get() + "\"): " + *why);
+      if (auto ok = check(s->get()); !ok) {
+        l_.fail_at(key, "element " + std::to_string(i) + " (\"" + s->get() + "\"): "
+                          + ok.error_value().detail);
         return out;
       }
       out.push_back(s->get());
@@ -500,32 +512,41 @@ private:
 };
 
 // A cache.shm_allow_prefixes entry: a name start that shm names can have.
-std::optional<std::string> check_shm_prefix(const std::string& p) {
+status check_shm_prefix(const std::string& p) {
   auto bare = std::string_view{p};
   if (!bare.empty() && bare.front() == '/')
     bare.remove_prefix(1);
   for (unsigned char c : bare)
     if (c < 0x20 || c == 0x7f || c == '/')
-      return std::string{"a prefix holds no '/' after the leading one and no control character"};
+      return make_error("bad_value", "a prefix holds no '/' after the leading one and no control character");
   if (bare.size() > 255)
-    return std::string{"longer than a shared-memory name can be (255)"};
-  return std::nullopt;
+    return make_error("bad_value", "longer than a shared-memory name can be (255)");
+  return {};
 }
 
-config_result finish(const toml::table& t, loader& l) {
+// Every load error but an unreadable file is kind "config"; the detail is
+// the one line main() prints.
+error to_error(const config_error& e) { return make_error("config", e.to_string()); }
+
+expected<config> finish(const toml::table& t, loader& l) {
   config c;
   reader r{t, l};
   c.sidecar.name = r.str("sidecar.name");
   if (c.sidecar.name.empty())
     l.fail_at("sidecar.name", "expected a non-empty name");
-  c.sidecar.log_level = r.one_of("sidecar.log_level", {"trace", "debug", "info", "warn", "error"});
-  c.sidecar.log_format = r.one_of("sidecar.log_format", {"text", "json"});
+  c.sidecar.log_level = r.one_of<log::level>(
+    "sidecar.log_level", {{"trace", log::level::trace}, {"debug", log::level::debug},
+                          {"info", log::level::info}, {"warn", log::level::warn},
+                          {"error", log::level::error}});
+  c.sidecar.log_format = r.one_of<log::format>(
+    "sidecar.log_format", {{"text", log::format::text}, {"json", log::format::json}});
   c.sidecar.stats_interval = r.dur("sidecar.stats_interval", true);
   c.sidecar.shutdown_timeout = r.dur("sidecar.shutdown_timeout", false);
 
   auto& e = c.events;
   e.enabled = r.boolean("events.enabled");
-  e.format = r.one_of("events.format", {"vllm", "tokenspeed"});
+  e.format = r.one_of<event_dialect>(
+    "events.format", {{"vllm", event_dialect::vllm}, {"tokenspeed", event_dialect::tokenspeed}});
   e.dp_size = r.integer("events.dp_size", 1, 1024);
   e.ingest_endpoint = r.endpoint("events.ingest_endpoint", false);
   e.ingest_replay_endpoint = r.endpoint("events.ingest_replay_endpoint", true);
@@ -549,10 +570,11 @@ config_result finish(const toml::table& t, loader& l) {
   for (auto key : {"events.ingest_endpoint", "events.ingest_replay_endpoint",
                    "events.endpoint", "events.replay_endpoint"}) {
     auto ep = r.str(key);
-    std::string why;
-    if (!l.error && !ep.empty() && !offset_endpoint(ep, e.dp_size - 1, &why))
+    if (l.error || ep.empty())
+      continue;
+    if (auto last = offset_endpoint(ep, e.dp_size - 1); !last)
       l.fail_at(key, "cannot derive the endpoint of dp rank " + std::to_string(e.dp_size - 1)
-                       + ": " + why);
+                       + ": " + last.error_value().detail);
   }
 
   auto& k = c.cache;
@@ -583,7 +605,9 @@ config_result finish(const toml::table& t, loader& l) {
 
   k.shm_allow_prefixes = r.strings("cache.shm_allow_prefixes", check_shm_prefix);
 
-  c.gpu.backend = r.one_of("gpu.backend", {"auto", "cuda", "host"});
+  c.gpu.backend = r.one_of<gpu_backend>(
+    "gpu.backend",
+    {{"auto", gpu_backend::automatic}, {"cuda", gpu_backend::cuda}, {"host", gpu_backend::host}});
 
   auto& sec = c.security;
   sec.curve_secret_key_file = r.str("security.curve_secret_key_file");
@@ -597,24 +621,23 @@ config_result finish(const toml::table& t, loader& l) {
                 + " (set both, or neither)");
   }
   if (!l.error && sec.curve_enabled()) {
-    std::string why;
-    auto key = read_curve_key(sec.curve_secret_key_file, true, why);
+    auto key = read_curve_key(sec.curve_secret_key_file, true);
     if (!key)
-      l.fail_at("security.curve_secret_key_file", why);
+      l.fail_at("security.curve_secret_key_file", key.error_value().detail);
     else
       sec.curve_secret_key = *key;
     if (!l.error) {
-      auto keys = read_curve_public_keys(sec.curve_allowed_clients_dir, why);
+      auto keys = read_curve_public_keys(sec.curve_allowed_clients_dir);
       if (!keys)
-        l.fail_at("security.curve_allowed_clients_dir", why);
+        l.fail_at("security.curve_allowed_clients_dir", keys.error_value().detail);
       else
         sec.curve_allowed_keys = std::move(*keys);
     }
   }
   c.http.enabled = r.boolean("http.enabled");
   c.http.listen = r.str("http.listen");
-  if (auto why = check_listen_address(c.http.listen); why && !l.error)
-    l.fail_at("http.listen", *why);
+  if (auto ok = check_listen_address(c.http.listen); !ok && !l.error)
+    l.fail_at("http.listen", ok.error_value().detail);
 
   auto& l2 = c.l2;
   l2.queue_bytes = r.size("l2.queue_bytes", 1 << 20);
@@ -648,32 +671,32 @@ config_result finish(const toml::table& t, loader& l) {
   }
 
   if (l.error)
-    return {std::nullopt, l.error};
-  return {std::move(c), std::nullopt};
+    return to_error(*l.error);
+  return c;
 }
 
 } // namespace
 
-config_result load_config_text(std::string_view text, const std::string& source,
-                               const std::vector<std::string>& overrides) {
+expected<config> load_config_text(std::string_view text, const std::string& source,
+                                  const std::vector<std::string>& overrides) {
   loader l;
   toml::table t;
   if (!l.parse_into(t, default_config_toml, "<default>", true))
-    return {std::nullopt, l.error};
+    return to_error(*l.error);
   if (!text.empty() && !l.parse_into(t, text, source, false))
-    return {std::nullopt, l.error};
+    return to_error(*l.error);
   for (auto& kv : overrides)
     if (!l.apply_override(t, kv))
-      return {std::nullopt, l.error};
+      return to_error(*l.error);
   return finish(t, l);
 }
 
-config_result load_config(const std::string& file, const std::vector<std::string>& overrides) {
+expected<config> load_config(const std::string& file, const std::vector<std::string>& overrides) {
   if (file.empty())
     return load_config_text({}, "<default>", overrides);
   std::ifstream in{file, std::ios::binary};
   if (!in)
-    return {std::nullopt, config_error{file, "", 0, "cannot read the file"}};
+    return make_error("io", config_error{file, "", 0, "cannot read the file"}.to_string());
   std::ostringstream buf;
   buf << in.rdbuf();
   auto text = buf.str();

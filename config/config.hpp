@@ -2,9 +2,13 @@
 //
 // One TOML document: the compiled-in default (config/default.toml), then an
 // optional file over it, then `--set section.key=value` overrides. Every key
-// is validated; the first problem becomes one config_error naming the source,
+// is validated; the first problem becomes one kvs::error naming the source,
 // the key, the line and what was expected.
 #pragma once
+
+#include "core/error.hpp"
+#include "core/event_dialect.hpp"
+#include "log/log.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -19,15 +23,15 @@ using duration = std::chrono::nanoseconds;
 
 struct sidecar_config {
   std::string name;
-  std::string log_level;  // trace|debug|info|warn|error
-  std::string log_format; // text|json
+  log::level log_level = log::level::info;   // trace|debug|info|warn|error
+  log::format log_format = log::format::text; // text|json
   duration stats_interval{};
   duration shutdown_timeout{};
 };
 
 struct events_config {
   bool enabled = true;
-  std::string format; // vllm|tokenspeed
+  event_dialect format = event_dialect::vllm; // vllm|tokenspeed
   int64_t dp_size = 1;
   std::string ingest_endpoint;
   std::string ingest_replay_endpoint;
@@ -90,8 +94,13 @@ struct l2_config {
   bool enabled() const { return disk.enabled || redis.enabled; }
 };
 
+/// gpu.backend: "auto" (CUDA when a GPU is usable, else host), "cuda", "host".
+enum class gpu_backend { automatic, cuda, host };
+/// The config spelling ("auto", "cuda", "host"), for logs.
+const char* to_string(gpu_backend b);
+
 struct gpu_config {
-  std::string backend; // auto|cuda|host
+  gpu_backend backend = gpu_backend::automatic;
 };
 
 /// CURVE on the router-facing PUB / replay sockets and the cache socket.
@@ -119,30 +128,19 @@ struct config {
   l2_config l2;
 };
 
-/// What went wrong, ready for one line on stderr.
-struct config_error {
-  std::string source; ///< file name, "<default>" or "--set"
-  std::string key;    ///< "events.endpoint"
-  int64_t line = 0;   ///< 0 when unknown
-  std::string what;   ///< "expected a port in 1..65535, got 70000"
-  std::string to_string() const;
-};
-
 /// The compiled-in default TOML text (config/default.toml).
 extern const std::string_view default_config_toml;
 
 /// Loads the default, then `file` (if not empty), then each `key=value` in
-/// `overrides`. Returns the config or the first error.
-struct config_result {
-  std::optional<config> value;
-  std::optional<config_error> error;
-};
-config_result load_config(const std::string& file,
-                          const std::vector<std::string>& overrides);
+/// `overrides`. Returns the config or the first error: kind "io" (the file
+/// cannot be read) or "config", its detail one line for stderr naming the
+/// source, the line and the key ("config error: kvs.toml:3: key
+/// 'events.fromat': unknown key").
+expected<config> load_config(const std::string& file, const std::vector<std::string>& overrides);
 
 /// Same, from TOML text (tests; `source` names it in errors).
-config_result load_config_text(std::string_view toml_text, const std::string& source,
-                               const std::vector<std::string>& overrides = {});
+expected<config> load_config_text(std::string_view toml_text, const std::string& source,
+                                  const std::vector<std::string>& overrides = {});
 
 /// "512MiB" -> bytes; nullopt when malformed.
 std::optional<uint64_t> parse_size(std::string_view text);
@@ -150,14 +148,13 @@ std::optional<uint64_t> parse_size(std::string_view text);
 std::optional<duration> parse_duration(std::string_view text);
 
 /// vLLM/tokenspeed endpoint offset for DP rank r: tcp port + r, inproc/ipc
-/// suffix `_dp{r}`, rank 0 unchanged. nullopt when the endpoint can't be
-/// offset (then `why` says why).
-std::optional<std::string> offset_endpoint(const std::string& endpoint, int64_t rank,
-                                           std::string* why = nullptr);
+/// suffix `_dp{r}`, rank 0 unchanged. Error kind "bad_value" when the
+/// endpoint can't be offset (the detail says why).
+expected<std::string> offset_endpoint(const std::string& endpoint, int64_t rank);
 
 /// Checks an HTTP listen address: an IPv4 address, a colon and a port in
-/// 1..65535. Returns why not, or nullopt when fine.
-std::optional<std::string> check_listen_address(const std::string& listen);
+/// 1..65535. Error kind "bad_value" saying why not.
+status check_listen_address(const std::string& listen);
 
 /// vLLM's bind-or-connect rule: bind when the endpoint has `*` or `::` or is
 /// ipc:// or inproc://.

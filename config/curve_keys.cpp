@@ -65,39 +65,32 @@ std::optional<std::string> z85_decode_key(const std::string& z85) {
   return out;
 }
 
-std::optional<std::string> read_curve_key(const std::string& path, bool secret,
-                                          std::string& why) {
+expected<std::string> read_curve_key(const std::string& path, bool secret) {
   std::ifstream in{path, std::ios::binary};
-  if (!in) {
-    why = "cannot read \"" + path + "\"";
-    return std::nullopt;
-  }
+  if (!in)
+    return make_error("io", "cannot read \"" + path + "\"");
   std::ostringstream buf;
   buf << in.rdbuf();
   auto text = buf.str();
   auto z85 = trim(text);
   if (z85.size() != 40) { // not a raw key: zcert
     auto v = zcert_value(text, secret ? "secret-key" : "public-key");
-    if (!v) {
-      why = "\"" + path + "\" holds neither a 40-character Z85 key nor a zcert "
-            + (secret ? "secret-key" : "public-key") + " line";
-      return std::nullopt;
-    }
+    if (!v)
+      return make_error("bad_key", "\"" + path + "\" holds neither a 40-character Z85 key nor a zcert "
+                                       + (secret ? "secret-key" : "public-key") + " line");
     z85 = *v;
   }
   auto key = z85_decode_key(z85);
   if (!key)
-    why = "\"" + path + "\": not a valid Z85 CURVE key (40 characters of the Z85 alphabet)";
-  return key;
+    return make_error("bad_key",
+                      "\"" + path + "\": not a valid Z85 CURVE key (40 characters of the Z85 alphabet)");
+  return std::move(*key);
 }
 
-std::optional<std::vector<std::string>> read_curve_public_keys(const std::string& dir,
-                                                               std::string& why) {
+expected<std::vector<std::string>> read_curve_public_keys(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
-  if (!d) {
-    why = "cannot open the directory \"" + dir + "\"";
-    return std::nullopt;
-  }
+  if (!d)
+    return make_error("io", "cannot open the directory \"" + dir + "\"");
   std::vector<std::string> names;
   while (auto* e = readdir(d)) {
     std::string n = e->d_name;
@@ -111,9 +104,9 @@ std::optional<std::vector<std::string>> read_curve_public_keys(const std::string
   std::sort(names.begin(), names.end());
   std::vector<std::string> keys;
   for (auto& n : names) {
-    auto k = read_curve_key(dir + "/" + n, false, why);
+    auto k = read_curve_key(dir + "/" + n, false);
     if (!k)
-      return std::nullopt;
+      return k.error_value();
     keys.push_back(*k);
   }
   return keys;

@@ -6,6 +6,8 @@
 // is used and `#` comments and other lines are ignored.
 #pragma once
 
+#include "core/error.hpp"
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,13 +18,13 @@ namespace kvs {
 std::optional<std::string> z85_decode_key(const std::string& z85);
 
 /// Reads the key of one file: `secret` picks zcert's secret-key line, else
-/// public-key. Returns the 32-byte key, or nullopt with `why` set.
-std::optional<std::string> read_curve_key(const std::string& path, bool secret,
-                                          std::string& why);
+/// public-key. Returns the 32-byte key, or error kind "io" (unreadable) or
+/// "bad_key" (no key in it), the detail naming the file.
+expected<std::string> read_curve_key(const std::string& path, bool secret);
 
 /// Every public key in `dir` (regular files, sorted by name; names starting
-/// with '.' skipped). nullopt with `why` naming the file when one is bad.
-std::optional<std::vector<std::string>> read_curve_public_keys(const std::string& dir,
-                                                               std::string& why);
+/// with '.' skipped), or the error of the first bad one (read_curve_key's,
+/// or "io" when `dir` cannot be opened).
+expected<std::vector<std::string>> read_curve_public_keys(const std::string& dir);
 
 } // namespace kvs

@@ -5,12 +5,12 @@
 namespace kvs {
 
 namespace {
-wire_error bad(std::string detail) { return gpu_error("bad_request", std::move(detail)); }
+error bad(std::string detail) { return make_error("bad_request", std::move(detail)); }
 constexpr uint64_t max_chunks = uint64_t{1} << 20;
 constexpr uint64_t max_chunk_index = uint64_t{1} << 32;
 } // namespace
 
-gpu_result<copy_plan> plan_copy(const copy_request& req, const kv_layout& layout) {
+expected<copy_plan> plan_copy(const copy_request& req, const kv_layout& layout) {
   const uint64_t bpc = layout.blocks_per_chunk(req.chunk_tokens);
   if (bpc == 0 || req.chunk_tokens > (uint64_t{1} << 24))
     return bad("chunk size " + std::to_string(req.chunk_tokens) +

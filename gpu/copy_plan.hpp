@@ -4,7 +4,7 @@
 #pragma once
 
 #include "gpu/block_copy.hpp"
-#include "gpu/gpu_result.hpp"
+#include "core/error.hpp"
 #include "gpu/kv_layout.hpp"
 #include "gpu/transfer_backend.hpp"
 
@@ -31,6 +31,6 @@ KVS_HD bool page_skipped(const block_copy::geometry& g, uint64_t skip_blocks,
   return block_copy::block_list_index(g, chunk_index, page) < skip_blocks;
 }
 
-gpu_result<copy_plan> plan_copy(const copy_request& req, const kv_layout& layout);
+expected<copy_plan> plan_copy(const copy_request& req, const kv_layout& layout);
 
 } // namespace kvs

@@ -38,8 +38,8 @@ constexpr size_t ipc_handle_bytes = 64;
 static_assert(sizeof(cudaIpcMemHandle_t) == ipc_handle_bytes, "cudaIpcMemHandle_t is 64 bytes");
 static_assert(sizeof(cudaIpcEventHandle_t) == ipc_handle_bytes, "cudaIpcEventHandle_t is 64 bytes");
 
-wire_error cuda_err(cudaError_t e, const std::string& what) {
-  return gpu_error("cuda", what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+error cuda_err(cudaError_t e, const std::string& what) {
+  return make_error("cuda", what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
 #define KVS_CUDA_TRY(call, what)                     \
@@ -115,10 +115,11 @@ __global__ void block_copy_kernel(kernel_args a) {
 
 // ---------------------------------------------------------------- devices
 
-gpu_result<int> device_by_uuid(const std::string& uuid) {
-  device_uuid_bytes want{};
-  if (!parse_device_uuid(uuid, want))
-    return gpu_error("open", "device UUID '" + uuid + "' is not a GPU UUID");
+expected<int> device_by_uuid(const std::string& uuid) {
+  auto parsed = parse_device_uuid(uuid);
+  if (!parsed)
+    return make_error("open", "device UUID '" + uuid + "' is not a GPU UUID");
+  const device_uuid_bytes& want = *parsed;
   int n = 0;
   KVS_CUDA_TRY(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
   std::string seen;
@@ -130,7 +131,7 @@ gpu_result<int> device_by_uuid(const std::string& uuid) {
     if (have == want) return i;
     seen += (seen.empty() ? "" : ", ") + format_device_uuid(have);
   }
-  return gpu_error("open", "no visible GPU has UUID " + uuid + " (visible: " +
+  return make_error("open", "no visible GPU has UUID " + uuid + " (visible: " +
                                (seen.empty() ? "none" : seen) +
                                "); the sidecar must see the engine's GPUs");
 }
@@ -148,7 +149,7 @@ std::string ipc_key(int device, const std::string& handle) {
   return std::to_string(device) + ':' + handle;
 }
 
-gpu_result<uint8_t*> ipc_acquire(int device, const std::string& handle) {
+expected<uint8_t*> ipc_acquire(int device, const std::string& handle) {
   std::lock_guard<std::mutex> lk(g_ipc_mu);
   ipc_mapping& m = g_ipc[ipc_key(device, handle)];
   if (m.refs == 0) {
@@ -297,24 +298,24 @@ class cuda_backend final : public transfer_backend {
 public:
   const char* name() const override { return "cuda"; }
 
-  gpu_result<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
-                                                 const kv_layout& layout) override {
+  expected<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
+                                               const kv_layout& layout) override {
     if (tensors.empty() || tensors.size() != layout.tensor_end_bytes.size())
-      return gpu_error("open", "layout was detected for " +
+      return make_error("open", "layout was detected for " +
                                    std::to_string(layout.tensor_end_bytes.size()) +
                                    " tensors, " + std::to_string(tensors.size()) + " given");
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (tensors[i].kind != tensor_desc::memory_kind::cuda_ipc)
-        return gpu_error("unsupported", "tensor " + std::to_string(i) +
+        return make_error("unsupported", "tensor " + std::to_string(i) +
                                             " is host shared memory; the CUDA backend opens "
                                             "CUDA IPC handles only (set gpu.backend=host)");
       if (tensors[i].ipc_mem_handle.size() != ipc_handle_bytes)
-        return gpu_error("open", "tensor " + std::to_string(i) + " has a " +
+        return make_error("open", "tensor " + std::to_string(i) + " has a " +
                                      std::to_string(tensors[i].ipc_mem_handle.size()) +
                                      "-byte IPC handle; cudaIpcMemHandle_t is 64 bytes");
     }
     auto dev = device_by_uuid(tensors.front().device_uuid);
-    if (!dev) return dev.error();
+    if (!dev) return dev.error_value();
 
     auto pools = std::make_unique<cuda_pools>(layout);
     cuda_pools& p = *pools;
@@ -333,7 +334,7 @@ public:
     for (size_t i = 0; i < tensors.size(); ++i) {
       const tensor_desc& t = tensors[i];
       auto base = ipc_acquire(p.device, t.ipc_mem_handle);
-      if (!base) return base.error();  // p.release() drops the ones taken so far
+      if (!base) return base.error_value();  // p.release() drops the ones taken so far
       p.handles.push_back(t.ipc_mem_handle);
       storage[i] = base.value() + t.storage_offset_bytes;
     }
@@ -361,17 +362,17 @@ public:
     if (auto* cp = dynamic_cast<cuda_pools*>(&pools)) cp->release();
   }
 
-  gpu_result<std::unique_ptr<copy_completion>> copy(const copy_request& req) override {
+  expected<std::unique_ptr<copy_completion>> copy(const copy_request& req) override {
     auto* cp = dynamic_cast<cuda_pools*>(req.pools);
-    if (cp == nullptr) return gpu_error("bad_request", "pools were not opened by the CUDA backend");
+    if (cp == nullptr) return make_error("bad_request", "pools were not opened by the CUDA backend");
     if (!req.engine_event_handle.empty() && req.engine_event_handle.size() != ipc_handle_bytes)
-      return gpu_error("bad_request", "engine event handle of " +
+      return make_error("bad_request", "engine event handle of " +
                                           std::to_string(req.engine_event_handle.size()) +
                                           " bytes; cudaIpcEventHandle_t is 64");
     std::lock_guard<std::mutex> lk(cp->mu);
-    if (!cp->open_) return gpu_error("bad_request", "pools are closed");
+    if (!cp->open_) return make_error("bad_request", "pools are closed");
     auto plan = plan_copy(req, cp->layout());
-    if (!plan) return plan.error();
+    if (!plan) return plan.error_value();
     const copy_plan& pl = plan.value();
     KVS_CUDA_TRY(cudaSetDevice(cp->device), "cudaSetDevice");
 
@@ -380,7 +381,7 @@ public:
     std::vector<uint8_t*> dev_slots(pl.slots.size(), nullptr);
     for (size_t c = 0; c < pl.slots.size(); ++c) {
       auto d = device_address(pl.slots[c], chunk_bytes, *cp);
-      if (!d) return d.error();
+      if (!d) return d.error_value();
       dev_slots[c] = d.value();
     }
 
@@ -389,7 +390,7 @@ public:
     const size_t off_blk = off_idx + align16(pl.chunk_index.size() * sizeof(uint64_t));
     const size_t bytes = off_blk + align16(pl.blocks.size() * sizeof(int64_t));
     auto lease = acquire_lease(*cp, bytes);
-    if (!lease) return lease.error();
+    if (!lease) return lease.error_value();
     param_lease& pb = *lease.value();
     if (!dev_slots.empty())
       std::memcpy(pb.host, dev_slots.data(), dev_slots.size() * sizeof(uint8_t*));
@@ -399,7 +400,7 @@ public:
       std::memcpy(pb.host + off_blk, pl.blocks.data(), pl.blocks.size() * sizeof(int64_t));
 
     auto ev = make_event_pair(*cp);
-    if (!ev) return ev.error();
+    if (!ev) return ev.error_value();
     std::shared_ptr<event_pair> pair = std::move(ev.value());
 
     if (!req.engine_event_handle.empty()) {
@@ -442,20 +443,20 @@ public:
     return std::unique_ptr<copy_completion>(std::make_unique<cuda_completion>(std::move(pair)));
   }
 
-  gpu_status pin_host_memory(void* p, size_t n) override {
-    if (p == nullptr || n == 0) return gpu_error("bad_request", "nothing to pin");
+  status pin_host_memory(void* p, size_t n) override {
+    if (p == nullptr || n == 0) return make_error("bad_request", "nothing to pin");
     std::lock_guard<std::mutex> lk(mu_);
     const auto* b = static_cast<uint8_t*>(p);
     for (const region& r : regions_)
       if (b < r.host + r.bytes && r.host < b + n)
-        return gpu_error("bad_request", "memory overlaps a region already pinned");
+        return make_error("bad_request", "memory overlaps a region already pinned");
     KVS_CUDA_TRY(cudaHostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterMapped),
                  "cudaHostRegister(" + std::to_string(n) + " bytes of L1)");
     region r;
     r.host = static_cast<uint8_t*>(p);
     r.bytes = n;
     regions_.push_back(r);
-    return gpu_ok{};
+    return {};
   }
 
   void unpin_host_memory(void* p) override {
@@ -475,12 +476,12 @@ private:
     std::map<int, uint8_t*> dev;  ///< device base per device, when not the host address
   };
 
-  gpu_result<uint8_t*> device_address(uint8_t* p, uint64_t n, const cuda_pools& cp) {
+  expected<uint8_t*> device_address(uint8_t* p, uint64_t n, const cuda_pools& cp) {
     std::lock_guard<std::mutex> lk(mu_);
     for (region& r : regions_) {
       if (p < r.host || p >= r.host + r.bytes) continue;
       if (n > static_cast<uint64_t>(r.host + r.bytes - p))
-        return gpu_error("bad_request", "an L1 slot runs past the end of its pinned region");
+        return make_error("bad_request", "an L1 slot runs past the end of its pinned region");
       if (cp.host_ptr_usable) return p;
       auto it = r.dev.find(cp.device);
       if (it == r.dev.end()) {
@@ -490,12 +491,12 @@ private:
       }
       return it->second + (p - r.host);
     }
-    return gpu_error("bad_request",
-                     "an L1 slot is not inside memory registered with pin_host_memory");
+    return make_error("bad_request",
+                      "an L1 slot is not inside memory registered with pin_host_memory");
   }
 
   // Caller holds cp.mu.
-  gpu_result<param_lease*> acquire_lease(cuda_pools& cp, size_t bytes) {
+  expected<param_lease*> acquire_lease(cuda_pools& cp, size_t bytes) {
     param_lease* best = nullptr;
     for (param_lease& l : cp.leases) {
       if (l.capacity < bytes) continue;
@@ -524,7 +525,7 @@ private:
 
   // Caller holds cp.mu. Recycles the oldest ring entry once the ring is
   // full and nobody else holds it; otherwise creates a new event.
-  gpu_result<std::shared_ptr<event_pair>> make_event_pair(cuda_pools& cp) {
+  expected<std::shared_ptr<event_pair>> make_event_pair(cuda_pools& cp) {
     while (cp.ring.size() >= event_ring_size) {
       std::shared_ptr<event_pair> old = std::move(cp.ring.front());
       cp.ring.pop_front();
@@ -549,39 +550,29 @@ private:
 
 } // namespace
 
-bool cuda_device_present(std::string* detail) {
+expected<std::string> cuda_device_present() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    if (detail) *detail = std::string("no usable CUDA device: ") + cudaGetErrorName(e) + " (" +
-                          cudaGetErrorString(e) + ")";
-    return false;
+  if (e != cudaSuccess)
+    return make_error("no_cuda", std::string("no usable CUDA device: ") + cudaGetErrorName(e) + " (" +
+                                     cudaGetErrorString(e) + ")");
+  if (n == 0)
+    return make_error("no_cuda", "no CUDA device visible");
+  std::string s = std::to_string(n) + " CUDA device(s):";
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    device_uuid_bytes u{};
+    std::memcpy(u.data(), prop.uuid.bytes, u.size());
+    s += " [" + std::to_string(i) + "] " + prop.name + " GPU-" + format_device_uuid(u);
   }
-  if (n == 0) {
-    if (detail) *detail = "no CUDA device visible";
-    return false;
-  }
-  if (detail) {
-    std::string s = std::to_string(n) + " CUDA device(s):";
-    for (int i = 0; i < n; ++i) {
-      cudaDeviceProp prop{};
-      if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
-      device_uuid_bytes u{};
-      std::memcpy(u.data(), prop.uuid.bytes, u.size());
-      s += " [" + std::to_string(i) + "] " + prop.name + " GPU-" + format_device_uuid(u);
-    }
-    *detail = s;
-  }
-  return true;
+  return s;
 }
 
-std::unique_ptr<transfer_backend> make_cuda_backend(std::string* why_not) {
-  std::string detail;
-  if (!cuda_device_present(&detail)) {
-    if (why_not) *why_not = detail;
-    return nullptr;
-  }
-  return std::make_unique<cuda_backend>();
+expected<std::unique_ptr<transfer_backend>> make_cuda_backend() {
+  auto present = cuda_device_present();
+  if (!present) return present.error_value();
+  return std::unique_ptr<transfer_backend>(std::make_unique<cuda_backend>());
 }
 
 } // namespace kvs

@@ -6,14 +6,12 @@
 
 namespace kvs {
 
-bool cuda_device_present(std::string* detail) {
-  if (detail) *detail = "kvsidecar was built without CUDA (no nvcc at configure time)";
-  return false;
+expected<std::string> cuda_device_present() {
+  return make_error("no_cuda", "kvsidecar was built without CUDA (no nvcc at configure time)");
 }
 
-std::unique_ptr<transfer_backend> make_cuda_backend(std::string* why_not) {
-  cuda_device_present(why_not);
-  return nullptr;
+expected<std::unique_ptr<transfer_backend>> make_cuda_backend() {
+  return cuda_device_present().error_value();
 }
 
 } // namespace kvs

@@ -16,7 +16,9 @@ std::string format_device_uuid(const device_uuid_bytes& b) {
   return s;
 }
 
-bool parse_device_uuid(const std::string& text, device_uuid_bytes& out) {
+expected<device_uuid_bytes> parse_device_uuid(const std::string& text) {
+  auto bad = [&] { return make_error("bad_uuid", "'" + text + "' is not a GPU UUID"); };
+  device_uuid_bytes out{};
   size_t i = 0;
   if (text.size() >= 4 && std::tolower(static_cast<unsigned char>(text[0])) == 'g' &&
       std::tolower(static_cast<unsigned char>(text[1])) == 'p' &&
@@ -30,13 +32,14 @@ bool parse_device_uuid(const std::string& text, device_uuid_bytes& out) {
     if (c >= '0' && c <= '9') v = c - '0';
     else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
     else if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
-    else return false;
-    if (nibbles >= 32) return false;
+    else return bad();
+    if (nibbles >= 32) return bad();
     uint8_t& byte = out[nibbles / 2];
     byte = (nibbles % 2 == 0) ? static_cast<uint8_t>(v << 4) : static_cast<uint8_t>(byte | v);
     ++nibbles;
   }
-  return nibbles == 32;
+  if (nibbles != 32) return bad();
+  return out;
 }
 
 } // namespace kvs

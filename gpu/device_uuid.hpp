@@ -4,6 +4,8 @@
 // nvidia-smi the "GPU-8d2b0dbd-..." form; both are accepted.
 #pragma once
 
+#include "core/error.hpp"
+
 #include <array>
 #include <cstdint>
 #include <string>
@@ -16,7 +18,8 @@ using device_uuid_bytes = std::array<uint8_t, 16>;
 std::string format_device_uuid(const device_uuid_bytes& b);
 
 /// Parses either form (optional case-insensitive "GPU-" prefix, dashes
-/// optional, hex in any case). False for anything else, e.g. MIG UUIDs.
-bool parse_device_uuid(const std::string& text, device_uuid_bytes& out);
+/// optional, hex in any case). Error kind "bad_uuid" for anything else,
+/// e.g. MIG UUIDs.
+expected<device_uuid_bytes> parse_device_uuid(const std::string& text);
 
 } // namespace kvs

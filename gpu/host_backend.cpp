@@ -57,26 +57,26 @@ public:
 
 std::string errno_text(int e) { return std::string(std::strerror(e)); }
 
-gpu_result<host_pools::mapping> map_shm(const std::string& name) {
+expected<host_pools::mapping> map_shm(const std::string& name) {
   if (name.empty() || name.size() > 255)
-    return gpu_error("open", "bad shared-memory name '" + name + "'");
+    return make_error("open", "bad shared-memory name '" + name + "'");
   const int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) return gpu_error("open", "shm_open('" + name + "'): " + errno_text(errno));
+  if (fd < 0) return make_error("open", "shm_open('" + name + "'): " + errno_text(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int e = errno;
     close(fd);
-    return gpu_error("open", "fstat('" + name + "'): " + errno_text(e));
+    return make_error("open", "fstat('" + name + "'): " + errno_text(e));
   }
   if (st.st_size <= 0) {
     close(fd);
-    return gpu_error("open", "shared-memory object '" + name + "' is empty");
+    return make_error("open", "shared-memory object '" + name + "' is empty");
   }
   const size_t size = static_cast<size_t>(st.st_size);
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int e = errno;
   close(fd);  // the mapping keeps the object alive
-  if (p == MAP_FAILED) return gpu_error("open", "mmap('" + name + "'): " + errno_text(e));
+  if (p == MAP_FAILED) return make_error("open", "mmap('" + name + "'): " + errno_text(e));
   host_pools::mapping m;
   m.name = name;
   m.base = static_cast<uint8_t*>(p);
@@ -115,10 +115,10 @@ class host_backend final : public transfer_backend {
 public:
   const char* name() const override { return "host"; }
 
-  gpu_result<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
-                                                 const kv_layout& layout) override {
+  expected<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
+                                               const kv_layout& layout) override {
     if (tensors.size() != layout.tensor_end_bytes.size())
-      return gpu_error("open", "layout was detected for " +
+      return make_error("open", "layout was detected for " +
                                    std::to_string(layout.tensor_end_bytes.size()) +
                                    " tensors, " + std::to_string(tensors.size()) + " given");
     auto pools = std::make_unique<host_pools>(layout);
@@ -127,14 +127,14 @@ public:
     for (size_t i = 0; i < tensors.size(); ++i) {
       const tensor_desc& t = tensors[i];
       if (t.kind != tensor_desc::memory_kind::host_shm)
-        return gpu_error("unsupported", "tensor " + std::to_string(i) +
+        return make_error("unsupported", "tensor " + std::to_string(i) +
                                             " is a CUDA IPC tensor; the host backend maps "
                                             "shared memory only (set gpu.backend=cuda)");
       size_t m = 0;
       while (m < pools->maps.size() && pools->maps[m].name != t.shm_name) ++m;
       if (m == pools->maps.size()) {
         auto mapped = map_shm(t.shm_name);
-        if (!mapped) return mapped.error();  // pools' destructor unmaps the others
+        if (!mapped) return mapped.error_value();  // pools' destructor unmaps the others
         pools->maps.push_back(std::move(mapped.value()));
       }
       const host_pools::mapping& mp = pools->maps[m];
@@ -143,13 +143,13 @@ public:
       // a pool that faults on first use.
       if (t.storage_size_bytes > 0 && (t.shm_offset_bytes > mp.size ||
                                        t.storage_size_bytes > mp.size - t.shm_offset_bytes))
-        return gpu_error("open", "tensor " + std::to_string(i) + ": '" + t.shm_name + "' has " +
+        return make_error("open", "tensor " + std::to_string(i) + ": '" + t.shm_name + "' has " +
                                      std::to_string(mp.size) + " bytes, but the descriptor "
                                      "declares " + std::to_string(t.storage_size_bytes) +
                                      " from offset " + std::to_string(t.shm_offset_bytes));
       if (t.shm_offset_bytes > mp.size ||
           layout.tensor_end_bytes[i] > mp.size - t.shm_offset_bytes)
-        return gpu_error("open", "tensor " + std::to_string(i) + " needs bytes up to " +
+        return make_error("open", "tensor " + std::to_string(i) + " needs bytes up to " +
                                      std::to_string(t.shm_offset_bytes + layout.tensor_end_bytes[i]) +
                                      " of '" + t.shm_name + "', which has " +
                                      std::to_string(mp.size));
@@ -163,7 +163,7 @@ public:
     for (const kv_plane& p : layout.planes) {
       if (p.tensor >= storage.size() || p.offset_bytes > room[p.tensor] ||
           plane_span > room[p.tensor] - p.offset_bytes)
-        return gpu_error("open", "a K/V plane of tensor " + std::to_string(p.tensor) +
+        return make_error("open", "a K/V plane of tensor " + std::to_string(p.tensor) +
                                      " does not fit in its shared-memory object");
       pools->plane_base.push_back(storage[p.tensor] + p.offset_bytes);
     }
@@ -176,19 +176,19 @@ public:
     if (auto* hp = dynamic_cast<host_pools*>(&pools)) hp->release();
   }
 
-  gpu_result<std::unique_ptr<copy_completion>> copy(const copy_request& req) override {
+  expected<std::unique_ptr<copy_completion>> copy(const copy_request& req) override {
     auto* hp = dynamic_cast<host_pools*>(req.pools);
-    if (hp == nullptr) return gpu_error("bad_request", "pools were not opened by the host backend");
-    if (!hp->is_open()) return gpu_error("bad_request", "pools are closed");
+    if (hp == nullptr) return make_error("bad_request", "pools were not opened by the host backend");
+    if (!hp->is_open()) return make_error("bad_request", "pools are closed");
     auto plan = plan_copy(req, hp->layout());
-    if (!plan) return plan.error();
+    if (!plan) return plan.error_value();
     copy_job job{&plan.value(), hp};
     const guard_result g =
         run_guarded(hp->ranges.data(), hp->ranges.size(), &copy_pages, &job);
     if (g.faulted) {
       const host_pools::mapping& m = hp->maps[g.range];
-      return gpu_error("shm_truncated",
-                       "shared-memory object '" + m.name + "' no longer backs byte " +
+      return make_error("shm_truncated",
+                        "shared-memory object '" + m.name + "' no longer backs byte " +
                            std::to_string(g.offset) + " of the " + std::to_string(m.size) +
                            " registered (it was truncated after registration); the copy was "
                            "abandoned part-way");
@@ -196,7 +196,7 @@ public:
     return std::unique_ptr<copy_completion>(std::make_unique<host_completion>());
   }
 
-  gpu_status pin_host_memory(void*, size_t) override { return gpu_ok{}; }
+  status pin_host_memory(void*, size_t) override { return {}; }
   void unpin_host_memory(void*) override {}
 };
 

@@ -47,14 +47,14 @@ std::string where(size_t i, const tensor_desc& t) {
          dims(t.stride) + ")";
 }
 
-wire_error layout_err(std::string detail) { return gpu_error("layout", std::move(detail)); }
-wire_error unsupported(std::string detail) {
-  return gpu_error("unsupported", std::move(detail));
+error layout_err(std::string detail) { return make_error("layout", std::move(detail)); }
+error unsupported(std::string detail) {
+  return make_error("unsupported", std::move(detail));
 }
 
 /// Checks what every layout needs from each tensor and computes how far
 /// into its storage each view reaches.
-gpu_result<std::vector<uint64_t>> check_tensors(const std::vector<tensor_desc>& ts) {
+expected<std::vector<uint64_t>> check_tensors(const std::vector<tensor_desc>& ts) {
   if (ts.empty()) return layout_err("registration has no KV tensors");
   if (ts.size() > 16384) return layout_err("registration has " + std::to_string(ts.size()) +
                                            " tensors; more than any model has layers");
@@ -106,7 +106,7 @@ gpu_result<std::vector<uint64_t>> check_tensors(const std::vector<tensor_desc>& 
 }
 
 /// Fills the fields shared by all layouts once heads/head_dim/block size are known.
-gpu_result<kv_layout> finish(kv_layout l, const tensor_desc& t) {
+expected<kv_layout> finish(kv_layout l, const tensor_desc& t) {
   l.element_size = t.element_size;
   l.dtype = t.dtype;
   if (!mul(uint64_t{l.num_heads} * l.head_dim, l.element_size, l.token_bytes) ||
@@ -120,12 +120,10 @@ gpu_result<kv_layout> finish(kv_layout l, const tensor_desc& t) {
 
 bool fits_u32(int64_t v) { return v > 0 && v <= static_cast<int64_t>(UINT32_MAX); }
 
-gpu_result<kv_layout> detect_sglang(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
-  if (h.kv_list_layout == "unified")
+expected<kv_layout> detect_sglang(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
+  if (h.kv_list_layout == sglang_kv_list_layout::unified)
     return unsupported("SGLang kv_list_layout 'unified' (per-component views) is not supported; "
                        "register the flat K-then-V list ('k_v')");
-  if (!h.kv_list_layout.empty() && h.kv_list_layout != "k_v")
-    return layout_err("unknown SGLang kv_list_layout '" + h.kv_list_layout + "'");
   if (h.group_layer_indices.size() > 1)
     return unsupported("SGLang registration with " + std::to_string(h.group_layer_indices.size()) +
                        " engine groups; SGLang MHA has one");
@@ -171,18 +169,16 @@ gpu_result<kv_layout> detect_sglang(const std::vector<tensor_desc>& ts, const kv
     }
   l.layer_group.assign(l.num_layers, 0);
   l.num_groups = 1;
-  if (nh == 1 && h.kv_list_layout.empty())
+  if (nh == 1 && !h.kv_list_layout)
     l.note = "single-head SGLang registration without kv_list_layout='k_v': read as MHA "
              "(K layers then V layers); LMCache 0.5.6 would read it as MLA";
   return finish(std::move(l), t);
 }
 
-gpu_result<kv_layout> detect_vllm(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
-  if (h.kv_layout == "HND" || h.kv_layout == "BLHNC" || h.kv_layout == "BLNHC")
-    return unsupported("vLLM kv_layout '" + h.kv_layout +
+expected<kv_layout> detect_vllm(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
+  if (h.kv_layout && *h.kv_layout != vllm_kv_layout::nhd)
+    return unsupported(std::string("vLLM kv_layout '") + to_string(*h.kv_layout) +
                        "' is not supported; only NHD pages are copied");
-  if (!h.kv_layout.empty() && h.kv_layout != "NHD")
-    return layout_err("unknown vLLM kv_layout '" + h.kv_layout + "'");
   const tensor_desc& t = ts.front();
   if (t.shape.size() == 4)
     return unsupported("vLLM fused K/V layout " + where(0, t) + " is not supported");
@@ -271,14 +267,14 @@ gpu_result<kv_layout> detect_vllm(const std::vector<tensor_desc>& ts, const kv_l
 
 } // namespace
 
-gpu_result<kv_layout> detect_kv_layout(const std::vector<tensor_desc>& tensors,
-                                       const kv_layout_hints& hints) {
-  if (hints.engine_type != "sglang" && hints.engine_type != "vllm")
-    return unsupported("engine_type '" + hints.engine_type +
+expected<kv_layout> detect_kv_layout(const std::vector<tensor_desc>& tensors,
+                                     const kv_layout_hints& hints) {
+  if (hints.engine_type != engine_type::sglang && hints.engine_type != engine_type::vllm)
+    return unsupported(std::string("engine_type '") + to_string(hints.engine_type) +
                        "' is not supported by the block copy (supported: sglang, vllm)");
   auto ends = check_tensors(tensors);
-  if (!ends) return ends.error();
-  auto l = hints.engine_type == "sglang" ? detect_sglang(tensors, hints)
+  if (!ends) return ends.error_value();
+  auto l = hints.engine_type == engine_type::sglang ? detect_sglang(tensors, hints)
                                          : detect_vllm(tensors, hints);
   if (l) l.value().tensor_end_bytes = std::move(ends.value());
   return l;

@@ -14,10 +14,13 @@
 // with an "unsupported" error naming what was seen.
 #pragma once
 
-#include "gpu/gpu_result.hpp"
+#include "core/engine_type.hpp"
+#include "core/error.hpp"
+#include "core/layout_hints.hpp"
 #include "messages/tensor_desc.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,10 +32,10 @@ const char* to_string(kv_layout_kind k);
 /// What the engine said about its cache besides the tensors (REGISTER_KV_CACHE
 /// engine_type, layout_hints, engine_group_infos).
 struct kv_layout_hints {
-  std::string engine_type;       ///< "sglang", "vllm", "trtllm", ...
+  kvs::engine_type engine_type = kvs::engine_type::vllm;
   int64_t tokens_per_block = 0;  ///< layout_hints.tokens_per_block; 0 = absent
-  std::string kv_layout;         ///< layout_hints.kv_layout ("NHD", "HND", ...); "" = absent
-  std::string kv_list_layout;    ///< layout_hints.kv_list_layout ("k_v", "unified"); "" = absent
+  std::optional<vllm_kv_layout> kv_layout;             ///< layout_hints.kv_layout
+  std::optional<sglang_kv_list_layout> kv_list_layout; ///< layout_hints.kv_list_layout
   /// engine_group_infos[i].layer_indices; empty = one group with every layer.
   std::vector<std::vector<int64_t>> group_layer_indices;
 };
@@ -75,7 +78,7 @@ struct kv_layout {
 };
 
 /// Validates the registration and computes its layout. Never throws.
-gpu_result<kv_layout> detect_kv_layout(const std::vector<tensor_desc>& tensors,
-                                       const kv_layout_hints& hints);
+expected<kv_layout> detect_kv_layout(const std::vector<tensor_desc>& tensors,
+                                     const kv_layout_hints& hints);
 
 } // namespace kvs

@@ -12,9 +12,20 @@
 //                                               RETRIEVE: release the read locks
 //          == failed                         -> STORE: discard the reservations
 // Slots stay reserved/locked until then, so the copy never outlives them.
+//
+// Nothing in gpu/ throws: failures are kvs::error (core/error.hpp) of kind
+//   "layout"        registration shape/stride/dtype we cannot handle
+//   "unsupported"   a valid layout or engine this build does not copy
+//   "bad_request"   a copy request that does not fit the registration
+//   "open"          shm_open/mmap/cudaIpcOpenMemHandle and friends
+//   "shm_truncated" host backend: the engine shrank a registered shared-memory
+//                   object and a copy touched a page it no longer backs
+//   "cuda"          any other CUDA runtime failure
+//   "no_cuda"       no CUDA backend in this build or no usable GPU
+// which the gpu-transfer actor turns into one log line and ok=false.
 #pragma once
 
-#include "gpu/gpu_result.hpp"
+#include "core/error.hpp"
 #include "gpu/kv_layout.hpp"
 #include "messages/tensor_desc.hpp"
 
@@ -99,8 +110,8 @@ public:
   virtual const char* name() const = 0;
   /// Maps every registered tensor (once per distinct memory object) and
   /// checks the layout fits inside the mappings.
-  virtual gpu_result<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
-                                                         const kv_layout& layout) = 0;
+  virtual expected<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
+                                                       const kv_layout& layout) = 0;
   /// Waits for in-flight copies on these pools and releases the mappings.
   /// Idempotent.
   virtual void close(opened_pools& pools) = 0;
@@ -108,17 +119,19 @@ public:
   /// any memory: an invalid request writes nothing. A valid one can still
   /// fail part-way when the engine shrinks its memory under the copy (host:
   /// "shm_truncated"); the caller then treats every chunk as not copied.
-  virtual gpu_result<std::unique_ptr<copy_completion>> copy(const copy_request& req) = 0;
+  virtual expected<std::unique_ptr<copy_completion>> copy(const copy_request& req) = 0;
   /// Makes [p, p+n) usable as L1 slot memory for copies (CUDA: page-locks and
   /// maps it for device access). Host backend: no-op.
-  virtual gpu_status pin_host_memory(void* p, size_t n) = 0;
+  virtual status pin_host_memory(void* p, size_t n) = 0;
   virtual void unpin_host_memory(void* p) = 0;
 };
 
 std::unique_ptr<transfer_backend> make_host_backend();
-/// nullptr and the reason in *why_not when built without CUDA or no usable GPU.
-std::unique_ptr<transfer_backend> make_cuda_backend(std::string* why_not);
-/// True when the CUDA runtime sees at least one device; *detail says which or why not.
-bool cuda_device_present(std::string* detail);
+/// The CUDA backend, or error kind "no_cuda" (the reason in `detail`) when
+/// built without CUDA or no GPU is usable.
+expected<std::unique_ptr<transfer_backend>> make_cuda_backend();
+/// Which devices the CUDA runtime sees ("2 CUDA device(s): [0] ..."), or
+/// error kind "no_cuda" saying why there is none.
+expected<std::string> cuda_device_present();
 
 } // namespace kvs

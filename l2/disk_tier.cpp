@@ -25,23 +25,19 @@ bool ends_with(const std::string& s, const char* suffix) {
 }
 
 /// mkdir -p.
-bool make_dirs(const std::string& path, std::string* error) {
+status make_dirs(const std::string& path) {
   std::string cur;
   for (size_t i = 0; i <= path.size(); ++i) {
     if (i == path.size() || (path[i] == '/' && i > 0)) {
       cur = path.substr(0, i);
-      if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
-        *error = "cannot create directory " + cur + ": " + std::strerror(errno);
-        return false;
-      }
+      if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+        return make_error("io", "cannot create directory " + cur + ": " + std::strerror(errno));
     }
   }
   struct stat sb;
-  if (::stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-    *error = path + " is not a directory";
-    return false;
-  }
-  return true;
+  if (::stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return make_error("io", path + " is not a directory");
+  return {};
 }
 
 /// Reads exactly n bytes at offset; false on error or short file.
@@ -67,17 +63,13 @@ disk_tier::disk_tier(disk_tier_options opts) : opts_(std::move(opts)) {
     opts_.writev = [](int fd, const iovec* iov, int n) { return ::writev(fd, iov, n); };
 }
 
-std::unique_ptr<disk_tier> disk_tier::open(disk_tier_options opts, std::string* error) {
-  if (opts.path.empty()) {
-    *error = "no path";
-    return nullptr;
-  }
-  if (!make_dirs(opts.path, error))
-    return nullptr;
-  if (::access(opts.path.c_str(), R_OK | W_OK | X_OK) != 0) {
-    *error = "cannot read and write " + opts.path + ": " + std::strerror(errno);
-    return nullptr;
-  }
+expected<std::unique_ptr<disk_tier>> disk_tier::open(disk_tier_options opts) {
+  if (opts.path.empty())
+    return make_error("io", "no path");
+  if (auto made = make_dirs(opts.path); !made)
+    return made.error_value();
+  if (::access(opts.path.c_str(), R_OK | W_OK | X_OK) != 0)
+    return make_error("io", "cannot read and write " + opts.path + ": " + std::strerror(errno));
   std::unique_ptr<disk_tier> t{new disk_tier(std::move(opts))};
   t->scan();
   return t;

@@ -18,6 +18,7 @@
 // Single-threaded (the L2 actor owns it).
 #pragma once
 
+#include "core/error.hpp"
 #include "l2/object_header.hpp"
 
 #include <sys/types.h>
@@ -61,9 +62,9 @@ enum class disk_put { stored, exists, too_large, no_space, io_error };
 
 class disk_tier {
 public:
-  /// Creates `path` if missing and indexes what is there. Null (and *error)
-  /// when the directory cannot be created or read.
-  static std::unique_ptr<disk_tier> open(disk_tier_options opts, std::string* error);
+  /// Creates `path` if missing and indexes what is there. Error kind "io"
+  /// (the detail names the path) when the directory cannot be created or read.
+  static expected<std::unique_ptr<disk_tier>> open(disk_tier_options opts);
 
   /// Stores one object (skipped when present). May evict LRU objects.
   disk_put put(const l2_object_id& id, const void* data, size_t bytes);

@@ -315,9 +315,8 @@ void redis_client::run(std::vector<op>& ops) {
           writer_.command({"SET", *o->key, {o->head, o->value}});
       }
       // Send now so every node works on its share while we read the others.
-      std::string why;
-      if (!writer_.flush(c->fd, &why))
-        fail_node(*l.n, "write: " + why); // its lane is failed below
+      if (auto sent = writer_.flush(c->fd); !sent)
+        fail_node(*l.n, "write: " + sent.error_value().detail); // its lane is failed below
     }
     resp_reply r;
     for (auto& l : lanes) {
@@ -327,12 +326,16 @@ void redis_client::run(std::vector<op>& ops) {
       for (; c && i < l.ops.size(); ++i) {
         auto* o = l.ops[i];
         if (!o->ask_to.empty()) {
-          if (!reader_.next(c->fd, r, &why))
+          if (auto got = reader_.next(c->fd, r); !got) {
+            why = got.error_value().detail;
             break;
+          }
           o->ask_to.clear(); // +OK of ASKING
         }
-        if (!reader_.next(c->fd, r, &why, o->dst))
+        if (auto got = reader_.next(c->fd, r, o->dst); !got) {
+          why = got.error_value().detail;
           break;
+        }
         if (r.type == resp_reply::kind::error) {
           std::string_view e = r.text;
           bool moved = e.rfind("MOVED ", 0) == 0;
@@ -456,16 +459,16 @@ std::vector<bool> redis_client::set(const std::vector<std::string>& keys,
   return out;
 }
 
-std::optional<std::string> redis_client::command(const std::vector<std::string>& argv,
-                                                 std::string_view key) {
+expected<std::string> redis_client::command(const std::vector<std::string>& argv,
+                                            std::string_view key) {
   if (opts_.cluster && slots_stale_)
     refresh_slots();
   node* n = key.empty() ? (nodes_.empty() ? nullptr : nodes_.front().get()) : node_for(key);
   if (!n)
-    return std::nullopt;
+    return make_error("unreachable", "no Redis node for the command");
   auto* c = connection(*n, 0);
   if (!c)
-    return std::nullopt;
+    return make_error("unreachable", last_error_);
   std::vector<const char*> a;
   std::vector<size_t> l;
   for (auto& s : argv) {
@@ -476,7 +479,7 @@ std::optional<std::string> redis_client::command(const std::vector<std::string>&
     redisCommandArgv(c, static_cast<int>(a.size()), a.data(), l.data()))};
   if (!r) {
     fail_node(*n, "command: " + hiredis_error(c, opts_.timeout));
-    return std::nullopt;
+    return make_error("io", last_error_);
   }
   return flatten(r.get());
 }

@@ -96,9 +96,9 @@ public:
                         const std::vector<std::string_view>& heads = {});
 
   /// A plain command on the node owning `key` (tests, diagnostics); the
-  /// reply flattened to text, nullopt on failure.
-  std::optional<std::string> command(const std::vector<std::string>& argv,
-                                     std::string_view key = {});
+  /// reply flattened to text, or error kind "unreachable" (no node or no
+  /// connection) or "io" (the command failed), the detail saying why.
+  expected<std::string> command(const std::vector<std::string>& argv, std::string_view key = {});
 
   const redis_stats& stats() const { return stats_; }
   /// Nodes known (cluster: from the slot map; else the endpoints).

@@ -51,22 +51,23 @@ bool parse_int(std::string_view s, long long* v) {
   return ec == std::errc{} && end == s.data() + s.size();
 }
 
+/// A reply that breaks RESP: the connection cannot be trusted after it.
+error protocol(std::string detail) { return make_error("protocol", std::move(detail)); }
+
 } // namespace
 
 resp_reader::resp_reader(size_t max_bulk, std::chrono::milliseconds timeout)
     : max_bulk_(max_bulk), timeout_(timeout), buf_(read_buffer_bytes) {}
 
-bool resp_reader::io_error(ssize_t n, std::string* why, const std::string& waiting_for) {
+error resp_reader::io_error(ssize_t n, const std::string& waiting_for) const {
   if (n == 0)
-    *why = "server closed the connection " + waiting_for;
-  else if (errno == EAGAIN || errno == EWOULDBLOCK)
-    *why = "no data within " + std::to_string(timeout_.count()) + " ms " + waiting_for;
-  else
-    *why = std::string{std::strerror(errno)} + " " + waiting_for;
-  return false;
+    return make_error("closed", "server closed the connection " + waiting_for);
+  if (errno == EAGAIN || errno == EWOULDBLOCK)
+    return make_error("timeout", "no data within " + std::to_string(timeout_.count()) + " ms " + waiting_for);
+  return make_error("io", std::string{std::strerror(errno)} + " " + waiting_for);
 }
 
-bool resp_reader::fill(int fd, std::string* why, const char* waiting_for) {
+status resp_reader::fill(int fd, const char* waiting_for) {
   if (begin_ == end_)
     begin_ = end_ = 0;
   else if (end_ == buf_.size() && begin_ > 0) {
@@ -78,15 +79,15 @@ bool resp_reader::fill(int fd, std::string* why, const char* waiting_for) {
     ssize_t n = ::read(fd, buf_.data() + end_, buf_.size() - end_);
     if (n > 0) {
       end_ += static_cast<size_t>(n);
-      return true;
+      return {};
     }
     if (n < 0 && errno == EINTR)
       continue;
-    return io_error(n, why, waiting_for);
+    return io_error(n, waiting_for);
   }
 }
 
-bool resp_reader::line(int fd, std::string_view* out, std::string* why) {
+status resp_reader::line(int fd, std::string_view* out) {
   size_t scanned = begin_;
   for (;;) {
     auto* start = buf_.data() + begin_;
@@ -96,20 +97,18 @@ bool resp_reader::line(int fd, std::string_view* out, std::string* why) {
       if (*p == '\n' && p[-1] == '\r') {
         *out = std::string_view(start, static_cast<size_t>(p - 1 - start));
         begin_ = static_cast<size_t>(p + 1 - buf_.data());
-        return true;
+        return {};
       }
-    if (end_ - begin_ >= buf_.size()) {
-      *why = "reply line longer than " + std::to_string(buf_.size()) + " bytes without CRLF";
-      return false;
-    }
+    if (end_ - begin_ >= buf_.size())
+      return protocol("reply line longer than " + std::to_string(buf_.size()) + " bytes without CRLF");
     size_t seen = end_ - begin_; // survives the compaction in fill()
-    if (!fill(fd, why, seen ? "in the middle of a reply line" : "waiting for a reply"))
-      return false;
+    if (auto ok = fill(fd, seen ? "in the middle of a reply line" : "waiting for a reply"); !ok)
+      return ok;
     scanned = begin_ + seen;
   }
 }
 
-bool resp_reader::bulk(int fd, long long len, std::string& dst, std::string* why) {
+status resp_reader::bulk(int fd, long long len, std::string& dst) {
   auto total = static_cast<size_t>(len);
   auto context = [&](size_t got) {
     return "after " + std::to_string(got) + " of " + std::to_string(total)
@@ -131,65 +130,54 @@ bool resp_reader::bulk(int fd, long long len, std::string& dst, std::string* why
     }
     if (n < 0 && errno == EINTR)
       continue;
-    return io_error(n, why, context(got));
+    return io_error(n, context(got));
   }
   while (buffered() < 2)
-    if (!fill(fd, why, "before the CRLF that ends a bulk reply"))
-      return false;
-  if (buf_[begin_] != '\r' || buf_[begin_ + 1] != '\n') {
-    *why = "bulk reply of " + std::to_string(total) + " bytes followed by "
-           + show_byte(buf_[begin_]) + " instead of CRLF";
-    return false;
-  }
+    if (auto ok = fill(fd, "before the CRLF that ends a bulk reply"); !ok)
+      return ok;
+  if (buf_[begin_] != '\r' || buf_[begin_ + 1] != '\n')
+    return protocol("bulk reply of " + std::to_string(total) + " bytes followed by "
+                    + show_byte(buf_[begin_]) + " instead of CRLF");
   begin_ += 2;
-  return true;
+  return {};
 }
 
-bool resp_reader::next(int fd, resp_reply& out, std::string* why, std::string* bulk_to) {
+status resp_reader::next(int fd, resp_reply& out, std::string* bulk_to) {
   std::string_view l;
-  if (!line(fd, &l, why))
-    return false;
-  if (l.empty()) {
-    *why = "empty reply line";
-    return false;
-  }
+  if (auto ok = line(fd, &l); !ok)
+    return ok;
+  if (l.empty())
+    return protocol("empty reply line");
   auto rest = l.substr(1);
   switch (l[0]) {
     case '+':
     case '-':
       out.type = l[0] == '+' ? resp_reply::kind::status : resp_reply::kind::error;
       out.text.assign(rest.data(), rest.size());
-      return true;
+      return {};
     case ':':
       out.type = resp_reply::kind::integer;
-      if (!parse_int(rest, &out.integer)) {
-        *why = "integer reply ':" + excerpt(rest) + "' is not a number";
-        return false;
-      }
-      return true;
+      if (!parse_int(rest, &out.integer))
+        return protocol("integer reply ':" + excerpt(rest) + "' is not a number");
+      return {};
     case '$': {
       long long len = 0;
-      if (!parse_int(rest, &len) || len < -1) {
-        *why = "bulk length '$" + excerpt(rest) + "' is not a length";
-        return false;
-      }
+      if (!parse_int(rest, &len) || len < -1)
+        return protocol("bulk length '$" + excerpt(rest) + "' is not a length");
       if (len == -1) {
         out.type = resp_reply::kind::nil;
         out.text.clear();
-        return true;
+        return {};
       }
-      if (static_cast<unsigned long long>(len) > max_bulk_) {
-        *why = "bulk length " + std::to_string(len) + " over the limit of "
-               + std::to_string(max_bulk_) + " bytes";
-        return false;
-      }
+      if (static_cast<unsigned long long>(len) > max_bulk_)
+        return protocol("bulk length " + std::to_string(len) + " over the limit of "
+                        + std::to_string(max_bulk_) + " bytes");
       out.type = resp_reply::kind::bulk;
-      return bulk(fd, len, bulk_to ? *bulk_to : out.text, why);
+      return bulk(fd, len, bulk_to ? *bulk_to : out.text);
     }
     default:
-      *why = "unexpected reply type byte " + show_byte(l[0]) + " in '" + excerpt(l)
-             + "' (a GET/SET/EXISTS reply starts with + - : or $)";
-      return false;
+      return protocol("unexpected reply type byte " + show_byte(l[0]) + " in '" + excerpt(l)
+                      + "' (a GET/SET/EXISTS reply starts with + - : or $)");
   }
 }
 
@@ -232,13 +220,13 @@ void resp_writer::clear() {
   pieces_.clear();
 }
 
-bool resp_writer::flush(int fd, std::string* why) {
+status resp_writer::flush(int fd) {
   std::vector<iovec> iov;
   iov.reserve(pieces_.size());
   for (auto& p : pieces_)
     iov.push_back({const_cast<char*>(p.ref ? p.ref : small_.data() + p.off), p.len});
   size_t i = 0;
-  bool ok = true;
+  status ok;
   while (i < iov.size()) {
     msghdr m{};
     m.msg_iov = iov.data() + i;
@@ -247,9 +235,8 @@ bool resp_writer::flush(int fd, std::string* why) {
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      *why = errno == EAGAIN || errno == EWOULDBLOCK ? std::string{"send timed out"}
-                                                     : std::string{std::strerror(errno)};
-      ok = false;
+      ok = errno == EAGAIN || errno == EWOULDBLOCK ? make_error("timeout", "send timed out")
+                                                   : make_error("io", std::strerror(errno));
       break;
     }
     // Skip what was sent; a partly sent piece keeps its tail.

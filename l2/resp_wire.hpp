@@ -14,6 +14,8 @@
 // strict: anything else is a protocol error that names what was wrong.
 #pragma once
 
+#include "core/error.hpp"
+
 #include <sys/types.h>
 
 #include <chrono>
@@ -44,22 +46,23 @@ public:
   /// the timed-out message.
   resp_reader(size_t max_bulk, std::chrono::milliseconds timeout);
 
-  /// The next reply on `fd`. False on an I/O or protocol failure, with *why
-  /// naming it ("server closed the connection after 3 of 1000 bytes of a
-  /// bulk reply", "bulk length 99999 over the limit of ..."); the
-  /// connection is then unusable and the buffer should be clear()ed.
+  /// The next reply on `fd`. On failure an error naming it: kind "closed",
+  /// "timeout" or "io" for the socket ("server closed the connection after
+  /// 3 of 1000 bytes of a bulk reply"), "protocol" for a reply that breaks
+  /// RESP ("bulk length 99999 over the limit of ..."); the connection is
+  /// then unusable and the buffer should be clear()ed.
   /// A bulk goes to *bulk_to when given (its memory is reused), else to
   /// out.text.
-  bool next(int fd, resp_reply& out, std::string* why, std::string* bulk_to = nullptr);
+  status next(int fd, resp_reply& out, std::string* bulk_to = nullptr);
 
   size_t buffered() const { return end_ - begin_; }
   void clear() { begin_ = end_ = 0; }
 
 private:
-  bool fill(int fd, std::string* why, const char* waiting_for);
-  bool line(int fd, std::string_view* out, std::string* why);
-  bool bulk(int fd, long long len, std::string& dst, std::string* why);
-  bool io_error(ssize_t n, std::string* why, const std::string& waiting_for);
+  status fill(int fd, const char* waiting_for);
+  status line(int fd, std::string_view* out);
+  status bulk(int fd, long long len, std::string& dst);
+  error io_error(ssize_t n, const std::string& waiting_for) const;
 
   size_t max_bulk_;
   std::chrono::milliseconds timeout_;
@@ -86,8 +89,8 @@ class resp_writer {
 public:
   void command(std::initializer_list<resp_arg> argv);
   /// Writes everything queued (blocking; SO_SNDTIMEO bounds each wait) and
-  /// clears the queue. False with *why on failure (no SIGPIPE).
-  bool flush(int fd, std::string* why);
+  /// clears the queue. Error kind "timeout" or "io" on failure (no SIGPIPE).
+  status flush(int fd);
   void clear();
   bool empty() const { return pieces_.empty(); }
 

@@ -24,14 +24,6 @@ spdlog::level::level_enum to_spd(level l) {
   }
 }
 
-level parse_level(std::string_view s) {
-  if (s == "trace") return level::trace;
-  if (s == "debug") return level::debug;
-  if (s == "warn") return level::warn;
-  if (s == "error") return level::error;
-  return level::info;
-}
-
 // Escapes control characters and the backslash, so a client-supplied string
 // (shm name, request id, model name) cannot write a line, or an escape, that
 // looks like the sidecar's own. JSON lines also escape '"' and use \uXXXX;
@@ -80,9 +72,9 @@ const char* level_name(level l, bool json) {
 
 } // namespace
 
-void init(std::string_view format, std::string_view min_level, std::string_view) {
-  json_ = format == "json";
-  min_level_ = static_cast<int>(parse_level(min_level));
+void init(format fmt, level min_level, std::string_view) {
+  json_ = fmt == format::json;
+  min_level_ = static_cast<int>(min_level);
   auto lg = make_logger(json_);
   std::atomic_store(&logger_, lg);
 }

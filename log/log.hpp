@@ -15,8 +15,11 @@ namespace kvs::log {
 
 enum class level { trace = 0, debug, info, warn, error, off };
 
-/// Configures the process-wide logger. `format` is "text" or "json".
-void init(std::string_view format, std::string_view min_level, std::string_view process);
+/// Line format (sidecar.log_format).
+enum class format { text, json };
+
+/// Configures the process-wide logger.
+void init(format fmt, level min_level, std::string_view process);
 
 /// True when lines at `lvl` are written (checked before formatting).
 bool enabled(level lvl);

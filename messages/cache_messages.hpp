@@ -5,6 +5,8 @@
 // requests of the store and GPU-transfer actors (see actors/interfaces.hpp).
 #pragma once
 
+#include "core/engine_type.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -143,7 +145,7 @@ struct store_configure_reply {
 
 struct gpu_open {
   int64_t instance_id = 0;
-  std::string engine; ///< "sglang", "vllm", ... (how RETRIEVE's skip counts)
+  engine_type engine; ///< how RETRIEVE's skip counts (sglang vs the others)
   std::shared_ptr<const std::vector<tensor_desc>> tensors;
   std::shared_ptr<const kv_layout> layout;
 };

@@ -15,13 +15,12 @@
 #pragma once
 
 #include "messages/kv_events.hpp"
-#include "messages/wire_error.hpp"
+#include "core/error.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
 namespace kvs {
@@ -33,14 +32,14 @@ struct event_decode_result {
   /// not know: a newer engine's event), "bad_field" (a field missing, of the
   /// wrong type or out of range) or "bad_event" (not a map or array, no tag,
   /// non-string key); detail names the event index and the field.
-  std::vector<wire_error> dropped;
+  std::vector<error> dropped;
 };
 
 /// Decodes one payload frame.
 ///
 /// The envelope must be an array of 2 or 3: [ts (float or int), events
 /// (array), dp_rank (int or nil)], followed by nothing. Anything else (not
-/// msgpack, truncated, trailing bytes, wrong envelope) is a wire_error of kind
+/// msgpack, truncated, trailing bytes, wrong envelope) is an error of kind
 /// "not_a_batch"; so is an event that cannot even be skipped (truncated).
 /// An event that is well-formed msgpack but not a valid event is dropped alone
 /// and reported in `dropped`.
@@ -65,8 +64,7 @@ struct event_decode_result {
 ///     msgspec does (newer engines add fields).
 /// No allocation is sized from a length field beyond what the remaining input
 /// could hold.
-std::variant<event_decode_result, wire_error> decode_event_batch(const uint8_t* data,
-                                                                 size_t size);
+expected<event_decode_result> decode_event_batch(const uint8_t* data, size_t size);
 
 /// Appends the msgpack payload of `batch` to `out` (which the caller reuses
 /// between batches to avoid reallocations).

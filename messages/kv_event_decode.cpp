@@ -26,7 +26,7 @@ using msgpack_io::reader;
 // event parsing
 // ---------------------------------------------------------------------------
 
-enum class status { ok, drop, fatal };
+enum class verdict { ok, drop, fatal };
 
 /// Parses events off a shared cursor. On `drop` it leaves kind/detail set
 /// (detail without the "event i: " prefix); on `fatal` the cursor's error.
@@ -34,10 +34,10 @@ class event_parser {
 public:
   explicit event_parser(reader& r) : r_(r) {}
 
-  status parse(kv_event_batch& batch) {
+  verdict parse(kv_event_batch& batch) {
     mitem head;
     if (!r_.next(head))
-      return status::fatal;
+      return verdict::fatal;
     if (head.kind == mkind::array)
       return parse_positional(head.len, batch);
     if (head.kind == mkind::map)
@@ -51,20 +51,20 @@ public:
 private:
   enum class tag { stored, removed, cleared };
 
-  status drop(const char* kind, std::string detail) {
+  verdict drop(const char* kind, std::string detail) {
     kind_ = kind;
     detail_ = std::move(detail);
-    return status::drop;
+    return verdict::drop;
   }
-  status bad_field(name_ref field, const std::string& what) {
+  verdict bad_field(name_ref field, const std::string& what) {
     return drop("bad_field", "field '" + std::string(field.s, field.n) + "': " + what);
   }
-  status wrong_type(name_ref field, const char* expected, const mitem& got) {
+  verdict wrong_type(name_ref field, const char* expected, const mitem& got) {
     return bad_field(field, std::string("expected ") + expected + ", got " + kind_name(got.kind));
   }
-  status fatal() { return status::fatal; }
+  verdict fatal() { return verdict::fatal; }
 
-  status read_tag(const mitem& it, tag& out) {
+  verdict read_tag(const mitem& it, tag& out) {
     if (it.kind != mkind::str)
       return drop("bad_event", std::string("tag: expected str, got ") + kind_name(it.kind));
     if (same(it, tag_stored))
@@ -76,19 +76,19 @@ private:
     else
       return drop("unknown_tag",
                   "unknown tag '" + std::string(reinterpret_cast<const char*>(it.ptr), it.len) + "'");
-    return status::ok;
+    return verdict::ok;
   }
 
   // -- positional: [tag, field0, field1, ...] -------------------------------
-  status parse_positional(uint32_t count, kv_event_batch& batch) {
+  verdict parse_positional(uint32_t count, kv_event_batch& batch) {
     if (count == 0)
       return drop("bad_event", "empty array");
     mitem it;
     if (!r_.next(it))
       return fatal();
     tag t;
-    status s = read_tag(it, t);
-    if (s != status::ok)
+    verdict s = read_tag(it, t);
+    if (s != verdict::ok)
       return s;
     uint64_t nfields = count - 1;
     switch (t) {
@@ -97,7 +97,7 @@ private:
         auto& e = std::get<block_stored>(batch.events.emplace_back(std::in_place_type<block_stored>));
         s = positional_fields(nfields, sf_vllm_count, stored_required, stored_names,
                               [&](int f) { return stored_field_value(f, e); });
-        if (s != status::ok)
+        if (s != verdict::ok)
           batch.events.pop_back();
         return s;
       }
@@ -105,7 +105,7 @@ private:
         auto& e = std::get<block_removed>(batch.events.emplace_back(std::in_place_type<block_removed>));
         s = positional_fields(nfields, rf_count, removed_required, removed_names,
                               [&](int f) { return removed_field_value(f, e); });
-        if (s != status::ok)
+        if (s != verdict::ok)
           batch.events.pop_back();
         return s;
       }
@@ -113,33 +113,33 @@ private:
         if (!r_.skip(nfields))
           return fatal();
         batch.events.emplace_back(all_blocks_cleared{});
-        return status::ok;
+        return verdict::ok;
     }
     return fatal();
   }
 
   template <typename F>
-  status positional_fields(uint64_t nfields, int known, int required, const name_ref* names,
+  verdict positional_fields(uint64_t nfields, int known, int required, const name_ref* names,
                            F&& field) {
     if (nfields < static_cast<uint64_t>(required))
       return bad_field(names[nfields], "missing");
     uint64_t n = nfields < static_cast<uint64_t>(known) ? nfields : known;
     for (uint64_t f = 0; f < n; ++f) {
-      status s = field(static_cast<int>(f));
-      if (s != status::ok)
+      verdict s = field(static_cast<int>(f));
+      if (s != verdict::ok)
         return s;
     }
     // Fields a newer engine appended: ignored, as msgspec does.
-    return r_.skip(nfields - n) ? status::ok : fatal();
+    return r_.skip(nfields - n) ? verdict::ok : fatal();
   }
 
   // -- tagged map: {"type": tag, field: value, ...} -------------------------
-  status parse_map(uint32_t pairs, kv_event_batch& batch) {
+  verdict parse_map(uint32_t pairs, kv_event_batch& batch) {
     size_t body = r_.offset();
     tag t;
     uint32_t at = 0;
-    status s = find_tag(pairs, t, at);
-    if (s != status::ok)
+    verdict s = find_tag(pairs, t, at);
+    if (s != verdict::ok)
       return s;
     if (at == 0) {
       --pairs; // the usual case: carry on after the leading "type" pair
@@ -152,7 +152,7 @@ private:
         auto& e = std::get<block_stored>(batch.events.emplace_back(std::in_place_type<block_stored>));
         s = map_fields(pairs, sf_count, stored_required, stored_names,
                        [&](int f) { return stored_field_value(f, e); });
-        if (s != status::ok)
+        if (s != verdict::ok)
           batch.events.pop_back();
         return s;
       }
@@ -160,14 +160,14 @@ private:
         auto& e = std::get<block_removed>(batch.events.emplace_back(std::in_place_type<block_removed>));
         s = map_fields(pairs, rf_count, removed_required, removed_names,
                        [&](int f) { return removed_field_value(f, e); });
-        if (s != status::ok)
+        if (s != verdict::ok)
           batch.events.pop_back();
         return s;
       }
       case tag::cleared:
         // No fields, but msgspec still insists on str keys.
         s = map_fields(pairs, 0, 0, nullptr, [&](int) { return fatal(); });
-        if (s == status::ok)
+        if (s == verdict::ok)
           batch.events.emplace_back(all_blocks_cleared{});
         return s;
     }
@@ -176,7 +176,7 @@ private:
 
   /// msgspec finds the tag wherever it is in the map; "type" is first in
   /// everything msgspec writes, so the scan normally stops at once.
-  status find_tag(uint32_t pairs, tag& t, uint32_t& at) {
+  verdict find_tag(uint32_t pairs, tag& t, uint32_t& at) {
     mitem key;
     for (uint32_t k = 0; k < pairs; ++k) {
       at = k;
@@ -197,7 +197,7 @@ private:
   }
 
   template <typename F>
-  status map_fields(uint32_t pairs, int known, int required, const name_ref* names, F&& field) {
+  verdict map_fields(uint32_t pairs, int known, int required, const name_ref* names, F&& field) {
     uint32_t seen = 0;
     int expect = 0; // keys usually come in declaration order: try that first
     mitem key;
@@ -217,8 +217,8 @@ private:
           return fatal();
         continue;
       }
-      status s = field(f);
-      if (s != status::ok)
+      verdict s = field(f);
+      if (s != verdict::ok)
         return s;
       seen |= 1u << f;
       expect = f + 1;
@@ -226,11 +226,11 @@ private:
     for (int f = 0; f < required; ++f)
       if (!(seen & (1u << f)))
         return bad_field(names[f], "missing");
-    return status::ok;
+    return verdict::ok;
   }
 
   // -- fields ---------------------------------------------------------------
-  status stored_field_value(int f, block_stored& e) {
+  verdict stored_field_value(int f, block_stored& e) {
     name_ref name = stored_names[f];
     switch (f) {
       case sf_block_hashes: return hashes(name, e.block_hashes);
@@ -238,8 +238,8 @@ private:
       case sf_token_ids: return tokens(name, e.token_ids);
       case sf_block_size: {
         std::optional<int64_t> v;
-        status s = opt_int(name, v, false);
-        if (s == status::ok && v && *v < 0)
+        verdict s = opt_int(name, v, false);
+        if (s == verdict::ok && v && *v < 0)
           return bad_field(name, "negative: " + std::to_string(*v));
         e.block_size = v ? *v : 0;
         return s;
@@ -261,7 +261,7 @@ private:
     }
   }
 
-  status removed_field_value(int f, block_removed& e) {
+  verdict removed_field_value(int f, block_removed& e) {
     name_ref name = removed_names[f];
     switch (f) {
       case rf_block_hashes: return hashes(name, e.block_hashes);
@@ -293,7 +293,7 @@ private:
     }
   }
 
-  status hashes(name_ref name, std::vector<uint64_t>& out) {
+  verdict hashes(name_ref name, std::vector<uint64_t>& out) {
     mitem it;
     if (!r_.next(it))
       return fatal();
@@ -312,22 +312,22 @@ private:
         return bad_field(name, "element " + std::to_string(k) + ": expected int or bytes, got " +
                                    kind_name(it.kind));
     }
-    return status::ok;
+    return verdict::ok;
   }
 
-  status opt_hash(name_ref name, std::optional<uint64_t>& out) {
+  verdict opt_hash(name_ref name, std::optional<uint64_t>& out) {
     mitem it;
     if (!r_.next(it))
       return fatal();
     if (it.kind == mkind::nil) {
       out.reset();
-      return status::ok;
+      return verdict::ok;
     }
     uint64_t h;
     if (!hash_value(it, h))
       return wrong_type(name, "int, bytes or nil", it);
     out = h;
-    return status::ok;
+    return verdict::ok;
   }
 
   /// An int64 from an item; false (with `why`) when it is not one.
@@ -348,7 +348,7 @@ private:
     return false;
   }
 
-  status tokens(name_ref name, std::vector<int64_t>& out) {
+  verdict tokens(name_ref name, std::vector<int64_t>& out) {
     mitem it;
     if (!r_.next(it))
       return fatal();
@@ -373,49 +373,49 @@ private:
                                    (why ? std::string(why)
                                         : std::string("expected int, got ") + kind_name(it.kind)));
     }
-    return status::ok;
+    return verdict::ok;
   }
 
-  status opt_int(name_ref name, std::optional<int64_t>& out, bool nil_ok) {
+  verdict opt_int(name_ref name, std::optional<int64_t>& out, bool nil_ok) {
     mitem it;
     if (!r_.next(it))
       return fatal();
     if (it.kind == mkind::nil && nil_ok) {
       out.reset();
-      return status::ok;
+      return verdict::ok;
     }
     int64_t v;
     const char* why;
     if (!int64_value(it, v, why))
       return why ? bad_field(name, why) : wrong_type(name, nil_ok ? "int or nil" : "int", it);
     out = v;
-    return status::ok;
+    return verdict::ok;
   }
 
-  status opt_str(name_ref name, std::optional<std::string>& out) {
+  verdict opt_str(name_ref name, std::optional<std::string>& out) {
     mitem it;
     if (!r_.next(it))
       return fatal();
     if (it.kind == mkind::nil) {
       out.reset();
-      return status::ok;
+      return verdict::ok;
     }
     if (it.kind != mkind::str)
       return wrong_type(name, "str or nil", it);
     if (!valid_utf8(it.ptr, it.len))
       return bad_field(name, "invalid UTF-8");
     out.emplace(reinterpret_cast<const char*>(it.ptr), it.len);
-    return status::ok;
+    return verdict::ok;
   }
 
   /// vLLM 0.33: list[list[int]] | None.
-  status lookahead(name_ref name, std::optional<std::vector<std::vector<int64_t>>>& out) {
+  verdict lookahead(name_ref name, std::optional<std::vector<std::vector<int64_t>>>& out) {
     mitem it;
     if (!r_.next(it))
       return fatal();
     if (it.kind == mkind::nil) {
       out.reset();
-      return status::ok;
+      return verdict::ok;
     }
     if (it.kind != mkind::array)
       return wrong_type(name, "array or nil", it);
@@ -424,25 +424,25 @@ private:
       return fatal();
     auto& lists = out.emplace(n);
     for (uint32_t k = 0; k < n; ++k) {
-      status s = tokens(name, lists[k]);
-      if (s != status::ok) {
-        if (s == status::drop)
+      verdict s = tokens(name, lists[k]);
+      if (s != verdict::ok) {
+        if (s == verdict::drop)
           detail_ += " (in element " + std::to_string(k) + ")";
         return s;
       }
     }
-    return status::ok;
+    return verdict::ok;
   }
 
   /// vLLM: list[tuple[Any, ...] | None] | None. Kept as raw msgpack.
-  status extra_keys(name_ref name, std::optional<std::string>& out) {
+  verdict extra_keys(name_ref name, std::optional<std::string>& out) {
     size_t start = r_.offset();
     mitem it;
     if (!r_.next(it))
       return fatal();
     if (it.kind == mkind::nil) {
       out.reset();
-      return status::ok;
+      return verdict::ok;
     }
     if (it.kind != mkind::array)
       return wrong_type(name, "array or nil", it);
@@ -462,7 +462,7 @@ private:
     if (bad_utf8)
       return bad_field(name, "invalid UTF-8 in a str");
     out.emplace(reinterpret_cast<const char*>(r_.at(start)), r_.offset() - start);
-    return status::ok;
+    return verdict::ok;
   }
 
   reader& r_;
@@ -470,14 +470,13 @@ private:
   std::string detail_;
 };
 
-wire_error not_a_batch(std::string detail) {
-  return wire_error{"not_a_batch", std::move(detail)};
+error not_a_batch(std::string detail) {
+  return error{"not_a_batch", std::move(detail)};
 }
 
 } // namespace
 
-std::variant<event_decode_result, wire_error> decode_event_batch(const uint8_t* data,
-                                                                 size_t size) {
+expected<event_decode_result> decode_event_batch(const uint8_t* data, size_t size) {
   reader r(data, size);
   mitem it;
   if (!r.next(it))
@@ -520,16 +519,16 @@ std::variant<event_decode_result, wire_error> decode_event_batch(const uint8_t* 
   for (uint32_t k = 0; k < n; ++k) {
     size_t start = r.offset();
     switch (parser.parse(result.batch)) {
-      case status::ok: break;
-      case status::drop:
+      case verdict::ok: break;
+      case verdict::drop:
         // Step over the rest of the bad event so the next one can decode.
         r.seek(start);
         if (!r.skip(1))
           return not_a_batch("event " + std::to_string(k) + ": " + r.error());
         result.dropped.push_back(
-            wire_error{parser.kind(), "event " + std::to_string(k) + ": " + parser.detail()});
+            error{parser.kind(), "event " + std::to_string(k) + ": " + parser.detail()});
         break;
-      case status::fatal:
+      case verdict::fatal:
         return not_a_batch("event " + std::to_string(k) + ": " + r.error());
     }
   }
@@ -559,8 +558,8 @@ void decode_wire_events(kv_event_batch& batch) {
   const std::string& bytes = *batch.wire->bytes;
   auto res = decode_event_batch(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   // A canonical payload always decodes whole (test_events_passthrough).
-  if (auto* ok = std::get_if<event_decode_result>(&res))
-    batch.events = std::move(ok->batch.events);
+  if (res)
+    batch.events = std::move(res->batch.events);
   batch.wire.reset();
 }
 

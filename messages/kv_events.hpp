@@ -5,6 +5,8 @@
 // so every part of the project can include this cheaply.
 #pragma once
 
+#include "core/event_dialect.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,12 +59,6 @@ struct block_removed {
 struct all_blocks_cleared {};
 
 using kv_event = std::variant<block_stored, block_removed, all_blocks_cleared>;
-
-/// The dialect a batch is written in.
-enum class event_dialect {
-  vllm,       ///< tagged maps (vLLM >= PR #42892); 5-frame replay
-  tokenspeed, ///< positional arrays (tokenspeed, older vLLM); 4-frame replay
-};
 
 /// A payload already exactly as encode_event_batch writes it in `dialect`
 /// (kv_event_codec.hpp check_canonical_event_batch): the relay forwards these

@@ -28,10 +28,10 @@ using namespace lmcache_wire;
 // Records
 // ---------------------------------------------------------------------------
 
-derr read_cache_key(cursor& c, const std::string& where, cache_key& k) {
+status read_cache_key(cursor& c, const std::string& where, cache_key& k) {
   required req{{{"model_name", false}, {"world_size", false}, {"worker_id", false}, {"token_ids", false},
                 {"start", false}, {"end", false}, {"request_id", false}}};
-  auto e = read_fields(c, where, false, [&](std::string_view f, bool& known) -> derr {
+  auto e = read_fields(c, where, false, [&](std::string_view f, bool& known) -> status {
     known = true;
     req.seen(f);
     std::string w = at_field(where, f);
@@ -44,87 +44,91 @@ derr read_cache_key(cursor& c, const std::string& where, cache_key& k) {
     if (f == "num_kv_readers") return read_int(c, w, k.num_kv_readers);
     if (f == "token_ids") {
       uint32_t n = 0;
-      if (auto r = read_header(c, w, mk::array, n)) return r;
+      if (auto r = read_header(c, w, mk::array, n); !r) return r;
       k.token_ids.clear();
       k.token_ids.reserve(std::min<uint32_t>(n, k_reserve_cap));
       for (uint32_t t = 0; t < n; ++t) {
         int64_t v = 0;
-        if (auto r = read_int_at(c, w, t, v)) return r;
+        if (auto r = read_int_at(c, w, t, v); !r) return r;
         if (v < 0 || v > int64_t{std::numeric_limits<uint32_t>::max()})
           return fail(at_index(w, t), "token id " + std::to_string(v) + " outside uint32");
         k.token_ids.push_back(static_cast<uint32_t>(v));
       }
-      return std::nullopt;
+      return {};
     }
     if (f == "cache_salt") {
       size_t cps = 0;
-      if (auto r = read_str(c, w, k.cache_salt, &cps)) return r;
+      if (auto r = read_str(c, w, k.cache_salt, &cps); !r) return r;
       // IPCCacheServerKey.__post_init__ (custom_types.py): isolation salts
       // end up in object names, so these characters and lengths are refused.
       if (k.cache_salt.find_first_of(std::string("@/\\\0", 4)) != std::string::npos)
         return fail(w, "cache_salt must not contain '@', '/', '\\' or NUL");
       if (cps > 128) return fail(w, "cache_salt longer than 128 characters");
-      return std::nullopt;
+      return {};
     }
     if (f == "request_configs") {
       // dict[str, Any] | None: checked to be a str-keyed map, kept raw.
       const uint8_t* begin = c.pos();
       item it;
-      if (auto r = read_item(c, w, it)) return r;
+      if (auto r = read_item(c, w, it); !r) return r;
       if (it.kind == mk::nil) {
         k.request_configs_msgpack.clear();
-        return std::nullopt;
+        return {};
       }
-      if (it.kind != mk::map) return expected(w, "map or nil", it);
+      if (it.kind != mk::map) return wrong_kind(w, "map or nil", it);
       for (uint32_t m = 0; m < it.len; ++m) {
         item key;
-        if (auto r = read_item(c, w, key)) return r;
+        if (auto r = read_item(c, w, key); !r) return r;
         if (key.kind != mk::str) return fail(w, std::string("map key must be str, got ") + mk_name(key.kind));
         if (const char* s = c.skip()) return fail(w, std::string("undecodable msgpack (") + s + ")");
       }
       k.request_configs_msgpack.assign(reinterpret_cast<const char*>(begin), static_cast<size_t>(c.pos() - begin));
-      return std::nullopt;
+      return {};
     }
     known = false;
-    return std::nullopt;
+    return {};
   });
-  if (e) return e;
+  if (!e) return e;
   return req.check(where, "IPCCacheServerKey");
 }
 
-derr read_layout_hints(cursor& c, const std::string& where, layout_hints& h) {
-  return read_fields(c, where, false, [&](std::string_view f, bool& known) -> derr {
+status read_layout_hints(cursor& c, const std::string& where, layout_hints& h) {
+  return read_fields(c, where, false, [&](std::string_view f, bool& known) -> status {
     known = true;
     std::string w = at_field(where, f);
-    auto literal = [&](std::optional<std::string>& out, std::initializer_list<const char*> allowed) -> derr {
+    // A fixed-value hint, parsed into its enum here and nowhere else.
+    auto literal = [&](auto& out, auto... allowed) -> status {
       std::string s;
-      if (auto r = read_str(c, w, s)) return r;
-      for (const char* a : allowed)
-        if (s == a) {
-          out = std::move(s);
-          return std::nullopt;
+      if (auto r = read_str(c, w, s); !r) return r;
+      for (auto a : {allowed...})
+        if (s == to_string(a)) {
+          out = a;
+          return {};
         }
       return fail(w, "invalid value '" + s.substr(0, 32) + "'");
     };
-    auto integer = [&](std::optional<int64_t>& out) -> derr {
+    auto integer = [&](std::optional<int64_t>& out) -> status {
       int64_t v = 0;
-      if (auto r = read_int(c, w, v)) return r;
+      if (auto r = read_int(c, w, v); !r) return r;
       out = v;
-      return std::nullopt;
+      return {};
     };
-    if (f == "kv_layout") return literal(h.kv_layout, {"NHD", "HND", "BLHNC", "BLNHC"});
-    if (f == "kv_list_layout") return literal(h.kv_list_layout, {"k_v", "unified"});
+    if (f == "kv_layout")
+      return literal(h.kv_layout, vllm_kv_layout::nhd, vllm_kv_layout::hnd, vllm_kv_layout::blhnc,
+                     vllm_kv_layout::blnhc);
+    if (f == "kv_list_layout")
+      return literal(h.kv_list_layout, sglang_kv_list_layout::k_v, sglang_kv_list_layout::unified);
     if (f == "num_kv_heads") return integer(h.num_kv_heads);
     if (f == "tokens_per_block") return integer(h.tokens_per_block);
     if (f == "head_dim") return integer(h.head_dim);
     known = false;
-    return std::nullopt;
+    return {};
   });
 }
 
-derr read_group(cursor& c, const std::string& where, engine_group_info& g) {
+status read_group(cursor& c, const std::string& where, engine_group_info& g) {
   required req{{{"engine_group_id", false}}};
-  auto e = read_fields(c, where, false, [&](std::string_view f, bool& known) -> derr {
+  auto e = read_fields(c, where, false, [&](std::string_view f, bool& known) -> status {
     known = true;
     req.seen(f);
     std::string w = at_field(where, f);
@@ -135,21 +139,21 @@ derr read_group(cursor& c, const std::string& where, engine_group_info& g) {
     if (f == "extra_object_group_tag") return read_int(c, w, g.extra_object_group_tag);
     if (f == "recurrent_state") return read_bool(c, w, g.recurrent_state);
     known = false;
-    return std::nullopt;
+    return {};
   });
-  if (e) return e;
+  if (!e) return e;
   return req.check(where, "EngineGroupInfo");
 }
 
-derr read_block_ids(cursor& c, const std::string& where, std::vector<std::vector<int64_t>>& out) {
+status read_block_ids(cursor& c, const std::string& where, std::vector<std::vector<int64_t>>& out) {
   uint32_t n = 0;
-  if (auto e = read_header(c, where, mk::array, n)) return e;
+  if (auto e = read_header(c, where, mk::array, n); !e) return e;
   out.clear();
   for (uint32_t g = 0; g < n; ++g) {
     out.emplace_back();
-    if (auto e = read_int_array(c, at_index(where, g), out.back())) return e;
+    if (auto e = read_int_array(c, at_index(where, g), out.back()); !e) return e;
   }
-  return std::nullopt;
+  return {};
 }
 
 // ---------------------------------------------------------------------------
@@ -219,50 +223,50 @@ const op_info* find_op(mp_op op) {
   return nullptr;
 }
 
-wire_error bad_arg(const decode_error& e) { return wire_error{"bad_arg", e.where + ": " + e.what}; }
+error bad_arg(const error& e) { return error{"bad_arg", e.detail}; }
 
 /// Decodes one whole argument frame with `fn`, refusing trailing bytes.
 template <class F>
-derr arg_frame(std::string_view frame, const std::string& where, F&& fn) {
+status arg_frame(std::string_view frame, const std::string& where, F&& fn) {
   cursor c(frame);
-  if (auto e = fn(c, where)) return e;
+  if (auto e = fn(c, where); !e) return e;
   if (!c.at_end()) return fail(where, std::to_string(c.left()) + " trailing bytes after the value");
-  return std::nullopt;
+  return {};
 }
 
-derr read_engine_type(cursor& c, const std::string& where, engine_type& out) {
+status read_engine_type(cursor& c, const std::string& where, engine_type& out) {
   std::string s;
-  if (auto e = read_str(c, where, s)) return e;
+  if (auto e = read_str(c, where, s); !e) return e;
   static constexpr std::pair<const char*, engine_type> k_types[] = {
       {"vllm", engine_type::vllm}, {"atom", engine_type::atom}, {"sglang", engine_type::sglang},
       {"trtllm", engine_type::trtllm}, {"mock", engine_type::mock}};
   for (const auto& t : k_types)
     if (s == t.first) {
       out = t.second;
-      return std::nullopt;
+      return {};
     }
   return fail(where, "invalid EngineType '" + s.substr(0, 32) + "'");
 }
 
-derr read_kv_caches(cursor& c, const std::string& where, std::vector<tensor_desc>& out) {
+status read_kv_caches(cursor& c, const std::string& where, std::vector<tensor_desc>& out) {
   uint32_t n = 0;
-  if (auto e = read_header(c, where, mk::array, n)) return e;
+  if (auto e = read_header(c, where, mk::array, n); !e) return e;
   out.clear(); // no reserve: a tensor_desc is ~50x the byte an element may take
   for (uint32_t k = 0; k < n; ++k) {
     std::string w = at_index(where, k);
     item it;
-    if (auto e = read_item(c, w, it)) return e;
-    if (it.kind != mk::ext) return expected(w, "ext (a KV-cache wrapper)", it);
+    if (auto e = read_item(c, w, it); !e) return e;
+    if (it.kind != mk::ext) return wrong_kind(w, "ext (a KV-cache wrapper)", it);
     auto r = decode_kv_cache_wrapper(it.ext_type, std::string_view(reinterpret_cast<const char*>(it.ptr), it.len));
-    if (auto* err = std::get_if<wire_error>(&r)) return fail(w, err->kind + ": " + err->detail);
-    out.push_back(std::move(std::get<tensor_desc>(r)));
+    if (!r) return fail(w, to_string(r.error_value()));
+    out.push_back(std::move(*r));
   }
-  return std::nullopt;
+  return {};
 }
 
-derr read_timeout(cursor& c, const std::string& where, double& out) {
+status read_timeout(cursor& c, const std::string& where, double& out) {
   item it;
-  if (auto e = read_item(c, where, it)) return e;
+  if (auto e = read_item(c, where, it); !e) return e;
   if (it.kind == mk::float32 || it.kind == mk::float64)
     out = it.f;
   else if (it.kind == mk::uint)
@@ -270,13 +274,13 @@ derr read_timeout(cursor& c, const std::string& where, double& out) {
   else if (it.kind == mk::sint)
     out = static_cast<double>(it.i);
   else
-    return expected(where, "float", it);
+    return wrong_kind(where, "float", it);
   if (!std::isfinite(out) || out < 0) return fail(where, "timeout must be finite and >= 0");
-  return std::nullopt;
+  return {};
 }
 
 /// Decodes the arguments of `op` into its request struct.
-derr decode_body(const op_info& info, const std::vector<std::string_view>& args, mp_request_body& body) {
+status decode_body(const op_info& info, const std::vector<std::string_view>& args, mp_request_body& body) {
   auto where = [&](size_t k) {
     return "arg " + std::to_string(k) + " '" + info.arg_names[k] + "'";
   };
@@ -300,105 +304,106 @@ derr decode_body(const op_info& info, const std::vector<std::string_view>& args,
   switch (info.op) {
     case mp_op::register_kv_cache: {
       register_kv_cache_req r;
-      if (auto e = integer(0, r.instance_id)) return e;
-      if (auto e = arg(1, [&](cursor& c, const std::string& w) { return read_kv_caches(c, w, r.kv_caches); })) return e;
-      if (auto e = string(2, r.model_name)) return e;
-      if (auto e = integer(3, r.world_size)) return e;
-      if (auto e = arg(4, [&](cursor& c, const std::string& w) { return read_engine_type(c, w, r.engine); })) return e;
-      if (auto e = arg(5, [&](cursor& c, const std::string& w) { return read_layout_hints(c, w, r.hints); })) return e;
-      if (auto e = arg(6, [&](cursor& c, const std::string& w) -> derr {
+      if (auto e = integer(0, r.instance_id); !e) return e;
+      if (auto e = arg(1, [&](cursor& c, const std::string& w) { return read_kv_caches(c, w, r.kv_caches); }); !e) return e;
+      if (auto e = string(2, r.model_name); !e) return e;
+      if (auto e = integer(3, r.world_size); !e) return e;
+      if (auto e = arg(4, [&](cursor& c, const std::string& w) { return read_engine_type(c, w, r.engine); }); !e) return e;
+      if (auto e = arg(5, [&](cursor& c, const std::string& w) { return read_layout_hints(c, w, r.hints); }); !e) return e;
+      if (auto e = arg(6, [&](cursor& c, const std::string& w) -> status {
             uint32_t n = 0;
-            if (auto h = read_header(c, w, mk::array, n)) return h;
+            if (auto h = read_header(c, w, mk::array, n); !h) return h;
             for (uint32_t g = 0; g < n; ++g) {
               r.groups.emplace_back();
-              if (auto x = read_group(c, at_index(w, g), r.groups.back())) return x;
+              if (auto x = read_group(c, at_index(w, g), r.groups.back()); !x) return x;
             }
-            return std::nullopt;
-          }))
+            return {};
+          });
+          !e)
         return e;
       body = std::move(r);
-      return std::nullopt;
+      return {};
     }
     case mp_op::unregister_kv_cache: {
       unregister_kv_cache_req r;
-      if (auto e = integer(0, r.instance_id)) return e;
+      if (auto e = integer(0, r.instance_id); !e) return e;
       body = r;
-      return std::nullopt;
+      return {};
     }
     case mp_op::store: {
       store_req r;
-      if (auto e = key(0, r.key)) return e;
-      if (auto e = integer(1, r.instance_id)) return e;
-      if (auto e = blocks(2, r.block_ids)) return e;
-      if (auto e = binary(3, r.event_ipc_handle)) return e;
+      if (auto e = key(0, r.key); !e) return e;
+      if (auto e = integer(1, r.instance_id); !e) return e;
+      if (auto e = blocks(2, r.block_ids); !e) return e;
+      if (auto e = binary(3, r.event_ipc_handle); !e) return e;
       body = std::move(r);
-      return std::nullopt;
+      return {};
     }
     case mp_op::retrieve: {
       retrieve_req r;
-      if (auto e = key(0, r.key)) return e;
-      if (auto e = integer(1, r.instance_id)) return e;
-      if (auto e = blocks(2, r.block_ids)) return e;
-      if (auto e = binary(3, r.event_ipc_handle)) return e;
-      if (auto e = integer(4, r.skip_first_n)) return e;
+      if (auto e = key(0, r.key); !e) return e;
+      if (auto e = integer(1, r.instance_id); !e) return e;
+      if (auto e = blocks(2, r.block_ids); !e) return e;
+      if (auto e = binary(3, r.event_ipc_handle); !e) return e;
+      if (auto e = integer(4, r.skip_first_n); !e) return e;
       body = std::move(r);
-      return std::nullopt;
+      return {};
     }
     case mp_op::lookup: {
       lookup_req r;
-      if (auto e = key(0, r.key)) return e;
-      if (auto e = integer(1, r.tp_size)) return e;
+      if (auto e = key(0, r.key); !e) return e;
+      if (auto e = integer(1, r.tp_size); !e) return e;
       body = std::move(r);
-      return std::nullopt;
+      return {};
     }
     case mp_op::free_lookup_locks: {
       free_lookup_locks_req r;
-      if (auto e = key(0, r.key)) return e;
-      if (auto e = integer(1, r.tp_size)) return e;
+      if (auto e = key(0, r.key); !e) return e;
+      if (auto e = integer(1, r.tp_size); !e) return e;
       body = std::move(r);
-      return std::nullopt;
+      return {};
     }
     case mp_op::query_prefetch_status: {
       query_prefetch_status_req r;
-      if (auto e = string(0, r.request_id)) return e;
+      if (auto e = string(0, r.request_id); !e) return e;
       body = std::move(r);
-      return std::nullopt;
+      return {};
     }
     case mp_op::wait_prefetch_status: {
       wait_prefetch_status_req r;
-      if (auto e = string(0, r.request_id)) return e;
-      if (auto e = arg(1, [&](cursor& c, const std::string& w) { return read_timeout(c, w, r.timeout_s); })) return e;
+      if (auto e = string(0, r.request_id); !e) return e;
+      if (auto e = arg(1, [&](cursor& c, const std::string& w) { return read_timeout(c, w, r.timeout_s); }); !e) return e;
       body = std::move(r);
-      return std::nullopt;
+      return {};
     }
     case mp_op::query_prefetch_lookup_hits: {
       query_prefetch_lookup_hits_req r;
-      if (auto e = string(0, r.request_id)) return e;
+      if (auto e = string(0, r.request_id); !e) return e;
       body = std::move(r);
-      return std::nullopt;
+      return {};
     }
     case mp_op::end_session: {
       end_session_req r;
-      if (auto e = string(0, r.request_id)) return e;
+      if (auto e = string(0, r.request_id); !e) return e;
       body = std::move(r);
-      return std::nullopt;
+      return {};
     }
     case mp_op::clear: {
       clear_req r;
       if (!args.empty())
-        if (auto e = arg(0, [&](cursor& c, const std::string& w) { return read_bool(c, w, r.force); })) return e;
+        if (auto e = arg(0, [&](cursor& c, const std::string& w) { return read_bool(c, w, r.force); }); !e) return e;
       body = r;
-      return std::nullopt;
+      return {};
     }
     case mp_op::ping: {
       ping_req r;
-      if (auto e = arg(0, [&](cursor& c, const std::string& w) { return read_opt_int(c, w, r.instance_id); })) return e;
+      if (auto e = arg(0, [&](cursor& c, const std::string& w) { return read_opt_int(c, w, r.instance_id); }); !e) return e;
       body = r;
-      return std::nullopt;
+      return {};
     }
-    case mp_op::get_chunk_size: body = get_chunk_size_req{}; return std::nullopt;
-    case mp_op::noop: body = noop_req{}; return std::nullopt;
-    case mp_op::get_experimental: body = get_experimental_req{}; return std::nullopt;
+    case mp_op::get_chunk_size: body = get_chunk_size_req{}; return {};
+    case mp_op::noop: body = noop_req{}; return {};
+    case mp_op::get_experimental: body = get_experimental_req{}; return {};
   }
   return fail("op", "no decoder");
 }
@@ -410,12 +415,12 @@ std::string shown(std::string_view s) {
 }
 
 /// Resolves the op frame: a legacy id (msgpack int) or a snake_case name.
-std::variant<const op_info*, wire_error> decode_op(std::string_view frame) {
+expected<const op_info*> decode_op(std::string_view frame) {
   if (frame.empty())
-    return wire_error{"unsupported_op", "empty op frame (event-stream control: subscribe_kv_events is not served)"};
+    return error{"unsupported_op", "empty op frame (event-stream control: subscribe_kv_events is not served)"};
   cursor c(frame);
   item it;
-  if (c.next(it) || !c.at_end()) return wire_error{"unknown_op", "op frame is not one msgpack value"};
+  if (c.next(it) || !c.at_end()) return error{"unknown_op", "op frame is not one msgpack value"};
   if (it.kind == mk::uint || it.kind == mk::sint) {
     // Ids are small; anything beyond int64 is simply not one of them.
     int64_t id = it.kind == mk::sint ? it.i
@@ -424,17 +429,17 @@ std::variant<const op_info*, wire_error> decode_op(std::string_view frame) {
     if (auto op = mp_op_from_id(id)) return find_op(*op);
     for (const auto& f : k_foreign_ops)
       if (f.id != 0 && f.id == id)
-        return wire_error{"unsupported_op", std::string("op ") + std::to_string(id) + " (" + f.name + ") is not served"};
-    return wire_error{"unknown_op", "unknown legacy op id " + (it.kind == mk::uint ? std::to_string(it.u) : std::to_string(it.i))};
+        return error{"unsupported_op", std::string("op ") + std::to_string(id) + " (" + f.name + ") is not served"};
+    return error{"unknown_op", "unknown legacy op id " + (it.kind == mk::uint ? std::to_string(it.u) : std::to_string(it.i))};
   }
   if (it.kind == mk::str) {
     std::string_view name(reinterpret_cast<const char*>(it.ptr), it.len);
     if (auto op = mp_op_from_name(name)) return find_op(*op);
     for (const auto& f : k_foreign_ops)
-      if (name == f.name) return wire_error{"unsupported_op", "op '" + std::string(name) + "' is not served"};
-    return wire_error{"unknown_op", "unknown op name '" + shown(name) + "'"};
+      if (name == f.name) return error{"unsupported_op", "op '" + std::string(name) + "' is not served"};
+    return error{"unknown_op", "unknown op name '" + shown(name) + "'"};
   }
-  return wire_error{"unknown_op", std::string("op frame holds a ") + mk_name(it.kind) + ", not an int or str"};
+  return error{"unknown_op", std::string("op frame holds a ") + mk_name(it.kind) + ", not an int or str"};
 }
 
 
@@ -461,20 +466,9 @@ std::optional<mp_op> mp_op_from_id(int64_t id) {
   return std::nullopt;
 }
 
-const char* to_string(engine_type t) {
-  switch (t) {
-    case engine_type::vllm: return "vllm";
-    case engine_type::atom: return "atom";
-    case engine_type::sglang: return "sglang";
-    case engine_type::trtllm: return "trtllm";
-    case engine_type::mock: return "mock";
-  }
-  return "?";
-}
-
-std::variant<mp_request, wire_error> decode_mp_request(const std::vector<std::string_view>& frames) {
+expected<mp_request> decode_mp_request(const std::vector<std::string_view>& frames) {
   if (frames.size() < 2)
-    return wire_error{"bad_frames", "expected uid, op and arguments; got " + std::to_string(frames.size()) + " frame(s)"};
+    return error{"bad_frames", "expected uid, op and arguments; got " + std::to_string(frames.size()) + " frame(s)"};
   mp_request req;
   {
     // The uid is opaque: echoed, never interpreted (LMCache's server does
@@ -482,21 +476,21 @@ std::variant<mp_request, wire_error> decode_mp_request(const std::vector<std::st
     cursor c(frames[0]);
     item it;
     int64_t uid = -1;
-    if (c.next(it) || !c.at_end() || as_int64(it, "uid", uid))
+    if (c.next(it) || !c.at_end() || !as_int64(it, "uid", uid))
       uid = -1;
     req.uid = uid;
   }
   auto op = decode_op(frames[1]);
-  if (auto* e = std::get_if<wire_error>(&op)) return *e;
-  const op_info& info = *std::get<const op_info*>(op);
+  if (!op) return op.error_value();
+  const op_info& info = **op;
   std::vector<std::string_view> args(frames.begin() + 2, frames.end());
   if (args.size() < info.min_args || args.size() > info.max_args) {
     std::string want = info.min_args == info.max_args
                            ? std::to_string(info.min_args)
                            : std::to_string(info.min_args) + ".." + std::to_string(info.max_args);
-    return wire_error{"arity", std::string(info.name) + " takes " + want + " argument(s), got " + std::to_string(args.size())};
+    return error{"arity", std::string(info.name) + " takes " + want + " argument(s), got " + std::to_string(args.size())};
   }
-  if (auto e = decode_body(info, args, req.body)) return bad_arg(*e);
+  if (auto e = decode_body(info, args, req.body); !e) return bad_arg(e.error_value());
   req.op = info.op;
   req.uid_frame.assign(frames[0].data(), frames[0].size());
   req.op_frame.assign(frames[1].data(), frames[1].size());

@@ -11,9 +11,9 @@ namespace {
 
 constexpr std::string_view k_op_name = "subscribe_kv_events";
 
-wire_error bad(size_t i, const char* name, const std::string& what) {
-  return wire_error{"bad_arg", "subscribe_kv_events arg " + std::to_string(i) + " '" + name
-                                 + "': " + what};
+error bad(size_t i, const char* name, const std::string& what) {
+  return error{"bad_arg", "subscribe_kv_events arg " + std::to_string(i) + " '" + name
+                            + "': " + what};
 }
 
 /// One msgpack value filling the whole frame, read in place (no object
@@ -23,8 +23,8 @@ bool one_item(std::string_view frame, msgpack_io::item& it) {
   return r.next(it) && r.remaining() == 0;
 }
 
-std::optional<wire_error> read_int(std::string_view frame, size_t i, const char* name,
-                                   int64_t& out) {
+status read_int(std::string_view frame, size_t i, const char* name,
+                int64_t& out) {
   msgpack_io::item it;
   if (!one_item(frame, it))
     return bad(i, name, "not one msgpack value");
@@ -32,11 +32,11 @@ std::optional<wire_error> read_int(std::string_view frame, size_t i, const char*
     if (it.u > static_cast<uint64_t>(INT64_MAX))
       return bad(i, name, "int out of range");
     out = static_cast<int64_t>(it.u);
-    return std::nullopt;
+    return {};
   }
   if (it.kind == msgpack_io::value_type::sint) {
     out = it.i;
-    return std::nullopt;
+    return {};
   }
   return bad(i, name, "expected an int");
 }
@@ -62,14 +62,14 @@ bool is_subscribe_kv_events_op(std::string_view op_frame) {
          && op_frame.substr(1) == k_op_name;
 }
 
-std::variant<subscribe_kv_events_req, wire_error>
+expected<subscribe_kv_events_req>
 decode_subscribe_kv_events(const std::vector<std::string_view>& args) {
   if (args.size() != 4)
-    return wire_error{"arity", "subscribe_kv_events takes 4 argument(s), got "
-                                 + std::to_string(args.size())};
+    return error{"arity", "subscribe_kv_events takes 4 argument(s), got "
+                            + std::to_string(args.size())};
   subscribe_kv_events_req r;
-  if (auto e = read_int(args[0], 0, "instance_id", r.instance_id))
-    return *e;
+  if (auto e = read_int(args[0], 0, "instance_id", r.instance_id); !e)
+    return e.error_value();
   {
     msgpack_io::item it;
     if (!one_item(args[1], it) || it.kind != msgpack_io::value_type::str)
@@ -79,10 +79,10 @@ decode_subscribe_kv_events(const std::vector<std::string_view>& args) {
       return bad(1, "model_name", "not valid UTF-8");
     r.model_name.assign(s);
   }
-  if (auto e = read_int(args[2], 2, "cursor", r.cursor))
-    return *e;
-  if (auto e = read_int(args[3], 3, "max_events", r.max_events))
-    return *e;
+  if (auto e = read_int(args[2], 2, "cursor", r.cursor); !e)
+    return e.error_value();
+  if (auto e = read_int(args[3], 3, "max_events", r.max_events); !e)
+    return e.error_value();
   // LMCache raises ValueError for these (and then sends nothing).
   if (r.cursor < 0)
     return bad(2, "cursor", "must be >= 0, got " + std::to_string(r.cursor));

@@ -11,12 +11,11 @@
 #pragma once
 
 #include "cache/kv_event_log.hpp"
-#include "messages/wire_error.hpp"
+#include "core/error.hpp"
 
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 namespace kvs {
@@ -32,7 +31,7 @@ struct subscribe_kv_events_req {
 bool is_subscribe_kv_events_op(std::string_view op_frame);
 
 /// The four argument frames (after uid and op). Errors: "arity", "bad_arg".
-std::variant<subscribe_kv_events_req, wire_error>
+expected<subscribe_kv_events_req>
 decode_subscribe_kv_events(const std::vector<std::string_view>& args);
 
 /// One KVEventBatch, as msgspec encodes the dataclass.

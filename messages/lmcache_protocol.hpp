@@ -19,8 +19,10 @@
 // No msgpack and no CAF in this header: actors include it freely.
 #pragma once
 
+#include "core/engine_type.hpp"
+#include "core/error.hpp"
+#include "core/layout_hints.hpp"
 #include "messages/tensor_desc.hpp"
-#include "messages/wire_error.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -69,9 +71,6 @@ std::optional<mp_op> mp_op_from_id(int64_t id);
 // Argument types
 // ---------------------------------------------------------------------------
 
-/// LMCache `EngineType`, sent by value.
-enum class engine_type : uint8_t { vllm, atom, sglang, trtllm, mock };
-const char* to_string(engine_type t);
 
 /// `IPCCacheServerKey` (custom_types.py, 0.5.6): a msgpack map keyed by field
 /// name; unknown keys are ignored, missing defaulted fields take the default,
@@ -98,10 +97,10 @@ struct cache_key {
 /// `LayoutHints` (a TypedDict, total=False): every key optional; unknown keys
 /// ignored; the Literal-typed keys are checked.
 struct layout_hints {
-  std::optional<std::string> kv_layout;      ///< "NHD" | "HND" | "BLHNC" | "BLNHC"
+  std::optional<vllm_kv_layout> kv_layout;           ///< "NHD" | "HND" | "BLHNC" | "BLNHC"
   std::optional<int64_t> num_kv_heads;
   std::optional<int64_t> tokens_per_block;
-  std::optional<std::string> kv_list_layout; ///< "k_v" | "unified"
+  std::optional<sglang_kv_list_layout> kv_list_layout; ///< "k_v" | "unified"
   std::optional<int64_t> head_dim;
 };
 
@@ -200,7 +199,7 @@ struct mp_request {
 ///   "arity"          wrong number of argument frames
 ///   "bad_arg"        an argument failed to decode; detail names the argument
 ///                    and the place ("arg 0 'key': field 'token_ids'[2]: ...")
-std::variant<mp_request, wire_error>
+expected<mp_request>
 decode_mp_request(const std::vector<std::string_view>& frames_after_identity);
 
 // ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 
 #include "messages/msgpack_reader.hpp"
 #include "messages/utf8.hpp"
-#include "messages/wire_error.hpp"
+#include "core/error.hpp"
 
 #include <cstdint>
 #include <limits>
@@ -63,109 +63,108 @@ private:
 /// elements cannot make us allocate many times its size up front.
 constexpr uint32_t k_reserve_cap = 65536;
 
-struct decode_error {
-  std::string where;
-  std::string what;
-};
-using derr = std::optional<decode_error>;
-
-inline derr fail(const std::string& where, std::string what) { return decode_error{where, std::move(what)}; }
-inline derr expected(const std::string& where, const char* want, const item& got) {
+/// A read that failed: `detail` is "<where>: <what>" (just <what> when the
+/// place is unnamed). The kind is settled by the decoder that reports it
+/// (to_wire, bad_arg).
+inline error fail(const std::string& where, std::string what) {
+  return make_error("bad_field", where.empty() ? std::move(what) : where + ": " + what);
+}
+inline error wrong_kind(const std::string& where, const char* want, const item& got) {
   return fail(where, std::string("expected ") + want + ", got " + mk_name(got.kind));
 }
 
-inline derr read_item(cursor& c, const std::string& where, item& it) {
+inline status read_item(cursor& c, const std::string& where, item& it) {
   if (const char* e = c.next(it)) return fail(where, std::string("undecodable msgpack (") + e + ")");
-  return std::nullopt;
+  return {};
 }
 
-inline derr as_int64(const item& it, const std::string& where, int64_t& out) {
+inline status as_int64(const item& it, const std::string& where, int64_t& out) {
   if (it.kind == mk::uint) {
     if (it.u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       return fail(where, "int " + std::to_string(it.u) + " out of int64 range");
     out = static_cast<int64_t>(it.u);
-    return std::nullopt;
+    return {};
   }
   if (it.kind == mk::sint) {
     out = it.i;
-    return std::nullopt;
+    return {};
   }
-  return expected(where, "int", it);
+  return wrong_kind(where, "int", it);
 }
 
-inline derr read_int(cursor& c, const std::string& where, int64_t& out) {
+inline status read_int(cursor& c, const std::string& where, int64_t& out) {
   item it;
-  if (auto e = read_item(c, where, it)) return e;
+  if (auto e = read_item(c, where, it); !e) return e;
   return as_int64(it, where, out);
 }
 
-inline derr read_nonneg(cursor& c, const std::string& where, int64_t& out) {
-  if (auto e = read_int(c, where, out)) return e;
+inline status read_nonneg(cursor& c, const std::string& where, int64_t& out) {
+  if (auto e = read_int(c, where, out); !e) return e;
   if (out < 0) return fail(where, "expected int >= 0, got " + std::to_string(out));
-  return std::nullopt;
+  return {};
 }
 
-inline derr read_opt_int(cursor& c, const std::string& where, std::optional<int64_t>& out) {
+inline status read_opt_int(cursor& c, const std::string& where, std::optional<int64_t>& out) {
   item it;
-  if (auto e = read_item(c, where, it)) return e;
+  if (auto e = read_item(c, where, it); !e) return e;
   if (it.kind == mk::nil) {
     out.reset();
-    return std::nullopt;
+    return {};
   }
-  if (it.kind != mk::uint && it.kind != mk::sint) return expected(where, "int or nil", it);
+  if (it.kind != mk::uint && it.kind != mk::sint) return wrong_kind(where, "int or nil", it);
   int64_t v = 0;
-  if (auto e = as_int64(it, where, v)) return e;
+  if (auto e = as_int64(it, where, v); !e) return e;
   out = v;
-  return std::nullopt;
+  return {};
 }
 
-inline derr as_str(const item& it, const std::string& where, std::string& out, size_t* code_points = nullptr) {
-  if (it.kind != mk::str) return expected(where, "str", it);
+inline status as_str(const item& it, const std::string& where, std::string& out, size_t* code_points = nullptr) {
+  if (it.kind != mk::str) return wrong_kind(where, "str", it);
   if (!valid_utf8(it.ptr, it.len, code_points)) return fail(where, "str is not valid UTF-8");
   out.assign(reinterpret_cast<const char*>(it.ptr), it.len);
-  return std::nullopt;
+  return {};
 }
 
-inline derr read_str(cursor& c, const std::string& where, std::string& out, size_t* code_points = nullptr) {
+inline status read_str(cursor& c, const std::string& where, std::string& out, size_t* code_points = nullptr) {
   item it;
-  if (auto e = read_item(c, where, it)) return e;
+  if (auto e = read_item(c, where, it); !e) return e;
   return as_str(it, where, out, code_points);
 }
 
-inline derr read_bin(cursor& c, const std::string& where, std::string& out) {
+inline status read_bin(cursor& c, const std::string& where, std::string& out) {
   item it;
-  if (auto e = read_item(c, where, it)) return e;
-  if (it.kind != mk::bin) return expected(where, "bin", it);
+  if (auto e = read_item(c, where, it); !e) return e;
+  if (it.kind != mk::bin) return wrong_kind(where, "bin", it);
   out.assign(reinterpret_cast<const char*>(it.ptr), it.len);
-  return std::nullopt;
+  return {};
 }
 
-inline derr read_opt_bin(cursor& c, const std::string& where, std::optional<std::string>& out) {
+inline status read_opt_bin(cursor& c, const std::string& where, std::optional<std::string>& out) {
   item it;
-  if (auto e = read_item(c, where, it)) return e;
+  if (auto e = read_item(c, where, it); !e) return e;
   if (it.kind == mk::nil) {
     out.reset();
-    return std::nullopt;
+    return {};
   }
-  if (it.kind != mk::bin) return expected(where, "bin or nil", it);
+  if (it.kind != mk::bin) return wrong_kind(where, "bin or nil", it);
   out.emplace(reinterpret_cast<const char*>(it.ptr), it.len);
-  return std::nullopt;
+  return {};
 }
 
-inline derr read_bool(cursor& c, const std::string& where, bool& out) {
+inline status read_bool(cursor& c, const std::string& where, bool& out) {
   item it;
-  if (auto e = read_item(c, where, it)) return e;
-  if (it.kind != mk::boolean) return expected(where, "bool", it);
+  if (auto e = read_item(c, where, it); !e) return e;
+  if (it.kind != mk::boolean) return wrong_kind(where, "bool", it);
   out = it.u != 0;
-  return std::nullopt;
+  return {};
 }
 
-inline derr read_header(cursor& c, const std::string& where, mk kind, uint32_t& count) {
+inline status read_header(cursor& c, const std::string& where, mk kind, uint32_t& count) {
   item it;
-  if (auto e = read_item(c, where, it)) return e;
-  if (it.kind != kind) return expected(where, mk_name(kind), it);
+  if (auto e = read_item(c, where, it); !e) return e;
+  if (it.kind != kind) return wrong_kind(where, mk_name(kind), it);
   count = it.len;
-  return std::nullopt;
+  return {};
 }
 
 inline std::string at_index(const std::string& where, size_t k) { return where + "[" + std::to_string(k) + "]"; }
@@ -175,26 +174,26 @@ inline std::string at_field(const std::string& where, std::string_view f) {
 
 /// Element k of an int array. The place "where[k]" is only spelled out when
 /// the element is bad: building it for every token made lookups 10x slower.
-inline derr read_int_at(cursor& c, const std::string& where, size_t k, int64_t& v, bool nonneg = false) {
+inline status read_int_at(cursor& c, const std::string& where, size_t k, int64_t& v, bool nonneg = false) {
   static const std::string unnamed;
   cursor before = c;
   auto e = nonneg ? read_nonneg(c, unnamed, v) : read_int(c, unnamed, v);
-  if (!e) return e;
+  if (e) return e;
   c = before;
   return nonneg ? read_nonneg(c, at_index(where, k), v) : read_int(c, at_index(where, k), v);
 }
 
-inline derr read_int_array(cursor& c, const std::string& where, std::vector<int64_t>& out, bool nonneg = false) {
+inline status read_int_array(cursor& c, const std::string& where, std::vector<int64_t>& out, bool nonneg = false) {
   uint32_t n = 0;
-  if (auto e = read_header(c, where, mk::array, n)) return e;
+  if (auto e = read_header(c, where, mk::array, n); !e) return e;
   out.clear();
   out.reserve(std::min<uint32_t>(n, k_reserve_cap));
   for (uint32_t k = 0; k < n; ++k) {
     int64_t v = 0;
-    if (auto e = read_int_at(c, where, k, v, nonneg)) return e;
+    if (auto e = read_int_at(c, where, k, v, nonneg); !e) return e;
     out.push_back(v);
   }
-  return std::nullopt;
+  return {};
 }
 
 /// Iterates a msgpack map whose keys must be str (msgspec rejects others for
@@ -202,22 +201,22 @@ inline derr read_int_array(cursor& c, const std::string& where, std::vector<int6
 /// value of a field it knows and returns false for unknown ones, which are
 /// skipped (or refused when `forbid_unknown`).
 template <class F>
-inline derr read_fields(cursor& c, const std::string& where, bool forbid_unknown, F&& on_field) {
+inline status read_fields(cursor& c, const std::string& where, bool forbid_unknown, F&& on_field) {
   uint32_t n = 0;
-  if (auto e = read_header(c, where, mk::map, n)) return e;
+  if (auto e = read_header(c, where, mk::map, n); !e) return e;
   for (uint32_t k = 0; k < n; ++k) {
     item key;
-    if (auto e = read_item(c, where, key)) return e;
+    if (auto e = read_item(c, where, key); !e) return e;
     if (key.kind != mk::str) return fail(where, std::string("map key must be str, got ") + mk_name(key.kind));
     std::string_view name(reinterpret_cast<const char*>(key.ptr), key.len);
     bool known = false;
-    if (auto e = on_field(name, known)) return e;
+    if (auto e = on_field(name, known); !e) return e;
     if (!known) {
       if (forbid_unknown) return fail(where, "unknown field '" + std::string(name.substr(0, 64)) + "'");
       if (const char* e = c.skip()) return fail(at_field(where, name), std::string("undecodable msgpack (") + e + ")");
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 /// Required-field bookkeeping for map-encoded records.
@@ -227,16 +226,15 @@ struct required {
     for (auto& r : fields)
       if (f == r.first) r.second = true;
   }
-  derr check(const std::string& where, const char* type_name) const {
+  status check(const std::string& where, const char* type_name) const {
     for (const auto& r : fields)
       if (!r.second) return fail(where, std::string(type_name) + " missing required field '" + r.first + "'");
-    return std::nullopt;
+    return {};
   }
 };
 
 
-inline wire_error to_wire(const decode_error& e, const char* kind) {
-  return wire_error{kind, e.where.empty() ? e.what : e.where + ": " + e.what};
-}
+/// A failed read as the decoder's error of `kind`.
+inline error to_wire(const error& e, const char* kind) { return error{kind, e.detail}; }
 
 } // namespace kvs::lmcache_wire

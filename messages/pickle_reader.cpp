@@ -164,7 +164,7 @@ public:
   pickle_vm(std::string_view in, const pickle_limits& lim) : in_(in), lim_(lim) {}
 
   /// Runs to STOP; returns the index of the result value.
-  std::optional<wire_error> run(uint32_t& result);
+  status run(uint32_t& result);
 
   const value& at(uint32_t idx) const { return arena_[idx]; }
 
@@ -179,8 +179,8 @@ private:
   std::vector<int64_t> memo_; ///< slot -> arena index, -1 when unset
   size_t memo_count_ = 0;     ///< set slots (MEMOIZE stores at this index)
 
-  wire_error err(const char* kind, std::string detail) const {
-    return wire_error{kind, "pickle offset " + std::to_string(op_at_) + ": " + std::move(detail)};
+  error err(const char* kind, std::string detail) const {
+    return error{kind, "pickle offset " + std::to_string(op_at_) + ": " + std::move(detail)};
   }
 
   // -- input -----------------------------------------------------------------
@@ -199,49 +199,49 @@ private:
   }
 
   // -- values ----------------------------------------------------------------
-  std::optional<wire_error> make(value v, uint32_t& idx) {
+  status make(value v, uint32_t& idx) {
     if (arena_.size() >= lim_.max_objects)
       return err("pickle_limit", "more than " + std::to_string(lim_.max_objects) + " values");
     idx = static_cast<uint32_t>(arena_.size());
     arena_.push_back(std::move(v));
-    return std::nullopt;
+    return {};
   }
-  std::optional<wire_error> push(uint32_t idx) {
+  status push(uint32_t idx) {
     if (stack_.size() + marks_.size() >= lim_.max_stack)
       return err("pickle_limit", "stack deeper than " + std::to_string(lim_.max_stack));
     stack_.push_back(idx);
-    return std::nullopt;
+    return {};
   }
-  std::optional<wire_error> push_new(value v) {
+  status push_new(value v) {
     uint32_t idx = 0;
-    if (auto e = make(std::move(v), idx)) return e;
+    if (auto e = make(std::move(v), idx); !e) return e.error_value();
     return push(idx);
   }
   /// Pops one value that must sit above the innermost mark.
-  std::optional<wire_error> pop(uint32_t& idx) {
+  status pop(uint32_t& idx) {
     size_t floor = marks_.empty() ? 0 : marks_.back();
     if (stack_.size() <= floor) return err("pickle_malformed", "stack underflow");
     idx = stack_.back();
     stack_.pop_back();
-    return std::nullopt;
+    return {};
   }
-  std::optional<wire_error> top(uint32_t& idx) const {
+  status top(uint32_t& idx) const {
     size_t floor = marks_.empty() ? 0 : marks_.back();
     if (stack_.size() <= floor) return err("pickle_malformed", "stack underflow");
     idx = stack_.back();
-    return std::nullopt;
+    return {};
   }
   /// Pops everything above the innermost mark, and the mark.
-  std::optional<wire_error> pop_mark(std::vector<uint32_t>& out) {
+  status pop_mark(std::vector<uint32_t>& out) {
     if (marks_.empty()) return err("pickle_malformed", "no MARK on the stack");
     size_t h = marks_.back();
     marks_.pop_back();
     out.assign(stack_.begin() + static_cast<std::ptrdiff_t>(h), stack_.end());
     stack_.resize(h);
-    return std::nullopt;
+    return {};
   }
   /// Adds `child` into container `parent`, keeping nesting and size bounded.
-  std::optional<wire_error> adopt(uint32_t parent, uint32_t child) {
+  status adopt(uint32_t parent, uint32_t child) {
     if (parent == child) return err("pickle_malformed", "a container cannot contain itself");
     value& p = arena_[parent];
     if (p.items.size() >= lim_.max_container)
@@ -252,34 +252,34 @@ private:
       return err("pickle_limit", "nesting deeper than " + std::to_string(lim_.max_depth));
     if (d > p.depth) p.depth = d;
     p.items.push_back(child);
-    return std::nullopt;
+    return {};
   }
-  std::optional<wire_error> make_tuple(const std::vector<uint32_t>& elems) {
+  status make_tuple(const std::vector<uint32_t>& elems) {
     uint32_t idx = 0;
     value t;
     t.type = vt::tuple;
-    if (auto e = make(std::move(t), idx)) return e;
+    if (auto e = make(std::move(t), idx); !e) return e.error_value();
     for (uint32_t c : elems)
-      if (auto e = adopt(idx, c)) return e;
+      if (auto e = adopt(idx, c); !e) return e.error_value();
     return push(idx);
   }
 
   // -- opcodes ---------------------------------------------------------------
-  std::optional<wire_error> op_int(size_t width, bool is_signed);
-  std::optional<wire_error> op_long1();
-  std::optional<wire_error> op_string(size_t len_width, vt type);
-  std::optional<wire_error> op_memo_put(uint64_t slot);
-  std::optional<wire_error> op_memo_get(uint64_t slot);
-  std::optional<wire_error> op_global(std::string_view module, std::string_view name);
-  std::optional<wire_error> op_reduce();
-  std::optional<wire_error> op_newobj();
-  std::optional<wire_error> op_build();
-  std::optional<wire_error> op_append(bool many);
-  std::optional<wire_error> op_setitem(bool many);
-  std::optional<wire_error> step(uint8_t c, bool& stop);
+  status op_int(size_t width, bool is_signed);
+  status op_long1();
+  status op_string(size_t len_width, vt type);
+  status op_memo_put(uint64_t slot);
+  status op_memo_get(uint64_t slot);
+  status op_global(std::string_view module, std::string_view name);
+  status op_reduce();
+  status op_newobj();
+  status op_build();
+  status op_append(bool many);
+  status op_setitem(bool many);
+  status step(uint8_t c, bool& stop);
 };
 
-std::optional<wire_error> pickle_vm::op_int(size_t width, bool is_signed) {
+status pickle_vm::op_int(size_t width, bool is_signed) {
   uint64_t u = 0;
   if (!take_le(width, u)) return err("pickle_truncated", "integer runs past the end");
   value v;
@@ -291,7 +291,7 @@ std::optional<wire_error> pickle_vm::op_int(size_t width, bool is_signed) {
   return push_new(std::move(v));
 }
 
-std::optional<wire_error> pickle_vm::op_long1() {
+status pickle_vm::op_long1() {
   uint64_t n = 0;
   if (!take_le(1, n)) return err("pickle_truncated", "LONG1 length runs past the end");
   if (n > 8) return err("pickle_limit", "LONG1 of " + std::to_string(n) + " bytes (> 64 bits)");
@@ -306,7 +306,7 @@ std::optional<wire_error> pickle_vm::op_long1() {
   return push_new(std::move(v));
 }
 
-std::optional<wire_error> pickle_vm::op_string(size_t len_width, vt type) {
+status pickle_vm::op_string(size_t len_width, vt type) {
   uint64_t n = 0;
   if (!take_le(len_width, n)) return err("pickle_truncated", "length runs past the end");
   std::string_view b;
@@ -321,18 +321,18 @@ std::optional<wire_error> pickle_vm::op_string(size_t len_width, vt type) {
   return push_new(std::move(v));
 }
 
-std::optional<wire_error> pickle_vm::op_memo_put(uint64_t slot) {
+status pickle_vm::op_memo_put(uint64_t slot) {
   if (slot >= lim_.max_memo)
     return err("pickle_limit", "memo slot " + std::to_string(slot) + " beyond " + std::to_string(lim_.max_memo));
   uint32_t t = 0;
-  if (auto e = top(t)) return e;
+  if (auto e = top(t); !e) return e.error_value();
   if (memo_.size() <= slot) memo_.resize(static_cast<size_t>(slot) + 1, -1);
   if (memo_[slot] < 0) ++memo_count_;
   memo_[slot] = t;
-  return std::nullopt;
+  return {};
 }
 
-std::optional<wire_error> pickle_vm::op_memo_get(uint64_t slot) {
+status pickle_vm::op_memo_get(uint64_t slot) {
   if (slot >= memo_.size() || memo_[slot] < 0)
     return err("pickle_malformed", "memo slot " + std::to_string(slot) + " was never set");
   // Memo hits share the value (as Python does): no copy, so repeated GETs of a
@@ -340,7 +340,7 @@ std::optional<wire_error> pickle_vm::op_memo_get(uint64_t slot) {
   return push(static_cast<uint32_t>(memo_[slot]));
 }
 
-std::optional<wire_error> pickle_vm::op_global(std::string_view module, std::string_view name) {
+status pickle_vm::op_global(std::string_view module, std::string_view name) {
   for (const auto& g : k_globals) {
     if (module == g.module && name == g.name) {
       value v;
@@ -360,10 +360,10 @@ std::optional<wire_error> pickle_vm::op_global(std::string_view module, std::str
   return err("pickle_global", "global '" + shown + "' is not allowed");
 }
 
-std::optional<wire_error> pickle_vm::op_reduce() {
+status pickle_vm::op_reduce() {
   uint32_t args = 0, fn = 0;
-  if (auto e = pop(args)) return e;
-  if (auto e = pop(fn)) return e;
+  if (auto e = pop(args); !e) return e.error_value();
+  if (auto e = pop(fn); !e) return e.error_value();
   const value& f = arena_[fn];
   const value& a = arena_[args];
   if (f.type != vt::callable)
@@ -416,10 +416,10 @@ std::optional<wire_error> pickle_vm::op_reduce() {
   return err("pickle_malformed", "REDUCE of an unknown callable");
 }
 
-std::optional<wire_error> pickle_vm::op_newobj() {
+status pickle_vm::op_newobj() {
   uint32_t args = 0, cls = 0;
-  if (auto e = pop(args)) return e;
-  if (auto e = pop(cls)) return e;
+  if (auto e = pop(args); !e) return e.error_value();
+  if (auto e = pop(cls); !e) return e.error_value();
   const value& c = arena_[cls];
   if (c.type != vt::klass)
     return err("pickle_malformed", std::string("NEWOBJ of a ") + vt_name(c.type) + ", not a wrapper class");
@@ -432,10 +432,10 @@ std::optional<wire_error> pickle_vm::op_newobj() {
   return push_new(std::move(v));
 }
 
-std::optional<wire_error> pickle_vm::op_build() {
+status pickle_vm::op_build() {
   uint32_t state = 0, obj = 0;
-  if (auto e = pop(state)) return e;
-  if (auto e = top(obj)) return e;
+  if (auto e = pop(state); !e) return e.error_value();
+  if (auto e = top(obj); !e) return e.error_value();
   if (arena_[obj].type != vt::object) return err("pickle_malformed", "BUILD on a non-object");
   if (arena_[state].type != vt::dict) return err("pickle_malformed", "BUILD state is not a dict");
   // The state's entries become attributes; a later BUILD updates them, as
@@ -444,53 +444,53 @@ std::optional<wire_error> pickle_vm::op_build() {
   for (size_t k = 0; k < entries.size(); k += 2)
     if (arena_[entries[k]].type != vt::str) return err("pickle_malformed", "BUILD state key is not a str");
   for (uint32_t e : entries)
-    if (auto r = adopt(obj, e)) return r;
-  return std::nullopt;
+    if (auto r = adopt(obj, e); !r) return r.error_value();
+  return {};
 }
 
-std::optional<wire_error> pickle_vm::op_append(bool many) {
+status pickle_vm::op_append(bool many) {
   std::vector<uint32_t> elems;
   if (many) {
-    if (auto e = pop_mark(elems)) return e;
+    if (auto e = pop_mark(elems); !e) return e.error_value();
   } else {
     uint32_t x = 0;
-    if (auto e = pop(x)) return e;
+    if (auto e = pop(x); !e) return e.error_value();
     elems.push_back(x);
   }
   uint32_t list = 0;
-  if (auto e = top(list)) return e;
+  if (auto e = top(list); !e) return e.error_value();
   if (arena_[list].type != vt::list) return err("pickle_malformed", "APPEND to a non-list");
   for (uint32_t x : elems)
-    if (auto e = adopt(list, x)) return e;
-  return std::nullopt;
+    if (auto e = adopt(list, x); !e) return e.error_value();
+  return {};
 }
 
-std::optional<wire_error> pickle_vm::op_setitem(bool many) {
+status pickle_vm::op_setitem(bool many) {
   std::vector<uint32_t> elems;
   if (many) {
-    if (auto e = pop_mark(elems)) return e;
+    if (auto e = pop_mark(elems); !e) return e.error_value();
     if (elems.size() % 2 != 0) return err("pickle_malformed", "SETITEMS with an odd number of values");
   } else {
     uint32_t k = 0, v = 0;
-    if (auto e = pop(v)) return e;
-    if (auto e = pop(k)) return e;
+    if (auto e = pop(v); !e) return e.error_value();
+    if (auto e = pop(k); !e) return e.error_value();
     elems = {k, v};
   }
   uint32_t dict = 0;
-  if (auto e = top(dict)) return e;
+  if (auto e = top(dict); !e) return e.error_value();
   if (arena_[dict].type != vt::dict) return err("pickle_malformed", "SETITEM on a non-dict");
   for (size_t k = 0; k < elems.size(); k += 2) {
     vt kt = arena_[elems[k]].type;
     // Only hashable scalars can be keys (anything else would raise in Python).
     if (kt != vt::str && kt != vt::integer && kt != vt::bytes && kt != vt::none && kt != vt::boolean)
       return err("pickle_malformed", std::string("dict key of type ") + vt_name(kt));
-    if (auto e = adopt(dict, elems[k])) return e;
-    if (auto e = adopt(dict, elems[k + 1])) return e;
+    if (auto e = adopt(dict, elems[k]); !e) return e.error_value();
+    if (auto e = adopt(dict, elems[k + 1]); !e) return e.error_value();
   }
-  return std::nullopt;
+  return {};
 }
 
-std::optional<wire_error> pickle_vm::step(uint8_t c, bool& stop) {
+status pickle_vm::step(uint8_t c, bool& stop) {
   value v;
   switch (c) {
     case op::PROTO:
@@ -499,16 +499,16 @@ std::optional<wire_error> pickle_vm::step(uint8_t c, bool& stop) {
       uint64_t n = 0;
       if (!take_le(8, n)) return err("pickle_truncated", "FRAME length runs past the end");
       if (n > in_.size() - pos_) return err("pickle_truncated", "FRAME of " + std::to_string(n) + " bytes runs past the end");
-      return std::nullopt; // framing is only a read-ahead hint
+      return {}; // framing is only a read-ahead hint
     }
     case op::STOP:
       stop = true;
-      return std::nullopt;
+      return {};
     case op::MARK:
       if (stack_.size() + marks_.size() >= lim_.max_stack)
         return err("pickle_limit", "stack deeper than " + std::to_string(lim_.max_stack));
       marks_.push_back(stack_.size());
-      return std::nullopt;
+      return {};
     case op::NONE:
       return push_new(value{});
     case op::NEWTRUE:
@@ -542,12 +542,12 @@ std::optional<wire_error> pickle_vm::step(uint8_t c, bool& stop) {
       size_t n = static_cast<size_t>(c - op::TUPLE1) + 1;
       std::vector<uint32_t> elems(n);
       for (size_t k = n; k-- > 0;)
-        if (auto e = pop(elems[k])) return e;
+        if (auto e = pop(elems[k]); !e) return e.error_value();
       return make_tuple(elems);
     }
     case op::TUPLE: {
       std::vector<uint32_t> elems;
-      if (auto e = pop_mark(elems)) return e;
+      if (auto e = pop_mark(elems); !e) return e.error_value();
       return make_tuple(elems);
     }
     case op::EMPTY_LIST:
@@ -586,8 +586,8 @@ std::optional<wire_error> pickle_vm::step(uint8_t c, bool& stop) {
     }
     case op::STACK_GLOBAL: {
       uint32_t name = 0, module = 0;
-      if (auto e = pop(name)) return e;
-      if (auto e = pop(module)) return e;
+      if (auto e = pop(name); !e) return e.error_value();
+      if (auto e = pop(module); !e) return e.error_value();
       if (arena_[name].type != vt::str || arena_[module].type != vt::str)
         return err("pickle_malformed", "STACK_GLOBAL of non-str");
       return op_global(arena_[module].s, arena_[name].s);
@@ -600,7 +600,7 @@ std::optional<wire_error> pickle_vm::step(uint8_t c, bool& stop) {
   }
 }
 
-std::optional<wire_error> pickle_vm::run(uint32_t& result) {
+status pickle_vm::run(uint32_t& result) {
   // Protocol 2+ pickles always open with PROTO; 0 and 1 are never produced by
   // the clients we serve.
   op_at_ = 0;
@@ -614,14 +614,14 @@ std::optional<wire_error> pickle_vm::run(uint32_t& result) {
     op_at_ = pos_;
     if (pos_ >= in_.size()) return err("pickle_truncated", "input ends before STOP");
     auto c = static_cast<uint8_t>(in_[pos_++]);
-    if (auto e = step(c, stop)) return e;
+    if (auto e = step(c, stop); !e) return e.error_value();
   }
   if (pos_ != in_.size()) return err("pickle_malformed", std::to_string(in_.size() - pos_) + " bytes after STOP");
   if (!marks_.empty() || stack_.size() != 1)
     return err("pickle_malformed", "STOP with " + std::to_string(stack_.size()) + " values and " +
                                        std::to_string(marks_.size()) + " marks on the stack");
   result = stack_.back();
-  return std::nullopt;
+  return {};
 }
 
 // ---------------------------------------------------------------------------
@@ -640,25 +640,25 @@ public:
     return found;
   }
 
-  std::optional<wire_error> need(std::string_view name, vt type, const value*& out) const {
+  status need(std::string_view name, vt type, const value*& out) const {
     out = attr(name);
     if (!out) return bad(std::string("attribute '") + std::string(name) + "' is missing");
     if (out->type != type)
       return bad(std::string("attribute '") + std::string(name) + "': expected " + vt_name(type) + ", got " +
                  vt_name(out->type));
-    return std::nullopt;
+    return {};
   }
-  std::optional<wire_error> need_int(std::string_view name, int64_t& out) const {
+  status need_int(std::string_view name, int64_t& out) const {
     const value* v = nullptr;
-    if (auto e = need(name, vt::integer, v)) return e;
+    if (auto e = need(name, vt::integer, v); !e) return e.error_value();
     out = v->i;
-    return std::nullopt;
+    return {};
   }
-  std::optional<wire_error> opt_int(std::string_view name, int64_t& out) const {
-    return attr(name) ? need_int(name, out) : std::nullopt;
+  status opt_int(std::string_view name, int64_t& out) const {
+    return attr(name) ? need_int(name, out) : status{};
   }
   /// shape / stride: a tuple or list of ints (torch.Size arrives as a tuple).
-  std::optional<wire_error> int_seq(const value& v, std::string_view name, std::vector<int64_t>& out) const {
+  status int_seq(const value& v, std::string_view name, std::vector<int64_t>& out) const {
     if (v.type != vt::tuple && v.type != vt::list)
       return bad(std::string("attribute '") + std::string(name) + "': expected a tuple of ints, got " + vt_name(v.type));
     out.clear();
@@ -667,20 +667,20 @@ public:
       if (e.type != vt::integer) return bad(std::string("attribute '") + std::string(name) + "' holds a " + vt_name(e.type));
       out.push_back(e.i);
     }
-    return std::nullopt;
+    return {};
   }
 
   /// dtype, shape, stride (contiguous if absent: the oldest wrappers had
   /// none), storage_offset (0 if absent).
-  std::optional<wire_error> view(tensor_desc& out) const {
+  status view(tensor_desc& out) const {
     const value* dtype = nullptr;
-    if (auto e = need("dtype", vt::dtype, dtype)) return e;
+    if (auto e = need("dtype", vt::dtype, dtype); !e) return e.error_value();
     const value* shape_v = attr("shape");
     if (!shape_v) return bad("attribute 'shape' is missing");
     std::vector<int64_t> shape, stride;
-    if (auto e = int_seq(*shape_v, "shape", shape)) return e;
+    if (auto e = int_seq(*shape_v, "shape", shape); !e) return e.error_value();
     if (const value* s = attr("stride")) {
-      if (auto e = int_seq(*s, "stride", stride)) return e;
+      if (auto e = int_seq(*s, "stride", stride); !e) return e.error_value();
     } else {
       stride.assign(shape.size(), 1);
       for (size_t k = shape.size(); k-- > 1;) {
@@ -689,65 +689,65 @@ public:
       }
     }
     int64_t storage_offset = 0;
-    if (auto e = opt_int("storage_offset", storage_offset)) return e;
-    if (auto e = apply_tensor_view(dtype->s, std::move(shape), std::move(stride), storage_offset, out)) return prefixed(*e);
-    return std::nullopt;
+    if (auto e = opt_int("storage_offset", storage_offset); !e) return e.error_value();
+    if (auto e = apply_tensor_view(dtype->s, std::move(shape), std::move(stride), storage_offset, out); !e) return prefixed(e.error_value());
+    return {};
   }
 
-  wire_error bad(std::string detail) const { return wire_error{"bad_wrapper", obj_.s + ": " + std::move(detail)}; }
-  wire_error prefixed(const wire_error& e) const { return wire_error{e.kind, obj_.s + ": " + e.detail}; }
+  error bad(std::string detail) const { return error{"bad_wrapper", obj_.s + ": " + std::move(detail)}; }
+  error prefixed(const error& e) const { return error{e.kind, obj_.s + ": " + e.detail}; }
 
 private:
   const pickle_vm& vm_;
   const value& obj_;
 };
 
-std::optional<wire_error> map_cuda(const pickle_vm& vm, const wrapper_view& w, tensor_desc& out) {
+status map_cuda(const pickle_vm& vm, const wrapper_view& w, tensor_desc& out) {
   const value* h = nullptr;
-  if (auto e = w.need("handle", vt::tuple, h)) return e;
+  if (auto e = w.need("handle", vt::tuple, h); !e) return e.error_value();
   if (h->items.size() != 8)
     return w.bad("attribute 'handle': expected the 8-tuple of storage._share_cuda_(), got " +
                  std::to_string(h->items.size()) + " elements");
   auto item = [&](size_t k) -> const value& { return vm.at(h->items[k]); };
-  auto int_at = [&](size_t k, int64_t& o) -> std::optional<wire_error> {
+  auto int_at = [&](size_t k, int64_t& o) -> status {
     if (item(k).type != vt::integer) return w.bad("handle[" + std::to_string(k) + "]: expected int, got " + vt_name(item(k).type));
     o = item(k).i;
-    return std::nullopt;
+    return {};
   };
-  auto bytes_at = [&](size_t k, std::optional<std::string>& o) -> std::optional<wire_error> {
-    if (item(k).type == vt::none) return std::nullopt;
+  auto bytes_at = [&](size_t k, std::optional<std::string>& o) -> status {
+    if (item(k).type == vt::none) return {};
     if (item(k).type != vt::bytes) return w.bad("handle[" + std::to_string(k) + "]: expected bytes or None, got " + vt_name(item(k).type));
     o = item(k).s;
-    return std::nullopt;
+    return {};
   };
   torch_cuda_share share;
-  if (auto e = int_at(0, share.device)) return e;
-  if (auto e = bytes_at(1, share.mem_handle)) return e;
-  if (auto e = int_at(2, share.storage_size_bytes)) return e;
-  if (auto e = int_at(3, share.storage_offset_bytes)) return e;
-  if (auto e = bytes_at(4, share.ref_counter_handle)) return e;
-  if (auto e = int_at(5, share.ref_counter_offset)) return e;
-  if (auto e = bytes_at(6, share.event_handle)) return e;
+  if (auto e = int_at(0, share.device); !e) return e.error_value();
+  if (auto e = bytes_at(1, share.mem_handle); !e) return e.error_value();
+  if (auto e = int_at(2, share.storage_size_bytes); !e) return e.error_value();
+  if (auto e = int_at(3, share.storage_offset_bytes); !e) return e.error_value();
+  if (auto e = bytes_at(4, share.ref_counter_handle); !e) return e.error_value();
+  if (auto e = int_at(5, share.ref_counter_offset); !e) return e.error_value();
+  if (auto e = bytes_at(6, share.event_handle); !e) return e.error_value();
   if (item(7).type != vt::boolean) return w.bad(std::string("handle[7]: expected bool, got ") + vt_name(item(7).type));
   share.event_sync_required = item(7).b;
-  if (auto e = apply_torch_cuda_share(share, out)) return w.prefixed(*e);
+  if (auto e = apply_torch_cuda_share(share, out); !e) return w.prefixed(e.error_value());
   const value* uuid = nullptr;
-  if (auto e = w.need("device_uuid", vt::str, uuid)) return e;
+  if (auto e = w.need("device_uuid", vt::str, uuid); !e) return e.error_value();
   out.device_uuid = uuid->s;
   return w.view(out);
 }
 
-std::optional<wire_error> map_cuda_raw(const wrapper_view& w, tensor_desc& out) {
+status map_cuda_raw(const wrapper_view& w, tensor_desc& out) {
   const value* handle = nullptr;
-  if (auto e = w.need("_ipc_handle_reserved", vt::bytes, handle)) return e;
+  if (auto e = w.need("_ipc_handle_reserved", vt::bytes, handle); !e) return e.error_value();
   if (handle->s.size() != 64)
     return w.bad("attribute '_ipc_handle_reserved': expected 64 bytes, got " + std::to_string(handle->s.size()));
   int64_t alloc_offset = 0, nbytes = 0;
-  if (auto e = w.opt_int("_alloc_offset", alloc_offset)) return e; // absent before 0.4: the handle's own pointer
-  if (auto e = w.need_int("_nbytes", nbytes)) return e;
+  if (auto e = w.opt_int("_alloc_offset", alloc_offset); !e) return e.error_value(); // absent before 0.4: the handle's own pointer
+  if (auto e = w.need_int("_nbytes", nbytes); !e) return e.error_value();
   if (alloc_offset < 0 || nbytes < 0) return w.bad("negative _alloc_offset or _nbytes");
   const value* uuid = nullptr;
-  if (auto e = w.need("device_uuid", vt::str, uuid)) return e;
+  if (auto e = w.need("device_uuid", vt::str, uuid); !e) return e.error_value();
   out.kind = tensor_desc::memory_kind::cuda_ipc;
   out.ipc_mem_handle = handle->s;
   out.storage_offset_bytes = static_cast<uint64_t>(alloc_offset);
@@ -756,11 +756,11 @@ std::optional<wire_error> map_cuda_raw(const wrapper_view& w, tensor_desc& out) 
   return w.view(out);
 }
 
-std::optional<wire_error> map_cpu_shm(const wrapper_view& w, tensor_desc& out) {
+status map_cpu_shm(const wrapper_view& w, tensor_desc& out) {
   const value* name = nullptr;
-  if (auto e = w.need("shm_name", vt::str, name)) return e;
+  if (auto e = w.need("shm_name", vt::str, name); !e) return e.error_value();
   int64_t nbytes = 0;
-  if (auto e = w.need_int("nbytes", nbytes)) return e;
+  if (auto e = w.need_int("nbytes", nbytes); !e) return e.error_value();
   if (nbytes < 0) return w.bad("negative nbytes");
   out.kind = tensor_desc::memory_kind::host_shm;
   out.shm_name = name->s;
@@ -772,26 +772,26 @@ std::optional<wire_error> map_cpu_shm(const wrapper_view& w, tensor_desc& out) {
 
 } // namespace
 
-std::variant<tensor_desc, wire_error> decode_pickled_ipc_wrapper(std::string_view pickle,
-                                                                 const pickle_limits& limits) {
+expected<tensor_desc> decode_pickled_ipc_wrapper(std::string_view pickle,
+                                                 const pickle_limits& limits) {
   pickle_vm vm(pickle, limits);
   uint32_t root = 0;
-  if (auto e = vm.run(root)) return *e;
+  if (auto e = vm.run(root); !e) return e.error_value();
   const value& obj = vm.at(root);
   if (obj.type != vt::object)
-    return wire_error{"bad_wrapper", std::string("pickle holds a ") + vt_name(obj.type) + ", not a wrapper object"};
+    return error{"bad_wrapper", std::string("pickle holds a ") + vt_name(obj.type) + ", not a wrapper object"};
   wrapper_view w(vm, obj);
   tensor_desc out;
-  std::optional<wire_error> e;
+  status e;
   switch (static_cast<wrapper_class>(obj.sub)) {
     case wrapper_class::cuda: e = map_cuda(vm, w, out); break;
     case wrapper_class::cuda_raw: e = map_cuda_raw(w, out); break;
     case wrapper_class::cpu_shm: e = map_cpu_shm(w, out); break;
     case wrapper_class::cuda_vmm:
-      e = wire_error{"unsupported_wrapper", "VmmCudaIPCWrapper: CUDA VMM handles need an fd passed out of band"};
+      e = error{"unsupported_wrapper", "VmmCudaIPCWrapper: CUDA VMM handles need an fd passed out of band"};
       break;
   }
-  if (e) return *e;
+  if (!e) return e.error_value();
   return out;
 }
 

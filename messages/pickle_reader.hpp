@@ -14,11 +14,10 @@
 #pragma once
 
 #include "messages/tensor_desc.hpp"
-#include "messages/wire_error.hpp"
+#include "core/error.hpp"
 
 #include <cstddef>
 #include <string_view>
-#include <variant>
 
 namespace kvs {
 
@@ -38,7 +37,7 @@ struct pickle_limits {
 /// "bad_wrapper" (the object is not a wrapper, or an attribute is missing or
 /// mistyped) and "unsupported_wrapper" (VmmCudaIPCWrapper, expandable-segment
 /// handles).
-std::variant<tensor_desc, wire_error> decode_pickled_ipc_wrapper(std::string_view pickle,
-                                                                 const pickle_limits& limits = {});
+expected<tensor_desc> decode_pickled_ipc_wrapper(std::string_view pickle,
+                                                 const pickle_limits& limits = {});
 
 } // namespace kvs

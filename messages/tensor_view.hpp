@@ -5,7 +5,7 @@
 #pragma once
 
 #include "messages/tensor_desc.hpp"
-#include "messages/wire_error.hpp"
+#include "core/error.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -39,13 +39,13 @@ struct torch_cuda_share {
 /// handle is torch's shareable handle: either a bare 64-byte
 /// cudaIpcMemHandle_t or `[version 1..3]['c'][64 bytes]`; 'e' (expandable
 /// segment) handles are rejected as "unsupported_wrapper".
-std::optional<wire_error> apply_torch_cuda_share(const torch_cuda_share& share, tensor_desc& out);
+status apply_torch_cuda_share(const torch_cuda_share& share, tensor_desc& out);
 
 /// Sets and checks the tensor view as LMCache's TensorMetadata does: dtype
 /// known, ranks equal (<= 64), sizes, strides and storage_offset >= 0, and,
 /// when `check_span`, the view's byte span within `out.storage_size_bytes`.
-std::optional<wire_error> apply_tensor_view(std::string dtype, std::vector<int64_t> shape,
-                                            std::vector<int64_t> stride, int64_t storage_offset,
-                                            tensor_desc& out, bool check_span = true);
+status apply_tensor_view(std::string dtype, std::vector<int64_t> shape,
+                         std::vector<int64_t> stride, int64_t storage_offset,
+                         tensor_desc& out, bool check_span = true);
 
 } // namespace kvs

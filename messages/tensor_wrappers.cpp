@@ -19,12 +19,12 @@ using namespace lmcache_wire;
 // ---------------------------------------------------------------------------
 
 /// TensorMetadata (ipc_wire.py): every field required, unknown ones refused.
-derr read_tensor_metadata(cursor& c, const std::string& where, tensor_desc& out) {
+status read_tensor_metadata(cursor& c, const std::string& where, tensor_desc& out) {
   required req{{{"dtype", false}, {"shape", false}, {"stride", false}, {"storage_offset", false}, {"device_uuid", false}}};
   std::string dtype;
   std::vector<int64_t> shape, stride;
   int64_t storage_offset = 0;
-  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> derr {
+  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> status {
     known = true;
     req.seen(f);
     std::string w = at_field(where, f);
@@ -34,61 +34,62 @@ derr read_tensor_metadata(cursor& c, const std::string& where, tensor_desc& out)
     if (f == "storage_offset") return read_nonneg(c, w, storage_offset);
     if (f == "device_uuid") return read_str(c, w, out.device_uuid);
     known = false;
-    return std::nullopt;
+    return {};
   });
-  if (e) return e;
-  if (auto r = req.check(where, "TensorMetadata")) return r;
+  if (!e) return e;
+  if (auto r = req.check(where, "TensorMetadata"); !r) return r;
   // Stash for apply_tensor_view once the storage size is known.
   out.dtype = std::move(dtype);
   out.shape = std::move(shape);
   out.stride = std::move(stride);
   out.storage_offset = storage_offset;
-  return std::nullopt;
+  return {};
 }
 
-derr read_torch_share(cursor& c, const std::string& where, torch_cuda_share& s) {
+status read_torch_share(cursor& c, const std::string& where, torch_cuda_share& s) {
   uint32_t n = 0;
-  if (auto e = read_header(c, where, mk::array, n)) return e;
+  if (auto e = read_header(c, where, mk::array, n); !e) return e;
   if (n != 8) return fail(where, "expected the 8-element storage._share_cuda_() tuple, got " + std::to_string(n));
-  if (auto e = read_int(c, at_index(where, 0), s.device)) return e;
-  if (auto e = read_opt_bin(c, at_index(where, 1), s.mem_handle)) return e;
-  if (auto e = read_nonneg(c, at_index(where, 2), s.storage_size_bytes)) return e;
-  if (auto e = read_nonneg(c, at_index(where, 3), s.storage_offset_bytes)) return e;
-  if (auto e = read_opt_bin(c, at_index(where, 4), s.ref_counter_handle)) return e;
-  if (auto e = read_nonneg(c, at_index(where, 5), s.ref_counter_offset)) return e;
-  if (auto e = read_opt_bin(c, at_index(where, 6), s.event_handle)) return e;
+  if (auto e = read_int(c, at_index(where, 0), s.device); !e) return e;
+  if (auto e = read_opt_bin(c, at_index(where, 1), s.mem_handle); !e) return e;
+  if (auto e = read_nonneg(c, at_index(where, 2), s.storage_size_bytes); !e) return e;
+  if (auto e = read_nonneg(c, at_index(where, 3), s.storage_offset_bytes); !e) return e;
+  if (auto e = read_opt_bin(c, at_index(where, 4), s.ref_counter_handle); !e) return e;
+  if (auto e = read_nonneg(c, at_index(where, 5), s.ref_counter_offset); !e) return e;
+  if (auto e = read_opt_bin(c, at_index(where, 6), s.event_handle); !e) return e;
   return read_bool(c, at_index(where, 7), s.event_sync_required);
 }
 
 /// Finishes a descriptor: the view check, with LMCache's error text kind.
-std::variant<tensor_desc, wire_error> finish_view(tensor_desc d, bool check_span) {
+expected<tensor_desc> finish_view(tensor_desc d, bool check_span) {
   std::string dtype = std::move(d.dtype);
   std::vector<int64_t> shape = std::move(d.shape), stride = std::move(d.stride);
-  if (auto e = apply_tensor_view(std::move(dtype), std::move(shape), std::move(stride), d.storage_offset, d, check_span))
-    return *e;
+  if (auto e = apply_tensor_view(std::move(dtype), std::move(shape), std::move(stride), d.storage_offset, d, check_span);
+      !e)
+    return e.error_value();
   return d;
 }
 
 /// LMCache 0.5.6 data-only descriptor (ipc_wire.py WireIPCData): a msgspec
 /// tagged union, tag field "type", unknown fields refused.
-std::variant<tensor_desc, wire_error> decode_ipc_descriptor(std::string_view payload) {
+expected<tensor_desc> decode_ipc_descriptor(std::string_view payload) {
   const std::string where = "descriptor";
   // Pass 1: the tag, wherever it sits in the map (msgspec accepts any order).
   std::string tag;
   {
     cursor c(payload);
-    auto e = read_fields(c, where, false, [&](std::string_view f, bool& known) -> derr {
+    auto e = read_fields(c, where, false, [&](std::string_view f, bool& known) -> status {
       known = f == "type";
-      return known ? read_str(c, at_field(where, f), tag) : std::nullopt;
+      return known ? read_str(c, at_field(where, f), tag) : status{};
     });
-    if (e) return to_wire(*e, "bad_wrapper");
-    if (!c.at_end()) return wire_error{"bad_wrapper", "descriptor: trailing bytes"};
+    if (!e) return to_wire(e.error_value(), "bad_wrapper");
+    if (!c.at_end()) return error{"bad_wrapper", "descriptor: trailing bytes"};
   }
-  if (tag.empty()) return wire_error{"bad_wrapper", "descriptor: missing tag field 'type'"};
+  if (tag.empty()) return error{"bad_wrapper", "descriptor: missing tag field 'type'"};
   if (tag == "cuda_vmm" || tag == "musa" || tag == "npu")
-    return wire_error{"unsupported_wrapper", "descriptor type '" + tag + "' is not supported (CUDA IPC and cpu_shm only)"};
+    return error{"unsupported_wrapper", "descriptor type '" + tag + "' is not supported (CUDA IPC and cpu_shm only)"};
   if (tag != "cuda" && tag != "cuda_raw" && tag != "cpu_shm")
-    return wire_error{"bad_wrapper", "descriptor: unknown type '" + tag.substr(0, 32) + "'"};
+    return error{"bad_wrapper", "descriptor: unknown type '" + tag.substr(0, 32) + "'"};
 
   // Pass 2: the fields of that variant.
   tensor_desc d;
@@ -100,7 +101,7 @@ std::variant<tensor_desc, wire_error> decode_ipc_descriptor(std::string_view pay
   if (tag == "cuda_raw") req.fields.insert(req.fields.end(), {{"ipc_handle", false}, {"alloc_offset", false}, {"nbytes", false}});
   if (tag == "cpu_shm") req.fields.insert(req.fields.end(), {{"shm_name", false}, {"nbytes", false}});
   cursor c(payload);
-  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> derr {
+  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> status {
     known = true;
     req.seen(f);
     std::string w = at_field(where, f);
@@ -116,17 +117,17 @@ std::variant<tensor_desc, wire_error> decode_ipc_descriptor(std::string_view pay
     if ((tag == "cuda_raw" || tag == "cpu_shm") && f == "nbytes") return read_nonneg(c, w, nbytes);
     if (tag == "cpu_shm" && f == "shm_name") return read_str(c, w, d.shm_name);
     known = false;
-    return std::nullopt;
+    return {};
   });
-  if (e) return to_wire(*e, "bad_wrapper");
-  if (auto r = req.check(where + " '" + tag + "'", "descriptor")) return to_wire(*r, "bad_wrapper");
-  if (version != 1) return wire_error{"bad_wrapper", "descriptor: version " + std::to_string(version) + " (expected 1)"};
+  if (!e) return to_wire(e.error_value(), "bad_wrapper");
+  if (auto r = req.check(where + " '" + tag + "'", "descriptor"); !r) return to_wire(r.error_value(), "bad_wrapper");
+  if (version != 1) return error{"bad_wrapper", "descriptor: version " + std::to_string(version) + " (expected 1)"};
 
   if (tag == "cuda") {
-    if (auto r = apply_torch_cuda_share(share, d)) return *r;
+    if (auto r = apply_torch_cuda_share(share, d); !r) return r.error_value();
   } else if (tag == "cuda_raw") {
     if (raw_handle.size() != 64)
-      return wire_error{"bad_wrapper", "descriptor: field 'ipc_handle': expected 64 bytes, got " + std::to_string(raw_handle.size())};
+      return error{"bad_wrapper", "descriptor: field 'ipc_handle': expected 64 bytes, got " + std::to_string(raw_handle.size())};
     d.kind = tensor_desc::memory_kind::cuda_ipc;
     d.ipc_mem_handle = std::move(raw_handle);
     d.storage_offset_bytes = static_cast<uint64_t>(alloc_offset);
@@ -140,7 +141,7 @@ std::variant<tensor_desc, wire_error> decode_ipc_descriptor(std::string_view pay
 }
 
 /// kvsidecar's host shared-memory extension (kvs_host_shm_ext).
-std::variant<tensor_desc, wire_error> decode_host_shm_ext(std::string_view payload) {
+expected<tensor_desc> decode_host_shm_ext(std::string_view payload) {
   const std::string where = "host_shm";
   tensor_desc d;
   d.kind = tensor_desc::memory_kind::host_shm;
@@ -148,7 +149,7 @@ std::variant<tensor_desc, wire_error> decode_host_shm_ext(std::string_view paylo
   std::optional<int64_t> nbytes;
   required req{{{"shm_name", false}, {"dtype", false}, {"shape", false}, {"stride", false}}};
   cursor c(payload);
-  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> derr {
+  auto e = read_fields(c, where, true, [&](std::string_view f, bool& known) -> status {
     known = true;
     req.seen(f);
     std::string w = at_field(where, f);
@@ -160,17 +161,17 @@ std::variant<tensor_desc, wire_error> decode_host_shm_ext(std::string_view paylo
     if (f == "storage_offset") return read_nonneg(c, w, storage_offset);
     if (f == "nbytes") {
       int64_t v = 0;
-      if (auto r = read_nonneg(c, w, v)) return r;
+      if (auto r = read_nonneg(c, w, v); !r) return r;
       nbytes = v;
-      return std::nullopt;
+      return {};
     }
     known = false;
-    return std::nullopt;
+    return {};
   });
-  if (e) return to_wire(*e, "bad_wrapper");
-  if (!c.at_end()) return wire_error{"bad_wrapper", "host_shm: trailing bytes"};
-  if (auto r = req.check(where, "host_shm")) return to_wire(*r, "bad_wrapper");
-  if (d.shm_name.empty()) return wire_error{"bad_wrapper", "host_shm: empty shm_name"};
+  if (!e) return to_wire(e.error_value(), "bad_wrapper");
+  if (!c.at_end()) return error{"bad_wrapper", "host_shm: trailing bytes"};
+  if (auto r = req.check(where, "host_shm"); !r) return to_wire(r.error_value(), "bad_wrapper");
+  if (d.shm_name.empty()) return error{"bad_wrapper", "host_shm: empty shm_name"};
   d.shm_offset_bytes = static_cast<uint64_t>(offset);
   d.storage_offset = storage_offset;
   d.storage_size_bytes = nbytes ? static_cast<uint64_t>(*nbytes) : 0;
@@ -180,10 +181,10 @@ std::variant<tensor_desc, wire_error> decode_host_shm_ext(std::string_view paylo
 
 } // namespace
 
-std::variant<tensor_desc, wire_error> decode_kv_cache_wrapper(int8_t ext_type, std::string_view payload) {
+expected<tensor_desc> decode_kv_cache_wrapper(int8_t ext_type, std::string_view payload) {
   if (ext_type == kvs_host_shm_ext) return decode_host_shm_ext(payload);
   if (ext_type != lmcache_ipc_wrapper_ext)
-    return wire_error{"bad_wrapper", "ext type " + std::to_string(ext_type) + " is not a KV-cache wrapper"};
+    return error{"bad_wrapper", "ext type " + std::to_string(ext_type) + " is not a KV-cache wrapper"};
   // A pickle opens with PROTO (0x80) and its protocol (2..5); a descriptor is
   // one msgpack map, and 0x80 (an empty map) followed by anything is not one.
   if (payload.size() >= 2 && static_cast<uint8_t>(payload[0]) == 0x80 && static_cast<uint8_t>(payload[1]) >= 2 &&

@@ -1,14 +1,13 @@
 // The KV-cache wrappers LMCache clients send in register_kv_cache's kv_cache
 // list, decoded into tensor descriptors. Never throws: every problem is a
-// wire_error naming the field.
+// error naming the field.
 #pragma once
 
 #include "messages/tensor_desc.hpp"
-#include "messages/wire_error.hpp"
+#include "core/error.hpp"
 
 #include <cstdint>
 #include <string_view>
-#include <variant>
 
 namespace kvs {
 
@@ -31,7 +30,6 @@ constexpr int8_t kvs_host_shm_ext = 0x4b;
 ///  - ext 1, legacy pickle (clients before 0.5.6, e.g. the SGLang seed's era):
 ///    read by the strict pickle reader (messages/pickle_reader.hpp);
 ///  - ext kvs_host_shm_ext: our host shared-memory extension.
-std::variant<tensor_desc, wire_error> decode_kv_cache_wrapper(int8_t ext_type,
-                                                              std::string_view payload);
+expected<tensor_desc> decode_kv_cache_wrapper(int8_t ext_type, std::string_view payload);
 
 } // namespace kvs

@@ -30,8 +30,7 @@ struct filled {
     po.capacity_bytes = (n_chunks * static_cast<size_t>(ws) + spare_slots) * 64;
     po.hugepages = false;
     po.slot_align = 64;
-    std::string err;
-    pool = slot_pool::create(po, &err);
+    pool = slot_pool::create(po).value();
     index_options o;
     o.evict_high = 1.0;
     o.evict_low = 1.0;

@@ -86,12 +86,12 @@ int disk(const std::string& dir, size_t n, size_t mib) {
   disk_tier_options o;
   o.path = tier_dir;
   o.size = uint64_t{1} << 40;
-  std::string err;
-  auto tier = disk_tier::open(o, &err);
-  if (!tier) {
-    std::fprintf(stderr, "%s\n", err.c_str());
+  auto opened = disk_tier::open(o);
+  if (!opened) {
+    std::fprintf(stderr, "%s\n", opened.error_value().detail.c_str());
     return 1;
   }
+  auto tier = std::move(*opened);
   auto id = [](size_t i) { return l2_object_id{i + 1, 0, 7, 1}; };
 
   // Each write phase starts with no dirty pages (sync) and ends with its own
@@ -144,7 +144,12 @@ int disk(const std::string& dir, size_t n, size_t mib) {
   if (std::system(cmd.c_str()) != 0)
     return 1;
   o.fsync = true;
-  auto synced = disk_tier::open(o, &err);
+  auto synced_tier = disk_tier::open(o);
+  if (!synced_tier) {
+    std::fprintf(stderr, "%s\n", synced_tier.error_value().detail.c_str());
+    return 1;
+  }
+  auto synced = std::move(*synced_tier);
   ::sync();
   auto t0 = clk::now();
   plain_write(plain_dir, ns, buf, true);

@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (in.empty()) return 0;
     int8_t ext = (static_cast<uint8_t>(in[0]) & 1) ? kvs::kvs_host_shm_ext : kvs::lmcache_ipc_wrapper_ext;
     auto r = kvs::decode_kv_cache_wrapper(ext, in.substr(1));
-    if (auto* d = std::get_if<kvs::tensor_desc>(&r)) check_desc(*d);
+    if (auto* d = r ? &r.value() : nullptr) check_desc(*d);
     return 0;
   }
   std::vector<std::string_view> frames;
@@ -50,14 +50,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The same frames as subscribe_kv_events' arguments (the bridge decodes
   // that op before the main decoder).
   auto sub = kvs::decode_subscribe_kv_events(frames);
-  if (auto* e = std::get_if<kvs::wire_error>(&sub); e && e->kind.empty())
+  if (auto* e = sub ? nullptr : &sub.error_value(); e && e->kind.empty())
     __builtin_trap();
   auto r = kvs::decode_mp_request(frames);
-  if (auto* req = std::get_if<kvs::mp_request>(&r)) {
+  if (auto* req = r ? &r.value() : nullptr) {
     if (req->uid_frame != frames[0] || req->op_frame != frames[1]) __builtin_trap();
     if (auto* reg = std::get_if<kvs::register_kv_cache_req>(&req->body))
       for (const auto& d : reg->kv_caches) check_desc(d);
-  } else if (std::get<kvs::wire_error>(r).kind.empty()) {
+  } else if (r.error_value().kind.empty()) {
     __builtin_trap();
   }
   return 0;

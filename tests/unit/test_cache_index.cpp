@@ -22,8 +22,7 @@ struct fixture {
     po.capacity_bytes = slots * 64;
     po.hugepages = false;
     po.slot_align = 64;
-    std::string err;
-    pool = slot_pool::create(po, &err);
+    pool = slot_pool::create(po).value();
     REQUIRE(pool);
     index = std::make_unique<chunk_index>(*pool, o);
   }
@@ -34,9 +33,9 @@ struct fixture {
     return r;
   }
   void check() {
-    std::string why;
-    INFO(why);
-    CHECK(index->check_invariants(&why));
+    auto inv = index->check_invariants();
+    INFO((inv ? "" : inv.error_value().detail));
+    CHECK(inv);
   }
 };
 
@@ -236,8 +235,7 @@ TEST_CASE("no space reasons: oversized and empty chunks") {
   pool_options po;
   po.capacity_bytes = 4096;
   po.hugepages = false;
-  std::string err;
-  auto pool = slot_pool::create(po, &err);
+  auto pool = slot_pool::create(po).value();
   REQUIRE(pool);
   chunk_index idx(*pool);
   auto r = idx.reserve(chunk_key{1, 0}, 4097, t0);
@@ -494,8 +492,7 @@ TEST_CASE("many entries: growth, deletion and lookups stay consistent") {
   po.capacity_bytes = 200000 * 64;
   po.hugepages = false;
   po.slot_align = 64;
-  std::string err;
-  auto pool = slot_pool::create(po, &err);
+  auto pool = slot_pool::create(po).value();
   REQUIRE(pool);
   index_options o;
   o.expected_entries = 16;
@@ -519,9 +516,9 @@ TEST_CASE("many entries: growth, deletion and lookups stay consistent") {
     present += has;
   }
   CHECK(present == n - (n + 2) / 3);
-  std::string why;
-  INFO(why);
-  CHECK(idx.check_invariants(&why));
+  auto inv = idx.check_invariants();
+  INFO((inv ? "" : inv.error_value().detail));
+  CHECK(inv);
 }
 
 TEST_CASE("1M chunks: 32-chunk prefix lookup is fast") {
@@ -532,8 +529,7 @@ TEST_CASE("1M chunks: 32-chunk prefix lookup is fast") {
   po.capacity_bytes = n_chunks * ws * 64;
   po.hugepages = false;
   po.slot_align = 64;
-  std::string err;
-  auto pool = slot_pool::create(po, &err);
+  auto pool = slot_pool::create(po).value();
   REQUIRE(pool);
   index_options o;
   o.evict_high = 1.0;

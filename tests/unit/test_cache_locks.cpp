@@ -27,8 +27,7 @@ struct world {
     po.capacity_bytes = slots * 64;
     po.hugepages = false;
     po.slot_align = 64;
-    std::string err;
-    pool = slot_pool::create(po, &err);
+    pool = slot_pool::create(po).value();
     REQUIRE(pool);
     index = std::make_unique<chunk_index>(*pool, io);
     ledger = std::make_unique<lock_ledger>(*index, lo);
@@ -269,9 +268,9 @@ TEST_CASE("randomized: ending all sessions always leaves zero locks") {
   };
 
   auto check_all = [&](int step) {
-    std::string why;
-    INFO("step " << step << ": " << why);
-    REQUIRE(w.index->check_invariants(&why));
+    auto inv = w.index->check_invariants();
+    INFO("step " << step << ": " << (inv ? "" : inv.error_value().detail));
+    REQUIRE(inv);
     // Every reader the index counts belongs to a live ledger hold or a live
     // direct lock, and vice versa.
     std::map<std::pair<uint64_t, int32_t>, uint64_t> expect;
@@ -377,7 +376,7 @@ TEST_CASE("randomized: ending all sessions always leaves zero locks") {
   CHECK(w.ledger->held_readers() == 0);
   CHECK(w.index->outstanding_readers() == 0);
   CHECK(w.index->locked_entries() == 0);
-  std::string why;
-  INFO(why);
-  CHECK(w.index->check_invariants(&why));
+  auto inv = w.index->check_invariants();
+  INFO((inv ? "" : inv.error_value().detail));
+  CHECK(inv);
 }

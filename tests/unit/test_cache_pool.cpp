@@ -19,11 +19,10 @@ std::unique_ptr<slot_pool> make(size_t cap, bool hugepages = false,
   o.hugepages = hugepages;
   o.populate = populate;
   o.slot_align = align;
-  std::string err;
-  auto p = slot_pool::create(o, &err);
-  INFO(err);
+  auto p = slot_pool::create(o);
+  INFO((p ? "" : p.error_value().detail));
   REQUIRE(p);
-  return p;
+  return std::move(*p);
 }
 } // namespace
 
@@ -138,9 +137,10 @@ TEST_CASE("create refuses a bad alignment; zero capacity has no slots") {
   pool_options o;
   o.capacity_bytes = 4096;
   o.slot_align = 100;
-  std::string err;
-  CHECK(slot_pool::create(o, &err) == nullptr);
-  CHECK(err.find("power of two") != std::string::npos);
+  auto bad = slot_pool::create(o);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error_value().kind == "bad_option");
+  CHECK(bad.error_value().detail.find("power of two") != std::string::npos);
 
   auto z = make(0);
   CHECK(z->alloc(64) == invalid_slot);

@@ -7,31 +7,48 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 
 using namespace kvs;
 
 namespace {
 
+// A load error's detail taken apart again: "config error: <source>[:<line>]
+// [: key '<key>']: <what>", so each part can be checked on its own.
+struct config_error {
+  std::string source, key;
+  int64_t line = 0;
+  std::string what;
+};
+
+config_error parse_detail(const std::string& detail) {
+  static const std::regex shape{R"(config error: ([^:]*)(?::(\d+))?(?:: key '([^']*)')?: (.*))"};
+  std::smatch m;
+  REQUIRE_MESSAGE(std::regex_match(detail, m, shape), "not a config error line: " << detail);
+  return {m[1], m[3], m[2].matched ? std::stoll(m[2]) : 0, m[4]};
+}
+
 config_error error_of(const std::string& toml, std::vector<std::string> sets = {}) {
   auto r = load_config_text(toml, "test.toml", sets);
-  REQUIRE_MESSAGE(r.error.has_value(), "expected an error for: " << toml);
-  return *r.error;
+  REQUIRE_MESSAGE(!r.has_value(), "expected an error for: " << toml);
+  CHECK(r.error_value().kind == "config");
+  return parse_detail(r.error_value().detail);
 }
 
 config ok(const std::string& toml, std::vector<std::string> sets = {}) {
   auto r = load_config_text(toml, "test.toml", sets);
-  REQUIRE_MESSAGE(!r.error, (r.error ? r.error->to_string() : ""));
-  return *r.value;
+  REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error_value().detail));
+  return *r;
 }
 
 } // namespace
 
 TEST_CASE("the compiled-in default is valid and has the documented values") {
   auto c = ok("");
-  CHECK(c.sidecar.log_format == "text");
+  CHECK(c.sidecar.log_format == log::format::text);
   CHECK(c.sidecar.stats_interval == std::chrono::seconds{10});
   CHECK(c.events.enabled);
-  CHECK(c.events.format == "vllm");
+  CHECK(c.events.format == event_dialect::vllm);
   CHECK(c.events.dp_size == 1);
   CHECK(c.events.ingest_endpoint == "tcp://127.0.0.1:5557");
   CHECK(c.events.endpoint == "tcp://*:5600");
@@ -60,14 +77,14 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.cache.registration_grace == std::chrono::seconds{3600});
   CHECK(c.cache.kv_event_log_size == 32768);
   CHECK(c.cache.events_rank == 0);
-  CHECK(c.gpu.backend == "auto");
+  CHECK(c.gpu.backend == gpu_backend::automatic);
   CHECK(c.cache.shm_allow_prefixes == std::vector<std::string>{"/lmcache_kv_", "/kvs_"});
   CHECK_FALSE(c.security.curve_enabled());
 }
 
 TEST_CASE("a file overrides only the keys it names; --set comes last") {
   auto c = ok("[events]\nformat = \"tokenspeed\"\ndp_size = 2\n", {"events.dp_size=4", "cache.l1_size=\"512MiB\""});
-  CHECK(c.events.format == "tokenspeed");
+  CHECK(c.events.format == event_dialect::tokenspeed);
   CHECK(c.events.dp_size == 4);
   CHECK(c.cache.l1_size == (uint64_t{512} << 20));
   CHECK(c.cache.chunk_size == 256);
@@ -88,7 +105,8 @@ TEST_CASE("unknown key: names file, key and line") {
   CHECK(e.key == "events.fromat");
   CHECK(e.line == 3);
   CHECK(e.what == "unknown key");
-  CHECK(e.to_string() == "config error: test.toml:3: key 'events.fromat': unknown key");
+  CHECK(load_config_text("[events]\n\nfromat = \"vllm\"\n", "test.toml").error_value().detail ==
+        "config error: test.toml:3: key 'events.fromat': unknown key");
 }
 
 TEST_CASE("unknown section") {
@@ -202,12 +220,13 @@ TEST_CASE("load_config reads files and reports unreadable ones") {
     out << "[cache]\nchunk_size = 512\n";
   }
   auto r = load_config(path, {});
-  REQUIRE(r.value);
-  CHECK(r.value->cache.chunk_size == 512);
+  REQUIRE(r);
+  CHECK(r->cache.chunk_size == 512);
   std::remove(path.c_str());
   auto missing = load_config("/nonexistent/kvs.toml", {});
-  REQUIRE(missing.error);
-  CHECK(missing.error->what == "cannot read the file");
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error_value().kind == "io");
+  CHECK(missing.error_value().detail == "config error: /nonexistent/kvs.toml: cannot read the file");
 }
 
 TEST_CASE("units") {
@@ -228,15 +247,15 @@ TEST_CASE("units") {
 }
 
 TEST_CASE("endpoint offsets follow vLLM's rule") {
-  CHECK(offset_endpoint("tcp://*:5557", 0) == "tcp://*:5557");
-  CHECK(offset_endpoint("tcp://*:5557", 2) == "tcp://*:5559");
-  CHECK(offset_endpoint("tcp://127.0.0.1:5557", 1) == "tcp://127.0.0.1:5558");
-  CHECK(offset_endpoint("inproc://cache", 1) == "inproc://cache_dp1");
-  CHECK(offset_endpoint("ipc:///tmp/kv", 3) == "ipc:///tmp/kv_dp3");
-  CHECK(offset_endpoint("tcp://*:0", 3) == "tcp://*:0");
-  std::string why;
-  CHECK_FALSE(offset_endpoint("tcp://*:65535", 1, &why));
-  CHECK(why.find("65535") != std::string::npos);
+  CHECK(offset_endpoint("tcp://*:5557", 0).value() == "tcp://*:5557");
+  CHECK(offset_endpoint("tcp://*:5557", 2).value() == "tcp://*:5559");
+  CHECK(offset_endpoint("tcp://127.0.0.1:5557", 1).value() == "tcp://127.0.0.1:5558");
+  CHECK(offset_endpoint("inproc://cache", 1).value() == "inproc://cache_dp1");
+  CHECK(offset_endpoint("ipc:///tmp/kv", 3).value() == "ipc:///tmp/kv_dp3");
+  CHECK(offset_endpoint("tcp://*:0", 3).value() == "tcp://*:0");
+  auto too_far = offset_endpoint("tcp://*:65535", 1);
+  REQUIRE_FALSE(too_far);
+  CHECK(too_far.error_value().detail.find("65535") != std::string::npos);
   CHECK(endpoint_binds("tcp://*:1"));
   CHECK(endpoint_binds("tcp://[::]:1"));
   CHECK(endpoint_binds("ipc:///tmp/x"));
@@ -297,19 +316,19 @@ TEST_CASE("Z85 CURVE keys: raw and zcert files") {
         == "bb88471d65e2659b30c55a5321cebb5aab2b70a398645c26dca2b2fcb43fc518");
   CHECK_FALSE(z85_decode_key("short"));
   CHECK_FALSE(z85_decode_key(std::string(39, '0') + "~")); // not in the alphabet
-  std::string why;
   auto raw = write_file("/tmp/kvs_test_curve_raw.key", std::string{"  "} + server_secret + "\n");
-  auto k = read_curve_key(raw, true, why);
-  REQUIRE_MESSAGE(k, why);
+  auto k = read_curve_key(raw, true);
+  REQUIRE_MESSAGE(k, (k ? "" : k.error_value().detail));
   CHECK(hex(*k) == "8e0bdd697628b91d8f245587ee95c5b04d48963f79259877b49cd9063aead3b7");
   auto zcert = write_file("/tmp/kvs_test_curve.zcert",
                           std::string{"#   ****  Generated by zmq  ****\nmetadata\ncurve\n"
                                       "    public-key = \""} + client_public + "\"\n");
-  k = read_curve_key(zcert, false, why);
-  REQUIRE_MESSAGE(k, why);
+  k = read_curve_key(zcert, false);
+  REQUIRE_MESSAGE(k, (k ? "" : k.error_value().detail));
   CHECK(hex(*k).substr(0, 8) == "bb88471d");
-  CHECK_FALSE(read_curve_key(zcert, true, why)); // no secret-key line
-  CHECK(why.find("secret-key") != std::string::npos);
+  auto no_secret = read_curve_key(zcert, true); // no secret-key line
+  REQUIRE_FALSE(no_secret);
+  CHECK(no_secret.error_value().detail.find("secret-key") != std::string::npos);
   std::remove(raw.c_str());
   std::remove(zcert.c_str());
 }

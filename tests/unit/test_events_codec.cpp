@@ -32,22 +32,22 @@ std::string hex(const std::string& s) {
   return out;
 }
 
-std::variant<event_decode_result, wire_error> decode(const std::string& s) {
+expected<event_decode_result> decode(const std::string& s) {
   return decode_event_batch(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
 event_decode_result decode_ok(const std::string& s) {
   auto r = decode(s);
-  if (auto* e = std::get_if<wire_error>(&r))
+  if (auto* e = r ? nullptr : &r.error_value())
     FAIL("unexpected error ", e->kind, ": ", e->detail);
-  return std::get<event_decode_result>(std::move(r));
+  return std::move(r).value();
 }
 
-wire_error decode_err(const std::string& s) {
+error decode_err(const std::string& s) {
   auto r = decode(s);
-  if (std::holds_alternative<event_decode_result>(r))
+  if (r.has_value())
     FAIL("decoded, expected an error: ", hex(s));
-  return std::get<wire_error>(std::move(r));
+  return std::move(r).error_value();
 }
 
 std::string encode(const kv_event_batch& b, event_dialect d) {
@@ -510,7 +510,7 @@ TEST_CASE("frames that are not a batch are rejected with not_a_batch naming the 
   };
   for (const bad& c : cases) {
     CAPTURE(std::string(c.name));
-    wire_error e = decode_err(c.in);
+    error e = decode_err(c.in);
     CHECK(e.kind == "not_a_batch");
     CHECK_MESSAGE(e.detail.find(c.detail) != std::string::npos, e.detail);
   }
@@ -521,7 +521,7 @@ TEST_CASE("every truncation of every golden is rejected, never decoded or crashe
     for (size_t n = 0; n < c.bytes.size(); ++n) {
       CAPTURE(std::string(c.name));
       CAPTURE(n);
-      wire_error e = decode_err(c.bytes.substr(0, n));
+      error e = decode_err(c.bytes.substr(0, n));
       CHECK(e.kind == "not_a_batch");
       CHECK(!e.detail.empty());
     }
@@ -811,9 +811,9 @@ TEST_CASE("a malformed event is dropped alone, with its index, field and what wa
     CAPTURE(std::string(c.name));
     // The bad event sits between two good ones: both must survive.
     auto r = decode(batch_of({good_removed(), c.event, good_removed()}));
-    if (auto* e = std::get_if<wire_error>(&r))
+    if (auto* e = r ? nullptr : &r.error_value())
       FAIL("whole batch rejected: ", e->kind, ": ", e->detail);
-    auto& res = std::get<event_decode_result>(r);
+    auto& res = r.value();
     CHECK(res.batch.events.size() == 2);
     REQUIRE(res.dropped.size() == 1);
     CHECK(res.dropped[0].kind == c.kind);

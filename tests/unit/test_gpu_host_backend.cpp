@@ -106,12 +106,12 @@ struct sglang_fixture {
       tensors.push_back(shm_tensor(*v_pools.back(), {kPages * kPage, kHeads, kDim}));
     }
     kv_layout_hints h;
-    h.engine_type = "sglang";
+    h.engine_type = engine_type::sglang;
     h.tokens_per_block = kPage;
     auto layout = detect_kv_layout(tensors, h);
-    REQUIRE_MESSAGE(layout.ok(), layout.error().detail);
+    REQUIRE_MESSAGE(layout.has_value(), layout.error_value().detail);
     auto opened = backend->open(tensors, layout.value());
-    REQUIRE_MESSAGE(opened.ok(), opened.error().detail);
+    REQUIRE_MESSAGE(opened.has_value(), opened.error_value().detail);
     pools = std::move(opened.value());
   }
 
@@ -154,7 +154,7 @@ TEST_CASE("host backend: store pages into L1 slots, then retrieve them into othe
   std::vector<std::vector<uint8_t>> slots(2, std::vector<uint8_t>(kChunkBytes, 0xEE));
   const std::vector<int64_t> src = {5, 2, 9, 0};
   auto c = f.backend->copy(f.request(copy_direction::to_l1, src, slots));
-  REQUIRE_MESSAGE(c.ok(), c.error().detail);
+  REQUIRE_MESSAGE(c.has_value(), c.error_value().detail);
   CHECK(c.value()->poll() == copy_completion::state::done);
   CHECK(c.value()->wait() == copy_completion::state::done);
   CHECK(c.value()->event_handle().empty());
@@ -174,7 +174,7 @@ TEST_CASE("host backend: store pages into L1 slots, then retrieve them into othe
   auto before = f.all_pools();
   const std::vector<int64_t> dst = {7, 8, 10, 11};
   auto r = f.backend->copy(f.request(copy_direction::from_l1, dst, slots));
-  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  REQUIRE_MESSAGE(r.has_value(), r.error_value().detail);
   for (uint32_t kv = 0; kv < 2; ++kv)
     for (uint32_t layer = 0; layer < kLayers; ++layer)
       for (size_t i = 0; i < dst.size(); ++i)
@@ -208,7 +208,7 @@ TEST_CASE("host backend: skip_prefix_n_blocks leaves the first pages alone, plac
   auto req = f.request(copy_direction::from_l1, {999, -1, 999, 6}, slots);
   req.skip_prefix_n_blocks = 3;
   auto r = f.backend->copy(req);
-  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  REQUIRE_MESSAGE(r.has_value(), r.error_value().detail);
   for (uint32_t kv = 0; kv < 2; ++kv)
     for (uint32_t layer = 0; layer < kLayers; ++layer)
       CHECK(std::memcmp(f.engine(kv, layer, 6, 0), slots[1].data() + l1_at(kv, layer, kPage),
@@ -232,7 +232,7 @@ TEST_CASE("host backend: a chunk subset uses its own block ids (chunk_index)") {
   req.slot_bytes = kChunkBytes;
   req.chunks = {l1_chunk{1, slot.data()}};  // only the second chunk
   auto c = f.backend->copy(req);
-  REQUIRE_MESSAGE(c.ok(), c.error().detail);
+  REQUIRE_MESSAGE(c.has_value(), c.error_value().detail);
   for (uint32_t kv = 0; kv < 2; ++kv)
     for (uint32_t layer = 0; layer < kLayers; ++layer) {
       CHECK(std::memcmp(slot.data() + l1_at(kv, layer, 0), f.engine(kv, layer, 12, 0),
@@ -250,9 +250,9 @@ TEST_CASE("host backend: invalid requests are refused and write nothing") {
 
   auto expect_refused = [&](const copy_request& req, const char* needle) {
     auto r = f.backend->copy(req);
-    REQUIRE_FALSE(r.ok());
-    CHECK(r.error().kind == "bad_request");
-    CHECK_MESSAGE(r.error().detail.find(needle) != std::string::npos, r.error().detail);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error_value().kind == "bad_request");
+    CHECK_MESSAGE(r.error_value().detail.find(needle) != std::string::npos, r.error_value().detail);
     CHECK(slots == pristine);
     CHECK(f.all_pools() == pools_before);
   };
@@ -306,13 +306,13 @@ TEST_CASE("host backend: vLLM per-layer tensors in one object, per-group block i
   for (int64_t l = 0; l < layers; ++l)
     ts.push_back(shm_tensor(pool, {2, blocks, bs, 1, hd}, 0, 64 / 2 + l * layer_elems));
   kv_layout_hints h;
-  h.engine_type = "vllm";
+  h.engine_type = engine_type::vllm;
   h.group_layer_indices = {{0, 2}, {1, 3}};
   auto layout = detect_kv_layout(ts, h);
-  REQUIRE_MESSAGE(layout.ok(), layout.error().detail);
+  REQUIRE_MESSAGE(layout.has_value(), layout.error_value().detail);
   auto backend = make_host_backend();
   auto pools = backend->open(ts, layout.value());
-  REQUIRE_MESSAGE(pools.ok(), pools.error().detail);
+  REQUIRE_MESSAGE(pools.has_value(), pools.error_value().detail);
 
   // [kv][block] of layer l: element so + kv*(blocks*bs*hd) + block*(bs*hd).
   auto engine = [&](uint32_t kv, int64_t layer, int64_t block) {
@@ -329,7 +329,7 @@ TEST_CASE("host backend: vLLM per-layer tensors in one object, per-group block i
   req.slot_bytes = chunk_bytes;
   req.chunks = {l1_chunk{0, slot.data()}};
   auto c = backend->copy(req);
-  REQUIRE_MESSAGE(c.ok(), c.error().detail);
+  REQUIRE_MESSAGE(c.has_value(), c.error_value().detail);
   for (uint32_t kv = 0; kv < 2; ++kv)
     for (int64_t l = 0; l < layers; ++l)
       for (uint32_t p = 0; p < 2; ++p) {
@@ -342,7 +342,7 @@ TEST_CASE("host backend: vLLM per-layer tensors in one object, per-group block i
   req.direction = copy_direction::from_l1;
   req.block_ids = {{5, 0}, {0, 5}};
   auto r = backend->copy(req);
-  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  REQUIRE_MESSAGE(r.has_value(), r.error_value().detail);
   for (uint32_t kv = 0; kv < 2; ++kv)
     for (int64_t l = 0; l < layers; ++l)
       for (uint32_t p = 0; p < 2; ++p) {
@@ -356,29 +356,29 @@ TEST_CASE("host backend: open refuses what it cannot map") {
   shm_object small(1024);
   std::vector<tensor_desc> ts(2, shm_tensor(small, {64, 2, 4}));  // needs 1024 bytes each: fits
   kv_layout_hints h;
-  h.engine_type = "sglang";
+  h.engine_type = engine_type::sglang;
   h.tokens_per_block = 4;
   auto layout = detect_kv_layout(ts, h);
-  REQUIRE(layout.ok());
-  CHECK(backend->open(ts, layout.value()).ok());
+  REQUIRE(layout.has_value());
+  CHECK(backend->open(ts, layout.value()).has_value());
 
   ts[1].shm_offset_bytes = 8;  // now runs 8 bytes past the end
   auto too_small = backend->open(ts, layout.value());
-  REQUIRE_FALSE(too_small.ok());
-  CHECK(too_small.error().kind == "open");
+  REQUIRE_FALSE(too_small.has_value());
+  CHECK(too_small.error_value().kind == "open");
 
   ts[1].shm_offset_bytes = 0;
   ts[1].shm_name = "/kvs_test_does_not_exist";
   auto missing = backend->open(ts, layout.value());
-  REQUIRE_FALSE(missing.ok());
-  CHECK(missing.error().kind == "open");
-  CHECK(missing.error().detail.find("shm_open") != std::string::npos);
+  REQUIRE_FALSE(missing.has_value());
+  CHECK(missing.error_value().kind == "open");
+  CHECK(missing.error_value().detail.find("shm_open") != std::string::npos);
 
   ts[1].shm_name = small.name();
   ts[1].kind = tensor_desc::memory_kind::cuda_ipc;
   auto cuda = backend->open(ts, layout.value());
-  REQUIRE_FALSE(cuda.ok());
-  CHECK(cuda.error().kind == "unsupported");
+  REQUIRE_FALSE(cuda.has_value());
+  CHECK(cuda.error_value().kind == "unsupported");
 }
 
 TEST_CASE("host backend: open refuses an object smaller than its descriptor declares") {
@@ -386,19 +386,19 @@ TEST_CASE("host backend: open refuses an object smaller than its descriptor decl
   shm_object obj(1024);
   std::vector<tensor_desc> ts(2, shm_tensor(obj, {64, 2, 4}));
   kv_layout_hints h;
-  h.engine_type = "sglang";
+  h.engine_type = engine_type::sglang;
   h.tokens_per_block = 4;
   auto layout = detect_kv_layout(ts, h);
-  REQUIRE(layout.ok());
+  REQUIRE(layout.has_value());
   ts[0].storage_size_bytes = 1024;  // what LMCache's cpu_shm "nbytes" says: fits
-  CHECK(backend->open(ts, layout.value()).ok());
+  CHECK(backend->open(ts, layout.value()).has_value());
   ts[1].storage_size_bytes = 4096;  // the engine meant a bigger segment: it was shrunk
   auto r = backend->open(ts, layout.value());
-  REQUIRE_FALSE(r.ok());
-  CHECK(r.error().kind == "open");
-  CHECK_MESSAGE(r.error().detail.find("has 1024 bytes, but the descriptor declares 4096") !=
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error_value().kind == "open");
+  CHECK_MESSAGE(r.error_value().detail.find("has 1024 bytes, but the descriptor declares 4096") !=
                     std::string::npos,
-                r.error().detail);
+                r.error_value().detail);
 }
 
 TEST_CASE("host backend: a pool shrunk after open fails that copy (SIGBUS guarded), others work") {
@@ -410,28 +410,27 @@ TEST_CASE("host backend: a pool shrunk after open fails that copy (SIGBUS guarde
   f.v_pools[1]->truncate(0);
   for (auto d : {copy_direction::to_l1, copy_direction::from_l1}) {
     auto r = f.backend->copy(f.request(d, {5, 2, 9, 0}, slots));
-    REQUIRE_FALSE(r.ok());
-    CHECK(r.error().kind == "shm_truncated");
-    CHECK_MESSAGE(r.error().detail.find("'" + f.v_pools[1]->name() + "' no longer backs byte") !=
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error_value().kind == "shm_truncated");
+    CHECK_MESSAGE(r.error_value().detail.find("'" + f.v_pools[1]->name() + "' no longer backs byte") !=
                       std::string::npos,
-                  r.error().detail);
+                  r.error_value().detail);
   }
   // The same thread keeps copying for everyone else (SIGBUS is not left blocked).
   for (int round = 0; round < 3; ++round) {
     auto ok = other.backend->copy(other.request(copy_direction::to_l1, {5, 2, 9, 0}, slots));
-    REQUIRE_MESSAGE(ok.ok(), ok.error().detail);
+    REQUIRE_MESSAGE(ok.has_value(), ok.error_value().detail);
     CHECK(std::memcmp(slots[0].data(), other.engine(0, 0, 5, 0), kPage * kTokenBytes) == 0);
     auto again = f.backend->copy(f.request(copy_direction::to_l1, {5, 2, 9, 0}, slots));
-    CHECK_FALSE(again.ok());
+    CHECK_FALSE(again.has_value());
   }
 }
 
 TEST_CASE("CUDA backend availability is reported, never a crash") {
-  std::string detail, why;
-  const bool present = cuda_device_present(&detail);
-  CHECK_FALSE(detail.empty());
-  auto b = make_cuda_backend(&why);
-  CHECK((b != nullptr) == present);
-  if (b == nullptr) CHECK_FALSE(why.empty());
-  else CHECK(std::string(b->name()) == "cuda");
+  auto present = cuda_device_present();
+  CHECK_FALSE((present ? *present : present.error_value().detail).empty());
+  auto b = make_cuda_backend();
+  CHECK(b.has_value() == present.has_value());
+  if (!b) CHECK_FALSE(b.error_value().detail.empty());
+  else CHECK(std::string((*b)->name()) == "cuda");
 }

@@ -48,28 +48,28 @@ std::vector<tensor_desc> sglang(uint32_t layers, int64_t pbs, int64_t heads, int
 
 kv_layout_hints sglang_hints(int64_t page) {
   kv_layout_hints h;
-  h.engine_type = "sglang";
+  h.engine_type = engine_type::sglang;
   h.tokens_per_block = page;
   return h;
 }
 
 kv_layout_hints vllm_hints() {
   kv_layout_hints h;
-  h.engine_type = "vllm";
+  h.engine_type = engine_type::vllm;
   return h;
 }
 
-void check_error(const gpu_result<kv_layout>& r, const char* kind, const char* needle) {
-  REQUIRE_FALSE(r.ok());
-  CHECK(r.error().kind == kind);
-  CHECK_MESSAGE(r.error().detail.find(needle) != std::string::npos, r.error().detail);
+void check_error(const expected<kv_layout>& r, const char* kind, const char* needle) {
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error_value().kind == kind);
+  CHECK_MESSAGE(r.error_value().detail.find(needle) != std::string::npos, r.error_value().detail);
 }
 
 } // namespace
 
 TEST_CASE("SGLang MHA: flat K layers then V layers, page size from the hint") {
   auto r = detect_kv_layout(sglang(4, 128, 2, 8), sglang_hints(16));
-  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  REQUIRE_MESSAGE(r.has_value(), r.error_value().detail);
   const kv_layout& l = r.value();
   CHECK(l.kind == kv_layout_kind::sglang_mha);
   CHECK(l.num_layers == 4);
@@ -101,14 +101,14 @@ TEST_CASE("SGLang: storage offsets, kv_list_layout k_v, and the single-head cave
   ts[3].storage_offset = 1000;  // V of layer 1
   kv_layout_hints h = sglang_hints(1);
   auto r = detect_kv_layout(ts, h);
-  REQUIRE(r.ok());
+  REQUIRE(r.has_value());
   CHECK(r.value().plane(1, 1).offset_bytes == 2000);
   CHECK(r.value().tensor_end_bytes[3] == (1000 + 64 * 128) * 2);
   CHECK(r.value().num_blocks == 64);
   CHECK_FALSE(r.value().note.empty());  // one head and no kv_list_layout: LMCache would say MLA
-  h.kv_list_layout = "k_v";
+  h.kv_list_layout = sglang_kv_list_layout::k_v;
   auto r2 = detect_kv_layout(ts, h);
-  REQUIRE(r2.ok());
+  REQUIRE(r2.has_value());
   CHECK(r2.value().note.empty());
 }
 
@@ -118,7 +118,7 @@ TEST_CASE("SGLang registration errors") {
   check_error(detect_kv_layout(sglang(2, 64, 2, 8), sglang_hints(0)), "layout", "tokens_per_block");
   check_error(detect_kv_layout(sglang(2, 60, 2, 8), sglang_hints(16)), "layout", "not a multiple");
   kv_layout_hints unified = sglang_hints(16);
-  unified.kv_list_layout = "unified";
+  unified.kv_list_layout = sglang_kv_list_layout::unified;
   check_error(detect_kv_layout(sglang(2, 64, 2, 8), unified), "unsupported", "unified");
   kv_layout_hints groups = sglang_hints(16);
   groups.group_layer_indices = {{0}, {1}};
@@ -160,7 +160,7 @@ TEST_CASE("vLLM flash-attn: [2, NB, BS, NH, HD] per layer") {
   std::vector<tensor_desc> ts(3, host_tensor({2, 10, 16, 4, 64}));
   ts[2].storage_offset = 7;
   auto r = detect_kv_layout(ts, vllm_hints());
-  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  REQUIRE_MESSAGE(r.has_value(), r.error_value().detail);
   const kv_layout& l = r.value();
   CHECK(l.kind == kv_layout_kind::vllm_flash_attn);
   CHECK(l.num_layers == 3);
@@ -177,8 +177,8 @@ TEST_CASE("vLLM flash-attn: [2, NB, BS, NH, HD] per layer") {
   CHECK(l.chunk_bytes(256) == 2ull * 3 * 256 * 512);
 
   kv_layout_hints nhd = vllm_hints();
-  nhd.kv_layout = "NHD";
-  CHECK(detect_kv_layout(ts, nhd).ok());
+  nhd.kv_layout = vllm_kv_layout::nhd;
+  CHECK(detect_kv_layout(ts, nhd).has_value());
 }
 
 TEST_CASE("vLLM: padded blocks (dim-0 padding) keep their stride") {
@@ -186,7 +186,7 @@ TEST_CASE("vLLM: padded blocks (dim-0 padding) keep their stride") {
   t.stride[1] = 16 * 4 * 64 + 256;  // each block padded by 256 elements
   t.stride[0] = 10 * t.stride[1];
   auto r = detect_kv_layout({t}, vllm_hints());
-  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  REQUIRE_MESSAGE(r.has_value(), r.error_value().detail);
   CHECK(r.value().block_stride_bytes == (16 * 4 * 64 + 256) * 2);
   CHECK(r.value().plane(1, 0).offset_bytes == 10ull * (16 * 4 * 64 + 256) * 2);
 }
@@ -194,7 +194,7 @@ TEST_CASE("vLLM: padded blocks (dim-0 padding) keep their stride") {
 TEST_CASE("vLLM flashinfer: [NB, 2, BS, NH, HD] per layer") {
   auto r = detect_kv_layout({host_tensor({10, 2, 16, 4, 64}), host_tensor({10, 2, 16, 4, 64})},
                             vllm_hints());
-  REQUIRE_MESSAGE(r.ok(), r.error().detail);
+  REQUIRE_MESSAGE(r.has_value(), r.error_value().detail);
   const kv_layout& l = r.value();
   CHECK(l.kind == kv_layout_kind::vllm_flashinfer);
   CHECK(l.num_blocks == 10);
@@ -209,7 +209,7 @@ TEST_CASE("vLLM engine groups pick each layer's block ids") {
   kv_layout_hints h = vllm_hints();
   h.group_layer_indices = {{0, 2}, {3, 1}};
   auto r = detect_kv_layout(ts, h);
-  REQUIRE(r.ok());
+  REQUIRE(r.has_value());
   CHECK(r.value().num_groups == 2);
   CHECK(r.value().layer_group == std::vector<uint32_t>{0, 1, 0, 1});
 
@@ -223,11 +223,10 @@ TEST_CASE("vLLM engine groups pick each layer's block ids") {
 
 TEST_CASE("vLLM registration errors") {
   kv_layout_hints hnd = vllm_hints();
-  hnd.kv_layout = "HND";
+  hnd.kv_layout = vllm_kv_layout::hnd;
   check_error(detect_kv_layout({host_tensor({2, 10, 4, 16, 64})}, hnd), "unsupported", "HND");
-  kv_layout_hints odd = vllm_hints();
-  odd.kv_layout = "XYZ";
-  check_error(detect_kv_layout({host_tensor({2, 10, 16, 4, 64})}, odd), "layout", "XYZ");
+  // An unknown kv_layout cannot reach detection: the decoder refuses it
+  // (test_lmcache_protocol: "invalid value 'NCHW'").
   check_error(detect_kv_layout({host_tensor({10, 16, 4, 128})}, vllm_hints()), "unsupported", "fused");
   check_error(detect_kv_layout({host_tensor({10, 16, 576})}, vllm_hints()), "unsupported", "MLA");
   check_error(detect_kv_layout({host_tensor({3, 10, 16, 4, 64})}, vllm_hints()), "unsupported",
@@ -242,13 +241,13 @@ TEST_CASE("vLLM registration errors") {
   check_error(detect_kv_layout({not_nhd}, vllm_hints()), "unsupported", "contiguous");
 
   kv_layout_hints trt;
-  trt.engine_type = "trtllm";
+  trt.engine_type = engine_type::trtllm;
   check_error(detect_kv_layout({host_tensor({2, 10, 16, 4, 64})}, trt), "unsupported", "trtllm");
 }
 
 TEST_CASE("CUDA tensors: the view must fit the storage; one device per registration") {
   const uint64_t need = 2ull * 10 * 16 * 4 * 64 * 2;
-  CHECK(detect_kv_layout({cuda_tensor({2, 10, 16, 4, 64}, need)}, vllm_hints()).ok());
+  CHECK(detect_kv_layout({cuda_tensor({2, 10, 16, 4, 64}, need)}, vllm_hints()).has_value());
   check_error(detect_kv_layout({cuda_tensor({2, 10, 16, 4, 64}, need - 1)}, vllm_hints()), "layout",
               "CUDA storage");
   auto a = cuda_tensor({2, 10, 16, 4, 64}, need);
@@ -321,16 +320,17 @@ TEST_CASE("device UUIDs: torch's bare form and nvidia-smi's GPU- form") {
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 17);
   const std::string s = format_device_uuid(b);
   CHECK(s == "00112233-4455-6677-8899-aabbccddeeff");
-  device_uuid_bytes p{};
-  REQUIRE(parse_device_uuid("GPU-00112233-4455-6677-8899-AABBCCDDEEFF", p));
-  CHECK(p == b);
-  device_uuid_bytes q{};
-  REQUIRE(parse_device_uuid(s, q));
-  CHECK(q == b);
-  device_uuid_bytes r{};
-  CHECK_FALSE(parse_device_uuid("MIG-00112233-4455-6677-8899-aabbccddeeff", r));
-  CHECK_FALSE(parse_device_uuid("GPU-00112233-4455-6677-8899-aabbccddee", r));
-  CHECK_FALSE(parse_device_uuid("GPU-00112233-4455-6677-8899-aabbccddeeff00", r));
-  CHECK_FALSE(parse_device_uuid("cpu", r));
-  CHECK_FALSE(parse_device_uuid("", r));
+  auto p = parse_device_uuid("GPU-00112233-4455-6677-8899-AABBCCDDEEFF");
+  REQUIRE(p);
+  CHECK(*p == b);
+  auto q = parse_device_uuid(s);
+  REQUIRE(q);
+  CHECK(*q == b);
+  auto mig = parse_device_uuid("MIG-00112233-4455-6677-8899-aabbccddeeff");
+  REQUIRE_FALSE(mig);
+  CHECK(mig.error_value().kind == "bad_uuid");
+  CHECK_FALSE(parse_device_uuid("GPU-00112233-4455-6677-8899-aabbccddee"));
+  CHECK_FALSE(parse_device_uuid("GPU-00112233-4455-6677-8899-aabbccddeeff00"));
+  CHECK_FALSE(parse_device_uuid("cpu"));
+  CHECK_FALSE(parse_device_uuid(""));
 }

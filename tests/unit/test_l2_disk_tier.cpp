@@ -57,10 +57,9 @@ std::unique_ptr<disk_tier> open_tier(const std::string& path, uint64_t size,
   o.path = path;
   o.size = size;
   o.writev = std::move(w);
-  std::string err;
-  auto t = disk_tier::open(o, &err);
-  REQUIRE_MESSAGE(t, err);
-  return t;
+  auto t = disk_tier::open(o);
+  REQUIRE_MESSAGE(t, (t ? "" : t.error_value().detail));
+  return std::move(*t);
 }
 
 } // namespace
@@ -245,7 +244,8 @@ TEST_CASE("open refuses a path it cannot use") {
   disk_tier_options o;
   o.path = "/proc/self/kvs-not-creatable";
   o.size = 1;
-  std::string err;
-  CHECK_FALSE(disk_tier::open(o, &err));
-  CHECK(err.find("/proc/self/kvs-not-creatable") != std::string::npos);
+  auto t = disk_tier::open(o);
+  REQUIRE_FALSE(t);
+  CHECK(t.error_value().kind == "io");
+  CHECK(t.error_value().detail.find("/proc/self/kvs-not-creatable") != std::string::npos);
 }

@@ -127,21 +127,21 @@ std::vector<std::string> golden_frames(std::string_view name) {
   return {};
 }
 
-std::variant<mp_request, wire_error> decode(const std::vector<std::string>& frames) {
+expected<mp_request> decode(const std::vector<std::string>& frames) {
   std::vector<std::string_view> views(frames.begin(), frames.end());
   return decode_mp_request(views);
 }
 
 mp_request ok(const std::vector<std::string>& frames) {
   auto r = decode(frames);
-  if (auto* e = std::get_if<wire_error>(&r)) FAIL("decode failed: " << e->kind << ": " << e->detail);
-  return std::get<mp_request>(std::move(r));
+  if (auto* e = r ? nullptr : &r.error_value()) FAIL("decode failed: " << e->kind << ": " << e->detail);
+  return std::move(r).value();
 }
 
-wire_error err(const std::vector<std::string>& frames) {
+error err(const std::vector<std::string>& frames) {
   auto r = decode(frames);
-  REQUIRE(std::holds_alternative<wire_error>(r));
-  return std::get<wire_error>(r);
+  REQUIRE_FALSE(r.has_value());
+  return r.error_value();
 }
 
 bool has(const std::string& s, const char* sub) { return s.find(sub) != std::string::npos; }
@@ -209,7 +209,7 @@ TEST_CASE("register_kv_cache from 0.5.6: descriptors for torch CUDA IPC, raw CUD
   CHECK(r.model_name == "meta-llama/Llama-3.1-8B");
   CHECK(r.world_size == 2);
   CHECK(r.engine == engine_type::vllm);
-  CHECK(r.hints.kv_layout == std::optional<std::string>("NHD"));
+  CHECK(r.hints.kv_layout == vllm_kv_layout::nhd);
   CHECK(r.hints.num_kv_heads == std::optional<int64_t>(8));
   CHECK(r.hints.head_dim == std::optional<int64_t>(128));
   CHECK_FALSE(r.hints.tokens_per_block.has_value());
@@ -548,7 +548,7 @@ TEST_CASE("argument errors name the argument and the place") {
     CHECK(has(err(reg).detail, "arg 5 'layout_hints': field 'kv_layout': invalid value 'NCHW'"));
     reg = golden_frames("register_kv_cache");
     reg[7] = map_of({{"kv_list_layout", s("k_v")}, {"unknown_hint", arr_hdr(2) + nil + nil}});
-    CHECK(std::get<register_kv_cache_req>(ok(reg).body).hints.kv_list_layout == std::optional<std::string>("k_v"));
+    CHECK(std::get<register_kv_cache_req>(ok(reg).body).hints.kv_list_layout == sglang_kv_list_layout::k_v);
     reg = golden_frames("register_kv_cache");
     reg[7] = nil;
     CHECK(has(err(reg).detail, "arg 5 'layout_hints': expected map, got nil"));
@@ -637,30 +637,30 @@ std::string share(std::string mem, int64_t size, std::string event = std::string
 fields cuda_desc(std::string handle_arr) {
   return {{"type", s("cuda")}, {"handle", std::move(handle_arr)}, {"version", i(1)}, {"metadata", map_of(meta())}};
 }
-std::variant<tensor_desc, wire_error> wrapper(const fields& fs, int8_t type = lmcache_ipc_wrapper_ext) {
+expected<tensor_desc> wrapper(const fields& fs, int8_t type = lmcache_ipc_wrapper_ext) {
   return decode_kv_cache_wrapper(type, map_of(fs));
 }
-wire_error wrapper_err(const fields& fs, int8_t type = lmcache_ipc_wrapper_ext) {
+error wrapper_err(const fields& fs, int8_t type = lmcache_ipc_wrapper_ext) {
   auto r = wrapper(fs, type);
-  REQUIRE(std::holds_alternative<wire_error>(r));
-  return std::get<wire_error>(r);
+  REQUIRE_FALSE(r.has_value());
+  return r.error_value();
 }
 } // namespace
 
 TEST_CASE("0.5.6 descriptor: torch handle forms, tag, version, strict fields, span") {
   std::string versioned = std::string("\x02" "c", 2) + h64();
-  auto d = std::get<tensor_desc>(wrapper(cuda_desc(share(versioned, 64))));
+  auto d = wrapper(cuda_desc(share(versioned, 64))).value();
   CHECK(d.ipc_mem_handle == h64());
   CHECK(d.device_uuid == "GPU-1");
   // tag anywhere in the map
   fields moved = cuda_desc(share(versioned, 64));
   std::rotate(moved.begin(), moved.begin() + 1, moved.end());
-  CHECK(std::holds_alternative<tensor_desc>(wrapper(moved)));
+  CHECK(wrapper(moved).has_value());
   // bare pre-versioning handle, and torch 2.13's version 3
-  CHECK(std::get<tensor_desc>(wrapper(cuda_desc(share(h64(), 64)))).ipc_mem_handle == h64());
-  CHECK(std::holds_alternative<tensor_desc>(wrapper(cuda_desc(share(std::string("\x03" "c", 2) + h64(), 64)))));
+  CHECK(wrapper(cuda_desc(share(h64(), 64))).value().ipc_mem_handle == h64());
+  CHECK(wrapper(cuda_desc(share(std::string("\x03" "c", 2) + h64(), 64))).has_value());
   // event None
-  auto no_event = std::get<tensor_desc>(wrapper(cuda_desc(share(versioned, 64, "", f))));
+  auto no_event = wrapper(cuda_desc(share(versioned, 64, "", f))).value();
   CHECK(no_event.ipc_event_handle.empty());
   CHECK_FALSE(no_event.event_sync_required);
 
@@ -692,14 +692,14 @@ TEST_CASE("0.5.6 descriptor: torch handle forms, tag, version, strict fields, sp
     CHECK(wrapper_err(with(cuda_desc(share(versioned, 64)), "type", s(tag))).kind == "unsupported_wrapper");
   CHECK(wrapper_err(cuda_desc(share(versioned, 64)), 5).kind == "bad_wrapper");
   // not a map at all / trailing bytes
-  CHECK(std::holds_alternative<wire_error>(decode_kv_cache_wrapper(1, arr_hdr(0))));
-  CHECK(std::holds_alternative<wire_error>(decode_kv_cache_wrapper(1, map_of(cuda_desc(share(versioned, 64))) + nil)));
+  CHECK(!decode_kv_cache_wrapper(1, arr_hdr(0)).has_value());
+  CHECK(!decode_kv_cache_wrapper(1, map_of(cuda_desc(share(versioned, 64))) + nil).has_value());
 }
 
 TEST_CASE("0.5.6 descriptor: cuda_raw and cpu_shm") {
   fields raw = {{"type", s("cuda_raw")}, {"version", i(1)}, {"metadata", map_of(meta())},
                 {"ipc_handle", std::string("\xc4\x40", 2) + h64()}, {"alloc_offset", i(512)}, {"nbytes", i(64)}};
-  auto d = std::get<tensor_desc>(wrapper(raw));
+  auto d = wrapper(raw).value();
   CHECK(d.kind == tensor_desc::memory_kind::cuda_ipc);
   CHECK(d.storage_offset_bytes == 512);
   CHECK(d.storage_size_bytes == 64);
@@ -710,7 +710,7 @@ TEST_CASE("0.5.6 descriptor: cuda_raw and cpu_shm") {
 
   fields shm = {{"type", s("cpu_shm")}, {"version", i(1)}, {"metadata", map_of(meta("float32"))},
                 {"shm_name", s("/x")}, {"nbytes", i(128)}};
-  auto c = std::get<tensor_desc>(wrapper(shm));
+  auto c = wrapper(shm).value();
   CHECK(c.kind == tensor_desc::memory_kind::host_shm);
   CHECK(c.shm_name == "/x");
   CHECK(c.storage_size_bytes == 128);
@@ -722,15 +722,15 @@ TEST_CASE("0.5.6 descriptor: cuda_raw and cpu_shm") {
 TEST_CASE("host shared-memory extension (ext 0x4b)") {
   fields host = {{"shm_name", s("/kvs_1")}, {"offset", i(4096)}, {"dtype", s("bfloat16")},
                  {"shape", arr_hdr(2) + i(4) + i(8)}, {"stride", arr_hdr(2) + i(8) + i(1)}};
-  auto d = std::get<tensor_desc>(wrapper(host, kvs_host_shm_ext));
+  auto d = wrapper(host, kvs_host_shm_ext).value();
   CHECK(d.kind == tensor_desc::memory_kind::host_shm);
   CHECK(d.shm_name == "/kvs_1");
   CHECK(d.shm_offset_bytes == 4096);
   CHECK(d.storage_size_bytes == 0); // not sent: the backend sizes the segment itself
   CHECK(d.storage_offset == 0);
   CHECK(d.element_size == 2);
-  CHECK(std::get<tensor_desc>(wrapper(with(host, "storage_offset", i(3)), kvs_host_shm_ext)).storage_offset == 3);
-  CHECK(std::get<tensor_desc>(wrapper(with(host, "nbytes", i(64)), kvs_host_shm_ext)).storage_size_bytes == 64);
+  CHECK(wrapper(with(host, "storage_offset", i(3)), kvs_host_shm_ext).value().storage_offset == 3);
+  CHECK(wrapper(with(host, "nbytes", i(64)), kvs_host_shm_ext).value().storage_size_bytes == 64);
   CHECK(has(wrapper_err(with(host, "nbytes", i(63)), kvs_host_shm_ext).detail, "exceeds"));
   CHECK(has(wrapper_err(without(host, "shm_name"), kvs_host_shm_ext).detail, "missing required field 'shm_name'"));
   CHECK(has(wrapper_err(with(host, "shm_name", s("")), kvs_host_shm_ext).detail, "empty shm_name"));

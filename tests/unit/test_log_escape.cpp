@@ -45,7 +45,7 @@ const std::string forged = "/kvs_x\n2026-11-30T12:00:00.000000Z INFO  registry#3
 } // namespace
 
 TEST_CASE("text format: one line, control characters and backslashes escaped") {
-  kvs::log::init("text", "info", "test");
+  kvs::log::init(kvs::log::format::text, kvs::log::level::info, "test");
   auto out = capture_stderr([] {
     KVS_WARN("engine_bridge#1", "register of '{}' failed", forged);
   });
@@ -58,18 +58,18 @@ TEST_CASE("text format: one line, control characters and backslashes escaped") {
 }
 
 TEST_CASE("text format: the actor label is escaped too") {
-  kvs::log::init("text", "info", "test");
+  kvs::log::init(kvs::log::format::text, kvs::log::level::info, "test");
   auto out = capture_stderr([] { KVS_INFO("session[rid=a\nb]#4", "ended"); });
   CHECK(count_lines(out) == 1);
   CHECK(out.find("session[rid=a\\nb]#4 ended") != std::string::npos);
 }
 
 TEST_CASE("json format: one object per line, JSON escapes") {
-  kvs::log::init("json", "info", "test");
+  kvs::log::init(kvs::log::format::json, kvs::log::level::info, "test");
   auto out = capture_stderr([] {
     KVS_WARN("engine_bridge#1", "register of '{}' failed", forged);
   });
-  kvs::log::init("text", "info", "test");
+  kvs::log::init(kvs::log::format::text, kvs::log::level::info, "test");
   CHECK(count_lines(out) == 1);
   CHECK(out.find("\"msg\":\"register of '/kvs_x\\n2026-11-30T12:00:00.000000Z INFO  registry#3 "
                  "forged\\r\\u001b[2J\\\\n' failed\"}")
