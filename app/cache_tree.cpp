@@ -2,6 +2,7 @@
 
 #include "actors/engine_bridge.hpp"
 #include "actors/gpu_transfer.hpp"
+#include "actors/l1_prefault.hpp"
 #include "actors/l2_tier.hpp"
 #include "actors/registry.hpp"
 #include "actors/store.hpp"
@@ -47,6 +48,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
     return out;
   pool_options po;
   po.capacity_bytes = c.l1_size;
+  po.populate = c.l1_prefault == l1_prefault_mode::start;
   auto created = slot_pool::create(po);
   if (!created) {
     out.error = "cache.l1_size = " + std::to_string(c.l1_size) + " bytes: " + created.error_value().detail;
@@ -82,6 +84,8 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
     return out;
   }
   auto st = sys.spawn(store, sp);
+  if (c.l1_prefault == l1_prefault_mode::background)
+    sys.spawn<caf::detached>(l1_prefault, pool, st); // linked to the store: ends with it
 
   registry_params rp;
   rp.chunk_size = c.chunk_size;

@@ -1,5 +1,6 @@
 #include "cache/slot_pool.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iterator>
@@ -86,6 +87,20 @@ expected<std::unique_ptr<slot_pool>> slot_pool::create(const pool_options& opts)
   const size_t usable_slots = opts.capacity_bytes / opts.slot_align * opts.slot_align;
   if (usable_slots) p->add_run(0, usable_slots);
   return p;
+}
+
+status slot_pool::prefault(size_t offset, size_t len) const {
+  if (offset >= map_len_ || len == 0)
+    return {};
+  len = std::min(len, map_len_ - offset);
+#ifdef MADV_POPULATE_WRITE
+  if (::madvise(base_ + offset, len, MADV_POPULATE_WRITE) == 0)
+    return {};
+  if (errno != EINVAL)
+    return make_error("mmap", "MADV_POPULATE_WRITE of " + std::to_string(len) + " bytes at " +
+                                std::to_string(offset) + ": " + std::strerror(errno));
+#endif
+  return make_error("unsupported", "MADV_POPULATE_WRITE needs Linux 5.14 or later");
 }
 
 slot_pool::~slot_pool() {

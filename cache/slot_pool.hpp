@@ -91,6 +91,15 @@ public:
   /// base() + mapped_bytes(), capacity rounded up to the page (or 2 MiB).
   std::byte* base() const { return base_; }
   size_t mapped_bytes() const { return map_len_; }
+  /// Faults [offset, offset + len) of the mapping in (clipped to it) without
+  /// changing a byte: MADV_POPULATE_WRITE fills page tables, it writes no
+  /// data, so this is safe while slots are in use and from another thread
+  /// (it reads only base() and mapped_bytes(), fixed after create). Error
+  /// kind "unsupported" on kernels without it (before Linux 5.14: the
+  /// fallback of writing each page could overwrite a chunk being stored),
+  /// "mmap" when the kernel refuses (ENOMEM: the memory is not there).
+  status prefault(size_t offset, size_t len) const;
+
   /// The capacity asked for (what fill fractions are relative to); slots
   /// are carved from [0, capacity rounded down to slot_align).
   size_t capacity_bytes() const { return capacity_; }

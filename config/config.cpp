@@ -192,6 +192,15 @@ expected<std::string> offset_endpoint(const std::string& ep, int64_t rank) {
   return make_error("bad_value", "endpoint must be tcp://, ipc:// or inproc://");
 }
 
+const char* to_string(l1_prefault_mode p) {
+  switch (p) {
+    case l1_prefault_mode::off: return "off";
+    case l1_prefault_mode::start: return "start";
+    case l1_prefault_mode::background: return "background";
+  }
+  return "?";
+}
+
 const char* to_string(gpu_backend b) {
   switch (b) {
     case gpu_backend::automatic: return "auto";
@@ -582,6 +591,10 @@ expected<config> finish(const toml::table& t, loader& l) {
   k.endpoint = r.endpoint("cache.endpoint", false);
   k.chunk_size = r.integer("cache.chunk_size", 1, 1 << 20);
   k.l1_size = r.size("cache.l1_size", 1 << 20);
+  k.l1_prefault = r.one_of<l1_prefault_mode>(
+    "cache.l1_prefault", {{"off", l1_prefault_mode::off},
+                          {"start", l1_prefault_mode::start},
+                          {"background", l1_prefault_mode::background}});
   k.evict_high = r.real("cache.evict_high", 0.01, 1.0);
   k.evict_low = r.real("cache.evict_low", 0.0, 1.0);
   if (!l.error && k.evict_low >= k.evict_high)

@@ -51,11 +51,20 @@ struct events_config {
   std::string topic;
 };
 
+/// cache.l1_prefault: when the L1 pool's pages are faulted in. "off": on
+/// first use (a first store into fresh memory pays the page faults); "start":
+/// before the cache serves (slower start; a shortage fails the start);
+/// "background": by a low-priority thread after start (actors/l1_prefault.hpp).
+enum class l1_prefault_mode { off, start, background };
+/// The config spelling ("off", "start", "background"), for logs.
+const char* to_string(l1_prefault_mode p);
+
 struct cache_config {
   bool enabled = true;
   std::string endpoint;
   int64_t chunk_size = 0;
   uint64_t l1_size = 0;
+  l1_prefault_mode l1_prefault = l1_prefault_mode::off;
   double evict_high = 0;
   double evict_low = 0;
   duration session_ttl{};

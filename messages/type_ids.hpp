@@ -81,5 +81,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_fetch)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_fetch_reply)
   CAF_ADD_ATOM(kvsidecar, kvs, recycle_atom, "recycle")
+  CAF_ADD_ATOM(kvsidecar, kvs, prefault_atom, "prefault")
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)

@@ -1,0 +1,80 @@
+"""cache.l1_prefault: when the L1 pool's pages are faulted in.
+
+"background": the l1_prefault actor faults the whole pool in after start, at
+nice 19, logs `L1 faulted in: N MiB in S s`, and the process's RSS then
+covers L1 — while the cache keeps serving: a prompt stored during or after
+the prefault comes back byte for byte. "start": the pool is resident before
+the sidecar says ready. "off" (the default): RSS stays far below l1_size.
+
+Run: KVSIDECAR_BIN=<build>/kvsidecar python3 -m pytest -q tests/integration/test_cache_l1_prefault.py
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
+
+from conftest_cache import CHUNK, pages_equal, tokens
+from kvsidecar_harness import wait_until
+from lmcache_client import SeedFlow
+
+pytest_plugins = ["conftest_cache"]  # the cache_server and kv_pools fixtures
+
+MODEL = "test-org/test-model"
+L1_MIB = 256
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def engine(srv, kv_pools) -> SeedFlow:
+    f = SeedFlow(srv.client(), kv_pools(seed=5), MODEL, instance_id=1, engine="sglang",
+                 wrapper_kind="host_shm")
+    assert f.register() is None
+    return f
+
+
+def store_and_fetch(f: SeedFlow, salt: int) -> None:
+    """STORE a 2-chunk prompt, then LOOKUP + RETRIEVE it into other pages."""
+    toks = tokens(2, salt=salt)
+    n = 2 * CHUNK // f.pools.block_size
+    blocks = list(range((salt - 1) * 2 * n, (salt - 1) * 2 * n + n))  # salt 1, 2: 4n <= 160 blocks
+    back = [b + n for b in blocks]
+    assert f.lookup_kv(toks, f"s{salt}") == 0
+    assert f.store_kv(toks, f"s{salt}", blocks) is True
+    f.end_session(f"s{salt}")
+    f.drain()
+    assert f.lookup_kv(toks, f"r{salt}") == 2 * CHUNK
+    assert f.retrieve_kv(f"r{salt}", back) == 2 * CHUNK
+    assert not pages_equal(f.pools, back, f.pools, blocks)
+    f.end_session(f"r{salt}")
+    f.drain()
+
+
+def test_background_prefault_makes_l1_resident_while_serving(cache_server, kv_pools):
+    srv = cache_server(overrides={"cache.l1_size": f"{L1_MIB}MiB",
+                                  "cache.l1_prefault": "background"})
+    pid = srv.sidecar.proc.pid
+    f = engine(srv, kv_pools)
+    store_and_fetch(f, salt=1)  # served while (or after) the pages fault in
+    m = srv.sidecar.wait_log(r"l1_prefault#\d+ L1 faulted in: (\d+) MiB in [\d.]+ s", timeout=30)
+    assert int(m.group(1)) == L1_MIB
+    assert rss_mib(pid) >= L1_MIB * 0.95, srv.sidecar.tail()
+    store_and_fetch(f, salt=2)
+    srv.sidecar.stop(signal.SIGTERM, timeout=5.0, expect=0)
+
+
+def test_start_prefault_is_resident_when_ready_and_off_is_not(cache_server):
+    on = cache_server(overrides={"cache.l1_size": f"{L1_MIB}MiB", "cache.l1_prefault": "start"})
+    assert rss_mib(on.sidecar.proc.pid) >= L1_MIB * 0.95
+    off = cache_server(overrides={"cache.l1_size": f"{L1_MIB}MiB"})
+    assert rss_mib(off.sidecar.proc.pid) < L1_MIB / 4
+    assert not off.sidecar.find(r"l1_prefault#")
