@@ -16,6 +16,17 @@
 
 namespace kvs {
 
+namespace {
+
+/// Decoders are bounded by the frame size; frames past this are refused by
+/// libzmq before they are read.
+constexpr int64_t max_request_bytes = int64_t{64} << 20;
+/// Requests read per wake-up before the mailbox gets a turn (replies from
+/// the actors wait behind no more than this).
+constexpr int max_requests_per_wakeup = 256;
+
+} // namespace
+
 engine_bridge::engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
                              caf::actor supervisor, std::chrono::nanoseconds stats_interval,
                              engine_bridge_params params)
@@ -38,7 +49,7 @@ std::optional<std::string> engine_bridge::open() {
   router_.set(zmq::sockopt::sndhwm, static_cast<int>(p_.hwm));
   router_.set(zmq::sockopt::router_mandatory, 1);
   // Decoders are bounded by the frame size; refuse absurd frames up front.
-  router_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);
+  router_.set(zmq::sockopt::maxmsgsize, max_request_bytes);
   serve_curve(router_, p_.curve_secret_key);
   auto r = open_endpoint(router_, p_.endpoint, true);
   if (!r.ok)
@@ -87,7 +98,7 @@ caf::behavior engine_bridge::handlers() {
 void engine_bridge::on_socket(size_t, short revents) {
   if (!(revents & ZMQ_POLLIN))
     return;
-  for (int burst = 0; burst < 256; ++burst) {
+  for (int burst = 0; burst < max_requests_per_wakeup; ++burst) {
     std::vector<zmq::message_t> frames;
     if (!recv_message(router_, frames))
       return;

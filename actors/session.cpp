@@ -266,6 +266,21 @@ void acquired(self_ptr self, uint64_t id, store_acquire_reply& acq) {
   start_copy(self, id, std::move(cp));
 }
 
+/// The hashes of the job's chunks: its key's range [begin, end).
+std::vector<uint64_t> job_chunks(const copy_job& job) {
+  return {job.hashes.begin() + static_cast<ptrdiff_t>(job.begin), job.hashes.end()};
+}
+
+/// Step 1 of both: ask the store (reserve or acquire); `next` takes the
+/// reply, a refusal fails the job.
+template <class Reply, class Request>
+void first_step(self_ptr self, uint64_t id, Request q,
+                void (*next)(self_ptr, uint64_t, Reply&)) {
+  self->request(self->state.p.store, caf::infinite, std::move(q))
+    .then([self, id, next](Reply& r) { next(self, id, r); },
+          [self, id](caf::error& err) { fail_job(self, id, copy_step::first, err); });
+}
+
 void on_store(self_ptr self, mp_call& call) {
   auto& st = self->state;
   const auto& r = std::get<store_req>(call.request->body);
@@ -277,12 +292,9 @@ void on_store(self_ptr self, mp_call& call) {
   auto [begin, end] = chunk_range(r.key, static_cast<size_t>(st.p.chunk_size));
   auto id = add_job(self, call, r.key, true, begin, end);
   auto& job = st.jobs.at(id);
-  store_reserve q{r.instance_id, job.rank,
-                  std::vector<uint64_t>(job.hashes.begin() + static_cast<ptrdiff_t>(begin),
-                                        job.hashes.end())};
-  self->request(st.p.store, caf::infinite, std::move(q))
-    .then([self, id](store_reserve_reply& res) { reserved(self, id, res); },
-          [self, id](caf::error& err) { fail_job(self, id, copy_step::first, err); });
+  first_step<store_reserve_reply>(self, id,
+                                  store_reserve{r.instance_id, job.rank, job_chunks(job)},
+                                  reserved);
 }
 
 void on_retrieve(self_ptr self, mp_call& call) {
@@ -296,12 +308,9 @@ void on_retrieve(self_ptr self, mp_call& call) {
   }
   auto id = add_job(self, call, r.key, false, begin, end);
   auto& job = st.jobs.at(id);
-  store_acquire q{st.p.request_id, job.rank, begin,
-                  std::vector<uint64_t>(job.hashes.begin() + static_cast<ptrdiff_t>(begin),
-                                        job.hashes.end())};
-  self->request(st.p.store, caf::infinite, std::move(q))
-    .then([self, id](store_acquire_reply& acq) { acquired(self, id, acq); },
-          [self, id](caf::error& err) { fail_job(self, id, copy_step::first, err); });
+  first_step<store_acquire_reply>(self, id,
+                                  store_acquire{st.p.request_id, job.rank, begin, job_chunks(job)},
+                                  acquired);
 }
 
 void on_call(self_ptr self, mp_call& call) {

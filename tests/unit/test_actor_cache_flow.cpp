@@ -66,20 +66,21 @@ struct server : fixture {
     return {ids};
   }
 
-  mp_reply store_req_of(int64_t instance, const cache_key& key, int64_t first_chunk) {
-    store_req r;
+  /// STORE or RETRIEVE of `key`'s chunks, from/to the pages of chunks
+  /// first_chunk, first_chunk + 1, ...
+  template <class Req>
+  mp_reply copy_req_of(mp_op op, int64_t instance, const cache_key& key, int64_t first_chunk) {
+    Req r;
     r.key = key;
     r.instance_id = instance;
     r.block_ids = pages(first_chunk, static_cast<int64_t>(key.token_ids.size()) / chunk);
-    return one(mp_op::store, r);
+    return one(op, r);
   }
-
+  mp_reply store_req_of(int64_t instance, const cache_key& key, int64_t first_chunk) {
+    return copy_req_of<store_req>(mp_op::store, instance, key, first_chunk);
+  }
   mp_reply retrieve_req_of(int64_t instance, const cache_key& key, int64_t first_chunk) {
-    retrieve_req r;
-    r.key = key;
-    r.instance_id = instance;
-    r.block_ids = pages(first_chunk, static_cast<int64_t>(key.token_ids.size()) / chunk);
-    return one(mp_op::retrieve, r);
+    return copy_req_of<retrieve_req>(mp_op::retrieve, instance, key, first_chunk);
   }
 
   /// LOOKUP (acked at once), then the status the prefetch query reports.
@@ -239,4 +240,45 @@ TEST_CASE_FIXTURE(server, "router: a reaped instance's sessions end; max_session
   // Room again for a new request id.
   CHECK(lookup(key_of("c", n, 7, std::nullopt)) == 1);
   CHECK(routing().sessions.size() == 2);
+}
+
+TEST_CASE_FIXTURE(server, "session: a WAIT_PREFETCH_STATUS parks while the lookup runs, and "
+                          "answers None at its deadline without consuming the result") {
+  start();
+  register_engine(25);
+  auto n = static_cast<size_t>(chunk);
+  CHECK(*store_req_of(25, key_of("w", n, 9), 0).body == stored_ok);
+  auto before = log.replies.size();
+  caf::send_as(bridge, router, call_of(mp_op::lookup, lookup_req{key_of("q", n, 9, std::nullopt), 1}, 901));
+  caf::send_as(bridge, router, call_of(mp_op::wait_prefetch_status,
+                                       wait_prefetch_status_req{"q", 0.0}, 902));
+  // The router hands both to the new session; the session asks the store
+  // and parks the WAIT. The store has not answered yet.
+  // (Only the router and the session run: each may take several resumes.)
+  while (sched.prioritize(router))
+    sched.run_once();
+  auto session = routing().sessions.at("q").actor;
+  auto& s = state_of<session_state>(session);
+  while (s.waiters.empty() && sched.prioritize(session))
+    sched.run_once();
+  CHECK(s.lookup_running);
+  REQUIRE(s.waiters.size() == 1);
+  // Its deadline (0 s) comes before the store's answer: None.
+  sched.trigger_timeouts();
+  REQUIRE(sched.prioritize(session));
+  sched.run_once();
+  CHECK(s.waiters.empty());
+  sched.run();
+  std::vector<mp_reply> got(log.replies.begin() + static_cast<ptrdiff_t>(before),
+                            log.replies.end());
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].uid_frame == "uid-901"); // the LOOKUP's ack
+  CHECK(!got[0].body);
+  CHECK(got[1].uid_frame == "uid-902"); // the WAIT, timed out
+  CHECK(!got[1].body);
+  // The lookup's result is still there for the next query.
+  CHECK(!s.lookup_running);
+  auto status = one(mp_op::query_prefetch_status, query_prefetch_status_req{"q"});
+  REQUIRE(status.body);
+  CHECK(decode_int(*status.body) == 1);
 }
