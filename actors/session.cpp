@@ -140,6 +140,9 @@ void finish_job(self_ptr self, uint64_t id, bool ok) {
   maybe_finish(self);
 }
 
+/// A step was refused or failed: logged with the text the refusing actor
+/// gave, the engine answered (b"", False) unless it already was, the job
+/// finished (aborting / releasing what it holds).
 void fail_job(self_ptr self, uint64_t id, copy_step step, const caf::error& err) {
   auto& st = self->state;
   auto& job = st.jobs.at(id);
@@ -165,6 +168,8 @@ void fail_job(self_ptr self, uint64_t id, copy_step step, const caf::error& err)
       finish_job(self, id, false); // answered when the copy started
       return;
   }
+  // A refused copy settles before the answer, like a finished one; a
+  // refused first step holds nothing, and is answered at once.
   auto call = std::move(job.call);
   if (step == copy_step::first)
     reply_copy(self, call, {}, false);

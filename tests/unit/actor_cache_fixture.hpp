@@ -180,11 +180,15 @@ struct fixture {
   template <class T, class Handle, class Req>
   outcome<T> ask(const Handle& h, Req req) {
     auto out = std::make_shared<outcome<T>>();
-    sys.spawn([h, req = std::move(req), out](caf::event_based_actor* self) mutable {
-      self->request(h, caf::infinite, std::move(req))
-        .then([out](T& v) { out->value = std::move(v); },
-              [out](caf::error& e) { out->failure = from_caf_error(e); });
-    });
+    // Arguments, not captures: CAF 0.17 dereferences a null argument tuple
+    // for an actor function without arguments (UBSan reports it).
+    sys.spawn(
+      [](caf::event_based_actor* self, Handle to, Req q, std::shared_ptr<outcome<T>> into) {
+        self->request(to, caf::infinite, std::move(q))
+          .then([into](T& v) { into->value = std::move(v); },
+                [into](caf::error& e) { into->failure = from_caf_error(e); });
+      },
+      h, std::move(req), out);
     sched.run();
     return *out;
   }
