@@ -53,10 +53,9 @@ indexer(indexer_actor::stateful_pointer<indexer_state> self, indexer_params para
       if (behind == 0 && st.backlog_peak >= trim_after_backlog) {
         // A burst (an engine storing a whole cache at once) queued here and
         // is applied now: give the freed batches' memory back to the system
-        // instead of keeping it as free heap (tens of MB per 1 M blocks). At
-        // most once a second: under sustained load the heap is reused anyway.
+        // instead of keeping it as free heap (tens of MB per 1 M blocks).
         const auto now = std::chrono::steady_clock::now();
-        if (now - st.last_trim >= std::chrono::seconds{1}) {
+        if (now - st.last_trim >= min_trim_interval) {
           st.last_trim = now;
           st.backlog_peak = 0;
           malloc_trim(0);

@@ -28,6 +28,9 @@ namespace kvs {
 /// Batches behind the publisher after which the indexer, once caught up,
 /// returns free heap memory to the system (malloc_trim).
 constexpr int64_t trim_after_backlog = 256;
+/// At most one trim per this interval: malloc_trim walks the whole heap, and
+/// under sustained load the freed memory is reused anyway.
+constexpr std::chrono::seconds min_trim_interval{1};
 
 struct indexer_params {
   int64_t rank = 0;

@@ -19,6 +19,11 @@ constexpr size_t max_held_back = 10000;
 constexpr uint64_t open_end = ~uint64_t{0};
 // Batches one fill keeps at most (a replay that never ends cannot grow it).
 constexpr size_t max_fetched = 100000;
+// Re-dial back-off after a protocol error: the first re-dial at once, then
+// this, doubled per failure up to redial_max_doublings times (3.2 s): quick
+// for a one-off oversized frame, gentle on an engine that keeps refusing.
+constexpr std::chrono::milliseconds redial_first_backoff{100};
+constexpr int redial_max_doublings = 5;
 } // namespace
 
 ingest_bridge::ingest_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
@@ -176,8 +181,10 @@ void ingest_bridge::on_monitor_event() {
     // Re-dialling ourselves covers both; a bound SUB waits for the engine.
     // Back-off while it keeps failing: 0, 100 ms, 200 ms, … 3.2 s.
     if (!sub_binds_ && !redial_at_) {
-      auto backoff = failed_dials_ == 0 ? 0 : 100 << std::min(failed_dials_ - 1, 5);
-      redial_at_ = clock::now() + std::chrono::milliseconds{backoff};
+      auto backoff = failed_dials_ == 0
+                       ? std::chrono::milliseconds{0}
+                       : redial_first_backoff * (1 << std::min(failed_dials_ - 1, redial_max_doublings));
+      redial_at_ = clock::now() + backoff;
       ++failed_dials_;
     }
   }
@@ -408,9 +415,9 @@ std::chrono::milliseconds ingest_bridge::poll_timeout() {
   if (gap_ && (!next || gap_->deadline < *next))
     next = gap_->deadline;
   if (!next)
-    return std::chrono::milliseconds{-1};
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*next - clock::now());
-  return std::max(left + std::chrono::milliseconds{1}, std::chrono::milliseconds{0});
+    return poll_until_ready;
+  // Rounded up: waking before the deadline would only poll again.
+  return std::max(std::chrono::ceil<std::chrono::milliseconds>(*next - clock::now()), poll_now);
 }
 
 void ingest_bridge::after_poll() {

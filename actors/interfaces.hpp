@@ -164,6 +164,7 @@ using gpu_transfer_actor = caf::typed_actor<
 using l2_actor = caf::typed_actor<
   caf::reacts_to<l2_write>,
   caf::replies_to<l2_fetch>::with<l2_fetch_reply>,
+  caf::reacts_to<recycle_atom, l2_fetch_reply>, ///< a reply's buffers, copied into L1: reuse them
   caf::reacts_to<stats_atom>>;
 
 } // namespace kvs

@@ -45,6 +45,27 @@ void note_disk_faults(self_ptr self) {
   once(d.rejected, st.seen_rejected, "object rejected (corrupt, truncated or foreign)");
 }
 
+/// A buffer to read an L2 value into: one the store handed back, or empty.
+std::string take_spare(l2_state& st) {
+  if (st.spare.empty())
+    return {};
+  std::string s = std::move(st.spare.back());
+  st.spare.pop_back();
+  st.spare_bytes -= s.capacity();
+  ++st.buffers_reused;
+  s.clear();
+  return s;
+}
+
+/// Keeps a buffer for the next fetch while the spare memory stays within
+/// l2_spare_max_bytes; past it the buffer is freed.
+void give_spare(l2_state& st, std::string s) {
+  if (s.capacity() < l2_spare_min_bytes || st.spare_bytes + s.capacity() > l2_spare_max_bytes)
+    return;
+  st.spare_bytes += s.capacity();
+  st.spare.push_back(std::move(s));
+}
+
 void announce_disk_removals(self_ptr self) {
   note_disk_faults(self);
   auto& st = self->state;
@@ -114,8 +135,11 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
   auto id_at = [&](size_t i) {
     return object_id(f.hashes[i / world], static_cast<int32_t>(i % world), model, f.layout);
   };
-  // One Redis round trip for every shard the disk does not hold.
-  std::vector<std::optional<std::string>> remote(n * world);
+  // One Redis round trip for every shard the disk does not hold, read into
+  // buffers the store handed back (recycle): a value lands in memory that is
+  // already mapped instead of a fresh multi-MiB allocation that page-faults.
+  std::vector<std::string> remote(n * world);
+  std::vector<bool> remote_hit(n * world, false);
   if (st.redis) {
     std::vector<std::string> keys;
     std::vector<size_t> where;
@@ -127,9 +151,14 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
       where.push_back(i);
     }
     if (!keys.empty()) {
-      auto got = st.redis->get(keys);
-      for (size_t k = 0; k < got.size(); ++k)
-        remote[where[k]] = std::move(got[k]);
+      std::vector<std::string> values(keys.size());
+      for (auto& v : values)
+        v = take_spare(st);
+      auto hit = st.redis->get_into(keys, values);
+      for (size_t k = 0; k < keys.size(); ++k) {
+        remote_hit[where[k]] = hit[k];
+        remote[where[k]] = std::move(values[k]);
+      }
       note_redis_error(self);
     }
   }
@@ -138,11 +167,13 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
     // Read nothing of a chunk that some rank lacks everywhere.
     bool present = true;
     for (size_t r = 0; r < world && present; ++r)
-      present = (st.p.disk && st.p.disk->contains(id_at(c * world + r))) || remote[c * world + r];
+      present = (st.p.disk && st.p.disk->contains(id_at(c * world + r))) || remote_hit[c * world + r];
     if (!present)
       break;
     std::vector<std::string> shards(world);
     std::vector<uint32_t> skip(world, 0);
+    for (auto& s : shards)
+      s = take_spare(st);
     bool complete = true;
     for (size_t r = 0; r < world && complete; ++r) {
       auto i = c * world + r;
@@ -153,25 +184,32 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
       }
       auto& v = remote[i];
       uint64_t payload = 0;
-      if (v && check_l2_header(reinterpret_cast<const uint8_t*>(v->data()), v->size(), id, &payload)
-                 == l2_header_check::ok) {
-        shards[r] = std::move(*v);
+      if (remote_hit[i]
+          && check_l2_header(reinterpret_cast<const uint8_t*>(v.data()), v.size(), id, &payload)
+               == l2_header_check::ok) {
+        give_spare(st, std::move(shards[r]));
+        shards[r] = std::move(v);
         skip[r] = static_cast<uint32_t>(l2_header_bytes);
         ++st.fetched_redis;
         continue;
       }
-      if (v)
+      if (remote_hit[i])
         ++st.redis_rejected;
       complete = false;
     }
-    if (!complete)
+    if (!complete) {
+      for (auto& s : shards)
+        give_spare(st, std::move(s));
       break;
+    }
     for (size_t r = 0; r < world; ++r) {
       out.bytes.push_back(std::move(shards[r]));
       out.skip.push_back(skip[r]);
     }
     ++out.chunks;
   }
+  for (auto& v : remote) // values past the prefix, misses
+    give_spare(st, std::move(v));
   announce_disk_removals(self); // a rejected file is dropped from the disk
   return out;
 }
@@ -201,6 +239,10 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
   return {
     [self](l2_write& w) { on_write(self, w); },
     [self](l2_fetch& f) -> l2_fetch_reply { return on_fetch(self, f); },
+    [self](recycle_atom, l2_fetch_reply& used) {
+      for (auto& b : used.bytes)
+        give_spare(self->state, std::move(b));
+    },
     [self](stats_atom) {
       auto& st = self->state;
       if (st.p.disk) {
@@ -220,9 +262,9 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
                  r.slot_refreshes, r.connects, r.connect_failures, st.redis_rejected);
       }
       KVS_INFO(st.label, "stats: written={} fetched_disk={} fetched_redis={} queued={}B "
-                         "events_dropped={}",
+                         "events_dropped={} buffers_reused={} spare={}B",
                st.written_chunks, st.fetched_disk, st.fetched_redis,
-               st.p.queue->queued.load(), st.events_dropped);
+               st.p.queue->queued.load(), st.events_dropped, st.buffers_reused, st.spare_bytes);
       self->delayed_send(self, st.p.stats_interval, stats_atom_v);
     },
   };

@@ -40,6 +40,14 @@ struct l2_queue {
 inline constexpr const char* l2_disk_medium = "DISK";
 inline constexpr const char* l2_redis_medium = "SHARED";
 
+/// Fetch buffers the store hands back after copying them into L1 are kept
+/// for the next fetch (a GET or file read into mapped memory instead of a
+/// fresh allocation that page-faults per 4 KiB). Up to this many bytes: an
+/// 8-chunk prompt of 4 MiB chunks on two ranks; beyond, they are freed.
+inline constexpr uint64_t l2_spare_max_bytes = uint64_t{64} << 20;
+/// Smaller buffers are not worth keeping (malloc reuses them anyway).
+inline constexpr uint64_t l2_spare_min_bytes = uint64_t{64} << 10;
+
 struct l2_params {
   std::shared_ptr<disk_tier> disk;    ///< opened before spawning (null: no disk tier)
   std::optional<redis_options> redis; ///< nullopt: no Redis tier
@@ -63,6 +71,9 @@ struct l2_state {
   uint64_t events_dropped = 0;
   std::vector<uint64_t> disk_removed; ///< rank-0 hashes evicted from disk, to announce
   std::string last_redis_error;       ///< logged once per distinct error
+  std::vector<std::string> spare;     ///< fetch buffers handed back (l2_spare_max_bytes)
+  uint64_t spare_bytes = 0;           ///< their capacity, summed
+  uint64_t buffers_reused = 0;        ///< fetch reads that went into a spare buffer
   uint64_t seen_no_space = 0, seen_io_errors = 0, seen_rejected = 0; ///< disk faults logged once
 };
 

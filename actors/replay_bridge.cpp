@@ -14,6 +14,12 @@
 namespace kvs {
 
 namespace {
+
+/// How soon a stream that cannot continue now (a client with a full pipe,
+/// or events.replay_rate's budget spent) is tried again: zmq_poll's finest
+/// step, so a router that reads at full speed is not slowed down, and the
+/// thread sleeps in between instead of spinning.
+constexpr std::chrono::milliseconds retry_after{1};
 // How many messages one client gets per round before the others' turn.
 constexpr size_t batches_per_turn = 256;
 constexpr uint64_t end_seq = ~uint64_t{0}; // -1 as signed BE
@@ -231,10 +237,10 @@ void replay_bridge::pump() {
 std::chrono::milliseconds replay_bridge::poll_timeout() {
   // A snapshot waiting for its next part needs no poll: the part wakes us.
   if (std::all_of(streams_.begin(), streams_.end(), [](const pending& s) { return s.idle(); }))
-    return std::chrono::milliseconds{-1};
+    return poll_until_ready;
   // Out of budget (events.replay_rate): continue when tokens are back.
   if (p_.rate > 0 && tokens_ < 1)
-    return std::chrono::milliseconds{1};
+    return retry_after;
   // Deferred streams: a client with a full pipe is retried shortly; one that
   // still has room continues at once.
   bool waiting = false;
@@ -242,10 +248,10 @@ std::chrono::milliseconds replay_bridge::poll_timeout() {
     if (s.idle())
       continue;
     if (!s.blocked)
-      return std::chrono::milliseconds{0};
+      return poll_now;
     waiting = true;
   }
-  return std::chrono::milliseconds{waiting ? 1 : -1};
+  return waiting ? retry_after : poll_until_ready;
 }
 
 void replay_bridge::after_poll() {

@@ -124,8 +124,11 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
     .then(
       [self, q, l1_hits, rp, current](l2_fetch_reply& r) mutable {
         auto& st = self->state;
-        if (r.chunks > 0)
+        if (r.chunks > 0) {
           load_into_l1(self, q, l1_hits, r);
+          // The bytes are in L1 now: their buffers go back for the next fetch.
+          self->send(st.p.l2.actor, recycle_atom_v, std::move(r));
+        }
         if (!current(q.session)) {
           rp.deliver(uint64_t{0}); // ended or superseded: nobody reads this
           return;

@@ -8,6 +8,11 @@ namespace kvs {
 
 namespace {
 
+/// How long one poll round may last: stop() waits up to this for the thread
+/// to notice (ZAP requests come once per connection, so a longer wait would
+/// save nothing and a shorter one would only wake the thread more often).
+constexpr std::chrono::milliseconds stop_check_every{50};
+
 const char* const zap_endpoint = "inproc://zeromq.zap.01";
 
 std::string z85(const std::string& key) {
@@ -81,10 +86,9 @@ void zap_handler::run(std::vector<zmq::socket_t>& socks) {
   std::vector<zmq::pollitem_t> items;
   for (auto& s : socks)
     items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
-  // A short poll so stop() is noticed; ZAP requests come once per connection.
   while (!stop_) {
     try {
-      zmq::poll(items, std::chrono::milliseconds{50});
+      zmq::poll(items, stop_check_every);
       for (size_t i = 0; i < items.size(); ++i)
         if (items[i].revents & ZMQ_POLLIN)
           answer(socks[i]);

@@ -57,10 +57,6 @@ size_t zmq_bridge::watch(zmq::socket_t& s, short events) {
   return sockets_.size() - 1;
 }
 
-void zmq_bridge::set_interest(size_t index, short events) {
-  items_[index + 1].events = events;
-}
-
 void zmq_bridge::close_sockets() {
   for (auto* s : owned_)
     if (s->handle() != nullptr) {
@@ -136,7 +132,7 @@ void zmq_bridge::act() {
       polling_.store(true, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       // Messages that arrived meanwhile are handled without sleeping.
-      auto timeout = has_next_message() ? std::chrono::milliseconds{0} : poll_timeout();
+      auto timeout = has_next_message() ? poll_now : poll_timeout();
       zmq::poll(items_.data(), items_.size(), timeout);
       polling_.store(false, std::memory_order_relaxed);
     } catch (const zmq::error_t& e) {

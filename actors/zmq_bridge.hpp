@@ -29,6 +29,11 @@
 
 namespace kvs {
 
+/// What poll_timeout() returns besides a real delay: sleep until a socket or
+/// the mailbox is ready (zmq_poll's -1), or only look and return (0).
+inline constexpr std::chrono::milliseconds poll_until_ready{-1};
+inline constexpr std::chrono::milliseconds poll_now{0};
+
 class zmq_bridge : public caf::blocking_actor {
 public:
   zmq_bridge(caf::actor_config& cfg, zmq::context_t& ctx, std::string name,
@@ -70,9 +75,9 @@ protected:
   virtual void drain() {}
   /// Closes the sockets (default: every owned socket, linger 0).
   virtual void close_sockets();
-  /// Poll timeout while the bridge has deferred work (default: none, -1).
+  /// Poll timeout while the bridge has deferred work (default: none).
   virtual std::chrono::milliseconds poll_timeout() {
-    return std::chrono::milliseconds{-1};
+    return poll_until_ready;
   }
   /// Called after each poll round, e.g. to retry deferred sends.
   virtual void after_poll() {}
@@ -87,12 +92,6 @@ protected:
   }
   /// Adds `s` to the poll set with interest `events`; returns its index.
   size_t watch(zmq::socket_t& s, short events);
-  /// Changes the interest of watched socket `index`.
-  void set_interest(size_t index, short events);
-  /// Leaves the loop after the current round (without the stop handshake).
-  void leave() {
-    running_ = false;
-  }
 
   zmq::context_t& ctx_;
   caf::actor supervisor_;

@@ -15,6 +15,12 @@ namespace kvs {
 
 namespace {
 
+/// Upper bound of a PUB socket's linger (how long closing it flushes queued
+/// batches to slow subscribers). It is also at most a quarter of
+/// sidecar.shutdown_timeout, so the outputs close within the deadline; past a
+/// second a subscriber is stalled, not slow, and replays what it missed.
+constexpr std::chrono::seconds max_pub_linger{1};
+
 void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
                        zmq::context_t& replay_ctx, const config& cfg,
                        caf::actor supervisor, actor_tree& t,
@@ -54,8 +60,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     pp.topic = ev.topic;
     pp.hwm = ev.hwm;
     pp.queue = queue;
-    pp.linger = std::min<std::chrono::nanoseconds>(cfg.sidecar.shutdown_timeout / 4,
-                                                   std::chrono::seconds{1});
+    pp.linger = std::min<std::chrono::nanoseconds>(cfg.sidecar.shutdown_timeout / 4, max_pub_linger);
     pp.curve_secret_key = cfg.security.curve_secret_key;
     auto pub = sys.spawn<pub_bridge, caf::detached>(ctx, supervisor, interval, pp);
     t.output_bridges.push_back(pub);

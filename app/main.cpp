@@ -2,6 +2,7 @@
 #include "log/log.hpp"
 #include "app/sidecar.hpp"
 #include "config/config.hpp"
+#include "core/version.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kvs::exit_bad_config;
   }
   if (version) {
-    std::cout << "kvsidecar 0.1.0\n";
+    std::cout << "kvsidecar " << kvs::version << "\n";
     return 0;
   }
   if (print_default) {

@@ -28,6 +28,21 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
+/// How long the bridges have to report ready (or why not) at start-up. They
+/// only create, bind and connect sockets (ZeroMQ connects in the background),
+/// which takes milliseconds: a bridge silent this long is stuck, not slow.
+constexpr std::chrono::seconds startup_timeout{10};
+/// How long the stops after a failed start-up may take: nothing was accepted
+/// yet, so there is nothing to drain, only sockets to close.
+constexpr std::chrono::seconds failed_startup_stop_timeout{2};
+/// How often shutdown looks at the publishers' queues while they drain (they
+/// are counters, not messages): short against sidecar.shutdown_timeout.
+constexpr std::chrono::milliseconds drain_check_every{5};
+/// The shortest timeout of the drain request: past the deadline, a zero
+/// timeout would fail it before the transfer actor could even answer that
+/// nothing is in flight.
+constexpr std::chrono::milliseconds min_drain_request{1};
+
 sigset_t stop_signals() {
   sigset_t set;
   sigemptyset(&set);
@@ -89,7 +104,7 @@ void drain_copies(caf::scoped_actor& self, const actor_tree& t, supervisor& sup,
     t.refuse_copies->store(true);
   if (!t.gpu || sup.is_down(t.gpu.address()))
     return;
-  auto left = std::max<clock::duration>(left_until(deadline), std::chrono::milliseconds{1});
+  auto left = std::max<clock::duration>(left_until(deadline), min_drain_request);
   self->request(t.gpu, left, drain_atom_v)
     .receive(
       [&](uint64_t waited) {
@@ -115,7 +130,7 @@ void stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready, su
   // 3. Drain what was accepted through the publishers to the PUB sockets.
   if (drain) {
     while (!queues_empty(t) && clock::now() < drain_deadline)
-      self->receive(caf::after(std::chrono::milliseconds{5}) >> [] {});
+      self->receive(caf::after(drain_check_every) >> [] {});
     int64_t left = 0;
     for (auto& q : t.queues)
       left += q->queued.load();
@@ -223,7 +238,7 @@ int run_sidecar(const config& cfg) {
     // Start-up handshake: every bridge reports ready or why it failed.
     ready_set ready;
     int early_signal = 0;
-    auto deadline = clock::now() + std::chrono::seconds{10};
+    auto deadline = clock::now() + startup_timeout;
     while (ready.size() + failures.size() < tree.bridge_count() && clock::now() < deadline
            && early_signal == 0) {
       self->receive([&](ready_atom, const std::string&) {
@@ -239,7 +254,8 @@ int run_sidecar(const config& cfg) {
     if (!tree.error.empty())
       failures.push_back(tree.error);
     if (early_signal == 0 && ready.size() + failures.size() < tree.bridge_count())
-      failures.push_back("bridges did not report ready within 10s");
+      failures.push_back("bridges did not report ready within "
+                         + std::to_string(startup_timeout.count()) + "s");
     if (failures.empty() && sup.first_down())
       failures.push_back(sup.first_down()->name + " exited during start-up: "
                          + sup.first_down()->reason_text());
@@ -247,7 +263,7 @@ int run_sidecar(const config& cfg) {
       health.draining = true; // the stops below are expected exits
       for (auto& f : failures)
         KVS_ERROR(me, "start-up failed: {}", f);
-      stop_all(self, tree, ready, sup, clock::now() + std::chrono::seconds{2}, me, false);
+      stop_all(self, tree, ready, sup, clock::now() + failed_startup_stop_timeout, me, false);
       status = exit_startup_failed;
     } else {
       stop_cause cause;

@@ -2,6 +2,9 @@
 //
 // All messages stay inside the process, so the types are whitelisted as
 // "unsafe" (never serialized) instead of getting inspect() overloads.
+// KVS_ADD_MESSAGE_TYPE does both (type id and whitelist), so a message type
+// is listed once and the two can never drift apart; one entry per line keeps
+// merges line-local.
 #pragma once
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -13,6 +16,14 @@
 #include "messages/kv_events.hpp"
 #include "messages/stats_snapshot.hpp"
 #include "messages/l2_messages.hpp"
+
+/// Gives message type `T` the next type id of the block and allows it in
+/// messages without serialization (both expand to specializations at global
+/// scope, so this is valid anywhere inside the block). `T` must not contain
+/// a top-level comma: give a template instance a `using` alias first.
+#define KVS_ADD_MESSAGE_TYPE(T)                                                \
+  CAF_ADD_TYPE_ID(kvsidecar, (T))                                              \
+  CAF_ALLOW_UNSAFE_MESSAGE_TYPE(T)
 
 CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
 
@@ -28,20 +39,20 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   /// (the /metrics collector; bridges cannot answer requests, so it is a
   /// plain message both ways).
   CAF_ADD_ATOM(kvsidecar, kvs, metrics_atom, "metrics")
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::stats_snapshot))
+  KVS_ADD_MESSAGE_TYPE(kvs::stats_snapshot)
 
   // -- event relay ----------------------------------------------------------
   CAF_ADD_ATOM(kvsidecar, kvs, publish_atom, "publish")
   CAF_ADD_ATOM(kvsidecar, kvs, record_atom, "record")
   CAF_ADD_ATOM(kvsidecar, kvs, replay_atom, "replay")
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::kv_event_batches))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::encoded_batch))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::encoded_batches))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::replay_request))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::replay_stream))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::snapshot_request))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::snapshot_credit))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::snapshot_part))
+  KVS_ADD_MESSAGE_TYPE(kvs::kv_event_batches)
+  KVS_ADD_MESSAGE_TYPE(kvs::encoded_batch)
+  KVS_ADD_MESSAGE_TYPE(kvs::encoded_batches)
+  KVS_ADD_MESSAGE_TYPE(kvs::replay_request)
+  KVS_ADD_MESSAGE_TYPE(kvs::replay_stream)
+  KVS_ADD_MESSAGE_TYPE(kvs::snapshot_request)
+  KVS_ADD_MESSAGE_TYPE(kvs::snapshot_credit)
+  KVS_ADD_MESSAGE_TYPE(kvs::snapshot_part)
 
   // -- cache server ---------------------------------------------------------
   /// A periodic round of expiry: idle sessions (session_router), silent
@@ -59,63 +70,30 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   CAF_ADD_ATOM(kvsidecar, kvs, deadline_atom, "deadline")
   /// gpu_transfer: poll the copies in flight.
   CAF_ADD_ATOM(kvsidecar, kvs, poll_atom, "poll")
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::mp_call))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::mp_reply))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::store_lookup))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::store_release_range))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::store_end_session))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::store_reserve))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::store_reserve_reply))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::store_finish))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::store_acquire))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::store_acquire_reply))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::store_release))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::store_configure))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::store_configure_reply))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_open))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_close))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_copy))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_copy_started))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_await))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_copy_done))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::gpu_status_reply))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::kv_event_records))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_write))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_fetch))
-  CAF_ADD_TYPE_ID(kvsidecar, (kvs::l2_fetch_reply))
+  KVS_ADD_MESSAGE_TYPE(kvs::mp_call)
+  KVS_ADD_MESSAGE_TYPE(kvs::mp_reply)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_lookup)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_release_range)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_end_session)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_reserve)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_reserve_reply)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_finish)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_acquire)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_acquire_reply)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_release)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_configure)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_configure_reply)
+  KVS_ADD_MESSAGE_TYPE(kvs::gpu_open)
+  KVS_ADD_MESSAGE_TYPE(kvs::gpu_close)
+  KVS_ADD_MESSAGE_TYPE(kvs::gpu_copy)
+  KVS_ADD_MESSAGE_TYPE(kvs::gpu_copy_started)
+  KVS_ADD_MESSAGE_TYPE(kvs::gpu_await)
+  KVS_ADD_MESSAGE_TYPE(kvs::gpu_copy_done)
+  KVS_ADD_MESSAGE_TYPE(kvs::gpu_status_reply)
+  KVS_ADD_MESSAGE_TYPE(kvs::kv_event_records)
+  KVS_ADD_MESSAGE_TYPE(kvs::l2_write)
+  KVS_ADD_MESSAGE_TYPE(kvs::l2_fetch)
+  KVS_ADD_MESSAGE_TYPE(kvs::l2_fetch_reply)
+  CAF_ADD_ATOM(kvsidecar, kvs, recycle_atom, "recycle")
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::stats_snapshot)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::kv_event_batches)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::encoded_batch)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::encoded_batches)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::replay_request)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::replay_stream)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::snapshot_request)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::snapshot_credit)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::snapshot_part)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::mp_call)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::mp_reply)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::store_lookup)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::store_release_range)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::store_end_session)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::store_reserve)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::store_reserve_reply)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::store_finish)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::store_acquire)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::store_acquire_reply)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::store_release)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::store_configure)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::store_configure_reply)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_open)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_close)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_copy)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_copy_started)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_await)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_copy_done)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::gpu_status_reply)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::kv_event_records)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::l2_write)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::l2_fetch)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvs::l2_fetch_reply)

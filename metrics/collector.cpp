@@ -1,5 +1,6 @@
 #include "metrics/collector.hpp"
 
+#include "core/version.hpp"
 #include "metrics/health.hpp"
 #include "messages/type_ids.hpp"
 #include "metrics/families.hpp"
@@ -59,7 +60,7 @@ stats_snapshot stats_collector::process_snapshot() const {
   s.gauge("", "kvsidecar_up", 1)
     .gauge("", "kvsidecar_ready", h.ready.load() && !h.draining.load() ? 1 : 0)
     .gauge("", "kvsidecar_uptime_seconds", uptime_seconds())
-    .gauge("", "kvsidecar_build_info", 1, "version", KVSIDECAR_VERSION)
+    .gauge("", "kvsidecar_build_info", 1, "version", kvs::version)
     .gauge("", "process_resident_memory_bytes", static_cast<double>(resident_bytes()))
     .gauge("", "process_start_time_seconds", start_time_seconds());
   for (auto& [actor, n] : timeouts_)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The seed's Python publisher doing the relay's job, for comparison.
 
-tokenspeed's ZmqEventPublisher (the seed shared/seeds/000_*.txt, loaded as
-tests/integration/seed_publisher.py loads it for the integration tests)
+tokenspeed's ZmqEventPublisher: the one in tokenspeed 0.1.1's wheel
+(tests/tools/engine_wheels.py), or the seed file when KVS_SHARED_DIR names
+it (loaded as tests/integration/seed_publisher.py loads it)
 publishes KVEventBatch objects of --batch BlockStored events (16-token
 blocks, like bench_relay's) as fast as publish() takes them, for --seconds.
 A SUB in another process counts what arrives. The seed publishes through a
@@ -114,11 +115,21 @@ def main() -> int:
 
     from seed_publisher import find_seed, find_shared_dir, load_seed
 
+    # The seed file when KVS_SHARED_DIR names it; else the same publisher
+    # from tokenspeed's released wheel (tokenspeed/runtime/pd/kv_events.py),
+    # which is what the seed was copied from.
     shared = find_shared_dir()
     path = find_seed(shared) if shared else None
     if path is None:
-        print("relay_seed_bench: seed 000_*.txt not found (set KVS_SHARED_DIR)", file=sys.stderr)
-        return 2
+        sys.path.insert(0, str(HERE.parent / "tools"))
+        import engine_wheels
+
+        try:
+            engine_wheels.load("tokenspeed")
+        except Exception as e:  # noqa: BLE001 - any reason means "not available"
+            print(f"relay_seed_bench: no seed (KVS_SHARED_DIR) and no tokenspeed wheel: {e}",
+                  file=sys.stderr)
+            return 2
 
     # The subscriber starts before the seed module (and its zmq context) exist.
     mpc = mp.get_context("spawn")
@@ -133,7 +144,7 @@ def main() -> int:
     if out.get(timeout=30)[0] != "bound":
         return 1
 
-    seed = load_seed(path)
+    seed = load_seed(path) if path is not None else engine_wheels.load("tokenspeed")
     # Connects (no * in the endpoint): the subscriber bound it.
     pub = seed.ZmqEventPublisher(attn_dp_rank=0, endpoint=f"tcp://127.0.0.1:{args.port}")
     atexit.unregister(pub.shutdown)

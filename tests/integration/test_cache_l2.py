@@ -233,6 +233,37 @@ def test_small_disk_evicts_lru_and_announces_disk_medium(cache_server, kv_pools,
 
 
 @needs_redis
+def test_reused_fetch_buffers_never_leak_an_earlier_prompts_bytes(cache_server, kv_pools,
+                                                                   redis_cluster):
+    """The L2 actor reads Redis values into buffers the store handed back
+    after an earlier prefetch: each prompt must still land its own bytes."""
+    a = cache_server(overrides=redis_overrides(redis_cluster))
+    b = cache_server(overrides=redis_overrides(redis_cluster))
+    pools_a, pools_b = kv_pools(seed=3), kv_pools(seed=4)
+    fa, fb = flow_for(a, pools_a, 1), flow_for(b, pools_b, 2)
+    p1, p2 = tokens(2, salt=21), tokens(2, salt=22)
+    store_through(a, fa, p1, "a-1", first_block=0)
+    store_through(a, fa, p2, "a-2", first_block=4)
+
+    def fetch_and_check(toks, rid, dst, src):
+        assert fb.lookup_kv(toks, rid) == 2 * CHUNK
+        assert fb.retrieve_kv(rid, dst) == 2 * CHUNK
+        assert not pages_equal(pools_b, dst, pools_a, src)
+        fb.end_session(rid)
+        fb.drain()
+
+    fetch_and_check(p1, "b-1", blocks(80, 2), blocks(0, 2))
+    b.wait_stats(lambda s: s["fetched_redis"] == 2, actor="l2", what="fetched_redis=2")
+    fetch_and_check(p2, "b-2", blocks(90, 2), blocks(4, 2))   # into p1's buffers
+    # Drop B's L1 copies: p1 comes from Redis again, into p2's buffers.
+    assert fb.c.clear(True) is None
+    fetch_and_check(p1, "b-3", blocks(100, 2), blocks(0, 2))
+    st = b.wait_stats(lambda s: s["fetched_redis"] == 6, actor="l2", what="fetched_redis=6")
+    # The second and third prompts were read into the earlier ones' buffers.
+    assert st["buffers_reused"] >= 4, st
+
+
+@needs_redis
 def test_redis_master_killed_mid_run_degrades_to_misses(cache_server, kv_pools, redis_cluster):
     a = cache_server(overrides=redis_overrides(redis_cluster))
     b = cache_server(overrides=redis_overrides(redis_cluster))

@@ -28,6 +28,9 @@ from kvsidecar_harness import free_port_range
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("KVS_BINARY_DIR", ROOT / "build"))
+# The one source of the version (core/version.hpp is generated from it).
+VERSION = re.search(r"^project\(kvsidecar VERSION (\S+)", (ROOT / "CMakeLists.txt").read_text(),
+                    re.M).group(1)
 POD_YAML = ROOT / "deploy" / "kubernetes" / "kvsidecar-pod.yaml"
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None or shutil.which("cpack") is None,
@@ -67,7 +70,7 @@ def configmap_toml() -> str:
 def test_deb_metadata_names_the_runtime_libraries(deb, tmp_path):
     fields = sh("dpkg-deb", "-f", deb, "Package", "Version", "Architecture", "Depends").stdout
     assert re.search(r"^Package: kvsidecar$", fields, re.M), fields
-    assert re.search(r"^Version: 0\.1\.0$", fields, re.M), fields
+    assert re.search(rf"^Version: {re.escape(VERSION)}$", fields, re.M), fields
     depends = re.search(r"^Depends: (.*)$", fields, re.M).group(1)
     for lib in ("libcaf-core", "libzmq5", "libprometheus-cpp-core", "libcivetweb", "libspdlog"):
         assert lib in depends, f"{lib} missing from Depends: {depends}"
@@ -84,7 +87,7 @@ def test_installed_binary_checks_the_shipped_config(installed):
     assert (installed / "lib" / "systemd" / "system" / "kvsidecar.service").exists()
     r = sh(binary, "--check-config", conf)
     assert r.stdout.strip() == f"{conf}: valid"
-    assert sh(binary, "--version").stdout.strip() == "kvsidecar 0.1.0"
+    assert sh(binary, "--version").stdout.strip() == f"kvsidecar {VERSION}"
 
 
 def test_installed_binary_checks_the_configmap_toml(installed, tmp_path):

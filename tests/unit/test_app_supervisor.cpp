@@ -36,11 +36,11 @@ struct worker_state {
   static inline const char* name = "test_worker";
 };
 
-/// Idles until told to stop; `tick` makes it return normally. (The unused
+/// Idles until told to stop: `stop` makes it return normally. (The unused
 /// argument: CAF 0.17 binds an empty argument tuple through a null pointer,
 /// which UBSan reports, when an actor is spawned without arguments.)
 caf::behavior worker(caf::stateful_actor<worker_state>* self, int) {
-  return {[self](tick_atom) { self->quit(); }};
+  return {[self](stop_atom) { self->quit(); }};
 }
 
 } // namespace
@@ -73,7 +73,7 @@ TEST_CASE("supervisor: a killed actor is reported first, with its name and the k
   // An actor nobody watches may come and go; a watched one that returns
   // normally (no error) is still an unexpected exit.
   self->send_exit(unwatched, caf::exit_reason::kill);
-  self->send(a, tick_atom_v);
+  self->send(a, stop_atom_v);
   auto second = wait_for_stop(self, sup);
   REQUIRE(second.down);
   CHECK(second.down->name == "test_worker#" + std::to_string(a.id()));

@@ -1,0 +1,106 @@
+"""scripts/run.sh and scripts/install-deps.sh leave apt alone when every
+Debian package is installed, and ask apt only for the missing ones.
+
+Hermetic: the two scripts are copied into a temporary tree whose PATH puts
+stubs first. `apt-get` and `sudo` record their calls and fail (a test that
+reached them would also fail loudly); `dpkg-query` answers from a list of
+installed packages the test chooses; `cmake` records and succeeds; the tree's
+build/kvsidecar is a stub that prints its arguments. Nothing is installed,
+built or downloaded.
+
+Run: python3 -m pytest -q tests/integration/test_scripts.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def deb_packages() -> list[str]:
+    """The DEB_PACKAGES array of install-deps.sh."""
+    text = (ROOT / "scripts" / "install-deps.sh").read_text()
+    body = re.search(r"^DEB_PACKAGES=\((.*?)^\)", text, re.M | re.S).group(1)
+    return body.split()
+
+
+def stub(path: Path, body: str) -> None:
+    path.write_text("#!/usr/bin/env bash\n" + body)
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A copy of scripts/ with stubs first on PATH; returns (root, env, calls)."""
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    for name in ("run.sh", "install-deps.sh"):
+        shutil.copy2(ROOT / "scripts" / name, root / "scripts" / name)
+    (root / "build").mkdir()
+    stub(root / "build" / "kvsidecar", 'echo "kvsidecar $*"\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    installed = tmp_path / "installed"
+    for name in ("apt-get", "sudo"):
+        stub(bin_dir / name, f'echo "{name} $*" >> "{calls}"\nexit 1\n')
+    stub(bin_dir / "cmake", f'echo "cmake $*" >> "{calls}"\n')
+    # dpkg-query -W -f='${Package} ${Status}\n' P...: one line per installed
+    # package named, an error (exit 1) for the others, as dpkg-query does.
+    stub(bin_dir / "dpkg-query", f'''echo "dpkg-query" >> "{calls}"
+rc=0
+for p in "$@"; do
+  case "$p" in -*) continue ;; esac
+  if grep -qx "$p" "{installed}"; then echo "$p install ok installed"
+  else echo "dpkg-query: no packages found matching $p" >&2; rc=1; fi
+done
+exit $rc
+''')
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+
+    def run(script, *args, have):
+        installed.write_text("".join(p + "\n" for p in have))
+        if calls.exists():
+            calls.unlink()
+        r = subprocess.run([str(root / "scripts" / script), *args], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+        return r, (calls.read_text().splitlines() if calls.exists() else [])
+
+    return run
+
+
+def test_install_deps_calls_no_apt_when_everything_is_installed(tree):
+    r, calls = tree("install-deps.sh", have=deb_packages())
+    assert r.returncode == 0, r.stderr
+    assert not [c for c in calls if c.startswith(("apt-get", "sudo"))], calls
+    # One query for every package, not one process per package.
+    assert calls.count("dpkg-query") == 1, calls
+
+
+def test_run_sh_starts_without_apt_when_everything_is_installed(tree):
+    r, calls = tree("run.sh", "--version", have=deb_packages())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "kvsidecar --version"
+    assert not [c for c in calls if c.startswith(("apt-get", "sudo"))], calls
+    assert any(c.startswith("cmake --build") for c in calls), calls
+
+
+def test_install_deps_asks_apt_for_the_missing_packages_only(tree):
+    pkgs = deb_packages()
+    missing = [pkgs[0], pkgs[-1]]
+    r, calls = tree("install-deps.sh", have=[p for p in pkgs if p not in missing])
+    # The apt-get stub fails, so the script stops there (set -e).
+    assert r.returncode != 0
+    assert f"installing Debian packages: {' '.join(missing)}" in r.stdout
+    apt = [c for c in calls if "apt-get" in c]
+    assert apt, calls
+    assert apt[0].endswith("apt-get update -qq")

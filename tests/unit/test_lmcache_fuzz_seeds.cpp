@@ -1,0 +1,72 @@
+// Every seed of fuzz_lmcache_decode and fuzz_pickle decodes: the fuzzers
+// start from real LMCache requests, wrappers and pickles
+// (tests/tools/make_fuzz_seeds.py), not from bytes refused at the first field.
+#include "fuzz_seeds.hpp"
+
+#include "messages/lmcache_kv_events.hpp"
+#include "messages/lmcache_protocol.hpp"
+#include "messages/pickle_reader.hpp"
+#include "messages/tensor_wrappers.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+/// fuzz_lmcache_decode's request layout after byte 0: each frame as
+/// [u16 little-endian length][bytes]. Seeds are well formed, so unlike the
+/// fuzzer this needs no rule for short or missing lengths.
+std::vector<std::string_view> request_frames(std::string_view in) {
+  std::vector<std::string_view> frames;
+  while (in.size() >= 2) {
+    size_t n = static_cast<uint8_t>(in[0]) | size_t{static_cast<uint8_t>(in[1])} << 8;
+    in.remove_prefix(2);
+    REQUIRE(n <= in.size());
+    frames.push_back(in.substr(0, n));
+    in.remove_prefix(n);
+  }
+  REQUIRE(in.empty());
+  return frames;
+}
+
+} // namespace
+
+TEST_CASE("fuzz_lmcache_decode seeds: every request and wrapper decodes") {
+  auto seeds = kvs_seeds::load("fuzz_lmcache_decode");
+  CHECK(seeds.size() >= 20);
+  size_t requests = 0, wrappers = 0;
+  for (const auto& [name, bytes] : seeds) {
+    CAPTURE(name);
+    REQUIRE(bytes.size() >= 2);
+    std::string_view in(bytes);
+    if ((static_cast<uint8_t>(in[0]) & 1) == 0) {
+      auto frames = request_frames(in.substr(1));
+      REQUIRE(frames.size() >= 2);
+      ++requests;
+      if (kvs::is_subscribe_kv_events_op(frames[1])) {
+        // The bridge decodes this op itself, before decode_mp_request.
+        std::vector<std::string_view> args(frames.begin() + 2, frames.end());
+        CHECK(kvs_seeds::decoded(kvs::decode_subscribe_kv_events(args)));
+      } else {
+        CHECK(kvs_seeds::decoded(kvs::decode_mp_request(frames)));
+      }
+    } else {
+      int8_t ext = (static_cast<uint8_t>(in[1]) & 1) ? kvs::kvs_host_shm_ext : kvs::lmcache_ipc_wrapper_ext;
+      ++wrappers;
+      CHECK(kvs_seeds::decoded(kvs::decode_kv_cache_wrapper(ext, in.substr(2))));
+    }
+  }
+  CHECK(requests > 0);
+  CHECK(wrappers > 0);
+}
+
+TEST_CASE("fuzz_pickle seeds: every pickled wrapper decodes") {
+  auto seeds = kvs_seeds::load("fuzz_pickle");
+  CHECK(seeds.size() >= 10);
+  for (const auto& [name, bytes] : seeds) {
+    CAPTURE(name);
+    CHECK(kvs_seeds::decoded(kvs::decode_pickled_ipc_wrapper(bytes)));
+  }
+}
