@@ -1,6 +1,6 @@
 #include "actors/engine_bridge.hpp"
 
-#include "actors/session.hpp"
+#include "actors/sweep.hpp"
 #include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
 #include "log/log.hpp"
@@ -18,47 +18,14 @@ namespace kvs {
 
 namespace {
 
-std::string hex(const std::string& s, size_t max = 16) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < max; ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
-/// The request id a request belongs to, or nullptr for session-less ops.
-const std::string* request_id_of(const mp_request& r) {
-  return std::visit(
-    [](const auto& b) -> const std::string* {
-      using T = std::decay_t<decltype(b)>;
-      if constexpr (std::is_same_v<T, lookup_req> || std::is_same_v<T, free_lookup_locks_req>
-                    || std::is_same_v<T, store_req> || std::is_same_v<T, retrieve_req>)
-        return &b.key.request_id;
-      else if constexpr (std::is_same_v<T, query_prefetch_status_req>
-                         || std::is_same_v<T, wait_prefetch_status_req>
-                         || std::is_same_v<T, query_prefetch_lookup_hits_req>
-                         || std::is_same_v<T, end_session_req>)
-        return &b.request_id;
-      else
-        return nullptr;
-    },
-    r.body);
-}
+/// Decoders are bounded by the frame size; frames past this are refused by
+/// libzmq before they are read.
+constexpr int64_t max_request_bytes = int64_t{64} << 20;
+/// Requests read per wake-up before the mailbox gets a turn (replies from
+/// the actors wait behind no more than this).
+constexpr int max_requests_per_wakeup = 256;
 
 } // namespace
-
-mp_reply make_reply(const mp_call& call, std::optional<std::string> body) {
-  return mp_reply{call.identity, call.request->uid_frame, call.request->op_frame,
-                  std::move(body), call.received, static_cast<uint8_t>(call.request->op)};
-}
-
-mp_reply make_failure_reply(const mp_call& call, std::string_view why) {
-  return mp_reply{call.identity, call.request->uid_frame, encode_mp_failure_op(why),
-                  std::nullopt};
-}
 
 engine_bridge::engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
                              caf::actor supervisor, std::chrono::nanoseconds stats_interval,
@@ -82,7 +49,7 @@ std::optional<std::string> engine_bridge::open() {
   router_.set(zmq::sockopt::sndhwm, static_cast<int>(p_.hwm));
   router_.set(zmq::sockopt::router_mandatory, 1);
   // Decoders are bounded by the frame size; refuse absurd frames up front.
-  router_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);
+  router_.set(zmq::sockopt::maxmsgsize, max_request_bytes);
   serve_curve(router_, p_.curve_secret_key);
   auto r = open_endpoint(router_, p_.endpoint, true);
   if (!r.ok)
@@ -99,52 +66,31 @@ std::optional<std::string> engine_bridge::open() {
   watch(router_, ZMQ_POLLIN);
   if (streams_.enabled())
     send(p_.store, record_atom_v, caf::actor_cast<caf::actor>(this));
-  delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(), tick_atom_v);
+  arm_sweep();
   return std::nullopt;
 }
 
-std::chrono::nanoseconds engine_bridge::sweep_interval() const {
-  return std::clamp<std::chrono::nanoseconds>(p_.session_ttl / 4, std::chrono::milliseconds{10},
-                                              std::chrono::seconds{5});
+void engine_bridge::arm_sweep() {
+  // Only subscriptions expire here (sessions are the router's).
+  if (streams_.enabled() && p_.heartbeat_timeout.count() > 0)
+    delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(p_.heartbeat_timeout),
+                 sweep_atom_v);
 }
 
 caf::behavior engine_bridge::handlers() {
   return {
     [this](mp_reply& r) { send_reply(r); },
     [this](kv_event_records& r) { streams_.append(std::move(r.records)); },
-    [this](tick_atom) {
-      // Sessions idle past session_ttl end here, where every request passes
-      // by: no request can reach one after it was told to end.
-      auto now = clock::now();
-      std::vector<std::string> idle;
-      for (auto& [rid, e] : sessions_)
-        if (now - e.last_active >= p_.session_ttl)
-          idle.push_back(rid);
-      for (size_t i = 0; i < idle.size(); ++i) {
-        if (i < 10)
-          KVS_INFO(label(), "session {} idle past session_ttl ({}): ended, its locks released",
-                   idle[i], to_string(p_.session_ttl));
-        end_session(idle[i]);
-      }
-      if (idle.size() > 10)
-        KVS_INFO(label(), "... and {} more sessions idle past session_ttl", idle.size() - 10);
-      if (auto n = streams_.expire(now))
+    [this](sweep_atom) {
+      if (auto n = streams_.expire(clock::now()))
         KVS_INFO(label(), "{} kv event subscriptions ended: no PING for {}", n,
                  to_string(p_.heartbeat_timeout));
-      delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(), tick_atom_v);
+      arm_sweep();
     },
-    [this](expire_atom, int64_t instance) {
-      std::vector<std::string> doomed;
-      for (auto& [rid, e] : sessions_)
-        for (auto id : e.instances)
-          if (id == instance)
-            doomed.push_back(rid);
-      for (auto& rid : doomed)
-        end_session(rid);
+    [this](reaped_atom, int64_t instance) {
       owners_.erase(instance);
       streams_.drop_instance(instance);
-      if (!doomed.empty())
-        KVS_INFO(label(), "instance {} reaped: ended its {} sessions", instance, doomed.size());
+      send(p_.router, reaped_atom_v, instance); // it ends the instance's sessions
     },
   };
 }
@@ -152,7 +98,7 @@ caf::behavior engine_bridge::handlers() {
 void engine_bridge::on_socket(size_t, short revents) {
   if (!(revents & ZMQ_POLLIN))
     return;
-  for (int burst = 0; burst < 256; ++burst) {
+  for (int burst = 0; burst < max_requests_per_wakeup; ++burst) {
     std::vector<zmq::message_t> frames;
     if (!recv_message(router_, frames))
       return;
@@ -162,12 +108,7 @@ void engine_bridge::on_socket(size_t, short revents) {
 
 void engine_bridge::reject(const std::string& peer, const std::string& uid, const std::string& op,
                            const error& err) {
-  auto n = ++rejected_[err.kind];
-  // Every bad request counts; the log names the first ones of each kind and
-  // then one in a thousand, so a broken client cannot flood the log.
-  if (n <= 10 || n % 1000 == 0)
-    KVS_WARN(label(), "bad request from peer {} uid {} op {}: {}: {} (#{} of this kind)", peer,
-             uid, op, err.kind, err.detail, n);
+  rejected_.note(label(), peer, uid, op, err.kind, err.detail);
 }
 
 std::optional<uint32_t> engine_bridge::peer_uid(zmq::message_t& frame) const {
@@ -267,32 +208,6 @@ void engine_bridge::on_subscribe(const std::string& identity,
   streams_.subscribe(identity, std::string{args[0]}, std::string{args[1]}, req, clock::now());
 }
 
-session_actor& engine_bridge::session_for(const std::string& rid, bool create) {
-  auto i = sessions_.find(rid);
-  if (i != sessions_.end())
-    return i->second.actor;
-  if (!create || sessions_.size() >= p_.max_sessions)
-    return none_;
-  session_params sp;
-  sp.request_id = rid;
-  sp.chunk_size = p_.chunk_size;
-  sp.bridge = caf::actor_cast<engine_bridge_actor>(this);
-  sp.store = p_.store;
-  sp.gpu = p_.gpu;
-  auto s = home_system().spawn(session, std::move(sp));
-  ++sessions_started_;
-  return sessions_.emplace(rid, session_entry{s, {}, clock::now()}).first->second.actor;
-}
-
-void engine_bridge::end_session(const std::string& rid) {
-  auto i = sessions_.find(rid);
-  if (i == sessions_.end())
-    return;
-  send(i->second.actor, expire_atom_v);
-  sessions_.erase(i);
-  ++sessions_ended_;
-}
-
 void engine_bridge::route(mp_call call) {
   const auto& req = *call.request;
   switch (req.op) {
@@ -310,14 +225,14 @@ void engine_bridge::route(mp_call call) {
       return;
     case mp_op::ping: {
       // Answered here (the heartbeat must not queue behind anything); the
-      // registry learns the instance is alive.
+      // registry learns the instance is alive (through the router).
       // Only the owning connection keeps an instance alive: an engine that
       // reconnected (new identity) re-registers once the old one is reaped.
       auto& b = std::get<ping_req>(req.body);
       if (b.instance_id) {
         auto o = owners_.find(*b.instance_id);
         if (o == owners_.end() || o->second == call.identity) {
-          send(p_.registry, tick_atom_v, *b.instance_id, true);
+          send(p_.router, seen_atom_v, *b.instance_id, true);
           streams_.touch(*b.instance_id, clock::now());
         }
       }
@@ -336,8 +251,7 @@ void engine_bridge::route(mp_call call) {
         return;
       }
       owners_[id] = call.identity;
-      send(p_.registry, std::move(call));
-      return;
+      break;
     }
     case mp_op::unregister_kv_cache: {
       // unregister has no failure reply in LMCache (None): a foreign one is
@@ -348,92 +262,23 @@ void engine_bridge::route(mp_call call) {
         return;
       }
       owners_.erase(id);
-      send(p_.registry, std::move(call));
-      return;
-    }
-    case mp_op::clear:
-      send(p_.store, std::move(call));
-      return;
-    default:
       break;
-  }
-  const auto* rid = request_id_of(req);
-  if (!rid) {
-    // Every decoded op is routed above; a new one that is not gets a
-    // failure, never silence.
-    KVS_ERROR(label(), "op {} has no route: answered as failed", hex(req.op_frame));
-    send_reply(make_failure_reply(call, "no route for this operation"));
-    return;
-  }
-  switch (req.op) {
-    case mp_op::lookup:
+    }
     case mp_op::store:
     case mp_op::retrieve: {
-      int64_t instance = -1;
-      if (auto* st = std::get_if<store_req>(&req.body))
-        instance = st->instance_id;
-      else if (auto* rt = std::get_if<retrieve_req>(&req.body))
-        instance = rt->instance_id;
+      auto instance = req.op == mp_op::store ? std::get<store_req>(req.body).instance_id
+                                             : std::get<retrieve_req>(req.body).instance_id;
       if (instance >= 0 && foreign(call, instance)) {
         // LMCache's failure answer to STORE/RETRIEVE: (b"", False).
         send_reply(make_reply(call, encode_mp_event_ok("", false)));
         return;
       }
-      auto& s = session_for(*rid, true);
-      if (!s) {
-        // cache.max_sessions are live: refused like an unknown job, so a
-        // client inventing request ids cannot grow the process without
-        // bound. A LOOKUP is acked (its prefetch queries then report 0
-        // hits), a STORE/RETRIEVE fails.
-        reject(hex(call.identity), hex(req.uid_frame), to_string(req.op),
-               error{"session_limit", std::to_string(sessions_.size())
-                                        + " sessions live (cache.max_sessions): request id "
-                                        + *rid + " refused"});
-        send_reply(make_reply(call, req.op == mp_op::lookup
-                                      ? std::nullopt
-                                      : std::optional<std::string>{encode_mp_event_ok("", false)}));
-        return;
-      }
-      sessions_[*rid].last_active = clock::now();
-      if (instance >= 0) {
-        send(p_.registry, tick_atom_v, instance, false);
-        auto& ids = sessions_[*rid].instances;
-        if (std::find(ids.begin(), ids.end(), instance) == ids.end())
-          ids.push_back(instance);
-      }
-      // LMCache acks a LOOKUP at once (the result comes through the
-      // prefetch queries): answered here, without a hop to the session.
-      if (req.op == mp_op::lookup)
-        send_reply(make_reply(call, std::nullopt));
-      send(s, std::move(call));
-      return;
+      break;
     }
-    case mp_op::end_session: {
-      auto i = sessions_.find(*rid);
-      if (i != sessions_.end()) {
-        send(i->second.actor, std::move(call)); // it releases, answers, ends
-        sessions_.erase(i);
-        ++sessions_ended_;
-      } else {
-        send_reply(make_reply(call, std::nullopt));
-      }
-      return;
-    }
-    default: {
-      auto& s = session_for(*rid, false);
-      if (s) {
-        sessions_[*rid].last_active = clock::now();
-        send(s, std::move(call));
-        return;
-      }
-      // No such request: LMCache's answers for an unknown job.
-      if (req.op == mp_op::query_prefetch_status || req.op == mp_op::wait_prefetch_status)
-        send_reply(make_reply(call, encode_mp_int(0)));
-      else
-        send_reply(make_reply(call, std::nullopt));
-      return;
-    }
+    default:
+      break;
   }
+  send(p_.router, std::move(call));
 }
 
 void engine_bridge::send_reply(const mp_reply& r) {
@@ -463,29 +308,13 @@ void engine_bridge::send_reply(const mp_reply& r) {
   }
 }
 
-void engine_bridge::drain() {
-  // Shutdown: no request can reach a session any more; end them all so the
-  // actor system can finish (their locks die with the store).
-  for (auto& [rid, e] : sessions_)
-    send_exit(e.actor, caf::exit_reason::user_shutdown);
-  sessions_ended_ += sessions_.size();
-  sessions_.clear();
-}
-
 stats_snapshot engine_bridge::snapshot() {
-  uint64_t rejected = 0;
-  for (auto& [k, n] : rejected_)
-    rejected += n;
   stats_snapshot s;
   s.counter("requests", "kvsidecar_cache_requests_total", requests_)
     .counter("replies", "kvsidecar_cache_replies_total", replies_)
-    .log_only("rejected", rejected);
-  for (auto& [kind, n] : rejected_)
-    s.counter("", "kvsidecar_cache_rejected_requests_total", n, "kind", kind);
-  s.gauge("sessions", "kvsidecar_cache_sessions", sessions_.size())
-    .counter("started", "kvsidecar_cache_sessions_started_total", sessions_started_)
-    .counter("ended", "kvsidecar_cache_sessions_ended_total", sessions_ended_)
-    .counter("reply_drops", "kvsidecar_cache_reply_drops_total", reply_drops_)
+    .log_only("rejected", rejected_.total());
+  rejected_.add_to(s);
+  s.counter("reply_drops", "kvsidecar_cache_reply_drops_total", reply_drops_)
     .counter("reply_unroutable", "kvsidecar_cache_reply_unroutable_total", reply_unroutable_)
     .gauge("kv_event_subscribers", "kvsidecar_cache_kv_event_subscribers", streams_.subscribers())
     .gauge("kv_event_log", "kvsidecar_cache_kv_event_log_records", streams_.log().size());

@@ -1,6 +1,7 @@
 #include "actors/gpu_transfer.hpp"
 
 #include "actors/actor_logging.hpp"
+#include "actors/caf_error.hpp"
 
 namespace kvs {
 
@@ -8,8 +9,19 @@ namespace {
 
 using self_ptr = gpu_transfer_actor::stateful_pointer<gpu_transfer_state>;
 
-gpu_copy_done done_of(copy_completion& c, copy_completion::state s) {
-  return gpu_copy_done{s == copy_completion::state::done, c.error()};
+/// In-flight copies are polled this often until none is left.
+constexpr std::chrono::microseconds copy_poll_interval{100};
+
+/// A copy in flight is over (`s` done or failed): counts it, and returns
+/// the backend's reason when it failed (none when it is done).
+caf::error settle(gpu_transfer_state& st, gpu_transfer_state::pending& p,
+                  copy_completion::state s) {
+  if (s == copy_completion::state::done) {
+    st.finished(p.direction, p.bytes, p.start);
+    return {};
+  }
+  ++st.failed;
+  return to_caf_error("copy_failed", p.completion->error());
 }
 
 /// Polls in-flight (asynchronous, CUDA) copies until none is left.
@@ -18,7 +30,7 @@ void arm_poll(self_ptr self) {
   if (st.polling || st.inflight.empty())
     return;
   st.polling = true;
-  self->delayed_send(self, std::chrono::microseconds{100}, tick_atom_v);
+  self->delayed_send(self, copy_poll_interval, poll_atom_v);
 }
 
 /// Shutdown: answers the drain request once nothing is pending.
@@ -77,14 +89,14 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
   log_lifecycle(self, st.label, fmt::format("started with the {} backend", st.p.backend->name()));
   arm_stats(self, st.p.stats_interval);
   return {
-    [self](gpu_open& op) -> gpu_status_reply {
+    [self](gpu_open& op) -> caf::result<gpu_status_reply> {
       auto& st = self->state;
       auto opened = st.p.backend->open(*op.tensors, *op.layout);
       if (!opened)
-        return {false, to_string(opened.error_value())};
+        return to_caf_error("open_failed", to_string(opened.error_value()));
       st.instances[op.instance_id] = {std::move(opened.value()), op.engine};
       KVS_INFO(st.label, "opened {} tensors of instance {}", op.tensors->size(), op.instance_id);
-      return {true, {}};
+      return gpu_status_reply{};
     },
     [self](gpu_close& c) {
       auto& st = self->state;
@@ -96,17 +108,18 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       st.instances.erase(i);
       KVS_INFO(st.label, "closed the memory of instance {}", c.instance_id);
     },
-    [self](gpu_copy& cp) -> gpu_copy_started {
+    [self](gpu_copy& cp) -> caf::result<gpu_copy_started> {
       auto& st = self->state;
       if (st.draining || (st.p.refuse_copies && st.p.refuse_copies->load())) {
         ++st.failed;
         ++st.refused_at_shutdown;
-        return {false, "the sidecar is shutting down: no new copies", {}, 0};
+        return to_caf_error("shutting_down", "the sidecar is shutting down: no new copies");
       }
       auto i = st.instances.find(cp.instance_id);
       if (i == st.instances.end()) {
         ++st.failed;
-        return {false, "instance " + std::to_string(cp.instance_id) + " is not registered", {}, 0};
+        return to_caf_error("not_registered",
+                            "instance " + std::to_string(cp.instance_id) + " is not registered");
       }
       auto& pools = *i->second.pools;
       copy_request req;
@@ -129,7 +142,7 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       auto res = st.p.backend->copy(req);
       if (!res) {
         ++st.failed;
-        return {false, to_string(res.error_value()), {}, 0};
+        return to_caf_error("copy_failed", to_string(res.error_value()));
       }
       ++st.copies;
       uint64_t nbytes = req.chunks.size() * pools.layout().chunk_bytes(cp.chunk_tokens);
@@ -138,14 +151,14 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       auto state = completion.poll();
       if (state == copy_completion::state::failed) {
         ++st.failed;
-        return {false, completion.error(), {}, 0};
+        return to_caf_error("copy_failed", completion.error());
       }
       if (state == copy_completion::state::done) {
         st.finished(direction, nbytes, start);
-        return {true, {}, completion.event_handle(), 0, true};
+        return gpu_copy_started{completion.event_handle(), 0, true};
       }
       auto ticket = st.next_ticket++;
-      gpu_copy_started out{true, {}, completion.event_handle(), ticket};
+      gpu_copy_started out{completion.event_handle(), ticket, false};
       st.inflight[ticket] = {std::move(res.value()), std::nullopt, start, direction, nbytes};
       return out;
     },
@@ -153,23 +166,21 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       auto& st = self->state;
       auto i = st.inflight.find(a.ticket);
       if (i == st.inflight.end())
-        return gpu_copy_done{false, "unknown copy ticket"};
+        return to_caf_error("unknown_ticket", "unknown copy ticket");
       auto s = i->second.completion->poll();
       if (s != copy_completion::state::pending) {
-        auto d = done_of(*i->second.completion, s);
-        if (!d.ok)
-          ++st.failed;
-        else
-          st.finished(i->second.direction, i->second.bytes, i->second.start);
+        auto err = settle(st, i->second, s);
         st.inflight.erase(i);
-        return d;
+        if (err)
+          return err;
+        return gpu_copy_done{};
       }
       auto rp = self->make_response_promise<gpu_copy_done>();
       i->second.promise = rp;
       arm_poll(self);
       return rp;
     },
-    [self](tick_atom) {
+    [self](poll_atom) {
       auto& st = self->state;
       st.polling = false;
       for (auto i = st.inflight.begin(); i != st.inflight.end();) {
@@ -179,12 +190,10 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
           ++i;
           continue;
         }
-        auto d = done_of(*pend.completion, s);
-        if (!d.ok)
-          ++st.failed;
+        if (auto err = settle(st, pend, s))
+          pend.promise->deliver(std::move(err));
         else
-          st.finished(pend.direction, pend.bytes, pend.start);
-        pend.promise->deliver(std::move(d));
+          pend.promise->deliver(gpu_copy_done{});
         i = st.inflight.erase(i);
       }
       arm_poll(self);

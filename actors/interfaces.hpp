@@ -71,40 +71,58 @@ namespace kvs {
 // -- cache server ------------------------------------------------------------
 
 /// engine_bridge (actors/engine_bridge.hpp) — the ROUTER engine connectors
-/// talk to. Decodes LMCache MP requests, routes them (registry, a session
-/// per request id, store), sends replies. Spawns the session actors and is
-/// the only one that addresses them, so a session never receives a request
-/// after it was told to end.
+/// talk to. Owns the socket: decodes LMCache MP requests, checks which
+/// connection may use an instance, answers what needs no actor (chunk size,
+/// noop, ping) and hands the rest to the session router; sends the replies
+/// every actor addresses to it.
 using engine_bridge_actor = caf::typed_actor<
   caf::reacts_to<mp_reply>,
-  caf::reacts_to<kv_event_records>,       ///< for subscribe_kv_events streams
-  caf::reacts_to<expire_atom, int64_t>>; ///< instance reaped: end its sessions
+  caf::reacts_to<kv_event_records>,         ///< for subscribe_kv_events streams
+  caf::reacts_to<reaped_atom, int64_t>>;    ///< instance gone: free its binding
+
+/// session_router (actors/session_router.hpp) — routes decoded requests:
+/// registrations to the registry, CLEAR to the store, request-id ops to a
+/// session per request id, which it spawns and is the only one to address,
+/// so a session never receives a request after it was told to end. Owns
+/// session lifetimes: a session is idle when no request was routed to it for
+/// session_ttl (the one definition of idle), and ends then, at END_SESSION,
+/// or when an instance it used is gone. Answers for unknown jobs. Replies go
+/// straight to the engine bridge (requests are delegated, the bridge stays
+/// their sender).
+using session_router_actor = caf::typed_actor<
+  caf::reacts_to<mp_call>,
+  caf::reacts_to<seen_atom, int64_t, bool>, ///< a PING: tells the registry
+  caf::reacts_to<reaped_atom, int64_t>, ///< instance gone: end its sessions
+  caf::reacts_to<sweep_atom>,           ///< idle sweep
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 /// session[rid=…] — one per request id. Runs LOOKUP (hash, lock the hit
 /// prefix through the store), answers the prefetch queries, drives STORE and
 /// RETRIEVE copies through the GPU-transfer actor, and releases whatever the
 /// request still holds when it ends (END_SESSION, session_ttl, or its
-/// instance being reaped). The engine bridge keeps the idle clock (it sees
+/// instance being reaped). The session router keeps the idle clock (it sees
 /// every request), so an idle session costs no timer.
 using session_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,
-  caf::reacts_to<expire_atom>, ///< end now, releasing everything
-  caf::reacts_to<tick_atom>>;  ///< a parked WAIT_PREFETCH_STATUS may have timed out
+  caf::reacts_to<end_atom>,       ///< end now, releasing everything
+  caf::reacts_to<deadline_atom>>; ///< a parked WAIT_PREFETCH_STATUS may have timed out
 
 /// registry — engine instances: their KV-cache registrations, layouts and
 /// liveness. Opens an instance's pools in the GPU-transfer actor, tells the
 /// store the instance's chunk size, and reaps silent instances
 /// (heartbeat_timeout, or registration_grace for those that never pinged).
 using registry_actor = caf::typed_actor<
-  caf::reacts_to<mp_call>,           ///< register / unregister / ping
-  caf::reacts_to<tick_atom, int64_t, bool>, ///< instance seen (true: it pinged)
-  caf::reacts_to<tick_atom>,         ///< reaper round
+  caf::reacts_to<mp_call>,                  ///< register / unregister
+  caf::reacts_to<seen_atom, int64_t, bool>, ///< instance seen (true: it pinged)
+  caf::reacts_to<sweep_atom>,               ///< reaper round
   caf::reacts_to<stats_atom>,
   caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 /// store — sole owner of the L1 pool and chunk index: lookup-and-lock,
 /// reserve, commit/abort, acquire/release for reads, LRU eviction between
-/// the watermarks, lock and session TTLs. Announces committed and evicted
+/// the watermarks, lock TTL (sessions' idle TTL is the session router's).
+/// Announces committed and evicted
 /// chunks as BlockStored / BlockRemoved through a publisher, and as
 /// kv_event_records (per model) to the engine bridge's subscribe_kv_events log.
 using store_actor = caf::typed_actor<
@@ -118,7 +136,7 @@ using store_actor = caf::typed_actor<
   caf::replies_to<store_configure>::with<store_configure_reply>,
   caf::reacts_to<mp_call>, ///< clear
   caf::reacts_to<record_atom, caf::actor>, ///< where kv_event_records go (the engine bridge)
-  caf::reacts_to<tick_atom>,
+  caf::reacts_to<sweep_atom>,              ///< lock and reservation expiry
   caf::reacts_to<stats_atom>,
   caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
@@ -134,7 +152,7 @@ using gpu_transfer_actor = caf::typed_actor<
   caf::replies_to<gpu_copy>::with<gpu_copy_started>,
   caf::replies_to<gpu_await>::with<gpu_copy_done>,
   caf::replies_to<drain_atom>::with<uint64_t>,
-  caf::reacts_to<tick_atom>,
+  caf::reacts_to<poll_atom>,
   caf::reacts_to<stats_atom>,
   caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 

@@ -53,7 +53,7 @@ struct l2_params {
   std::optional<redis_options> redis; ///< nullopt: no Redis tier
   std::string key_prefix;
   std::shared_ptr<l2_queue> queue;
-  int64_t chunk_size = 256;
+  int64_t chunk_size = 0;             ///< cache.chunk_size (BlockStored's block_size)
   publisher_actor events;             ///< may be null
   relay_queue_ptr events_queue;
   std::chrono::nanoseconds stats_interval{};

@@ -1,6 +1,8 @@
 #include "actors/registry.hpp"
 
 #include "actors/actor_logging.hpp"
+#include "actors/caf_error.hpp"
+#include "actors/sweep.hpp"
 #include "config/config.hpp"
 #include "gpu/shm_policy.hpp"
 #include "messages/lmcache_protocol.hpp"
@@ -69,7 +71,7 @@ void on_register(self_ptr self, const mp_call& call, const register_kv_cache_req
     self->send(st.bridge, make_failure_reply(call, "register_kv_cache failed: " + why));
     // No registration left: the bridge frees the id's connection binding.
     if (!st.instances.count(id))
-      self->send(st.bridge, expire_atom_v, id);
+      self->send(st.bridge, reaped_atom_v, id);
   };
   if (auto why = refuse_shm(st, call, r)) {
     fail(*why);
@@ -99,19 +101,10 @@ void on_register(self_ptr self, const mp_call& call, const register_kv_cache_req
   gpu_open op{r.instance_id, r.engine,
               std::make_shared<const std::vector<tensor_desc>>(r.kv_caches), lay};
   self->request(st.p.gpu, caf::infinite, std::move(op))
-    .then([self, call, r, lay, slot, fail, pinged](gpu_status_reply& opened) {
-      if (!opened.ok) {
-        fail("opening its memory: " + opened.why);
-        return;
-      }
+    .then([self, call, r, lay, slot, fail, pinged](gpu_status_reply&) {
       self->request(self->state.p.store, caf::infinite, store_configure{r.instance_id, slot})
-        .then([self, call, r, lay, fail, pinged](store_configure_reply& cfg) {
+        .then([self, call, r, lay, fail, pinged](store_configure_reply&) {
           auto& st = self->state;
-          if (!cfg.ok) {
-            self->send(st.p.gpu, gpu_close{r.instance_id});
-            fail(cfg.why);
-            return;
-          }
           registry_state::instance in;
           in.model = r.model_name;
           in.world_size = r.world_size;
@@ -131,9 +124,16 @@ void on_register(self_ptr self, const mp_call& call, const register_kv_cache_req
                    lay->note.empty() ? "" : "; note: " + lay->note);
           self->send(st.bridge, make_reply(call, std::nullopt));
         },
-        [fail](caf::error& err) { fail(caf::to_string(err)); });
+        [self, id = r.instance_id, fail](caf::error& err) {
+          self->send(self->state.p.gpu, gpu_close{id});
+          fail(from_caf_error(err).detail);
+        });
     },
-    [fail](caf::error& err) { fail(caf::to_string(err)); });
+    [fail](caf::error& err) {
+      // The transfer actor's refusal names what could not be opened.
+      auto e = from_caf_error(err);
+      fail(e.kind == "actor" ? e.detail : "opening its memory: " + e.detail);
+    });
 }
 
 } // namespace
@@ -167,11 +167,9 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry
                                 to_string(st.p.heartbeat_timeout),
                                 to_string(st.p.registration_grace)));
   arm_stats(self, st.p.stats_interval);
-  auto reap_every = std::clamp<std::chrono::nanoseconds>(st.p.heartbeat_timeout / 4,
-                                                         std::chrono::milliseconds{10},
-                                                         std::chrono::seconds{5});
+  auto reap_every = sweep_interval(st.p.heartbeat_timeout);
   if (st.p.heartbeat_timeout.count() > 0)
-    self->delayed_send(self, reap_every, tick_atom_v);
+    self->delayed_send(self, reap_every, sweep_atom_v);
   return {
     [self](mp_call& call) {
       auto& st = self->state;
@@ -194,14 +192,14 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry
         self->send(st.bridge, make_failure_reply(call, "not served by the registry"));
       }
     },
-    [self](tick_atom, int64_t id, bool ping) {
+    [self](seen_atom, int64_t id, bool ping) {
       auto i = self->state.instances.find(id);
       if (i != self->state.instances.end()) {
         i->second.last_seen = registry_state::clock::now();
         i->second.pinged = i->second.pinged || ping;
       }
     },
-    [self, reap_every](tick_atom) {
+    [self, reap_every](sweep_atom) {
       auto& st = self->state;
       auto now = registry_state::clock::now();
       std::vector<int64_t> dead;
@@ -220,9 +218,9 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry
         forget(self, id);
         ++st.reaped;
         if (st.bridge)
-          self->send(st.bridge, expire_atom_v, id);
+          self->send(st.bridge, reaped_atom_v, id);
       }
-      self->delayed_send(self, reap_every, tick_atom_v);
+      self->delayed_send(self, reap_every, sweep_atom_v);
     },
     [self](stats_atom) {
       log_stats(self, snapshot(self->state), self->state.p.stats_interval);

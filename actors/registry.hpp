@@ -12,8 +12,9 @@
 
 namespace kvs {
 
+/// Filled from the config (app/cache_tree.cpp): no defaults of its own.
 struct registry_params {
-  int64_t chunk_size = 256;
+  int64_t chunk_size = 0; ///< cache.chunk_size
   std::chrono::nanoseconds heartbeat_timeout{};  ///< 0: never reap
   std::chrono::nanoseconds registration_grace{}; ///< for instances that never pinged
   gpu_transfer_actor gpu;
@@ -39,7 +40,7 @@ struct registry_state {
 
   registry_params p;
   std::string label;
-  engine_bridge_actor bridge; ///< learnt from the first request it forwards
+  engine_bridge_actor bridge; ///< learnt from the first request (delegated by the router)
   std::map<int64_t, instance> instances;
   uint64_t registered = 0;
   uint64_t reaped = 0;

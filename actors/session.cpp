@@ -1,6 +1,7 @@
 #include "actors/session.hpp"
 
 #include "actors/actor_logging.hpp"
+#include "actors/caf_error.hpp"
 #include "cache/chunk_hash.hpp"
 #include "messages/lmcache_protocol.hpp"
 
@@ -38,7 +39,7 @@ void reply_copy(self_ptr self, const mp_call& call, const std::string& handle, b
 /// Quits once nothing is in flight; everything held is released first.
 void maybe_finish(self_ptr self) {
   auto& st = self->state;
-  if (!st.ending || st.inflight > 0)
+  if (!st.ending || !st.jobs.empty())
     return;
   for (auto& w : st.waiters)
     reply(self, w.call, std::nullopt);
@@ -58,19 +59,6 @@ void maybe_finish(self_ptr self) {
           reply(self, *call, std::nullopt);
         self->quit();
       });
-}
-
-/// A copy this session started is over: one less in flight.
-void copy_over(self_ptr self) {
-  --self->state.inflight;
-  maybe_finish(self);
-}
-
-/// A STORE's copy is settled: commit its reservations, or give them back.
-void settle_store(self_ptr self, store_finish fin, bool commit) {
-  fin.commit = commit;
-  self->send(self->state.p.store, std::move(fin));
-  copy_over(self);
 }
 
 void answer_waiters(self_ptr self) {
@@ -125,163 +113,209 @@ void on_lookup(self_ptr self, const lookup_req& r) {
       });
 }
 
-void on_store(self_ptr self, const mp_call& call, const store_req& r) {
+// -- STORE and RETRIEVE: one copy job, in named steps ------------------------
+//
+//   STORE:    reserve slots in the store  -> copy pages into them -> commit
+//   RETRIEVE: acquire (pin) the chunks     -> copy them out        -> release
+//
+// The engine gets its answer as soon as the copy has started (with the event
+// to wait on), or once it is over when the backend finished it at once.
+
+/// Which step failed: decides the log line and whether the engine was
+/// already answered.
+enum class copy_step { first, start, await };
+
+/// The job's last step: commits or aborts a STORE's reservations, releases a
+/// RETRIEVE's pins; the session may end now.
+void finish_job(self_ptr self, uint64_t id, bool ok) {
   auto& st = self->state;
+  auto node = st.jobs.extract(id);
+  auto& job = node.mapped();
+  if (job.reserved) {
+    job.reserved->commit = ok;
+    self->send(st.p.store, std::move(*job.reserved));
+  }
+  if (job.read_ticket != 0)
+    self->send(st.p.store, store_release{job.read_ticket});
+  maybe_finish(self);
+}
+
+/// A step was refused or failed: logged with the text the refusing actor
+/// gave, the engine answered (b"", False) unless it already was, the job
+/// finished (aborting / releasing what it holds).
+void fail_job(self_ptr self, uint64_t id, copy_step step, const caf::error& err) {
+  auto& st = self->state;
+  auto& job = st.jobs.at(id);
+  auto e = from_caf_error(err);
+  // The actor's own refusals say "refused"; a lost actor or a copy that
+  // went wrong "failed".
+  bool refused = e.kind != "actor";
+  switch (step) {
+    case copy_step::first:
+      if (!refused)
+        KVS_WARN(st.label, "{} failed: {}", job.what(), e.detail);
+      else if (job.to_l1)
+        KVS_WARN(st.label, "store of {} chunks refused: {}", job.hashes.size() - job.begin,
+                 e.detail);
+      else
+        KVS_WARN(st.label, "retrieve refused: {}", e.detail);
+      break;
+    case copy_step::start:
+      KVS_WARN(st.label, "{} copy {}: {}", job.what(), refused ? "refused" : "failed", e.detail);
+      break;
+    case copy_step::await:
+      KVS_WARN(st.label, "{} copy failed: {}", job.what(), e.detail);
+      finish_job(self, id, false); // answered when the copy started
+      return;
+  }
+  // A refused copy settles before the answer, like a finished one; a
+  // refused first step holds nothing, and is answered at once.
+  auto call = std::move(job.call);
+  if (step == copy_step::first)
+    reply_copy(self, call, {}, false);
+  finish_job(self, id, false);
+  if (step == copy_step::start)
+    reply_copy(self, call, {}, false);
+}
+
+/// The copy has started: answer the engine, and finish the job once the copy
+/// is over. Settled at once (host backend): finish first, so that a lookup
+/// after the answer sees the chunks (read-your-writes).
+void copy_started(self_ptr self, uint64_t id, gpu_copy_started& started) {
+  auto& st = self->state;
+  auto& job = st.jobs.at(id);
+  if (started.complete) {
+    auto call = std::move(job.call);
+    finish_job(self, id, true);
+    reply_copy(self, call, started.event_handle, true);
+    return;
+  }
+  reply_copy(self, job.call, started.event_handle, true);
+  // Committed / released only once the copy has completed, never before.
+  self->request(st.p.gpu, caf::infinite, gpu_await{started.ticket})
+    .then([self, id](gpu_copy_done&) { finish_job(self, id, true); },
+          [self, id](caf::error& err) { fail_job(self, id, copy_step::await, err); });
+}
+
+/// Step 2 of both: the pages and the slots are known; start the copy.
+void start_copy(self_ptr self, uint64_t id, gpu_copy cp) {
+  self->request(self->state.p.gpu, caf::infinite, std::move(cp))
+    .then([self, id](gpu_copy_started& started) { copy_started(self, id, started); },
+          [self, id](caf::error& err) { fail_job(self, id, copy_step::start, err); });
+}
+
+/// A new copy job; `call` (the request `key` belongs to) moves into it.
+uint64_t add_job(self_ptr self, mp_call& call, const cache_key& key, bool to_l1, size_t begin,
+                 size_t end) {
+  auto& st = self->state;
+  auto id = st.next_job++;
+  auto& job = st.jobs[id];
+  job.to_l1 = to_l1;
+  job.rank = static_cast<int32_t>(*key.worker_id);
+  job.begin = begin;
+  job.hashes = key_hashes(key, static_cast<size_t>(st.p.chunk_size), end);
+  job.call = std::move(call); // the request itself is shared, `key` stays valid
+  return id;
+}
+
+/// The copy a job's reply describes: the request's pages, no slots yet.
+gpu_copy copy_of(const session_state& st, const copy_job& job, int64_t instance_id,
+                 const std::vector<std::vector<int64_t>>& block_ids,
+                 const std::string& event_handle, size_t slot_bytes) {
+  gpu_copy cp;
+  cp.instance_id = instance_id;
+  cp.to_l1 = job.to_l1;
+  cp.block_ids = block_ids;
+  cp.chunk_tokens = static_cast<uint64_t>(st.p.chunk_size);
+  cp.slot_bytes = slot_bytes;
+  cp.engine_event_handle = event_handle;
+  return cp;
+}
+
+/// STORE step 1 done: copy into the reserved slots (what L1 already holds
+/// is not copied twice), and remember what to commit.
+void reserved(self_ptr self, uint64_t id, store_reserve_reply& res) {
+  auto& st = self->state;
+  auto& job = st.jobs.at(id);
+  const auto& r = std::get<store_req>(job.call.request->body);
+  auto cp = copy_of(st, job, r.instance_id, r.block_ids, r.event_ipc_handle, res.slot_bytes);
+  store_finish fin;
+  fin.rank = job.rank;
+  fin.model = r.key.model_name; // names the L2 objects
+  fin.salt = r.key.cache_salt;
   auto cs = static_cast<size_t>(st.p.chunk_size);
-  auto [begin, end] = chunk_range(r.key, cs);
+  for (auto& c : res.chunks) {
+    cp.chunk_positions.push_back(c.position);
+    cp.slots.push_back(c.slot);
+    size_t abs = job.begin + c.position;
+    fin.hashes.push_back(job.hashes[abs]);
+    fin.tokens.emplace_back(r.key.token_ids.begin() + static_cast<ptrdiff_t>(abs * cs),
+                            r.key.token_ids.begin() + static_cast<ptrdiff_t>((abs + 1) * cs));
+    fin.parents.push_back(abs == 0 ? std::nullopt : std::optional<uint64_t>{job.hashes[abs - 1]});
+  }
+  job.reserved = std::move(fin);
+  start_copy(self, id, std::move(cp));
+}
+
+/// RETRIEVE step 1 done: copy the pinned chunks out.
+void acquired(self_ptr self, uint64_t id, store_acquire_reply& acq) {
+  auto& st = self->state;
+  auto& job = st.jobs.at(id);
+  const auto& r = std::get<retrieve_req>(job.call.request->body);
+  job.read_ticket = acq.ticket;
+  auto cp = copy_of(st, job, r.instance_id, r.block_ids, r.event_ipc_handle, acq.slot_bytes);
+  cp.skip_first_n = static_cast<uint64_t>(std::max<int64_t>(r.skip_first_n, 0));
+  for (size_t i = 0; i < acq.slots.size(); ++i)
+    cp.chunk_positions.push_back(i);
+  cp.slots = std::move(acq.slots);
+  start_copy(self, id, std::move(cp));
+}
+
+/// The hashes of the job's chunks: its key's range [begin, end).
+std::vector<uint64_t> job_chunks(const copy_job& job) {
+  return {job.hashes.begin() + static_cast<ptrdiff_t>(job.begin), job.hashes.end()};
+}
+
+/// Step 1 of both: ask the store (reserve or acquire); `next` takes the
+/// reply, a refusal fails the job.
+template <class Reply, class Request>
+void first_step(self_ptr self, uint64_t id, Request q,
+                void (*next)(self_ptr, uint64_t, Reply&)) {
+  self->request(self->state.p.store, caf::infinite, std::move(q))
+    .then([self, id, next](Reply& r) { next(self, id, r); },
+          [self, id](caf::error& err) { fail_job(self, id, copy_step::first, err); });
+}
+
+void on_store(self_ptr self, mp_call& call) {
+  auto& st = self->state;
+  const auto& r = std::get<store_req>(call.request->body);
   if (!r.key.worker_id) {
     KVS_WARN(st.label, "store without worker_id: refused");
     reply_copy(self, call, {}, false);
     return;
   }
-  auto all = key_hashes(r.key, cs, end);
-  std::vector<uint64_t> hashes(all.begin() + static_cast<ptrdiff_t>(begin), all.end());
-  auto rank = static_cast<int32_t>(*r.key.worker_id);
-  ++st.inflight;
-  self->request(st.p.store, caf::infinite, store_reserve{r.instance_id, rank, hashes})
-    .then(
-      [self, call, r, all, begin, rank](store_reserve_reply& res) {
-        auto& st = self->state;
-        if (!res.ok) {
-          KVS_WARN(st.label, "store of {} chunks refused: {}", all.size() - begin, res.why);
-          reply_copy(self, call, {}, false);
-          copy_over(self);
-          return;
-        }
-        gpu_copy cp;
-        cp.instance_id = r.instance_id;
-        cp.to_l1 = true;
-        cp.block_ids = r.block_ids;
-        cp.chunk_tokens = static_cast<uint64_t>(st.p.chunk_size);
-        cp.slot_bytes = res.slot_bytes;
-        cp.engine_event_handle = r.event_ipc_handle;
-        // What L1 already holds is not copied twice.
-        store_finish fin;
-        fin.rank = rank;
-        fin.model = r.key.model_name; // names the L2 objects
-        fin.salt = r.key.cache_salt;
-        auto cs = static_cast<size_t>(st.p.chunk_size);
-        for (auto& c : res.chunks) {
-          cp.chunk_positions.push_back(c.position);
-          cp.slots.push_back(c.slot);
-          size_t abs = begin + c.position;
-          fin.hashes.push_back(all[abs]);
-          fin.tokens.emplace_back(r.key.token_ids.begin() + static_cast<ptrdiff_t>(abs * cs),
-                                  r.key.token_ids.begin() + static_cast<ptrdiff_t>((abs + 1) * cs));
-          fin.parents.push_back(abs == 0 ? std::nullopt : std::optional<uint64_t>{all[abs - 1]});
-        }
-        self->request(st.p.gpu, caf::infinite, std::move(cp))
-          .then(
-            [self, call, fin](gpu_copy_started& started) mutable {
-              auto& st = self->state;
-              if (!started.ok || started.complete) {
-                // Settled already: commit (or abort) before answering, so a
-                // lookup after the reply sees the chunks.
-                if (!started.ok)
-                  KVS_WARN(st.label, "store copy refused: {}", started.why);
-                settle_store(self, std::move(fin), started.ok);
-                reply_copy(self, call, started.event_handle, started.ok);
-                return;
-              }
-              reply_copy(self, call, started.event_handle, true);
-              // Commit only once the copy has completed.
-              self->request(st.p.gpu, caf::infinite, gpu_await{started.ticket})
-                .then(
-                  [self, fin](gpu_copy_done& done) mutable {
-                    if (!done.ok)
-                      KVS_WARN(self->state.label, "store copy failed: {}", done.why);
-                    settle_store(self, std::move(fin), done.ok);
-                  },
-                  [self, fin](caf::error&) mutable { settle_store(self, std::move(fin), false); });
-            },
-            [self, call, fin](caf::error& err) mutable {
-              auto& st = self->state;
-              KVS_WARN(st.label, "store copy failed: {}", caf::to_string(err));
-              reply_copy(self, call, {}, false);
-              settle_store(self, std::move(fin), false);
-            });
-      },
-      [self, call](caf::error& err) {
-        KVS_WARN(self->state.label, "store failed: {}", caf::to_string(err));
-        reply_copy(self, call, {}, false);
-        copy_over(self);
-      });
+  auto [begin, end] = chunk_range(r.key, static_cast<size_t>(st.p.chunk_size));
+  auto id = add_job(self, call, r.key, true, begin, end);
+  auto& job = st.jobs.at(id);
+  first_step<store_reserve_reply>(self, id,
+                                  store_reserve{r.instance_id, job.rank, job_chunks(job)},
+                                  reserved);
 }
 
-void on_retrieve(self_ptr self, const mp_call& call, const retrieve_req& r) {
+void on_retrieve(self_ptr self, mp_call& call) {
   auto& st = self->state;
-  auto cs = static_cast<size_t>(st.p.chunk_size);
-  auto [begin, end] = chunk_range(r.key, cs);
+  const auto& r = std::get<retrieve_req>(call.request->body);
+  auto [begin, end] = chunk_range(r.key, static_cast<size_t>(st.p.chunk_size));
   if (!r.key.worker_id || end <= begin) {
     KVS_WARN(st.label, "retrieve refused: {}", !r.key.worker_id ? "no worker_id" : "no full chunk in range");
     reply_copy(self, call, {}, false);
     return;
   }
-  auto all = key_hashes(r.key, cs, end);
-  std::vector<uint64_t> hashes(all.begin() + static_cast<ptrdiff_t>(begin), all.end());
-  auto rank = static_cast<int32_t>(*r.key.worker_id);
-  ++st.inflight;
-  auto release = [self](uint64_t ticket) {
-    if (ticket != 0)
-      self->send(self->state.p.store, store_release{ticket});
-    copy_over(self);
-  };
-  self->request(st.p.store, caf::infinite, store_acquire{st.p.request_id, rank, begin, hashes})
-    .then(
-      [self, call, r, release](store_acquire_reply& acq) {
-        auto& st = self->state;
-        if (!acq.ok) {
-          KVS_WARN(st.label, "retrieve refused: {}", acq.why);
-          reply_copy(self, call, {}, false);
-          release(acq.ticket);
-          return;
-        }
-        gpu_copy cp;
-        cp.instance_id = r.instance_id;
-        cp.to_l1 = false;
-        cp.block_ids = r.block_ids;
-        cp.chunk_tokens = static_cast<uint64_t>(st.p.chunk_size);
-        cp.slot_bytes = acq.slot_bytes;
-        cp.skip_first_n = static_cast<uint64_t>(std::max<int64_t>(r.skip_first_n, 0));
-        cp.engine_event_handle = r.event_ipc_handle;
-        for (size_t i = 0; i < acq.slots.size(); ++i) {
-          cp.chunk_positions.push_back(i);
-          cp.slots.push_back(acq.slots[i]);
-        }
-        auto ticket = acq.ticket;
-        self->request(st.p.gpu, caf::infinite, std::move(cp))
-          .then(
-            [self, call, ticket, release](gpu_copy_started& started) {
-              auto& st = self->state;
-              if (!started.ok || started.complete) {
-                if (!started.ok)
-                  KVS_WARN(st.label, "retrieve copy refused: {}", started.why);
-                release(ticket);
-                reply_copy(self, call, started.event_handle, started.ok);
-                return;
-              }
-              reply_copy(self, call, started.event_handle, true);
-              // Locks are released after the copy, never before.
-              self->request(st.p.gpu, caf::infinite, gpu_await{started.ticket})
-                .then(
-                  [self, ticket, release](gpu_copy_done& done) {
-                    if (!done.ok)
-                      KVS_WARN(self->state.label, "retrieve copy failed: {}", done.why);
-                    release(ticket);
-                  },
-                  [ticket, release](caf::error&) { release(ticket); });
-            },
-            [self, call, ticket, release](caf::error& err) {
-              KVS_WARN(self->state.label, "retrieve copy failed: {}", caf::to_string(err));
-              reply_copy(self, call, {}, false);
-              release(ticket);
-            });
-      },
-      [self, call, release](caf::error& err) {
-        KVS_WARN(self->state.label, "retrieve failed: {}", caf::to_string(err));
-        reply_copy(self, call, {}, false);
-        release(0);
-      });
+  auto id = add_job(self, call, r.key, false, begin, end);
+  auto& job = st.jobs.at(id);
+  first_step<store_acquire_reply>(self, id,
+                                  store_acquire{st.p.request_id, job.rank, begin, job_chunks(job)},
+                                  acquired);
 }
 
 void on_call(self_ptr self, mp_call& call) {
@@ -306,10 +340,11 @@ void on_call(self_ptr self, mp_call& call) {
         return;
       }
       auto timeout = std::get<wait_prefetch_status_req>(req.body).timeout_s;
+      const double cap_s = std::chrono::duration<double>(session_state::max_prefetch_wait).count();
       auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::chrono::duration<double>(std::min(timeout, 86400.0)));
+        std::chrono::duration<double>(std::min(timeout, cap_s)));
       st.waiters.push_back({call, session_state::clock::now() + wait});
-      self->delayed_send(self, wait, tick_atom_v);
+      self->delayed_send(self, wait, deadline_atom_v);
       return;
     }
     case mp_op::query_prefetch_lookup_hits:
@@ -329,10 +364,10 @@ void on_call(self_ptr self, mp_call& call) {
       return;
     }
     case mp_op::store:
-      on_store(self, call, std::get<store_req>(req.body));
+      on_store(self, call);
       return;
     case mp_op::retrieve:
-      on_retrieve(self, call, std::get<retrieve_req>(req.body));
+      on_retrieve(self, call);
       return;
     case mp_op::end_session:
       st.ending = true;
@@ -358,11 +393,11 @@ session_actor::behavior_type session(session_actor::stateful_pointer<session_sta
   });
   return {
     [self](mp_call& call) { on_call(self, call); },
-    [self](expire_atom) {
+    [self](end_atom) {
       self->state.ending = true;
       maybe_finish(self);
     },
-    [self](tick_atom) {
+    [self](deadline_atom) {
       // A WAIT_PREFETCH_STATUS that ran out of time: None, as LMCache answers.
       auto& st = self->state;
       auto now = session_state::clock::now();

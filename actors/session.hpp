@@ -6,22 +6,43 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace kvs {
 
 struct session_params {
   std::string request_id;
-  int64_t chunk_size = 256;
+  int64_t chunk_size = 0; ///< cache.chunk_size
   engine_bridge_actor bridge;
   store_actor store;
   gpu_transfer_actor gpu;
+};
+
+/// A STORE or RETRIEVE between its first step and the end of its copy.
+/// The request stays in `call` (shared, never copied); each step adds what
+/// it learned, and the last one gives back what the job holds in the store.
+struct copy_job {
+  mp_call call;
+  bool to_l1 = true;            ///< STORE; false: RETRIEVE
+  int32_t rank = 0;
+  size_t begin = 0;             ///< first chunk of the key's [start, end) range
+  std::vector<uint64_t> hashes; ///< the key's chunks 0..end (prefix-chained)
+  /// STORE, once reserved: what to commit (or abort) when the copy is over.
+  std::optional<store_finish> reserved;
+  uint64_t read_ticket = 0;     ///< RETRIEVE, once acquired: released after the copy
+
+  const char* what() const { return to_l1 ? "store" : "retrieve"; }
 };
 
 struct session_state {
   static inline const char* name = "session";
 
   using clock = std::chrono::steady_clock;
+
+  /// A WAIT_PREFETCH_STATUS waits at most this long, whatever timeout the
+  /// client sent (keeps the deadline arithmetic in range).
+  static constexpr std::chrono::hours max_prefetch_wait{24};
 
   /// A WAIT_PREFETCH_STATUS parked until the lookup finishes or it times out.
   struct waiter {
@@ -39,7 +60,9 @@ struct session_state {
   uint64_t lookup_generation = 0;  ///< a newer LOOKUP supersedes older answers
   std::vector<waiter> waiters;
 
-  size_t inflight = 0;  ///< copies not yet finished: the session outlives them
+  /// Copies not yet over, by job id: the session outlives them.
+  std::unordered_map<uint64_t, copy_job> jobs;
+  uint64_t next_job = 1;
   bool ending = false;
   std::optional<mp_call> end_call; ///< END_SESSION to answer once released
 };

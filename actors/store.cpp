@@ -1,8 +1,10 @@
 #include "actors/store.hpp"
 
 #include "actors/actor_logging.hpp"
+#include "actors/caf_error.hpp"
 #include "actors/event_announce.hpp"
 #include "actors/l2_tier.hpp"
+#include "actors/sweep.hpp"
 #include "config/config.hpp"
 #include "messages/lmcache_protocol.hpp"
 
@@ -15,6 +17,9 @@ namespace kvs {
 namespace {
 
 using self_ptr = store_actor::stateful_pointer<store_state>;
+
+/// Locks and reservations are swept at least this often (lock_ttl/4 below).
+constexpr std::chrono::seconds max_lock_sweep_interval{1};
 
 /// Hands a batch of our own events to the configured publisher (if any),
 /// through the same bounded queue as the engine's batches.
@@ -126,20 +131,17 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
   io.evict_low = st.p.evict_low;
   io.lock_ttl = st.p.lock_ttl;
   st.index = std::make_unique<chunk_index>(*st.p.pool, io);
-  ledger_options lo;
-  lo.session_ttl = st.p.session_ttl;
-  st.ledger = std::make_unique<lock_ledger>(*st.index, lo);
+  st.ledger = std::make_unique<lock_ledger>(*st.index, ledger_options{});
   log_lifecycle(self, st.label,
                 fmt::format("started: L1 pool of {} MiB, evict between {:.0f}% and {:.0f}%, "
                             "lock_ttl {}",
                             st.p.pool->mapped_bytes() >> 20, st.p.evict_high * 100,
                             st.p.evict_low * 100, to_string(st.p.lock_ttl)));
   arm_stats(self, st.p.stats_interval);
-  // Lock and session TTLs are enforced here too, whatever sessions do.
-  auto expiry = std::clamp<std::chrono::nanoseconds>(st.p.lock_ttl / 4,
-                                                     std::chrono::milliseconds{10},
-                                                     std::chrono::seconds{1});
-  self->delayed_send(self, expiry, tick_atom_v);
+  // Lock TTLs are enforced here, whatever sessions do (idle sessions are
+  // ended by the session router, which releases their locks).
+  auto expiry = sweep_interval(st.p.lock_ttl, max_lock_sweep_interval);
+  self->delayed_send(self, expiry, sweep_atom_v);
   return {
     [self](store_lookup& q) -> caf::result<uint64_t> {
       auto& st = self->state;
@@ -160,17 +162,19 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       self->state.p.l2.fetches.erase(q.session); // L2 hook: a late prefetch takes no locks
       return self->state.ledger->end_session(q.session);
     },
-    [self](store_reserve& q) -> store_reserve_reply {
+    [self](store_reserve& q) -> caf::result<store_reserve_reply> {
       auto& st = self->state;
       store_reserve_reply out;
-      auto sized = st.chunk_bytes.find(q.instance_id);
-      if (sized == st.chunk_bytes.end()) {
+      auto refuse = [&](error e) {
         ++st.refused;
-        out.why = "instance " + std::to_string(q.instance_id) + " is not registered";
         KVS_WARN(st.label, "store of {} chunks on rank {} refused: {}", q.hashes.size(), q.rank,
-                 out.why);
-        return out;
-      }
+                 e.detail);
+        return to_caf_error(e);
+      };
+      auto sized = st.chunk_bytes.find(q.instance_id);
+      if (sized == st.chunk_bytes.end())
+        return refuse({"not_registered",
+                       "instance " + std::to_string(q.instance_id) + " is not registered"});
       out.slot_bytes = sized->second;
       auto now = cache_clock::now();
       std::vector<chunk_key> reserved;
@@ -178,26 +182,17 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         chunk_key k{q.hashes[i], q.rank};
         auto r = st.index->reserve(k, out.slot_bytes, now);
         announce_removed(self, r.evicted);
-        if (r.status == reserve_status::already_present) {
-          ++out.already_present;
+        if (r.status == reserve_status::already_present)
           continue;
-        }
         if (r.status == reserve_status::no_space) {
           for (auto& rk : reserved)
             st.index->abort(rk);
-          ++st.refused;
-          out.ok = false;
-          out.chunks.clear();
-          out.why = std::string{"no space in L1: "} + to_string(r.reason)
-                    + (r.detail.empty() ? "" : " (" + r.detail + ")");
-          KVS_WARN(st.label, "store of {} chunks on rank {} refused: {}", q.hashes.size(), q.rank,
-                   out.why);
-          return out;
+          return refuse({"no_space", std::string{"no space in L1: "} + to_string(r.reason)
+                                       + (r.detail.empty() ? "" : " (" + r.detail + ")")});
         }
         reserved.push_back(k);
         out.chunks.push_back(reserved_chunk{i, reinterpret_cast<uint8_t*>(r.data)});
       }
-      out.ok = true;
       return out;
     },
     [self](store_finish& f) {
@@ -235,7 +230,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       announce(self, std::move(events));
       record(self, std::move(records));
     },
-    [self](store_acquire& q) -> store_acquire_reply {
+    [self](store_acquire& q) -> caf::result<store_acquire_reply> {
       auto& st = self->state;
       store_acquire_reply out;
       out.slot_bytes = SIZE_MAX;
@@ -248,14 +243,13 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       // Like LMCache 0.5.6 (its read needs the request's own lookup locks):
       // a RETRIEVE reads only chunks a LOOKUP of the same request found.
       if (auto found = st.ledger->locked_chunks(q.session); found < t.end) {
-        out.why = found == 0 ? "no lookup of this request found chunks to retrieve"
-                             : "chunks " + std::to_string(found) + ".." + std::to_string(t.end - 1)
-                                 + " are past the " + std::to_string(found)
-                                 + " its lookup found";
         // What the lookup did lock in this range is given back all the same.
         st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
-        out.slot_bytes = 0;
-        return out;
+        return to_caf_error(
+          "not_looked_up",
+          found == 0 ? "no lookup of this request found chunks to retrieve"
+                     : "chunks " + std::to_string(found) + ".." + std::to_string(t.end - 1)
+                         + " are past the " + std::to_string(found) + " its lookup found");
       }
       for (size_t i = 0; i < q.hashes.size(); ++i) {
         chunk_key k{q.hashes[i], q.rank};
@@ -268,10 +262,8 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
             st.index->unlock(l);
           // The lookup's locks on this range are consumed all the same.
           st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
-          out.ok = false;
-          out.why = "chunk " + std::to_string(q.begin + i) + " of rank " + std::to_string(q.rank)
-                    + " is not in L1";
-          return out;
+          return to_caf_error("not_in_l1", "chunk " + std::to_string(q.begin + i) + " of rank "
+                                             + std::to_string(q.rank) + " is not in L1");
         }
         t.locks.push_back(*tok);
         out.slots.push_back(reinterpret_cast<uint8_t*>(e->data));
@@ -279,7 +271,6 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       }
       if (out.slots.empty())
         out.slot_bytes = 0;
-      out.ok = true;
       out.ticket = st.next_ticket++;
       st.tickets.emplace(out.ticket, std::move(t));
       return out;
@@ -296,7 +287,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
                               now);
       st.tickets.erase(i);
     },
-    [self](store_configure& c) -> store_configure_reply {
+    [self](store_configure& c) -> caf::result<store_configure_reply> {
       // Every instance gets slots of its own chunk size from the one L1
       // region (slot_pool.hpp); chunks it stored before re-registering with
       // another layout keep theirs (a RETRIEVE checks the size it gets).
@@ -305,14 +296,13 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       auto usable = st.p.pool->capacity_bytes();
       if (c.slot_bytes == 0) {
         st.chunk_bytes.erase(c.instance_id);
-        out.ok = true;
       } else if (st.p.pool->stride_for(c.slot_bytes) == 0
                  || st.p.pool->stride_for(c.slot_bytes) > usable) {
-        out.why = "chunks of " + std::to_string(c.slot_bytes) + " bytes per rank do not fit in "
-                  "the L1 region of " + std::to_string(usable) + " bytes (cache.l1_size)";
+        return to_caf_error("l1_too_small", "chunks of " + std::to_string(c.slot_bytes)
+                                              + " bytes per rank do not fit in the L1 region of "
+                                              + std::to_string(usable) + " bytes (cache.l1_size)");
       } else {
         st.chunk_bytes[c.instance_id] = c.slot_bytes;
-        out.ok = true;
         out.slot_bytes = c.slot_bytes;
         // "N slots": how many chunks of this size alone would fill L1.
         KVS_INFO(st.label, "chunk slots of {} KiB: {} slots in L1 for instance {} ({} instances, "
@@ -334,16 +324,15 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     [self](record_atom, caf::actor& sink) {
       self->state.records_sink = caf::actor_cast<engine_bridge_actor>(std::move(sink));
     },
-    [self, expiry](tick_atom) {
+    [self, expiry](sweep_atom) {
       auto& st = self->state;
       auto now = cache_clock::now();
-      auto sessions = st.ledger->expire_sessions(now);
       auto locks = st.index->expire_locks(now);
       auto stale = st.index->expire_reservations(now);
-      if (sessions + locks + stale.size() > 0)
-        KVS_WARN(st.label, "expired: {} idle sessions, {} read locks past lock_ttl, {} "
-                           "reservations never committed", sessions, locks, stale.size());
-      self->delayed_send(self, expiry, tick_atom_v);
+      if (locks + stale.size() > 0)
+        KVS_WARN(st.label, "expired: {} read locks past lock_ttl, {} reservations never "
+                           "committed", locks, stale.size());
+      self->delayed_send(self, expiry, sweep_atom_v);
     },
     [self](stats_atom) {
       l2_log_stats(self); // L2 hook

@@ -16,13 +16,13 @@
 
 namespace kvs {
 
+/// Filled from the config (app/cache_tree.cpp): no defaults of its own.
 struct store_params {
   std::shared_ptr<slot_pool> pool; ///< allocated (and pinned) before spawning
-  int64_t chunk_size = 256;
-  double evict_high = 0.9;
-  double evict_low = 0.8;
+  int64_t chunk_size = 0;  ///< cache.chunk_size (BlockStored's block_size)
+  double evict_high = 0;   ///< cache.evict_high
+  double evict_low = 0;    ///< cache.evict_low
   std::chrono::nanoseconds lock_ttl{};
-  std::chrono::nanoseconds session_ttl{};
   publisher_actor events;   ///< may be null: announce nothing
   relay_queue_ptr events_queue;
   std::chrono::nanoseconds stats_interval{};

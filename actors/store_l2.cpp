@@ -51,6 +51,10 @@ bool l2_wants_prefetch(store_self self, const store_lookup& q, uint64_t l1_hits)
 
 namespace {
 
+/// A LOOKUP waits at most this long for L2 (a hung Redis); then it is
+/// answered with what L1 had.
+constexpr std::chrono::seconds l2_prefetch_timeout{30};
+
 /// The layout fingerprint a prefetch asks L2 for: the chunk byte size when
 /// every registered instance has the same one (objects of another size are
 /// misses); with several sizes, 0: the model fingerprint and the object's own
@@ -116,7 +120,7 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
     return true;
   };
   // High priority: a prefetch goes ahead of queued write-throughs.
-  self->request<caf::message_priority::high>(st.p.l2.actor, std::chrono::seconds(30), std::move(f))
+  self->request<caf::message_priority::high>(st.p.l2.actor, l2_prefetch_timeout, std::move(f))
     .then(
       [self, q, l1_hits, rp, current](l2_fetch_reply& r) mutable {
         auto& st = self->state;

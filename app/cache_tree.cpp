@@ -5,6 +5,7 @@
 #include "actors/l1_prefault.hpp"
 #include "actors/l2_tier.hpp"
 #include "actors/registry.hpp"
+#include "actors/session_router.hpp"
 #include "actors/store.hpp"
 #include "log/log.hpp"
 
@@ -74,7 +75,6 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   sp.evict_high = c.evict_high;
   sp.evict_low = c.evict_low;
   sp.lock_ttl = c.lock_ttl;
-  sp.session_ttl = c.session_ttl;
   sp.events = events;
   sp.events_queue = events_queue;
   sp.stats_interval = interval;
@@ -97,27 +97,34 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   rp.shm_allow_prefixes = c.shm_allow_prefixes;
   auto reg = sys.spawn(registry, rp);
 
+  session_router_params rtp;
+  rtp.chunk_size = c.chunk_size;
+  rtp.session_ttl = c.session_ttl;
+  rtp.max_sessions = static_cast<size_t>(c.max_sessions);
+  rtp.registry = reg;
+  rtp.store = st;
+  rtp.gpu = gpu;
+  rtp.stats_interval = interval;
+  auto router = sys.spawn(session_router, rtp);
+
   engine_bridge_params ep;
   ep.endpoint = c.endpoint;
   ep.chunk_size = c.chunk_size;
-  ep.session_ttl = c.session_ttl;
-  ep.max_sessions = static_cast<size_t>(c.max_sessions);
   ep.hwm = c.hwm;
   ep.kv_event_log_size = static_cast<size_t>(c.kv_event_log_size);
   ep.heartbeat_timeout = c.heartbeat_timeout;
-  ep.registry = reg;
+  ep.router = router;
   ep.store = st;
-  ep.gpu = gpu;
   ep.curve_secret_key = cfg.security.curve_secret_key;
   out.input_bridges.push_back(
     sys.spawn<engine_bridge, caf::detached>(ctx, supervisor, interval, ep));
-  for (auto& a : {caf::actor_cast<caf::actor>(reg), caf::actor_cast<caf::actor>(st),
-                  caf::actor_cast<caf::actor>(gpu)})
+  for (auto& a : {caf::actor_cast<caf::actor>(router), caf::actor_cast<caf::actor>(reg),
+                  caf::actor_cast<caf::actor>(st), caf::actor_cast<caf::actor>(gpu)})
     out.workers.push_back(a);
   if (sp.l2.actor)
     out.workers.push_back(caf::actor_cast<caf::actor>(sp.l2.actor));
-  out.summary.push_back(fmt::format("engine_bridge {} -> registry, session[rid] (on demand), "
-                                    "store (L1 {} MiB, chunk {} tokens)",
+  out.summary.push_back(fmt::format("engine_bridge {} -> session_router -> registry, "
+                                    "session[rid] (on demand), store (L1 {} MiB, chunk {} tokens)",
                                     c.endpoint, c.l1_size >> 20, c.chunk_size));
   out.summary.push_back(fmt::format("gpu_transfer ({} backend){}", backend->name(),
                                     events ? fmt::format(" ; store events -> publisher[dp={}]",

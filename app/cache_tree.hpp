@@ -1,5 +1,5 @@
-// Spawns the KV cache server: engine bridge, registry, store, GPU transfer
-// (sessions are spawned on demand, one per request id).
+// Spawns the KV cache server: engine bridge, session router, registry,
+// store, GPU transfer (the router spawns a session per request id).
 #pragma once
 
 #include "actors/interfaces.hpp"
@@ -19,7 +19,7 @@ namespace kvs {
 
 struct cache_tree {
   std::vector<caf::actor> input_bridges; ///< the engine bridge
-  std::vector<caf::actor> workers;       ///< registry, store, gpu transfer
+  std::vector<caf::actor> workers;       ///< session router, registry, store, gpu transfer
   gpu_transfer_actor gpu;                ///< drained at shutdown before the workers exit
   std::shared_ptr<std::atomic<bool>> refuse_copies; ///< set at shutdown: no new copy starts
   std::vector<std::string> summary;

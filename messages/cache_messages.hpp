@@ -3,6 +3,9 @@
 // mp_call / mp_reply travel between the engine bridge and the actors that
 // handle LMCache MP requests; the store_* / gpu_* structs are the typed
 // requests of the store and GPU-transfer actors (see actors/interfaces.hpp).
+// Replies carry only what a success needs: a request that fails is answered
+// with a caf::error made by to_caf_error (actors/caf_error.hpp), so the
+// requester's error branch gets the kind and the detail (the text logged).
 #pragma once
 
 #include "core/engine_type.hpp"
@@ -44,7 +47,8 @@ struct mp_reply {
   uint8_t op = 0;                                   ///< the call's mp_op
 };
 
-/// Builds the reply to `call` with `body` (nullopt = None).
+/// Builds the reply to `call` with `body` (nullopt = None). Defined in
+/// messages/lmcache_failure.cpp, next to make_failure_reply.
 mp_reply make_reply(const mp_call& call, std::optional<std::string> body);
 /// The reply that makes the client's call fail at once with `why` (for a
 /// request that cannot be served and has no failure value of its own; see
@@ -88,11 +92,9 @@ struct reserved_chunk {
   size_t position = 0;      ///< index into store_reserve::hashes
   uint8_t* slot = nullptr;  ///< where the copy writes
 };
+/// Refused (unregistered instance, no space in L1): a caf::error instead.
 struct store_reserve_reply {
-  bool ok = false;
-  std::string why;                    ///< when !ok
   std::vector<reserved_chunk> chunks; ///< to copy (chunks already present are left out)
-  size_t already_present = 0;
   size_t slot_bytes = 0; ///< usable bytes of every reserved slot
 };
 
@@ -117,9 +119,9 @@ struct store_acquire {
   size_t begin = 0; ///< absolute chunk index of hashes[0]
   std::vector<uint64_t> hashes;
 };
+/// Refused (not found by the request's lookup, not in L1): a caf::error
+/// instead, and nothing stays pinned.
 struct store_acquire_reply {
-  bool ok = false;
-  std::string why;
   uint64_t ticket = 0;           ///< give back with store_release
   std::vector<uint8_t*> slots;   ///< one per hash
   size_t slot_bytes = 0;         ///< the smallest of their usable sizes
@@ -135,9 +137,8 @@ struct store_configure {
   int64_t instance_id = 0;
   size_t slot_bytes = 0;
 };
+/// Refused (a chunk does not fit in L1): a caf::error instead.
 struct store_configure_reply {
-  bool ok = false;
-  std::string why;
   size_t slot_bytes = 0; ///< the instance's slot size after the call
 };
 
@@ -167,10 +168,8 @@ struct gpu_copy {
   std::string engine_event_handle;
 };
 /// Sent at once: the event to answer the engine with, and a ticket to
-/// await the completion with.
+/// await the completion with. A copy that cannot start: a caf::error.
 struct gpu_copy_started {
-  bool ok = false;
-  std::string why;
   std::string event_handle;
   uint64_t ticket = 0;
   /// The copy already finished (host backend): no gpu_await needed, and the
@@ -180,13 +179,9 @@ struct gpu_copy_started {
 struct gpu_await {
   uint64_t ticket = 0;
 };
-struct gpu_copy_done {
-  bool ok = false;
-  std::string why;
-};
-struct gpu_status_reply {
-  bool ok = false;
-  std::string why;
-};
+/// The copy completed; one that failed is answered with a caf::error.
+struct gpu_copy_done {};
+/// The pools are open; pools that cannot be opened: a caf::error.
+struct gpu_status_reply {};
 
 } // namespace kvs

@@ -55,7 +55,21 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   KVS_ADD_MESSAGE_TYPE(kvs::snapshot_part)
 
   // -- cache server ---------------------------------------------------------
-  CAF_ADD_ATOM(kvsidecar, kvs, expire_atom, "expire")
+  /// A periodic round of expiry: idle sessions (session_router), silent
+  /// instances (registry), locks and reservations (store), subscriptions
+  /// without PINGs (engine_bridge).
+  CAF_ADD_ATOM(kvsidecar, kvs, sweep_atom, "sweep")
+  /// `seen_atom, instance, pinged`: the instance showed a sign of life.
+  CAF_ADD_ATOM(kvsidecar, kvs, seen_atom, "seen")
+  /// `reaped_atom, instance`: the instance is gone (reaped, or its
+  /// registration failed): its connection binding and sessions end.
+  CAF_ADD_ATOM(kvsidecar, kvs, reaped_atom, "reaped")
+  /// A session ends now, releasing everything it holds.
+  CAF_ADD_ATOM(kvsidecar, kvs, end_atom, "end")
+  /// A session's parked WAIT_PREFETCH_STATUS may have reached its deadline.
+  CAF_ADD_ATOM(kvsidecar, kvs, deadline_atom, "deadline")
+  /// gpu_transfer: poll the copies in flight.
+  CAF_ADD_ATOM(kvsidecar, kvs, poll_atom, "poll")
   KVS_ADD_MESSAGE_TYPE(kvs::mp_call)
   KVS_ADD_MESSAGE_TYPE(kvs::mp_reply)
   KVS_ADD_MESSAGE_TYPE(kvs::store_lookup)

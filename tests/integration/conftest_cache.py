@@ -36,7 +36,7 @@ from kvsidecar_harness import (FakeEngine, Sidecar, Subscriber, free_port_range,
 from lmcache_client import MPClient  # noqa: E402
 
 CHUNK = 256
-STATS_RE = re.compile(r"\s(store|engine_bridge|registry|l2|gpu_transfer(?:\[\w+\])?)#\d+ stats: (.*)$")
+STATS_RE = re.compile(r"\s(store|engine_bridge|session_router|registry|l2|gpu_transfer(?:\[\w+\])?)#\d+ stats: (.*)$")
 SLOTS_RE = re.compile(r"store#\d+ chunk slots of (\d+) KiB: (\d+) slots in L1")
 
 BASE_OVERRIDES: dict[str, Any] = {
@@ -136,7 +136,7 @@ class CacheServer:
         self.wait_stats(lambda s: s["locks"] == 0 and s["locked_chunks"] == 0
                         and s["sessions"] == 0 and s["reserved"] == 0,
                         mark=mark, timeout=timeout, what="locks=0 sessions=0 reserved=0")
-        self.wait_stats(lambda s: s["sessions"] == 0, actor="engine_bridge", mark=mark,
+        self.wait_stats(lambda s: s["sessions"] == 0, actor="session_router", mark=mark,
                         timeout=timeout, what="sessions=0")
 
     def slot_count(self) -> int:

@@ -463,7 +463,7 @@ def test_lock_ttl_expiry_never_steals_a_newer_lock(cache_server, kv_pools):
     assert lookup_wait(c, toks, "old") == 4
     srv.wait_locks(4)
     srv.wait_locks(0, timeout=3.0)
-    srv.wait_log(r"store#\d+ expired: 0 idle sessions, 4 read locks past lock_ttl", mark)
+    srv.wait_log(r"store#\d+ expired: 4 read locks past lock_ttl", mark)
     assert lookup_wait(c, toks, "new") == 4
     srv.wait_locks(4)
     c.end_session("old")
@@ -970,7 +970,7 @@ def test_thousand_concurrent_sessions(cache_server, kv_pools):
     assert all(c.reply(u, 20.0).body is None for u in acks)
     assert [c.result(u, 20.0) for u in waits] == [4] * n
     srv.wait_stats(lambda s: s["sessions"] == n and s["locks"] == 4 * n, timeout=10)
-    srv.wait_stats(lambda s: s["sessions"] == n, actor="engine_bridge", timeout=10)
+    srv.wait_stats(lambda s: s["sessions"] == n, actor="session_router", timeout=10)
     ends = [c.submit("end_session", f"r{i}") for i in range(n)]
     assert all(c.reply(u, 20.0).body is None for u in ends)
     srv.wait_idle(timeout=10)
@@ -992,7 +992,7 @@ def test_sigterm_with_open_sessions_exits_promptly(cache_server, kv_pools):
     assert store(c, 4700, toks, "stored-only", blocks(0, 2)) == STORE_OK
     committed(srv, 2)
     assert lookup_wait(c, toks, "looked-up") == 2
-    srv.wait_stats(lambda s: s["sessions"] == 2, actor="engine_bridge")
+    srv.wait_stats(lambda s: s["sessions"] == 2, actor="session_router")
     srv.sidecar.send_signal(signal.SIGTERM)
     try:
         rc = srv.sidecar.wait_exit(7.0)
