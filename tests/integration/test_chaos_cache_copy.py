@@ -243,8 +243,13 @@ def test_pool_shrunk_after_registration_fails_only_its_requests(cache_server, kv
 
 
 def test_sigkilled_clients_mid_copy_leave_nothing_behind(cache_server, clients, kv_pools):
+    # No subscribe_kv_events log: it keeps up to kv_event_log_size records of
+    # every stored chunk (~2 KiB each with its tokens), so it grows by design
+    # with each store until full and would be counted as growth below (it
+    # was 4-5 MiB of this test's ~5 MiB before/after difference).
     srv = cache_server(overrides={"cache.session_ttl": "500ms", "cache.lock_ttl": "500ms",
-                                  "cache.heartbeat_timeout": "1s", "cache.l1_size": "16MiB"})
+                                  "cache.heartbeat_timeout": "1s", "cache.l1_size": "16MiB",
+                                  "cache.kv_event_log_size": 0})
     pid = srv.sidecar.proc.pid
     # Warm-up: one client until L1 is full and evicting, so that every L1
     # page has been touched (L1 is reserved at start, faulted in on use) and
