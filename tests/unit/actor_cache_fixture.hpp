@@ -14,6 +14,7 @@
 #include "config/config.hpp"
 #include "gpu/transfer_backend.hpp"
 #include "messages/lmcache_protocol.hpp"
+#include "shm_object.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -35,40 +36,6 @@
 
 namespace kvs::test {
 
-/// A POSIX shm object created (and unlinked) by the test, filled with a
-/// pattern that differs per object and per byte.
-class shm_object {
-public:
-  shm_object(size_t size, uint32_t seed) : size_(size) {
-    static int counter = 0;
-    name_ = "/kvs_test_actor_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-    const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    REQUIRE(fd >= 0);
-    REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    REQUIRE(p != MAP_FAILED);
-    data_ = static_cast<uint8_t*>(p);
-    for (size_t i = 0; i < size; ++i)
-      data_[i] = static_cast<uint8_t>((i * 131 + seed * 7 + (i >> 8)) & 0xff);
-  }
-  ~shm_object() {
-    munmap(data_, size_);
-    shm_unlink(name_.c_str());
-  }
-  shm_object(const shm_object&) = delete;
-  shm_object& operator=(const shm_object&) = delete;
-
-  const std::string& name() const { return name_; }
-  uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-
-private:
-  std::string name_;
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 /// An SGLang-style engine: per layer one K and one V pool of kPages pages
 /// of kPage tokens, kTokenBytes per token (1 head x 4 dims, bf16).
 struct engine_pools {
@@ -81,7 +48,8 @@ struct engine_pools {
 
   engine_pools() {
     for (uint32_t i = 0; i < 2 * kLayers; ++i) {
-      objects.push_back(std::make_unique<shm_object>(kPoolBytes, 1 + i));
+      objects.push_back(std::make_unique<shm_object>(kPoolBytes));
+      objects.back()->fill(1 + i);
       tensor_desc t;
       t.kind = tensor_desc::memory_kind::host_shm;
       t.shm_name = objects.back()->name();
