@@ -74,7 +74,11 @@ def test_background_prefault_makes_l1_resident_while_serving(cache_server, kv_po
 
 def test_start_prefault_is_resident_when_ready_and_off_is_not(cache_server):
     on = cache_server(overrides={"cache.l1_size": f"{L1_MIB}MiB", "cache.l1_prefault": "start"})
-    assert rss_mib(on.sidecar.proc.pid) >= L1_MIB * 0.95
+    on_rss = rss_mib(on.sidecar.proc.pid)
+    assert on_rss >= L1_MIB * 0.95
     off = cache_server(overrides={"cache.l1_size": f"{L1_MIB}MiB"})
-    assert rss_mib(off.sidecar.proc.pid) < L1_MIB / 4
+    # Relative to "start": the rest of the process (much larger under ASan)
+    # is the same in both.
+    off_rss = rss_mib(off.sidecar.proc.pid)
+    assert on_rss - off_rss >= L1_MIB * 0.75, (on_rss, off_rss)
     assert not off.sidecar.find(r"l1_prefault#")
