@@ -41,8 +41,12 @@ inline std::string to_string(const error& e) {
 template <class T>
 class expected {
 public:
-  expected(T value) : v_(std::move(value)) {} // NOLINT: implicit on purpose
-  expected(error err) : v_(std::move(err)) {} // NOLINT
+  // Implicit on purpose (return a value or an error). By reference, not by
+  // value: a large result (a decoded batch) is moved once, into place.
+  expected(T&& value) : v_(std::in_place_index<0>, std::move(value)) {} // NOLINT
+  expected(const T& value) : v_(std::in_place_index<0>, value) {}       // NOLINT
+  expected(error&& err) : v_(std::in_place_index<1>, std::move(err)) {} // NOLINT
+  expected(const error& err) : v_(std::in_place_index<1>, err) {}       // NOLINT
 
   bool has_value() const { return v_.index() == 0; }
   explicit operator bool() const { return has_value(); }
