@@ -219,6 +219,9 @@ int run_sidecar(const config& cfg) {
     std::atomic<int> signals_seen{0};
     signal_watcher signals{[&, target = caf::actor_cast<caf::actor>(self)](int sig) {
       if (signals_seen.fetch_add(1) == 0) {
+        // /readyz answers 503 from here on, before the line below says so
+        // (a router must not be told "ready" after the signal was logged).
+        health.draining = true;
         // Logged here, on arrival: a second SIGINT right behind it exits
         // before the main thread would get to log it.
         KVS_INFO(me, "{} received: stopping input, draining, closing sockets (deadline {})",
