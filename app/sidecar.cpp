@@ -285,9 +285,7 @@ int run_sidecar(const config& cfg) {
         KVS_ERROR(me, "{} exited unexpectedly ({}): shutting down, exit status {} (restart me)",
                   cause.down->name, cause.down->reason_text(), int{exit_actor_failed});
         status = exit_actor_failed;
-      } else {
-        health.draining = true; // the signal was logged when it arrived
-      }
+      } // else a signal: the watcher set draining when it arrived
       stop_all(self, tree, ready, sup, clock::now() + cfg.sidecar.shutdown_timeout, me, true);
     }
   }

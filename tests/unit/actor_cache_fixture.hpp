@@ -14,6 +14,7 @@
 #include "config/config.hpp"
 #include "gpu/transfer_backend.hpp"
 #include "messages/lmcache_protocol.hpp"
+#include "caf_test_fixture.hpp"
 #include "shm_object.hpp"
 
 #include <caf/actor_system.hpp>
@@ -113,15 +114,7 @@ State& state_of(const Handle& h) {
   return self->state;
 }
 
-struct fixture {
-  static caf::actor_system_config& init(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    return cfg;
-  }
-  caf::actor_system_config sys_cfg;
-  caf::actor_system sys{init(sys_cfg)};
-  caf::scheduler::test_coordinator& sched =
-    dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+struct fixture : caf_test_fixture {
   /// config/default.toml: every actor parameter below comes from it.
   const config cfg = load_config("", {}).value();
   const int64_t chunk = cfg.cache.chunk_size;

@@ -7,6 +7,7 @@
 #include "actors/publisher.hpp"
 #include "actors/replay.hpp"
 #include "messages/kv_event_codec.hpp"
+#include "caf_test_fixture.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -18,16 +19,7 @@ using namespace kvs;
 
 namespace {
 
-struct fixture {
-  static caf::actor_system_config& init(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    return cfg;
-  }
-  caf::actor_system_config cfg;
-  caf::actor_system sys{init(cfg)};
-  caf::scheduler::test_coordinator& sched =
-    dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-};
+using fixture = test::caf_test_fixture;
 
 /// Stands in for the PUB bridge: records what it is asked to send.
 pub_bridge_actor::behavior_type fake_pub(pub_bridge_actor::pointer,
