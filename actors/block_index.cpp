@@ -123,9 +123,31 @@ bool same_attrs(const block_stored& a, const block_stored& ev, bool split_extras
          && a.cache_salt == ev.cache_salt;
 }
 // 472 bytes with libstdc++ on 64-bit Linux (the platforms built); a new field
-// changes it and stops the build here until same_attrs() compares it.
+// changes it and stops the build here until same_attrs() compares it and
+// attributes_of() copies it.
 static_assert(sizeof(void*) != 8 || sizeof(block_stored) == 472,
               "block_stored changed: compare the new field in same_attrs()");
+
+/// The event without its per-block fields (block_hashes, parent_block_hash,
+/// token_ids): what a shared attributes object starts from. Listed field by
+/// field, so the static_assert above guards it too.
+block_stored attributes_of(const block_stored& ev) {
+  block_stored a;
+  a.block_size = ev.block_size;
+  a.lora_id = ev.lora_id;
+  a.medium = ev.medium;
+  a.lora_name = ev.lora_name;
+  a.extra_keys_msgpack = ev.extra_keys_msgpack;
+  a.group_idx = ev.group_idx;
+  a.kv_cache_spec_kind = ev.kv_cache_spec_kind;
+  a.kv_cache_spec_sliding_window = ev.kv_cache_spec_sliding_window;
+  a.locality = ev.locality;
+  a.ownership = ev.ownership;
+  a.session_id = ev.session_id;
+  a.lookahead_token_ids = ev.lookahead_token_ids;
+  a.cache_salt = ev.cache_salt;
+  return a;
+}
 
 void append_array_header(std::string& out, size_t len) {
   if (len <= 15) {
@@ -165,11 +187,17 @@ block_index::packed_tokens& block_index::packed_tokens::operator=(const packed_t
 }
 
 void block_index::packed_tokens::assign(const int64_t* first, const int64_t* last) {
-  n_ = static_cast<uint32_t>(last - first);
-  wide_ = std::any_of(first, last, [](int64_t t) {
+  const auto n = static_cast<uint32_t>(last - first);
+  const bool wide = std::any_of(first, last, [](int64_t t) {
     return t < std::numeric_limits<int32_t>::min() || t > std::numeric_limits<int32_t>::max();
   });
-  data_.reset(n_ ? new int32_t[words()] : nullptr);
+  const size_t need = wide ? 2 * size_t{n} : n;
+  // A block stored again (or a slot reused) usually has as many tokens:
+  // keep its buffer.
+  if (!data_ || need != words())
+    data_.reset(need ? new int32_t[need] : nullptr);
+  n_ = n;
+  wide_ = wide;
   if (wide_)
     std::memcpy(data_.get(), first, n_ * sizeof(int64_t));
   else
@@ -189,24 +217,25 @@ void block_index::packed_tokens::append_to(std::vector<int64_t>& out) const {
 
 block_index::block_index(size_t max_blocks) : max_blocks_(max_blocks) {}
 
-void block_index::apply(const kv_event& ev) {
-  apply(kv_event{ev});
-}
-
-void block_index::apply(kv_event&& ev) {
-  if (auto s = std::get_if<block_stored>(&ev))
-    store(std::move(*s));
-  else if (auto r = std::get_if<block_removed>(&ev))
+void block_index::apply(const kv_event& ev, bool same_tail) {
+  if (auto s = std::get_if<block_stored>(&ev)) {
+    store(*s, same_tail);
+    return;
+  }
+  prepared_.valid = false; // same_tail is only ever about a BlockStored before
+  if (auto r = std::get_if<block_removed>(&ev))
     remove(*r);
   else
     clear();
 }
 
-std::shared_ptr<const block_stored> block_index::attrs_of(block_stored&& ev, bool split_extras,
+std::shared_ptr<const block_stored> block_index::attrs_of(const block_stored& ev,
+                                                          bool split_extras,
                                                           bool split_lookahead) {
   if (auto last = last_attrs_.lock(); last && same_attrs(*last, ev, split_extras, split_lookahead))
     return last;
-  auto shared = new block_stored{std::move(ev)};
+  // A copy without the per-block fields (attributes change rarely).
+  auto shared = new block_stored{attributes_of(ev)};
   if (split_extras)
     shared->extra_keys_msgpack.reset();
   if (split_lookahead)
@@ -310,33 +339,61 @@ void block_index::save_preimage(uint32_t i, bool copy) {
   preimages_ += chain_.size();
 }
 
-void block_index::store(block_stored&& ev) {
+bool block_index::prepare(const block_stored& ev) {
+  auto& pa = prepared_;
+  pa.valid = false;
   const size_t n = ev.block_hashes.size();
-  if (n == 0)
-    return;
   auto med = medium_id(ev.medium, true);
-  if (!med) {
-    refused_ += n;
-    return;
-  }
-  const int64_t group = ev.group_idx ? *ev.group_idx : no_group;
+  if (!med)
+    return false;
+  pa.medium = *med;
+  pa.group = ev.group_idx ? *ev.group_idx : no_group;
+  pa.block_size = ev.block_size > 0 ? static_cast<size_t>(ev.block_size) : 0;
   // Per-block parts: token ids by block_size, extra_keys by element,
-  // lookahead_token_ids by element (one list per block hash); taken out of
-  // the event, whose other fields become the shared attributes.
+  // lookahead_token_ids by element (one list per block hash); the event's
+  // other fields become the shared attributes.
   const bool split_extras =
     ev.extra_keys_msgpack && split_array(*ev.extra_keys_msgpack, n, extras_);
   const bool split_lookahead = ev.lookahead_token_ids && ev.lookahead_token_ids->size() == n;
-  const auto hashes = std::move(ev.block_hashes);
-  const auto toks = std::move(ev.token_ids);
-  std::optional<uint64_t> parent = ev.parent_block_hash;
-  ev.parent_block_hash.reset();
-  std::vector<std::vector<int64_t>> lookahead;
+  pa.attrs = attrs_of(ev, split_extras, split_lookahead);
+  pa.extra_keys.clear();
+  if (split_extras)
+    for (size_t b = 0; b < n; ++b) {
+      // Most engines send the same element for every block ([None]): one
+      // shared string then, not one per block.
+      if (!last_extra_key_ || *last_extra_key_ != extras_[b])
+        last_extra_key_ = std::make_shared<const std::string>(std::move(extras_[b]));
+      pa.extra_keys.push_back(last_extra_key_);
+    }
+  pa.lookahead.clear();
   if (split_lookahead)
-    lookahead = std::move(*ev.lookahead_token_ids);
-  const size_t bs = ev.block_size > 0 ? static_cast<size_t>(ev.block_size) : 0;
-  auto attrs = attrs_of(std::move(ev), split_extras, split_lookahead);
+    for (const auto& l : *ev.lookahead_token_ids)
+      pa.lookahead.push_back(std::make_shared<const std::vector<int64_t>>(l));
+  pa.blocks = n;
+  pa.valid = true;
+  return true;
+}
+
+void block_index::store(const block_stored& ev, bool same_tail) {
+  const size_t n = ev.block_hashes.size();
+  if (n == 0) {
+    prepared_.valid = false;
+    return;
+  }
+  // Everything but the hashes, the parent and the tokens is the previous
+  // event's when the decoder says so: its medium, group and shared
+  // attributes are reused without comparing them again.
+  if (!(same_tail && prepared_.valid && prepared_.blocks == n) && !prepare(ev)) {
+    refused_ += n;
+    return;
+  }
+  const auto& pa = prepared_;
+  const auto& hashes = ev.block_hashes;
+  const auto& toks = ev.token_ids;
+  const size_t bs = pa.block_size;
+  std::optional<uint64_t> parent = ev.parent_block_hash;
   for (size_t b = 0; b < n; ++b) {
-    key k{hashes[b], group, *med};
+    key k{hashes[b], pa.group, pa.medium};
     // Block b's token ids: [b*bs, (b+1)*bs), the last block takes the rest.
     size_t lo = std::min(toks.size(), b * bs);
     size_t hi = b + 1 == n ? toks.size() : std::min(toks.size(), (b + 1) * bs);
@@ -360,21 +417,16 @@ void block_index::store(block_stored&& ev) {
     r.k = k;
     r.stamp = ++clock_;
     r.data.hash = k.hash;
-    r.data.attrs = attrs;
+    r.data.attrs = pa.attrs;
     r.data.tokens.assign(toks.data() + lo, toks.data() + hi);
     r.data.tokens.has_parent = parent.has_value();
     r.data.parent = parent.value_or(0);
-    if (split_extras) {
-      // Most engines send the same element for every block ([None]): one
-      // shared string then, not one per block.
-      if (!last_extra_key_ || *last_extra_key_ != extras_[b])
-        last_extra_key_ = std::make_shared<const std::string>(std::move(extras_[b]));
-      r.data.extra_key = last_extra_key_;
-    } else {
+    if (!pa.extra_keys.empty())
+      r.data.extra_key = pa.extra_keys[b];
+    else
       r.data.extra_key.reset();
-    }
-    if (split_lookahead)
-      r.data.lookahead = std::make_shared<const std::vector<int64_t>>(std::move(lookahead[b]));
+    if (!pa.lookahead.empty())
+      r.data.lookahead = pa.lookahead[b];
     else
       r.data.lookahead.reset();
     heap_bytes_ += record_bytes(r);

@@ -40,10 +40,11 @@ public:
   /// At most `max_blocks` blocks; stores past that are refused and counted.
   explicit block_index(size_t max_blocks);
 
-  void apply(const kv_event& ev);
-  /// The same, taking the event's vectors instead of copying them (the
-  /// indexer owns the batches it applies).
-  void apply(kv_event&& ev);
+  /// `same_tail`: a BlockStored whose fields other than the hashes, the
+  /// parent and the tokens are those of the event applied just before (as
+  /// for_each_event reports them): its medium, group and shared attributes
+  /// are then reused without comparing them again.
+  void apply(const kv_event& ev, bool same_tail = false);
 
   size_t size() const {
     return map_.size();
@@ -147,11 +148,13 @@ private:
     uint32_t next = none;
   };
 
-  void store(block_stored&& ev);
+  void store(const block_stored& ev, bool same_tail);
+  /// Fills prepared_ for `ev`; false when its medium is refused.
+  bool prepare(const block_stored& ev);
   /// The event's fields other than the per-block ones, shared by every block
   /// it stored: the previous event's object when they are all equal (the
   /// usual case: one medium, one group, one spec), else a new one.
-  std::shared_ptr<const block_stored> attrs_of(block_stored&& ev, bool split_extras,
+  std::shared_ptr<const block_stored> attrs_of(const block_stored& ev, bool split_extras,
                                                bool split_lookahead);
   void remove(const block_removed& ev);
   void clear();
@@ -182,7 +185,19 @@ private:
   std::shared_ptr<size_t> attr_bytes_ = std::make_shared<size_t>(0);
   std::weak_ptr<const block_stored> last_attrs_; ///< attrs_of()'s last answer
   std::shared_ptr<const std::string> last_extra_key_; ///< reused for equal elements
-  std::vector<std::string> extras_; ///< store()'s split extra_keys (kept: no allocation)
+  std::vector<std::string> extras_; ///< prepare()'s split extra_keys (kept: no allocation)
+  /// What store() derived from the last BlockStored's fields other than the
+  /// per-block ones, reused for the next one when its tail is the same.
+  struct prepared_event {
+    bool valid = false;
+    size_t blocks = 0; ///< its block count (extra_keys and lookahead split by it)
+    uint16_t medium = 0;
+    int64_t group = no_group;
+    size_t block_size = 0;
+    std::shared_ptr<const block_stored> attrs;
+    std::vector<std::shared_ptr<const std::string>> extra_keys; ///< per block, or none
+    std::vector<std::shared_ptr<const std::vector<int64_t>>> lookahead; ///< per block, or none
+  } prepared_;
 
   // snapshot
   bool snap_active_ = false;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace kvs {
@@ -65,6 +66,33 @@ struct event_decode_result {
 /// No allocation is sized from a length field beyond what the remaining input
 /// could hold.
 expected<event_decode_result> decode_event_batch(const uint8_t* data, size_t size);
+
+/// Called by for_each_event once per event, in order. `same_tail`: every
+/// field of this BlockStored after token_ids is byte for byte the previous
+/// event's (which was a BlockStored too), so a consumer that derived
+/// something from those fields may reuse it.
+using event_sink = void (*)(void* ctx, const kv_event& ev, bool same_tail);
+
+/// Decodes the events of one payload frame one at a time, handing each to
+/// `sink` (events decode_event_batch would drop are skipped); the same
+/// events decode_event_batch returns, without building its event vector
+/// (~120 KB per 256 events, in fresh pages every batch). Every event is
+/// decoded into one slot that keeps its vectors' capacity, and a
+/// BlockStored whose fields after token_ids are the previous event's bytes
+/// keeps their decode: for a batch of one engine's blocks only hashes,
+/// parent and tokens are decoded. What the indexer applies pass-through
+/// batches with. Errors as decode_event_batch's; the events before an error
+/// have been handed over.
+status for_each_event(const uint8_t* data, size_t size, event_sink sink, void* ctx);
+template <typename F>
+status for_each_event(const std::string& frame, F&& f) {
+  return for_each_event(
+      reinterpret_cast<const uint8_t*>(frame.data()), frame.size(),
+      [](void* ctx, const kv_event& ev, bool same_tail) {
+        (*static_cast<std::remove_reference_t<F>*>(ctx))(ev, same_tail);
+      },
+      const_cast<void*>(static_cast<const void*>(&f)));
+}
 
 /// Appends the msgpack payload of `batch` to `out` (which the caller reuses
 /// between batches to avoid reallocations).

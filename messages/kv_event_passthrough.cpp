@@ -257,8 +257,19 @@ private:
     uint32_t n;
     if (!array_header(n) || n > left())
       return false;
+    uint32_t k = 0;
+    bool minimal = true; // checked once per array: no branch per token
+    for (; k < n && left() >= 5; ++k) {
+      const auto u = msgpack_io::read_small_uint(p_);
+      if (u.size == 0)
+        break;
+      minimal &= u.minimal;
+      p_ += u.size;
+    }
+    if (!minimal)
+      return false;
     int64_t v;
-    for (uint32_t k = 0; k < n; ++k)
+    for (; k < n; ++k)
       if (!int64_value(v))
         return false;
     return true;
@@ -361,16 +372,25 @@ private:
         return false;
       if (!lit(k_type) || !lit(k_stored) || !lit(stored_keys[sf_block_hashes]) || !hashes() ||
           !lit(stored_keys[sf_parent_block_hash]) || !opt_hash() ||
-          !lit(stored_keys[sf_token_ids]) || !tokens() || !lit(stored_keys[sf_block_size]) ||
-          !block_size() || !lit(stored_keys[sf_lora_id]) || !opt_int() ||
-          !lit(stored_keys[sf_medium]) || !opt_str() || !lit(stored_keys[sf_lora_name]) ||
-          !opt_str())
+          !lit(stored_keys[sf_token_ids]) || !tokens())
+        return false;
+      // The rest (block_size, medium, extra_keys, ...) is usually the
+      // previous BlockStored's bytes: canonical then as it was there.
+      if (tail_as_before(n))
+        return true;
+      const uint8_t* tail = p_;
+      if (!lit(stored_keys[sf_block_size]) || !block_size() || !lit(stored_keys[sf_lora_id]) ||
+          !opt_int() || !lit(stored_keys[sf_medium]) || !opt_str() ||
+          !lit(stored_keys[sf_lora_name]) || !opt_str())
         return false;
       bool ok = true;
       uint32_t extra = optionals(stored_keys.data(), stored_always, sf_vllm_count,
                                  n - 1 - stored_always, ok,
                                  [this](int f) { return stored_optional(f); });
-      return ok && extra == n - 1 - stored_always;
+      if (!ok || extra != n - 1 - stored_always)
+        return false;
+      remember_tail(tail, n);
+      return true;
     }
     if (b >= 0x81 && b <= 0x8f) {
       uint32_t n = b & 0x0fu;
@@ -393,6 +413,22 @@ private:
     return false;
   }
 
+  /// Whether the bytes from here are the last canonical BlockStored tail
+  /// (what follows token_ids) of an event with as many entries: the same
+  /// bytes in the same place are canonical again. Steps over them if so.
+  bool tail_as_before(uint32_t entries) {
+    if (!memo_ || entries != memo_entries_ || left() < memo_size_ ||
+        std::memcmp(p_, memo_, memo_size_) != 0)
+      return false;
+    p_ += memo_size_;
+    return true;
+  }
+  void remember_tail(const uint8_t* tail, uint32_t entries) {
+    memo_ = tail;
+    memo_size_ = static_cast<size_t>(p_ - tail);
+    memo_entries_ = entries;
+  }
+
   bool tokenspeed_event() {
     if (byte(0x95))
       return lit(k_stored) && hashes() && opt_hash() && tokens() && block_size();
@@ -411,6 +447,11 @@ private:
   const uint8_t* begin_;
   const uint8_t* p_;
   const uint8_t* end_;
+  /// The last canonical BlockStored tail (vLLM dialect) and its event's
+  /// entry count.
+  const uint8_t* memo_ = nullptr;
+  size_t memo_size_ = 0;
+  uint32_t memo_entries_ = 0;
 };
 
 } // namespace

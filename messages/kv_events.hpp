@@ -58,6 +58,26 @@ struct block_removed {
 /// vLLM `AllBlocksCleared`.
 struct all_blocks_cleared {};
 
+// Field by field (C++17 has no defaulted ==); a field added above must be
+// compared here too (block_index.cpp's static_assert on the struct's size
+// is the reminder).
+inline bool operator==(const block_stored& a, const block_stored& b) {
+  return a.block_hashes == b.block_hashes && a.parent_block_hash == b.parent_block_hash &&
+         a.token_ids == b.token_ids && a.block_size == b.block_size && a.lora_id == b.lora_id &&
+         a.medium == b.medium && a.lora_name == b.lora_name &&
+         a.extra_keys_msgpack == b.extra_keys_msgpack && a.group_idx == b.group_idx &&
+         a.kv_cache_spec_kind == b.kv_cache_spec_kind &&
+         a.kv_cache_spec_sliding_window == b.kv_cache_spec_sliding_window &&
+         a.locality == b.locality && a.ownership == b.ownership &&
+         a.session_id == b.session_id && a.lookahead_token_ids == b.lookahead_token_ids &&
+         a.cache_salt == b.cache_salt;
+}
+inline bool operator==(const block_removed& a, const block_removed& b) {
+  return a.block_hashes == b.block_hashes && a.medium == b.medium &&
+         a.group_idx == b.group_idx && a.locality == b.locality && a.ownership == b.ownership;
+}
+inline bool operator==(const all_blocks_cleared&, const all_blocks_cleared&) { return true; }
+
 using kv_event = std::variant<block_stored, block_removed, all_blocks_cleared>;
 
 /// A payload already exactly as encode_event_batch writes it in `dialect`

@@ -60,6 +60,29 @@ inline uint32_t load32(const uint8_t* p) {
 }
 inline uint64_t load64(const uint8_t* p) { return (uint64_t{load32(p)} << 32) | load32(p + 4); }
 
+/// A uint of at most 32 bits (positive fixint, uint8, uint16, uint32): what
+/// token ids are.
+struct small_uint {
+  uint32_t value;
+  uint32_t size;  ///< bytes it takes: 1, 2, 3 or 5; 0 when p holds another kind
+  bool minimal;   ///< no shorter form could hold it (the encoder's choice)
+};
+/// Reads one at p without branching on its width: token ids are spread over
+/// the vocabulary, so whether the next is uint16 or uint32 is a coin toss a
+/// branch mispredicts half the time. Needs 5 readable bytes at p.
+inline small_uint read_small_uint(const uint8_t* p) {
+  const uint32_t b = p[0];
+  if (b <= 0x7f)
+    return {b, 1, true};
+  const uint32_t form = b - 0xcc; // uint8, uint16, uint32: 0, 1, 2 (else wraps high)
+  if (form > 2)
+    return {0, 0, false};
+  static constexpr uint32_t floors[3] = {0x80, 0x100, 0x10000};
+  const uint32_t width = 1u << form; // 1, 2, 4 bytes
+  const uint32_t value = load32(p + 1) >> (32 - 8 * width);
+  return {value, 1 + width, value >= floors[form]};
+}
+
 
 class reader {
 public:
@@ -143,6 +166,23 @@ public:
       return true;
     }
     return false;
+  }
+
+  /// Reads up to n leading small uints (read_small_uint) into dst and
+  /// returns how many: it stops at anything else and 5 bytes before the
+  /// end, leaving those to next().
+  uint32_t small_uints(int64_t* dst, uint32_t n) {
+    uint32_t k = 0;
+    const uint8_t* p = p_;
+    while (k < n && end_ - p >= 5) {
+      const small_uint u = read_small_uint(p);
+      if (u.size == 0)
+        break;
+      dst[k++] = u.value;
+      p += u.size;
+    }
+    p_ = p;
+    return k;
   }
 
   /// Everything else, and every error.

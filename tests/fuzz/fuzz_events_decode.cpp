@@ -4,13 +4,17 @@
 // and re-encode to the very same bytes (the encoder's output is a fixed point).
 // The pass-through fast path must agree: wherever check_canonical_event_batch
 // accepts an input (fuzzed, or the encoder's own output, which it must always
-// accept), its bytes with any dp_rank equal decode + encode's.
+// accept), its bytes with any dp_rank equal decode + encode's. And
+// for_each_event (the indexer's decode) must hand over exactly the events
+// decode_event_batch returns, and fail where it fails.
 #include "messages/kv_event_codec.hpp"
 
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <variant>
+#include <vector>
 
 namespace {
 
@@ -44,10 +48,27 @@ void check_passthrough(const std::string& in, kvs::event_dialect d, bool must_ac
   }
 }
 
+/// for_each_event agrees with decode_event_batch on `in`.
+void check_stream(const std::string& in) {
+  auto decoded = kvs::decode_event_batch(reinterpret_cast<const uint8_t*>(in.data()), in.size());
+  std::vector<kvs::kv_event> got;
+  auto streamed = kvs::for_each_event(in, [&](const kvs::kv_event& ev, bool same_tail) {
+    if (same_tail && (got.empty() || !std::holds_alternative<kvs::block_stored>(got.back()) ||
+                      !std::holds_alternative<kvs::block_stored>(ev)))
+      std::abort();
+    got.push_back(ev);
+  });
+  if (streamed.has_value() != decoded.has_value())
+    std::abort();
+  if (decoded && got != decoded->batch.events)
+    std::abort();
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
+  check_stream(input);
   for (kvs::event_dialect d : {kvs::event_dialect::vllm, kvs::event_dialect::tokenspeed})
     check_passthrough(input, d, false);
   auto decoded = kvs::decode_event_batch(data, size);
@@ -65,6 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (second != first)
       std::abort();
     check_passthrough(first, d, true);
+    check_stream(first);
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 // input we could think of.
 #include "messages/kv_event_codec.hpp"
 #include "tests/unit/events_golden.hpp"
+#include "tests/unit/frame_bytes.hpp"
 
 #include <doctest/doctest.h>
 #include <msgpack.hpp>
@@ -12,25 +13,12 @@
 #include <sstream>
 
 using namespace kvs;
+using kvs_test::frame;
+using kvs_test::hex;
 
 namespace {
 
 // -- helpers -----------------------------------------------------------------
-
-template <size_t N>
-std::string frame(const unsigned char (&a)[N]) {
-  return std::string(reinterpret_cast<const char*>(a), N);
-}
-
-std::string hex(const std::string& s) {
-  std::string out;
-  char b[4];
-  for (unsigned char c : s) {
-    std::snprintf(b, sizeof b, "%02x ", c);
-    out += b;
-  }
-  return out;
-}
 
 expected<event_decode_result> decode(const std::string& s) {
   return decode_event_batch(reinterpret_cast<const uint8_t*>(s.data()), s.size());

@@ -4,6 +4,8 @@
 // them; and it must refuse every input decode + encode would change.
 #include "messages/kv_event_codec.hpp"
 #include "tests/unit/events_golden.hpp"
+#include "tests/unit/frame_bytes.hpp"
+#include "tests/unit/random_events.hpp"
 
 #include <doctest/doctest.h>
 
@@ -14,23 +16,12 @@
 #include <vector>
 
 using namespace kvs;
+using kvs_test::frame;
+using kvs_test::hex;
+using kvs_test::random_batch;
+using kvs_test::rng;
 
 namespace {
-
-template <size_t N>
-std::string frame(const unsigned char (&a)[N]) {
-  return std::string(reinterpret_cast<const char*>(a), N);
-}
-
-std::string hex(const std::string& s) {
-  std::string out;
-  char buf[4];
-  for (unsigned char c : s) {
-    std::snprintf(buf, sizeof buf, "%02x ", c);
-    out += buf;
-  }
-  return out;
-}
 
 const uint8_t* u8(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
@@ -88,91 +79,6 @@ std::vector<named> all_goldens() {
 #undef G
 }
 
-// -- random batches, written by our encoder ------------------------------------------
-
-struct rng {
-  std::mt19937_64 g{20261201};
-  uint64_t u() { return g(); }
-  bool coin() { return u() & 1; }
-  uint64_t below(uint64_t n) { return u() % n; }
-  /// Values across every msgpack width, both signs.
-  int64_t any_int() {
-    static const int64_t edges[] = {0, 1, 127, 128, 255, 256, 65535, 65536, 4294967295LL,
-                                    4294967296LL, -1, -32, -33, -128, -129, -32768, -32769,
-                                    -2147483648LL, -2147483649LL, INT64_MAX, INT64_MIN};
-    if (coin())
-      return edges[below(sizeof edges / sizeof edges[0])];
-    return static_cast<int64_t>(u()) >> below(64);
-  }
-  uint64_t any_hash() { return coin() ? u() : u() >> below(64); }
-  std::string any_str() {
-    static const char* strs[] = {"", "GPU", "sliding_window", "s\xc3\xa9ssion",
-                                 "0123456789012345678901234567890123456789"};
-    if (below(8) == 0)
-      return std::string(300 + below(100), 'x');
-    return strs[below(5)];
-  }
-  template <typename T, typename F>
-  std::optional<T> maybe(F f) {
-    if (coin())
-      return f();
-    return std::nullopt;
-  }
-};
-
-kv_event random_event(rng& r) {
-  switch (r.below(3)) {
-    case 0: {
-      block_stored s;
-      for (uint64_t k = r.below(20); k > 0; --k)
-        s.block_hashes.push_back(r.any_hash());
-      s.parent_block_hash = r.maybe<uint64_t>([&] { return r.any_hash(); });
-      for (uint64_t k = r.below(40); k > 0; --k)
-        s.token_ids.push_back(r.any_int());
-      s.block_size = static_cast<int64_t>(r.below(1u << 20));
-      s.lora_id = r.maybe<int64_t>([&] { return r.any_int(); });
-      s.medium = r.maybe<std::string>([&] { return r.any_str(); });
-      s.lora_name = r.maybe<std::string>([&] { return r.any_str(); });
-      if (r.coin())
-        s.extra_keys_msgpack = std::string("\x92\xc0\x92\xa1x\x05", 6);
-      s.group_idx = r.maybe<int64_t>([&] { return r.any_int(); });
-      s.kv_cache_spec_kind = r.maybe<std::string>([&] { return r.any_str(); });
-      s.kv_cache_spec_sliding_window = r.maybe<int64_t>([&] { return r.any_int(); });
-      s.locality = r.maybe<std::string>([&] { return r.any_str(); });
-      s.ownership = r.maybe<std::string>([&] { return r.any_str(); });
-      s.session_id = r.maybe<std::string>([&] { return r.any_str(); });
-      if (r.coin()) {
-        s.lookahead_token_ids.emplace();
-        for (uint64_t k = r.below(4); k > 0; --k)
-          s.lookahead_token_ids->push_back({r.any_int(), r.any_int()});
-      }
-      if (r.below(4) == 0)
-        s.cache_salt = "tenant";
-      return s;
-    }
-    case 1: {
-      block_removed e;
-      for (uint64_t k = r.below(20); k > 0; --k)
-        e.block_hashes.push_back(r.any_hash());
-      e.medium = r.maybe<std::string>([&] { return r.any_str(); });
-      e.group_idx = r.maybe<int64_t>([&] { return r.any_int(); });
-      e.locality = r.maybe<std::string>([&] { return r.any_str(); });
-      e.ownership = r.maybe<std::string>([&] { return r.any_str(); });
-      return e;
-    }
-    default: return all_blocks_cleared{};
-  }
-}
-
-kv_event_batch random_batch(rng& r) {
-  kv_event_batch b;
-  b.ts = static_cast<double>(r.any_int()) / 3.0;
-  for (uint64_t k = r.below(r.coin() ? 5 : 40); k > 0; --k)
-    b.events.push_back(random_event(r));
-  b.dp_rank = r.maybe<int64_t>([&] { return r.any_int(); });
-  return b;
-}
-
 } // namespace
 
 TEST_CASE("every golden: the fast path, where it applies, equals decode + encode") {
@@ -224,17 +130,7 @@ TEST_CASE("random mutations of canonical batches: accepted only where decode + e
     encode_event_batch(b, d, bytes);
     if (bytes.empty())
       continue;
-    for (uint64_t m = 1 + r.below(3); m > 0; --m) {
-      size_t at = r.below(bytes.size());
-      switch (r.below(4)) {
-        case 0: bytes[at] = static_cast<char>(r.u()); break;
-        case 1: bytes[at] = static_cast<char>(bytes[at] ^ (1 << r.below(8))); break;
-        case 2: bytes.erase(at, 1); break;
-        default: bytes.insert(at, 1, static_cast<char>(r.u())); break;
-      }
-      if (bytes.empty())
-        break;
-    }
+    kvs_test::mutate(bytes, r);
     CAPTURE(hex(bytes));
     if (check_same_as_decode_encode(bytes, d))
       ++accepted;
