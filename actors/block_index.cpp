@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <random>
 
 namespace kvs {
 
@@ -215,7 +216,8 @@ void block_index::packed_tokens::append_to(std::vector<int64_t>& out) const {
       out[at + i] = data_[i];
 }
 
-block_index::block_index(size_t max_blocks) : max_blocks_(max_blocks) {}
+block_index::block_index(size_t max_blocks)
+    : max_blocks_(max_blocks), seed_((uint64_t{std::random_device{}()} << 32) | std::random_device{}()) {}
 
 void block_index::apply(const kv_event& ev, bool same_tail) {
   if (auto s = std::get_if<block_stored>(&ev)) {
@@ -326,10 +328,10 @@ void block_index::save_preimage(uint32_t i, bool copy) {
     if (cur == i && !pending_.empty() && pending_.back().slot != none
         && slots_[pending_.back().slot].k == pk)
       break;
-    auto it = map_.find(pk);
-    if (it == map_.end() || !owed(it->second))
+    const uint32_t at = find(pk, hash_of(pk));
+    if (at == none || !owed(at))
       break;
-    cur = it->second;
+    cur = at;
   }
   for (auto it = chain_.rbegin(); it != chain_.rend(); ++it)
     if (copy)
@@ -397,21 +399,20 @@ void block_index::store(const block_stored& ev, bool same_tail) {
     // Block b's token ids: [b*bs, (b+1)*bs), the last block takes the rest.
     size_t lo = std::min(toks.size(), b * bs);
     size_t hi = b + 1 == n ? toks.size() : std::min(toks.size(), (b + 1) * bs);
-    auto it = map_.find(k);
-    uint32_t i;
-    if (it != map_.end()) {
-      i = it->second;
+    const uint64_t h = hash_of(k);
+    uint32_t i = find(k, h);
+    if (i != none) {
       if (owed(i))
         save_preimage(i);
       heap_bytes_ -= record_bytes(slots_[i]);
     } else {
-      if (map_.size() >= max_blocks_) {
+      if (table_.size() >= max_blocks_) {
         ++refused_;
         parent = k.hash;
         continue;
       }
       i = alloc_slot();
-      map_.emplace(k, i);
+      table_.insert(h, i);
     }
     auto& r = slots_[i];
     r.k = k;
@@ -440,13 +441,14 @@ void block_index::remove(const block_removed& ev) {
     return;
   const int64_t group = ev.group_idx ? *ev.group_idx : no_group;
   for (auto h : ev.block_hashes) {
-    auto it = map_.find(key{h, group, *med});
-    if (it == map_.end())
+    const key k{h, group, *med};
+    const uint64_t kh = hash_of(k);
+    const uint32_t i = find(k, kh);
+    if (i == none)
       continue;
-    auto i = it->second;
     if (owed(i))
       save_preimage(i);
-    map_.erase(it);
+    table_.erase(kh, i);
     ++clock_;
     free_slot(i);
   }
@@ -460,7 +462,7 @@ void block_index::clear() {
       if (owed(i))
         save_preimage(i);
   cursor_ = none;
-  map_.clear();
+  table_.clear();
   slots_.clear();
   free_.clear();
   head_ = tail_ = none;
@@ -469,14 +471,11 @@ void block_index::clear() {
 }
 
 size_t block_index::memory_bytes() const {
-  // unordered_map node: key + value + next pointer + cached hash, plus the
-  // allocator's 16 bytes.
-  constexpr size_t node = sizeof(key) + sizeof(uint32_t) + 2 * sizeof(void*) + 16;
   size_t pending = 0;
   for (size_t i = pending_pos_; i < pending_.size(); ++i)
     pending += sizeof(pending_entry) + pending_[i].data.tokens.heap_bytes();
   return slots_.capacity() * sizeof(record) + free_.capacity() * sizeof(uint32_t)
-         + map_.bucket_count() * sizeof(void*) + map_.size() * node + heap_bytes_
+         + table_.memory_bytes() + heap_bytes_
          + *attr_bytes_ + pending;
 }
 

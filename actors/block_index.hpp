@@ -23,6 +23,7 @@
 // first (a block's ancestors in the index are yielded before it).
 #pragma once
 
+#include "actors/slot_table.hpp"
 #include "messages/kv_events.hpp"
 
 #include <cstddef>
@@ -30,7 +31,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace kvs {
@@ -47,7 +47,7 @@ public:
   void apply(const kv_event& ev, bool same_tail = false);
 
   size_t size() const {
-    return map_.size();
+    return table_.size();
   }
   size_t max_blocks() const {
     return max_blocks_;
@@ -91,12 +91,23 @@ private:
       return hash == o.hash && group == o.group && medium == o.medium;
     }
   };
-  struct key_hash {
-    size_t operator()(const key& k) const {
-      return std::hash<uint64_t>{}(k.hash ^ (static_cast<uint64_t>(k.group) * 0x9e3779b97f4a7c15ULL)
-                                   ^ (uint64_t{k.medium} << 56));
-    }
-  };
+  /// The key's hash for slot_table: fmix64 (MurmurHash3's finaliser) of
+  /// its fields and a per-process seed, so that no engine, however it picks
+  /// its block hashes, can crowd them into one run of buckets.
+  uint64_t hash_of(const key& k) const {
+    uint64_t x = k.hash ^ seed_ ^ (static_cast<uint64_t>(k.group) * 0x9e3779b97f4a7c15ULL)
+                 ^ (uint64_t{k.medium} << 56);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+  }
+  /// The slot holding `k` (of hash h), or none.
+  uint32_t find(const key& k, uint64_t h) const {
+    return table_.find(h, [&](uint32_t s) { return slots_[s].k == k; });
+  }
   /// One block's token ids, 4 bytes each when they all fit (they do for
   /// every vocabulary), else 8: the index's largest per-block cost.
   class packed_tokens {
@@ -174,7 +185,9 @@ private:
   size_t record_bytes(const record& r) const;
 
   size_t max_blocks_;
-  std::unordered_map<key, uint32_t, key_hash> map_;
+  uint64_t seed_;
+  slot_table table_; ///< key -> slot index
+
   std::vector<record> slots_;
   std::vector<uint32_t> free_;
   uint32_t head_ = none, tail_ = none;

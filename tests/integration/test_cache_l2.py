@@ -309,8 +309,14 @@ def test_corrupt_disk_object_ends_the_prefix_as_a_miss(cache_server, kv_pools, t
     f = flow_for(first, pools, 1)
     toks = tokens(3, salt=41)
     store_through(first, f, toks, "c-1")
-    hashes = [h for e in first.events(3, kind=vs.BlockStored) if e.medium == "CPU"
-              for h in e.block_hashes]
+    # L1's events (medium CPU) and the disk tier's (DISK) come from two
+    # actors, in either order: read until L1's three blocks are in.
+    hashes: list[int] = []
+    for _ in range(12):
+        if len(hashes) >= 3:
+            break
+        hashes += [h for e in first.events(1, kind=vs.BlockStored) if e.medium == "CPU"
+                   for h in e.block_hashes]
     assert len(hashes) == 3
     first.close()
     # Chunk 1's file: one payload-size byte flipped (the header checksum fails

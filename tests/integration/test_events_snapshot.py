@@ -222,10 +222,15 @@ def test_snapshot_under_live_traffic_is_consistent_with_its_seq(rig, zctx):
     for p in payloads:
         apply(snap, p, stored_only=True)
     received_state(r, sent[0], live)
+    last = s
     for seq, p in replay_batches(r.replay(s + 1)):
         apply(snap, p)
+        last = max(last, seq)
     assert snap == live
-    st = r.sidecar.wait_stats("index", lambda x: x.get("snapshots", 0) >= 1)
+    # The indexer applies batches on its own thread, behind the live stream:
+    # compare once a stats line says it has applied the last seq.
+    st = r.sidecar.wait_stats("index", lambda x: x.get("snapshots", 0) >= 1
+                              and str(x.get("seq")) == str(last), what=f"seq={last}")
     assert st["index_blocks"] == len(live)
     assert st["index_bytes"] > 0
 
