@@ -10,6 +10,8 @@ namespace kvs {
 namespace {
 
 constexpr size_t max_mediums = 64;
+const std::shared_ptr<const std::string> no_extra_key;
+const std::shared_ptr<const std::vector<int64_t>> no_lookahead;
 
 /// Size of the msgpack value at p[0..n), or 0 when it is not complete. The
 /// decoder already validated extra_keys, so this only has to walk it.
@@ -189,21 +191,23 @@ block_index::packed_tokens& block_index::packed_tokens::operator=(const packed_t
 
 void block_index::packed_tokens::assign(const int64_t* first, const int64_t* last) {
   const auto n = static_cast<uint32_t>(last - first);
-  const bool wide = std::any_of(first, last, [](int64_t t) {
-    return t < std::numeric_limits<int32_t>::min() || t > std::numeric_limits<int32_t>::max();
-  });
-  const size_t need = wide ? 2 * size_t{n} : n;
-  // A block stored again (or a slot reused) usually has as many tokens:
-  // keep its buffer.
-  if (!data_ || need != words())
-    data_.reset(need ? new int32_t[need] : nullptr);
+  // Narrowed in the same pass that checks the range (token ids fit int32
+  // for every vocabulary); stored wide only when one does not.
+  if (!data_ || wide_ || n != n_)
+    data_.reset(n ? new int32_t[n] : nullptr);
   n_ = n;
-  wide_ = wide;
-  if (wide_)
-    std::memcpy(data_.get(), first, n_ * sizeof(int64_t));
-  else
-    for (uint32_t i = 0; i < n_; ++i)
-      data_[i] = static_cast<int32_t>(first[i]);
+  wide_ = false;
+  bool fits = true;
+  for (uint32_t i = 0; i < n; ++i) {
+    fits &= first[i] >= std::numeric_limits<int32_t>::min()
+            && first[i] <= std::numeric_limits<int32_t>::max();
+    data_[i] = static_cast<int32_t>(first[i]);
+  }
+  if (fits)
+    return;
+  wide_ = true;
+  data_.reset(new int32_t[words()]);
+  std::memcpy(data_.get(), first, n_ * sizeof(int64_t));
 }
 
 void block_index::packed_tokens::append_to(std::vector<int64_t>& out) const {
@@ -418,18 +422,19 @@ void block_index::store(const block_stored& ev, bool same_tail) {
     r.k = k;
     r.stamp = ++clock_;
     r.data.hash = k.hash;
-    r.data.attrs = pa.attrs;
+    // Shared pointers are assigned only when they change: a block stored
+    // again keeps them, and each assignment is two atomic operations.
+    if (r.data.attrs != pa.attrs)
+      r.data.attrs = pa.attrs;
     r.data.tokens.assign(toks.data() + lo, toks.data() + hi);
     r.data.tokens.has_parent = parent.has_value();
     r.data.parent = parent.value_or(0);
-    if (!pa.extra_keys.empty())
-      r.data.extra_key = pa.extra_keys[b];
-    else
-      r.data.extra_key.reset();
-    if (!pa.lookahead.empty())
-      r.data.lookahead = pa.lookahead[b];
-    else
-      r.data.lookahead.reset();
+    const auto& extra_key = pa.extra_keys.empty() ? no_extra_key : pa.extra_keys[b];
+    if (r.data.extra_key != extra_key)
+      r.data.extra_key = extra_key;
+    const auto& lookahead = pa.lookahead.empty() ? no_lookahead : pa.lookahead[b];
+    if (r.data.lookahead != lookahead)
+      r.data.lookahead = lookahead;
     heap_bytes_ += record_bytes(r);
     parent = k.hash;
   }

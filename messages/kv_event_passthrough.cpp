@@ -90,10 +90,27 @@ private:
     ++p_;
     return true;
   }
+  /// A key or tag, compared in words (inlined: it runs for every key of
+  /// every event; keys are 5..29 bytes with their header).
   bool lit(const fixstr& s) {
-    if (left() < s.n || std::memcmp(p_, s.bytes, s.n) != 0)
+    const size_t n = s.n;
+    if (left() < n)
       return false;
-    p_ += s.n;
+    bool eq;
+    if (n >= 8) {
+      eq = true;
+      for (size_t k = 0; k + 8 <= n; k += 8)
+        eq &= load_raw<uint64_t>(p_ + k) == load_raw<uint64_t>(s.bytes + k);
+      eq &= load_raw<uint64_t>(p_ + n - 8) == load_raw<uint64_t>(s.bytes + n - 8);
+    } else if (n >= 4) {
+      eq = load_raw<uint32_t>(p_) == load_raw<uint32_t>(s.bytes) &&
+           load_raw<uint32_t>(p_ + n - 4) == load_raw<uint32_t>(s.bytes + n - 4);
+    } else {
+      eq = std::memcmp(p_, s.bytes, n) == 0;
+    }
+    if (!eq)
+      return false;
+    p_ += n;
     return true;
   }
   bool at_nil() const { return p_ != end_ && *p_ == 0xc0; }

@@ -99,7 +99,8 @@ public:
   /// are not (the caller reads or skips `len` (x2 for maps) items next).
   __attribute__((always_inline)) bool next(item& it) {
     // Inline fast path for what event frames are made of: small ints, token
-    // ids (uint16/32), short strings, small arrays and maps, nil.
+    // ids (uint16/32), block hashes (uint64), short strings, small arrays
+    // and maps, nil.
     if (p_ != end_) {
       uint8_t b = *p_;
       if (b <= 0x7f) {
@@ -137,6 +138,12 @@ public:
         it.kind = value_type::uint;
         it.u = load32(p_ + 1);
         p_ += 5;
+        return true;
+      }
+      if (b == 0xcf && left >= 9) { // block hashes: two per BlockStored
+        it.kind = value_type::uint;
+        it.u = load64(p_ + 1);
+        p_ += 9;
         return true;
       }
     }
