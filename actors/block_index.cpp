@@ -1,5 +1,7 @@
 #include "actors/block_index.hpp"
 
+#include "messages/kv_event_codec.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -210,6 +212,16 @@ void block_index::packed_tokens::assign(const int64_t* first, const int64_t* las
   std::memcpy(data_.get(), first, n_ * sizeof(int64_t));
 }
 
+void block_index::packed_tokens::assign(const int32_t* first, const int32_t* last) {
+  const auto n = static_cast<uint32_t>(last - first);
+  if (!data_ || wide_ || n != n_)
+    data_.reset(n ? new int32_t[n] : nullptr);
+  n_ = n;
+  wide_ = false;
+  if (n)
+    std::memcpy(data_.get(), first, n * sizeof(int32_t));
+}
+
 void block_index::packed_tokens::append_to(std::vector<int64_t>& out) const {
   auto at = out.size();
   out.resize(at + n_);
@@ -223,12 +235,12 @@ void block_index::packed_tokens::append_to(std::vector<int64_t>& out) const {
 block_index::block_index(size_t max_blocks)
     : max_blocks_(max_blocks), seed_((uint64_t{std::random_device{}()} << 32) | std::random_device{}()) {}
 
-void block_index::apply(const kv_event& ev, bool same_tail) {
+void block_index::apply(const kv_event& ev) {
   if (auto s = std::get_if<block_stored>(&ev)) {
-    store(*s, same_tail);
+    store(*s);
     return;
   }
-  prepared_.valid = false; // same_tail is only ever about a BlockStored before
+  prepared_.valid = false; // apply_stored() reuses only a BlockStored just before
   if (auto r = std::get_if<block_removed>(&ev))
     remove(*r);
   else
@@ -380,29 +392,68 @@ bool block_index::prepare(const block_stored& ev) {
   return true;
 }
 
-void block_index::store(const block_stored& ev, bool same_tail) {
+void block_index::store(const block_stored& ev) {
   const size_t n = ev.block_hashes.size();
   if (n == 0) {
     prepared_.valid = false;
     return;
   }
-  // Everything but the hashes, the parent and the tokens is the previous
-  // event's when the decoder says so: its medium, group and shared
-  // attributes are reused without comparing them again.
-  if (!(same_tail && prepared_.valid && prepared_.blocks == n) && !prepare(ev)) {
+  if (!prepare(ev)) {
     refused_ += n;
     return;
   }
+  store_blocks(ev.block_hashes.data(), n, ev.parent_block_hash, ev.token_ids.data(),
+               ev.token_ids.size());
+}
+
+void block_index::apply(const kv_event_batch& batch) {
+  if (!batch.wire) {
+    for (const auto& ev : batch.events)
+      apply(ev);
+    return;
+  }
+  // A pass-through batch arrives undecoded (the live path never paid for a
+  // decode). Its BlockStored events go in from what the ingest bridge's
+  // check recorded (hashes, parent, int32 tokens) whenever their other
+  // fields are the previous event's; any other event is decoded from its own
+  // bytes. A canonical payload always decodes.
+  const auto* bytes = reinterpret_cast<const uint8_t*>(batch.wire->bytes->data());
+  if (!batch.wire->events) { // not recorded (the ingest bridge always does)
+    if (auto decoded = decode_event_batch(bytes, batch.wire->bytes->size()))
+      for (const auto& ev : decoded->batch.events)
+        apply(ev);
+    return;
+  }
+  const canonical_events& rec = *batch.wire->events;
+  for (const auto& ev : rec.events) {
+    if (ev.stored && ev.same_tail && ev.narrow &&
+        apply_stored(rec.hashes.data() + ev.hashes_at, ev.hashes,
+                     ev.has_parent ? std::optional<uint64_t>{ev.parent} : std::nullopt,
+                     rec.tokens.data() + ev.tokens_at, ev.tokens))
+      continue;
+    if (auto one = decode_one_event(bytes + ev.at, ev.size))
+      apply(*one);
+  }
+}
+
+bool block_index::apply_stored(const uint64_t* hashes, size_t n, std::optional<uint64_t> parent,
+                               const int32_t* tokens, size_t token_count) {
+  if (n == 0 || !prepared_.valid || prepared_.blocks != n)
+    return false;
+  store_blocks(hashes, n, parent, tokens, token_count);
+  return true;
+}
+
+template <typename Token>
+void block_index::store_blocks(const uint64_t* hashes, size_t n, std::optional<uint64_t> parent,
+                               const Token* toks, size_t token_count) {
   const auto& pa = prepared_;
-  const auto& hashes = ev.block_hashes;
-  const auto& toks = ev.token_ids;
   const size_t bs = pa.block_size;
-  std::optional<uint64_t> parent = ev.parent_block_hash;
   for (size_t b = 0; b < n; ++b) {
     key k{hashes[b], pa.group, pa.medium};
     // Block b's token ids: [b*bs, (b+1)*bs), the last block takes the rest.
-    size_t lo = std::min(toks.size(), b * bs);
-    size_t hi = b + 1 == n ? toks.size() : std::min(toks.size(), (b + 1) * bs);
+    size_t lo = std::min(token_count, b * bs);
+    size_t hi = b + 1 == n ? token_count : std::min(token_count, (b + 1) * bs);
     const uint64_t h = hash_of(k);
     uint32_t i = find(k, h);
     if (i != none) {
@@ -426,7 +477,7 @@ void block_index::store(const block_stored& ev, bool same_tail) {
     // again keeps them, and each assignment is two atomic operations.
     if (r.data.attrs != pa.attrs)
       r.data.attrs = pa.attrs;
-    r.data.tokens.assign(toks.data() + lo, toks.data() + hi);
+    r.data.tokens.assign(toks + lo, toks + hi);
     r.data.tokens.has_parent = parent.has_value();
     r.data.parent = parent.value_or(0);
     const auto& extra_key = pa.extra_keys.empty() ? no_extra_key : pa.extra_keys[b];

@@ -40,11 +40,18 @@ public:
   /// At most `max_blocks` blocks; stores past that are refused and counted.
   explicit block_index(size_t max_blocks);
 
-  /// `same_tail`: a BlockStored whose fields other than the hashes, the
-  /// parent and the tokens are those of the event applied just before (as
-  /// for_each_event reports them): its medium, group and shared attributes
-  /// are then reused without comparing them again.
-  void apply(const kv_event& ev, bool same_tail = false);
+  void apply(const kv_event& ev);
+  /// Every event of a published batch, in order; a pass-through batch from
+  /// what the ingest bridge's check recorded of it (kv_events.hpp
+  /// canonical_events), decoding only what that cannot give.
+  void apply(const kv_event_batch& batch);
+  /// A BlockStored given by its per-block fields only (what the pass-through
+  /// check recorded: canonical_event), its other fields being those of the
+  /// BlockStored applied just before: the medium, group and shared
+  /// attributes derived for that one are reused, not compared again. False,
+  /// and nothing applied, when there are none (then apply the decoded event).
+  bool apply_stored(const uint64_t* hashes, size_t n, std::optional<uint64_t> parent,
+                    const int32_t* tokens, size_t token_count);
 
   size_t size() const {
     return table_.size();
@@ -121,6 +128,7 @@ private:
     packed_tokens& operator=(packed_tokens&&) = default;
 
     void assign(const int64_t* first, const int64_t* last);
+    void assign(const int32_t* first, const int32_t* last);
     size_t size() const {
       return n_;
     }
@@ -159,7 +167,11 @@ private:
     uint32_t next = none;
   };
 
-  void store(const block_stored& ev, bool same_tail);
+  void store(const block_stored& ev);
+  /// The blocks of one BlockStored, with prepared_'s attributes.
+  template <typename Token>
+  void store_blocks(const uint64_t* hashes, size_t n, std::optional<uint64_t> parent,
+                    const Token* tokens, size_t token_count);
   /// Fills prepared_ for `ev`; false when its medium is refused.
   bool prepare(const block_stored& ev);
   /// The event's fields other than the per-block ones, shared by every block
@@ -200,7 +212,7 @@ private:
   std::shared_ptr<const std::string> last_extra_key_; ///< reused for equal elements
   std::vector<std::string> extras_; ///< prepare()'s split extra_keys (kept: no allocation)
   /// What store() derived from the last BlockStored's fields other than the
-  /// per-block ones, reused for the next one when its tail is the same.
+  /// per-block ones, reused by apply_stored() for the next one.
   struct prepared_event {
     bool valid = false;
     size_t blocks = 0; ///< its block count (extra_keys and lookahead split by it)

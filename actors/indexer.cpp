@@ -36,21 +36,8 @@ indexer(indexer_actor::stateful_pointer<indexer_state> self, indexer_params para
   return {
     [self](publish_atom, uint64_t first_seq, kv_event_batches& in) {
       auto& st = self->state;
-      for (auto& batch : in.items) {
-        if (batch.wire) {
-          // Pass-through batches reach here undecoded (the live path never
-          // paid for this decode): each event is decoded into one reused
-          // slot and applied from there, no event vector built, and the
-          // fields an event shares with the one before are neither decoded
-          // nor compared again. A canonical payload always decodes whole.
-          (void)for_each_event(*batch.wire->bytes, [&st](const kv_event& ev, bool same_tail) {
-            st.index.apply(ev, same_tail);
-          });
-        } else {
-          for (const auto& ev : batch.events)
-            st.index.apply(ev);
-        }
-      }
+      for (auto& batch : in.items)
+        st.index.apply(batch);
       st.batches += in.items.size();
       if (!in.items.empty())
         st.last_seq = first_seq + in.items.size() - 1;

@@ -93,13 +93,16 @@ bool ingest_bridge::decode(const zmq::message_t& payload, kv_event_batch& out) {
   const auto* data = static_cast<const uint8_t*>(payload.data());
   // Pass-through: bytes that decode + encode would reproduce exactly are
   // forwarded as they are (the publisher rewrites only dp_rank).
-  if (auto c = check_canonical_event_batch(data, payload.size(), p_.dialect)) {
+  // The check also records each event for the rank's indexer, which then
+  // applies BlockStored events without walking the bytes again.
+  auto events = std::make_shared<canonical_events>();
+  if (auto c = check_canonical_event_batch(data, payload.size(), p_.dialect, events.get())) {
     out = kv_event_batch{};
     out.ts = c->ts;
     out.dp_rank = c->dp_rank;
     out.wire = canonical_wire{
       std::make_shared<const std::string>(static_cast<const char*>(payload.data()), payload.size()),
-      p_.dialect, *c};
+      p_.dialect, *c, std::move(events)};
     return true;
   }
   auto res = decode_event_batch(data, payload.size());

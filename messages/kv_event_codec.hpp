@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace kvs {
@@ -67,33 +66,6 @@ struct event_decode_result {
 /// could hold.
 expected<event_decode_result> decode_event_batch(const uint8_t* data, size_t size);
 
-/// Called by for_each_event once per event, in order. `same_tail`: every
-/// field of this BlockStored after token_ids is byte for byte the previous
-/// event's (which was a BlockStored too), so a consumer that derived
-/// something from those fields may reuse it.
-using event_sink = void (*)(void* ctx, const kv_event& ev, bool same_tail);
-
-/// Decodes the events of one payload frame one at a time, handing each to
-/// `sink` (events decode_event_batch would drop are skipped); the same
-/// events decode_event_batch returns, without building its event vector
-/// (~120 KB per 256 events, in fresh pages every batch). Every event is
-/// decoded into one slot that keeps its vectors' capacity, and a
-/// BlockStored whose fields after token_ids are the previous event's bytes
-/// keeps their decode: for a batch of one engine's blocks only hashes,
-/// parent and tokens are decoded. What the indexer applies pass-through
-/// batches with. Errors as decode_event_batch's; the events before an error
-/// have been handed over.
-status for_each_event(const uint8_t* data, size_t size, event_sink sink, void* ctx);
-template <typename F>
-status for_each_event(const std::string& frame, F&& f) {
-  return for_each_event(
-      reinterpret_cast<const uint8_t*>(frame.data()), frame.size(),
-      [](void* ctx, const kv_event& ev, bool same_tail) {
-        (*static_cast<std::remove_reference_t<F>*>(ctx))(ev, same_tail);
-      },
-      const_cast<void*>(static_cast<const void*>(&f)));
-}
-
 /// Appends the msgpack payload of `batch` to `out` (which the caller reuses
 /// between batches to avoid reallocations).
 ///
@@ -134,8 +106,17 @@ void encode_event_batch(const kv_event_batch& batch, event_dialect dialect, std:
 /// too. Anything else, including SGLang's cache_salt (mapped into
 /// extra_keys) and every field the tokenspeed dialect drops, is nullopt: use
 /// decode + encode. Never throws.
+/// With `events`, it also records each event as it reads it (see
+/// canonical_event): the indexer applies BlockStored events from there, with
+/// no second walk of the bytes. Left unspecified when the result is nullopt.
 std::optional<canonical_batch> check_canonical_event_batch(const uint8_t* data, size_t size,
-                                                           event_dialect dialect);
+                                                           event_dialect dialect,
+                                                           canonical_events* events = nullptr);
+
+/// Decodes one event from its own bytes (a canonical_event's at/size), with
+/// decode_event_batch's rules; an error when they are not exactly one event
+/// decode_event_batch would keep.
+expected<kv_event> decode_one_event(const uint8_t* data, size_t size);
 
 /// Turns a pass-through batch (kv_event_batch::wire, events left as bytes)
 /// into an ordinary one: decodes its events and drops `wire`. dp_rank and ts

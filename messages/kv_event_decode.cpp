@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <type_traits>
 #include <utility>
 
 namespace kvs {
@@ -33,76 +32,26 @@ enum class verdict { ok, drop, fatal };
 /// (detail without the "event i: " prefix); on `fatal` the cursor's error.
 class event_parser {
 public:
-  /// `memoize`: keep each BlockStored tail's bytes to recognise the next
-  /// (for_each_event's single slot; decode_event_batch gives every event a
-  /// new one, where it would never pay).
-  event_parser(reader& r, bool memoize) : r_(r), memoize_(memoize) {}
+  explicit event_parser(reader& r) : r_(r) {}
 
-  /// Decodes one event into `slot`, whose vectors and strings are reused
-  /// when it already holds an event of the same type. `slot` holds nothing
-  /// meaningful unless the verdict is ok.
+  /// Decodes one event into `slot`, which holds nothing meaningful unless
+  /// the verdict is ok.
   verdict parse(kv_event& slot) {
-    // The memo holds only for the slot it was made in and only until the
-    // next event: a path below that does not renew it leaves it invalid.
-    const bool memo = memoize_ && memo_.valid && memo_.slot == &slot;
-    memo_.valid = false;
-    same_tail_ = false;
     mitem head;
     if (!r_.next(head))
       return verdict::fatal;
     if (head.kind == mkind::array)
-      return parse_positional(head.len, slot, memo);
+      return parse_positional(head.len, slot);
     if (head.kind == mkind::map)
-      return parse_map(head.len, slot, memo);
+      return parse_map(head.len, slot);
     return drop("bad_event", std::string("expected map or array, got ") + kind_name(head.kind));
   }
-
-  /// For the BlockStored parse() just decoded: its fields after token_ids
-  /// were byte for byte those of the previous event decoded into the same
-  /// slot (and as many), so they were kept, not decoded again.
-  bool same_tail() const { return same_tail_; }
 
   const char* kind() const { return kind_; }
   std::string& detail() { return detail_; }
 
 private:
   enum class tag { stored, removed, cleared };
-
-  /// BlockStored's fields up to token_ids: the ones that change from block
-  /// to block. What follows them (block_size, medium, extra_keys, ...) is
-  /// usually the same bytes event after event.
-  static constexpr int stored_head = sf_token_ids + 1;
-
-  /// `slot` as an empty T: the one it holds (fields back to their defaults,
-  /// the vectors' capacity kept) or a new one.
-  template <typename T>
-  static T& fresh(kv_event& slot) {
-    auto* e = std::get_if<T>(&slot);
-    if (!e)
-      return slot.emplace<T>();
-    auto hashes = std::move(e->block_hashes);
-    hashes.clear();
-    if constexpr (std::is_same_v<T, block_stored>) {
-      auto tokens = std::move(e->token_ids);
-      tokens.clear();
-      *e = T{};
-      e->token_ids = std::move(tokens);
-    } else {
-      *e = T{};
-    }
-    e->block_hashes = std::move(hashes);
-    return *e;
-  }
-  /// Every field after the head ones back to its default.
-  static void reset_tail(block_stored& e) {
-    auto hashes = std::move(e.block_hashes);
-    auto tokens = std::move(e.token_ids);
-    auto parent = e.parent_block_hash;
-    e = block_stored{};
-    e.block_hashes = std::move(hashes);
-    e.parent_block_hash = parent;
-    e.token_ids = std::move(tokens);
-  }
 
   verdict drop(const char* kind, std::string detail) {
     kind_ = kind;
@@ -132,31 +81,8 @@ private:
     return verdict::ok;
   }
 
-  /// After BlockStored's head fields: when the rest of the event (`left`
-  /// fields or pairs) is the memo's bytes, steps over it and keeps the
-  /// slot's decode of them. Else false, and the caller decodes the rest.
-  bool tail_as_before(bool memo, kv_event& slot, uint32_t left) {
-    tail_start_ = r_.offset();
-    if (!memo || left != memo_.count || r_.remaining() < memo_.size ||
-        std::memcmp(r_.at(tail_start_), memo_.bytes, memo_.size) != 0)
-      return false;
-    r_.seek(tail_start_ + memo_.size);
-    same_tail_ = true;
-    remember_tail(slot, left);
-    return true;
-  }
-  /// The tail just decoded (from tail_start_ to here) is the memo now. It
-  /// points into the frame, which outlives the parser.
-  void remember_tail(kv_event& slot, uint32_t left) {
-    memo_.bytes = r_.at(tail_start_);
-    memo_.size = r_.offset() - tail_start_;
-    memo_.count = left;
-    memo_.slot = &slot;
-    memo_.valid = true;
-  }
-
   // -- positional: [tag, field0, field1, ...] -------------------------------
-  verdict parse_positional(uint32_t count, kv_event& slot, bool memo) {
+  verdict parse_positional(uint32_t count, kv_event& slot) {
     if (count == 0)
       return drop("bad_event", "empty array");
     mitem it;
@@ -169,31 +95,14 @@ private:
     uint64_t nfields = count - 1;
     switch (t) {
       case tag::stored: {
-        if (nfields < static_cast<uint64_t>(stored_required))
-          return bad_field(stored_names[nfields], "missing");
         // Decoded in place: the struct is large, a move would cost more.
-        auto* e = std::get_if<block_stored>(&slot);
-        const bool kept = e != nullptr; // the memo is of this struct's tail
-        if (!e)
-          e = &slot.emplace<block_stored>();
-        for (int f = 0; f < stored_head; ++f)
-          if ((s = stored_field_value(f, *e)) != verdict::ok)
-            return s;
-        const auto left = static_cast<uint32_t>(nfields - stored_head);
-        if (tail_as_before(memo && kept, slot, left))
-          return verdict::ok;
-        reset_tail(*e);
-        s = positional_fields(nfields, stored_head, sf_vllm_count,
-                              [&](int f) { return stored_field_value(f, *e); });
-        if (s == verdict::ok)
-          remember_tail(slot, left);
-        return s;
+        auto& e = slot.emplace<block_stored>();
+        return positional_fields(nfields, sf_vllm_count, stored_required, stored_names,
+                                 [&](int f) { return stored_field_value(f, e); });
       }
       case tag::removed: {
-        auto& e = fresh<block_removed>(slot);
-        if (nfields < static_cast<uint64_t>(removed_required))
-          return bad_field(removed_names[nfields], "missing");
-        return positional_fields(nfields, 0, rf_count,
+        auto& e = slot.emplace<block_removed>();
+        return positional_fields(nfields, rf_count, removed_required, removed_names,
                                  [&](int f) { return removed_field_value(f, e); });
       }
       case tag::cleared:
@@ -205,12 +114,13 @@ private:
     return fatal();
   }
 
-  /// Fields [from, known) of `nfields` (more than `from`, checked by the
-  /// caller), then the ones a newer engine appended, skipped.
   template <typename F>
-  verdict positional_fields(uint64_t nfields, int from, int known, F&& field) {
+  verdict positional_fields(uint64_t nfields, int known, int required, const name_ref* names,
+                           F&& field) {
+    if (nfields < static_cast<uint64_t>(required))
+      return bad_field(names[nfields], "missing");
     uint64_t n = nfields < static_cast<uint64_t>(known) ? nfields : known;
-    for (uint64_t f = from; f < n; ++f) {
+    for (uint64_t f = 0; f < n; ++f) {
       verdict s = field(static_cast<int>(f));
       if (s != verdict::ok)
         return s;
@@ -220,7 +130,7 @@ private:
   }
 
   // -- tagged map: {"type": tag, field: value, ...} -------------------------
-  verdict parse_map(uint32_t pairs, kv_event& slot, bool memo) {
+  verdict parse_map(uint32_t pairs, kv_event& slot) {
     size_t body = r_.offset();
     tag t;
     uint32_t at = 0;
@@ -235,36 +145,12 @@ private:
     switch (t) {
       case tag::stored: {
         // Decoded in place: the struct is large, a move would cost more.
-        if (at == 0 && memoize_) {
-          auto* e = std::get_if<block_stored>(&slot);
-          const bool kept = e != nullptr; // the memo is of this struct's tail
-          if (!e)
-            e = &slot.emplace<block_stored>();
-          // The head fields first, when they come first and in order
-          // (everything msgspec writes): then the tail may be the memo's.
-          size_t head_start = r_.offset();
-          if ((s = head_in_order(pairs, *e)) == verdict::drop)
-            return s;
-          if (s == verdict::ok) {
-            const uint32_t left = pairs - stored_head;
-            if (tail_as_before(memo && kept, slot, left))
-              return verdict::ok;
-            reset_tail(*e);
-            s = map_fields(left, sf_count, stored_required, stored_names,
-                           [&](int f) { return stored_field_value(f, *e); },
-                           (1u << stored_head) - 1, stored_head);
-            if (s == verdict::ok)
-              remember_tail(slot, left);
-            return s;
-          }
-          r_.seek(head_start); // another order: the general walk
-        }
-        auto& e = fresh<block_stored>(slot);
+        auto& e = slot.emplace<block_stored>();
         return map_fields(pairs, sf_count, stored_required, stored_names,
                           [&](int f) { return stored_field_value(f, e); });
       }
       case tag::removed: {
-        auto& e = fresh<block_removed>(slot);
+        auto& e = slot.emplace<block_removed>();
         return map_fields(pairs, rf_count, removed_required, removed_names,
                           [&](int f) { return removed_field_value(f, e); });
       }
@@ -276,24 +162,6 @@ private:
         return s;
     }
     return fatal();
-  }
-
-  /// BlockStored's head fields as its first pairs, in declaration order:
-  /// ok when they were (and are decoded into e), fatal when they were not
-  /// (nothing decoded that the general walk would not decode again), drop
-  /// when one of them is bad.
-  verdict head_in_order(uint32_t pairs, block_stored& e) {
-    if (pairs < static_cast<uint32_t>(stored_head))
-      return verdict::fatal;
-    mitem key;
-    for (int f = 0; f < stored_head; ++f) {
-      if (!r_.next(key) || key.kind != mkind::str || !same(key, stored_names[f]))
-        return verdict::fatal;
-      verdict s = stored_field_value(f, e);
-      if (s != verdict::ok)
-        return s == verdict::drop ? s : verdict::fatal;
-    }
-    return verdict::ok;
   }
 
   /// msgspec finds the tag wherever it is in the map; "type" is first in
@@ -318,12 +186,10 @@ private:
     return drop("bad_event", "map without a 'type' key");
   }
 
-  /// `pairs` key/value pairs; `seen` and `expect` say which fields were
-  /// already read before them (and the next one expected).
   template <typename F>
-  verdict map_fields(uint32_t pairs, int known, int required, const name_ref* names, F&& field,
-                     uint32_t seen = 0, int expect = 0) {
-    // Keys usually come in declaration order: `expect` is tried first.
+  verdict map_fields(uint32_t pairs, int known, int required, const name_ref* names, F&& field) {
+    uint32_t seen = 0;
+    int expect = 0; // keys usually come in declaration order: try that first
     mitem key;
     for (uint32_t k = 0; k < pairs; ++k) {
       if (!r_.next(key))
@@ -592,18 +458,6 @@ private:
   reader& r_;
   const char* kind_ = "";
   std::string detail_;
-  /// The last BlockStored tail decoded into `slot`: its bytes and how many
-  /// fields or pairs they held.
-  const bool memoize_;
-  struct {
-    const uint8_t* bytes = nullptr;
-    size_t size = 0;
-    uint32_t count = 0;
-    const kv_event* slot = nullptr;
-    bool valid = false;
-  } memo_;
-  size_t tail_start_ = 0;
-  bool same_tail_ = false;
 };
 
 error not_a_batch(std::string detail) {
@@ -615,8 +469,7 @@ error not_a_batch(std::string detail) {
 /// dp_rank and refuses trailing bytes. Errors are "not_a_batch".
 class batch_walker {
 public:
-  batch_walker(const uint8_t* data, size_t size, bool memoize)
-      : r_(data, size), parser_(r_, memoize) {}
+  batch_walker(const uint8_t* data, size_t size) : r_(data, size), parser_(r_) {}
 
   /// Reads [ts, [ and returns the number of events the frame claims.
   expected<uint32_t> open(double& ts) {
@@ -645,8 +498,6 @@ public:
   }
 
   size_t remaining() const { return r_.remaining(); }
-  /// Whether the event just decoded kept the previous one's tail.
-  bool same_tail() const { return parser_.same_tail(); }
 
   /// Decodes event k into `slot`: true when it decoded, false when it was
   /// dropped (its error appended to `dropped`, the cursor past it).
@@ -698,7 +549,7 @@ private:
 } // namespace
 
 expected<event_decode_result> decode_event_batch(const uint8_t* data, size_t size) {
-  batch_walker w(data, size, false);
+  batch_walker w(data, size);
   event_decode_result result;
   auto n = w.open(result.batch.ts);
   if (!n)
@@ -728,23 +579,19 @@ expected<event_decode_result> decode_event_batch(const uint8_t* data, size_t siz
   return result;
 }
 
-status for_each_event(const uint8_t* data, size_t size, event_sink sink, void* ctx) {
-  batch_walker w(data, size, true);
-  double ts;
-  auto n = w.open(ts);
-  if (!n)
-    return n.error_value();
-  kv_event slot;
-  std::vector<error> dropped;
-  for (uint32_t k = 0; k < *n; ++k) {
-    auto got = w.event(k, slot, dropped);
-    if (!got)
-      return got.error_value();
-    if (*got)
-      sink(ctx, slot, w.same_tail());
+expected<kv_event> decode_one_event(const uint8_t* data, size_t size) {
+  reader r(data, size);
+  event_parser parser(r);
+  kv_event ev;
+  switch (parser.parse(ev)) {
+    case verdict::ok:
+      if (r.remaining() != 0)
+        return error{"bad_event", std::to_string(r.remaining()) + " bytes after the event"};
+      return ev;
+    case verdict::drop: return error{parser.kind(), parser.detail()};
+    case verdict::fatal: break;
   }
-  std::optional<int64_t> dp_rank;
-  return w.close(dp_rank);
+  return error{"bad_event", r.error()};
 }
 
 void decode_wire_events(kv_event_batch& batch) {

@@ -18,6 +18,7 @@
 #include "messages/msgpack_writer.hpp"
 #include "messages/utf8.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
@@ -54,7 +55,8 @@ constexpr std::array<fixstr, N> encoded_all(const name_ref (&names)[N]) {
 
 class canonical_walker {
 public:
-  canonical_walker(const uint8_t* data, size_t size) : begin_(data), p_(data), end_(data + size) {}
+  canonical_walker(const uint8_t* data, size_t size, canonical_events* rec)
+      : begin_(data), p_(data), end_(data + size), rec_(rec) {}
 
   bool batch(event_dialect d, canonical_batch& out) {
     if (!byte(0x93) || !byte(0xcb) || left() < 8)
@@ -65,9 +67,29 @@ public:
     uint32_t n;
     if (!array_header(n))
       return false;
-    for (uint32_t k = 0; k < n; ++k)
+    if (rec_) {
+      // Sized once from the frame (an event takes at least 8 bytes, a hash
+      // 1, a token id 3 in what engines send: ids below 256 are rare), so
+      // that recording rarely grows a vector while walking.
+      rec_->events.clear();
+      rec_->hashes.clear();
+      rec_->tokens.clear();
+      rec_->events.reserve(std::min<size_t>(n, left() / 8));
+      rec_->hashes.reserve(std::min<size_t>(n, left() / 8));
+      rec_->tokens.reserve(left() / 3);
+    }
+    for (uint32_t k = 0; k < n; ++k) {
+      const uint8_t* at = p_;
+      ev_ = canonical_event{};
       if (!(d == event_dialect::vllm ? vllm_event() : tokenspeed_event()))
         return false;
+      prev_stored_ = ev_.stored;
+      if (rec_) {
+        ev_.at = static_cast<uint32_t>(at - begin_);
+        ev_.size = static_cast<uint32_t>(p_ - at);
+        rec_->events.push_back(ev_);
+      }
+    }
     out.events = n;
     out.rank_offset = static_cast<size_t>(p_ - begin_);
     if (left() > 0 && *p_ == 0xc0) {
@@ -256,39 +278,71 @@ private:
     }
   }
 
-  bool hashes() {
+  /// `record`: a BlockStored's (kept in rec_ when recording).
+  bool hashes(bool record = false) {
     uint32_t n;
     if (!array_header(n) || n > left())
       return false;
+    std::vector<uint64_t>* dst = nullptr;
+    if (record && rec_) {
+      ev_.hashes_at = static_cast<uint32_t>(rec_->hashes.size());
+      ev_.hashes = n;
+      dst = &rec_->hashes;
+    }
     uint64_t v;
-    for (uint32_t k = 0; k < n; ++k)
+    for (uint32_t k = 0; k < n; ++k) {
       if (!uint_value(v))
         return false;
+      if (dst)
+        dst->push_back(v);
+    }
     return true;
   }
+  /// A BlockStored's parent_block_hash (recorded in ev_).
   bool opt_hash() {
-    uint64_t v;
-    return nil() || uint_value(v);
+    if (nil())
+      return true;
+    ev_.has_parent = true;
+    return uint_value(ev_.parent);
   }
-  bool tokens() {
+  /// `record`: a BlockStored's token_ids (kept in rec_, as int32, when
+  /// recording), not one of lookahead_token_ids' lists.
+  bool tokens(bool record = false) {
     uint32_t n;
     if (!array_header(n) || n > left())
       return false;
+    std::vector<int32_t>* dst = nullptr;
+    if (record && rec_) {
+      ev_.tokens_at = static_cast<uint32_t>(rec_->tokens.size());
+      ev_.tokens = n;
+      dst = &rec_->tokens;
+    }
     uint32_t k = 0;
     bool minimal = true; // checked once per array: no branch per token
+    uint32_t high = 0;   // any bit 31: a value past int32
     for (; k < n && left() >= 5; ++k) {
       const auto u = msgpack_io::read_small_uint(p_);
       if (u.size == 0)
         break;
       minimal &= u.minimal;
+      high |= u.value;
+      if (dst)
+        dst->push_back(static_cast<int32_t>(u.value));
       p_ += u.size;
     }
     if (!minimal)
       return false;
+    bool narrow = (high >> 31) == 0;
     int64_t v;
-    for (; k < n; ++k)
+    for (; k < n; ++k) {
       if (!int64_value(v))
         return false;
+      narrow &= v >= INT32_MIN && v <= INT32_MAX;
+      if (dst)
+        dst->push_back(static_cast<int32_t>(v));
+    }
+    if (dst)
+      ev_.narrow = narrow;
     return true;
   }
   bool opt_int() {
@@ -387,14 +441,17 @@ private:
       p_ += 3;
       if (n < 1 + stored_always || n > stored_max_entries)
         return false;
-      if (!lit(k_type) || !lit(k_stored) || !lit(stored_keys[sf_block_hashes]) || !hashes() ||
-          !lit(stored_keys[sf_parent_block_hash]) || !opt_hash() ||
-          !lit(stored_keys[sf_token_ids]) || !tokens())
+      ev_.stored = true;
+      if (!lit(k_type) || !lit(k_stored) || !lit(stored_keys[sf_block_hashes]) ||
+          !hashes(true) || !lit(stored_keys[sf_parent_block_hash]) || !opt_hash() ||
+          !lit(stored_keys[sf_token_ids]) || !tokens(true))
         return false;
       // The rest (block_size, medium, extra_keys, ...) is usually the
       // previous BlockStored's bytes: canonical then as it was there.
-      if (tail_as_before(n))
+      if (tail_as_before(n)) {
+        ev_.same_tail = prev_stored_; // the memo is that event's tail then
         return true;
+      }
       const uint8_t* tail = p_;
       if (!lit(stored_keys[sf_block_size]) || !block_size() || !lit(stored_keys[sf_lora_id]) ||
           !opt_int() || !lit(stored_keys[sf_medium]) || !opt_str() ||
@@ -447,8 +504,20 @@ private:
   }
 
   bool tokenspeed_event() {
-    if (byte(0x95))
-      return lit(k_stored) && hashes() && opt_hash() && tokens() && block_size();
+    if (byte(0x95)) {
+      ev_.stored = true;
+      if (!lit(k_stored) || !hashes(true) || !opt_hash() || !tokens(true))
+        return false;
+      const uint8_t* tail = p_;
+      if (!block_size())
+        return false;
+      const auto size = static_cast<size_t>(p_ - tail);
+      ev_.same_tail = prev_stored_ && size == ts_tail_size_ &&
+                      std::memcmp(tail, ts_tail_, size) == 0;
+      ts_tail_ = tail;
+      ts_tail_size_ = size;
+      return true;
+    }
     if (byte(0x92))
       return lit(k_removed) && hashes();
     return byte(0x91) && lit(k_cleared);
@@ -469,14 +538,22 @@ private:
   const uint8_t* memo_ = nullptr;
   size_t memo_size_ = 0;
   uint32_t memo_entries_ = 0;
+  /// tokenspeed's tail: block_size's bytes.
+  const uint8_t* ts_tail_ = nullptr;
+  size_t ts_tail_size_ = 0;
+  // What is recorded for the indexer (rec_ may be null: nothing is).
+  canonical_events* rec_;
+  canonical_event ev_;      ///< the event being read
+  bool prev_stored_ = false; ///< the event before it was a BlockStored
 };
 
 } // namespace
 
 std::optional<canonical_batch> check_canonical_event_batch(const uint8_t* data, size_t size,
-                                                           event_dialect dialect) {
+                                                           event_dialect dialect,
+                                                           canonical_events* events) {
   canonical_batch c;
-  if (!canonical_walker(data, size).batch(dialect, c))
+  if (!canonical_walker(data, size, events).batch(dialect, c))
     return std::nullopt;
   return c;
 }

@@ -90,10 +90,35 @@ struct canonical_batch {
   size_t rank_offset = 0;         ///< byte offset of dp_rank, the last item
   std::optional<int64_t> dp_rank; ///< its value (nil -> nullopt)
 };
+/// One event of a canonical payload as the pass-through check read it: what
+/// the indexer needs of a BlockStored without walking the bytes again.
+struct canonical_event {
+  uint32_t at = 0;        ///< the event's bytes in the payload
+  uint32_t size = 0;
+  uint32_t hashes_at = 0; ///< its block hashes: canonical_events::hashes[hashes_at..+hashes)
+  uint32_t hashes = 0;
+  uint32_t tokens_at = 0; ///< its token ids: canonical_events::tokens[tokens_at..+tokens)
+  uint32_t tokens = 0;
+  uint64_t parent = 0;    ///< parent_block_hash, when has_parent
+  bool stored = false;    ///< a BlockStored (anything else: decode `at`/`size`)
+  bool has_parent = false;
+  bool narrow = true;     ///< every token id fits int32 (else decode the bytes)
+  /// Its fields after token_ids are, byte for byte, those of the event just
+  /// before it, a BlockStored too.
+  bool same_tail = false;
+};
+struct canonical_events {
+  std::vector<canonical_event> events;
+  std::vector<uint64_t> hashes;
+  std::vector<int32_t> tokens;
+};
+
 struct canonical_wire {
   std::shared_ptr<const std::string> bytes;
   event_dialect dialect = event_dialect::vllm;
   canonical_batch layout;
+  /// Set by the ingest bridge: the events as the check read them.
+  std::shared_ptr<const canonical_events> events;
 };
 
 /// One `KVEventBatch`: `[ts, events, dp_rank]` on the wire.

@@ -134,6 +134,15 @@ inline kv_event_batch random_batch(rng& r) {
 }
 
 
+/// `s` without its per-block head (hashes, parent, tokens): its "tail".
+inline block_stored tail_of(const block_stored& s) {
+  block_stored t = s;
+  t.block_hashes.clear();
+  t.parent_block_hash.reset();
+  t.token_ids.clear();
+  return t;
+}
+
 /// One to three random byte edits (overwrite, bit flip, erase, insert).
 inline void mutate(std::string& bytes, rng& r) {
   for (uint64_t m = 1 + r.below(3); m > 0 && !bytes.empty(); --m) {

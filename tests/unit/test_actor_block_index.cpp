@@ -308,31 +308,39 @@ TEST_CASE("an engine's [None] extra keys are kept per block, and come back exact
   CHECK(std::get<4>(blocks[2]) == std::string("\x05", 1));
 }
 
-TEST_CASE("applied as for_each_event hands them (same_tail), batches build the same index") {
-  // The indexer applies pass-through batches that way, reusing what it
-  // derived from the previous event's tail; a decoded batch's events go in
-  // one by one with nothing reused. Both must give the same blocks.
+TEST_CASE("a pass-through batch (recorded events, same_tail) builds the index its decode builds") {
+  // The indexer applies a pass-through batch from what the ingest bridge's
+  // check recorded, reusing what it derived from the previous event's tail;
+  // a decoded batch's events go in one by one with nothing reused. Both
+  // must give the same blocks.
   kvs_test::rng r;
   size_t same = 0;
   for (int round = 0; round < 300; ++round) {
-    block_index full{1'000'000}, streamed{1'000'000};
+    block_index full{1'000'000}, recorded{1'000'000};
     for (int k = 0; k < 4; ++k) {
       auto batch = kvs_test::random_batch(r);
+      const auto dialect = r.coin() ? event_dialect::vllm : event_dialect::tokenspeed;
       std::string bytes;
-      encode_event_batch(batch, r.coin() ? event_dialect::vllm : event_dialect::tokenspeed, bytes);
+      encode_event_batch(batch, dialect, bytes);
       auto decoded = decode_event_batch(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
       REQUIRE(decoded);
       for (const auto& ev : decoded->batch.events)
         full.apply(ev);
-      REQUIRE(for_each_event(bytes, [&](const kv_event& ev, bool same_tail) {
-        same += same_tail;
-        streamed.apply(ev, same_tail);
-      }));
+      auto events = std::make_shared<canonical_events>();
+      auto layout = check_canonical_event_batch(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                bytes.size(), dialect, events.get());
+      REQUIRE(layout); // what the encoder writes is canonical
+      for (const auto& ev : events->events)
+        same += ev.same_tail;
+      kv_event_batch wire;
+      wire.wire = canonical_wire{std::make_shared<const std::string>(bytes), dialect, *layout,
+                                 events};
+      recorded.apply(wire);
     }
-    CHECK(streamed.size() == full.size());
-    CHECK(streamed.refused() == full.refused());
-    CHECK(streamed.memory_bytes() == full.memory_bytes());
-    CHECK(snapshot_all(streamed) == snapshot_all(full));
+    CHECK(recorded.size() == full.size());
+    CHECK(recorded.refused() == full.refused());
+    CHECK(recorded.memory_bytes() == full.memory_bytes());
+    CHECK(snapshot_all(recorded) == snapshot_all(full));
   }
   CHECK(same > 200); // the reuse was exercised
 }

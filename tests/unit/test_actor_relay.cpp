@@ -257,13 +257,14 @@ namespace {
 kv_event_batch pass_through(const kv_event_batch& b, event_dialect d) {
   auto bytes = std::make_shared<std::string>();
   encode_event_batch(b, d, *bytes);
+  auto events = std::make_shared<canonical_events>();
   auto c = check_canonical_event_batch(reinterpret_cast<const uint8_t*>(bytes->data()),
-                                       bytes->size(), d);
+                                       bytes->size(), d, events.get());
   REQUIRE(c);
   kv_event_batch out;
   out.ts = c->ts;
   out.dp_rank = c->dp_rank;
-  out.wire = canonical_wire{bytes, d, *c};
+  out.wire = canonical_wire{bytes, d, *c, events};
   return out;
 }
 

@@ -32,6 +32,53 @@ std::optional<canonical_batch> canonical(const std::string& s, event_dialect d) 
 const std::vector<std::optional<int64_t>> ranks = {std::nullopt, 0, 3, 127, 300, -5, -70000,
                                                    int64_t{1} << 40};
 
+size_t same_tails = 0; // events recorded with same_tail, over the whole run
+
+/// What the check records for the indexer is what decode reads: each event's
+/// own bytes decode to it; a BlockStored's hashes, parent and (when they fit
+/// int32) tokens are its own; same_tail only where the event before is a
+/// BlockStored with the same tail.
+void check_recorded(const std::string& in, event_dialect d, const std::vector<kv_event>& want) {
+  canonical_events rec;
+  REQUIRE(check_canonical_event_batch(u8(in), in.size(), d, &rec));
+  REQUIRE(rec.events.size() == want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    CAPTURE(k);
+    const canonical_event& ev = rec.events[k];
+    REQUIRE(size_t{ev.at} + ev.size <= in.size());
+    auto one = decode_one_event(u8(in) + ev.at, ev.size);
+    REQUIRE(one);
+    CHECK(*one == want[k]);
+    auto* s = std::get_if<block_stored>(&want[k]);
+    CHECK(ev.stored == (s != nullptr));
+    if (!s) {
+      CHECK(!ev.same_tail);
+      continue;
+    }
+    REQUIRE(size_t{ev.hashes_at} + ev.hashes <= rec.hashes.size());
+    CHECK(std::vector<uint64_t>(rec.hashes.begin() + ev.hashes_at,
+                                rec.hashes.begin() + ev.hashes_at + ev.hashes) == s->block_hashes);
+    CHECK(ev.has_parent == s->parent_block_hash.has_value());
+    if (ev.has_parent)
+      CHECK(ev.parent == *s->parent_block_hash);
+    bool fits = true;
+    for (int64_t t : s->token_ids)
+      fits &= t >= INT32_MIN && t <= INT32_MAX;
+    CHECK(ev.narrow == fits);
+    REQUIRE(ev.tokens == s->token_ids.size());
+    if (fits)
+      for (size_t t = 0; t < s->token_ids.size(); ++t)
+        CHECK(rec.tokens[ev.tokens_at + t] == s->token_ids[t]);
+    if (ev.same_tail) {
+      ++same_tails;
+      REQUIRE(k > 0);
+      auto* before = std::get_if<block_stored>(&want[k - 1]);
+      REQUIRE(before != nullptr);
+      CHECK(kvs_test::tail_of(*s) == kvs_test::tail_of(*before));
+    }
+  }
+}
+
 /// The property: when `in` is canonical for `d`, the fast path and decode +
 /// encode agree byte for byte for every rank, decode keeps every event, and
 /// the bytes with their own rank are `in` itself. Returns whether it was.
@@ -48,6 +95,7 @@ bool check_same_as_decode_encode(const std::string& in, event_dialect d) {
   std::string own;
   encode_event_batch(ok->batch, d, own);
   CHECK(hex(own) == hex(in));
+  check_recorded(in, d, ok->batch.events);
   for (const auto& r : ranks) {
     kv_event_batch b = ok->batch;
     b.dp_rank = r;
@@ -118,6 +166,7 @@ TEST_CASE("what our encoder writes is always canonical for its dialect") {
       REQUIRE(check_same_as_decode_encode(bytes, d));
     }
   }
+  CHECK(same_tails > 1000); // what the indexer applies without a decode was exercised
 }
 
 TEST_CASE("random mutations of canonical batches: accepted only where decode + encode agrees") {
