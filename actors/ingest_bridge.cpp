@@ -94,15 +94,18 @@ bool ingest_bridge::decode(const zmq::message_t& payload, kv_event_batch& out) {
   // Pass-through: bytes that decode + encode would reproduce exactly are
   // forwarded as they are (the publisher rewrites only dp_rank).
   // The check also records each event for the rank's indexer, which then
-  // applies BlockStored events without walking the bytes again.
-  auto events = std::make_shared<canonical_events>();
-  if (auto c = check_canonical_event_batch(data, payload.size(), p_.dialect, events.get())) {
+  // applies BlockStored events without walking the bytes again: worth it
+  // from a few events on (an event whose tail is the one before it's); a
+  // smaller batch is decoded by the indexer.
+  if (auto c = check_canonical_event_batch(data, payload.size(), p_.dialect, &recorded_)) {
     out = kv_event_batch{};
     out.ts = c->ts;
     out.dp_rank = c->dp_rank;
     out.wire = canonical_wire{
       std::make_shared<const std::string>(static_cast<const char*>(payload.data()), payload.size()),
-      p_.dialect, *c, std::move(events)};
+      p_.dialect, *c, nullptr};
+    if (c->events >= min_recorded_events)
+      out.wire->events = std::make_shared<const canonical_events>(recorded_);
     return true;
   }
   auto res = decode_event_batch(data, payload.size());

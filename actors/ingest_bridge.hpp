@@ -37,6 +37,12 @@
 
 namespace kvs {
 
+/// A pass-through batch of at least this many events goes to the indexer
+/// with the canonical check's record of its events (kv_events.hpp
+/// canonical_events); a smaller one is decoded there instead: its first
+/// event always is, and copying the record costs more than it saves.
+inline constexpr uint32_t min_recorded_events = 4;
+
 struct ingest_bridge_params {
   int64_t rank = 0;
   std::string endpoint;        ///< engine PUB, offset for the rank
@@ -118,6 +124,9 @@ private:
   uint64_t published_ = 0;
   uint64_t dropped_events_ = 0;
   uint64_t bad_payloads_ = 0;
+  /// Where the canonical check records a frame's events (its capacity kept
+  /// from frame to frame); each recorded batch takes an exact-size copy.
+  canonical_events recorded_;
   uint64_t dropped_queue_full_ = 0;
   uint64_t gaps_ = 0;
   uint64_t refilled_ = 0;

@@ -68,15 +68,11 @@ public:
     if (!array_header(n))
       return false;
     if (rec_) {
-      // Sized once from the frame (an event takes at least 8 bytes, a hash
-      // 1, a token id 3 in what engines send: ids below 256 are rare), so
-      // that recording rarely grows a vector while walking.
+      // The caller's vectors keep their capacity from frame to frame.
       rec_->events.clear();
       rec_->hashes.clear();
       rec_->tokens.clear();
       rec_->events.reserve(std::min<size_t>(n, left() / 8));
-      rec_->hashes.reserve(std::min<size_t>(n, left() / 8));
-      rec_->tokens.reserve(left() / 3);
     }
     for (uint32_t k = 0; k < n; ++k) {
       const uint8_t* at = p_;
