@@ -232,8 +232,10 @@ void block_index::packed_tokens::append_to(std::vector<int64_t>& out) const {
       out[at + i] = data_[i];
 }
 
-block_index::block_index(size_t max_blocks)
-    : max_blocks_(max_blocks), seed_((uint64_t{std::random_device{}()} << 32) | std::random_device{}()) {}
+block_index::block_index(size_t max_blocks) : max_blocks_(max_blocks) {
+  std::random_device seed;
+  seed_ = (uint64_t{seed()} << 32) | seed();
+}
 
 void block_index::apply(const kv_event& ev) {
   if (auto s = std::get_if<block_stored>(&ev)) {
@@ -433,6 +435,8 @@ void block_index::apply(const kv_event_batch& batch) {
       continue;
     if (auto one = decode_one_event(bytes + ev.at, ev.size))
       apply(*one);
+    else
+      prepared_.valid = false; // never for a canonical payload; nothing to reuse after it
   }
 }
 

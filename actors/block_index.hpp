@@ -2,8 +2,8 @@
 // publishes, and the consistent snapshots served to late routers.
 //
 // Pure single-threaded data structure (no CAF, no ZeroMQ), owned by the
-// rank's publisher, which applies every batch right where it assigns the
-// batch's seq. A block is keyed by (hash, medium, group_idx), the way vLLM
+// rank's indexer (actors/indexer.hpp), which applies the published batches
+// in seq order. A block is keyed by (hash, medium, group_idx), the way vLLM
 // keys its events: the same hash may be held on "GPU" and on "CPU" at once,
 // and a BlockRemoved names hashes of one medium (and KV-cache group).
 //
@@ -197,9 +197,8 @@ private:
   size_t record_bytes(const record& r) const;
 
   size_t max_blocks_;
-  uint64_t seed_;
+  uint64_t seed_ = 0; ///< hash_of()'s, drawn per index
   slot_table table_; ///< key -> slot index
-
   std::vector<record> slots_;
   std::vector<uint32_t> free_;
   uint32_t head_ = none, tail_ = none;

@@ -36,8 +36,12 @@ indexer(indexer_actor::stateful_pointer<indexer_state> self, indexer_params para
   return {
     [self](publish_atom, uint64_t first_seq, kv_event_batches& in) {
       auto& st = self->state;
-      for (auto& batch : in.items)
+      int64_t bytes = 0;
+      for (auto& batch : in.items) {
+        bytes += held_bytes(batch); // as the publisher counted it
         st.index.apply(batch);
+      }
+      st.p.queue->indexing_bytes.fetch_sub(bytes, std::memory_order_acq_rel);
       st.batches += in.items.size();
       if (!in.items.empty())
         st.last_seq = first_seq + in.items.size() - 1;

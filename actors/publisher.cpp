@@ -73,6 +73,10 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
       self->send(st.p.replay, record_atom_v, out);
     self->send(st.p.pub_bridge, publish_atom_v, std::move(out));
     if (st.p.indexer) {
+      int64_t bytes = 0;
+      for (const auto& batch : in.items)
+        bytes += held_bytes(batch);
+      st.p.queue->indexing_bytes.fetch_add(bytes, std::memory_order_acq_rel);
       st.p.queue->indexing.fetch_add(static_cast<int64_t>(in.items.size()),
                                      std::memory_order_acq_rel);
       self->send(st.p.indexer, publish_atom_v, first_seq, std::move(in));

@@ -7,12 +7,15 @@
 // of blocking the engine (vLLM's blocking put deadlocks DP ranks).
 //
 // "Indexing" counts batches the publisher handed to the rank's indexer
-// (actors/indexer.hpp) and the indexer has not applied yet. The index is
-// kept off the live path, on its own thread; this bound is what keeps a
-// slower indexer from growing without limit: past max_queue_size batches
-// behind, new batches are dropped and counted here as for a full queue.
-// Shared between threads, so atomics and nothing else.
+// (actors/indexer.hpp) and the indexer has not applied yet, and
+// "indexing_bytes" the memory they hold (held_bytes()). The index is kept
+// off the live path, on its own thread; these bounds are what keep a slower
+// indexer from growing without limit: past max_queue_size batches or
+// max_indexing_bytes behind, new batches are dropped and counted here as
+// for a full queue. Shared between threads, so atomics and nothing else.
 #pragma once
+
+#include "messages/kv_events.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -20,12 +23,31 @@
 
 namespace kvs {
 
+/// What a batch handed to the indexer holds in memory until it is applied:
+/// a pass-through batch's frame and record, or a decoded batch's events.
+inline int64_t held_bytes(const kv_event_batch& b) {
+  size_t n = sizeof(kv_event_batch);
+  if (b.wire) {
+    n += b.wire->bytes->size();
+    if (const auto& r = b.wire->events)
+      n += r->events.size() * sizeof(canonical_event) + r->hashes.size() * sizeof(uint64_t)
+           + r->tokens.size() * sizeof(int32_t);
+  }
+  n += b.events.size() * sizeof(kv_event);
+  for (const auto& ev : b.events)
+    if (const auto* s = std::get_if<block_stored>(&ev))
+      n += (s->block_hashes.size() + s->token_ids.size()) * sizeof(uint64_t);
+  return static_cast<int64_t>(n);
+}
+
 struct relay_queue {
-  explicit relay_queue(int64_t max) : max_size(max) {}
+  explicit relay_queue(int64_t max, int64_t max_bytes = INT64_MAX)
+      : max_size(max), max_indexing_bytes(max_bytes) {}
 
   /// Reserves room for one batch; false (and counted) when full.
   bool admit() {
-    if (indexing.load(std::memory_order_acquire) >= max_size) {
+    if (indexing.load(std::memory_order_acquire) >= max_size ||
+        indexing_bytes.load(std::memory_order_acquire) >= max_indexing_bytes) {
       dropped_full.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
@@ -43,8 +65,10 @@ struct relay_queue {
   }
 
   const int64_t max_size;
+  const int64_t max_indexing_bytes;
   std::atomic<int64_t> queued{0};
   std::atomic<int64_t> indexing{0}; ///< handed to the indexer, not applied yet
+  std::atomic<int64_t> indexing_bytes{0}; ///< what those hold (held_bytes)
   std::atomic<uint64_t> dropped_full{0};
 };
 

@@ -29,7 +29,8 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
   auto interval = cfg.sidecar.stats_interval;
   auto dialect = ev.format;
   for (int64_t r = 0; r < ev.dp_size; ++r) {
-    auto queue = std::make_shared<relay_queue>(ev.max_queue_size);
+    auto queue = std::make_shared<relay_queue>(ev.max_queue_size,
+                                               static_cast<int64_t>(ev.max_queue_bytes));
     t.queues.push_back(queue);
 
     replay_actor rep;

@@ -574,6 +574,9 @@ expected<config> finish(const toml::table& t, loader& l) {
     l.fail_at("events.ingest_max_message_size", "expected at most 1TiB");
   e.replay_hwm = r.integer("events.replay_hwm", 1, 1000000000);
   e.max_queue_size = r.integer("events.max_queue_size", 1, 1000000000);
+  e.max_queue_bytes = r.size("events.max_queue_bytes", 1024 * 1024);
+  if (!l.error && e.max_queue_bytes > (uint64_t{1} << 50))
+    l.fail_at("events.max_queue_bytes", "expected at most 1PiB");
   e.topic = r.str("events.topic");
   // Every rank's endpoints must be derivable (vLLM's offset rule).
   for (auto key : {"events.ingest_endpoint", "events.ingest_replay_endpoint",

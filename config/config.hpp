@@ -48,6 +48,7 @@ struct events_config {
   uint64_t ingest_max_message_size = 0; ///< bigger engine frames are refused (then re-dialled)
   int64_t replay_hwm = 0;              ///< replay ROUTER, per client
   int64_t max_queue_size = 0;
+  uint64_t max_queue_bytes = 0; ///< what batches the indexer has not applied may hold
   std::string topic;
 };
 

@@ -326,8 +326,11 @@ TEST_CASE_FIXTURE(fixture, "publisher: a live batch goes out before the indexer 
   REQUIRE(sent.size() == 1);
   CHECK(sent[0].seq == 1);
   CHECK(queue->indexing.load() == 1);
+  // What the waiting batch holds: its frame, at least, and its record.
+  CHECK(queue->indexing_bytes.load() > static_cast<int64_t>(sent[0].payload->size()));
   sched.run();
   CHECK(queue->indexing.load() == 0);
+  CHECK(queue->indexing_bytes.load() == 0);
   // And the indexer got it: a snapshot now holds block 42 at seq 1.
   std::vector<snapshot_part> parts;
   sys.spawn(fake_snapshot_client, idx, &parts);
@@ -342,6 +345,22 @@ TEST_CASE_FIXTURE(fixture, "publisher: a live batch goes out before the indexer 
   caf::anon_send_exit(idx, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(pub, caf::exit_reason::user_shutdown);
   sched.run();
+}
+
+TEST_CASE("relay queue: an indexer holding max_indexing_bytes makes it drop, too") {
+  relay_queue q{100, 1 << 20};
+  q.indexing.store(1);
+  q.indexing_bytes.store(1 << 20);
+  CHECK_FALSE(q.admit());
+  CHECK(q.dropped_full.load() == 1);
+  q.indexing_bytes.store((1 << 20) - 1);
+  CHECK(q.admit());
+  // held_bytes counts a pass-through batch's frame and record, a decoded
+  // batch's events.
+  kv_event_batch wire = pass_through(batch_with(42, 0), event_dialect::vllm);
+  CHECK(held_bytes(wire) >= static_cast<int64_t>(wire.wire->bytes->size() + sizeof(canonical_event)));
+  kv_event_batch decoded = batch_with(42, 0);
+  CHECK(held_bytes(decoded) >= static_cast<int64_t>(sizeof(kv_event)));
 }
 
 TEST_CASE("relay queue: an indexer max_size batches behind makes it drop, too") {

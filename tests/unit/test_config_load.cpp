@@ -64,6 +64,7 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.events.replay_hwm == 10000);
   CHECK(c.cache.hwm == 100000);
   CHECK(c.events.max_queue_size == 100000);
+  CHECK(c.events.max_queue_bytes == (uint64_t{1} << 30));
   CHECK(c.events.topic.empty());
   CHECK(c.cache.endpoint == "tcp://127.0.0.1:5555");
   CHECK(c.cache.chunk_size == 256);
@@ -180,6 +181,9 @@ TEST_CASE("every socket's high-water mark is bounded; the ingest's frame limit i
   CHECK(e.line == 3);
   CHECK(e.what.find("at least 1024 bytes") != std::string::npos);
   CHECK(error_of("", {"events.ingest_max_message_size=\"2TiB\""}).what == "expected at most 1TiB");
+  auto q = error_of("", {"events.max_queue_bytes=\"1KiB\""});
+  CHECK(q.key == "events.max_queue_bytes");
+  CHECK(q.what.find("at least 1048576 bytes") != std::string::npos);
   auto c = ok("", {"events.ingest_max_message_size=\"4KiB\"", "cache.hwm=5"});
   CHECK(c.events.ingest_max_message_size == 4096);
   CHECK(c.cache.hwm == 5);
