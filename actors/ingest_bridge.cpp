@@ -104,7 +104,7 @@ bool ingest_bridge::decode(const zmq::message_t& payload, kv_event_batch& out) {
     out.wire = canonical_wire{
       std::make_shared<const std::string>(static_cast<const char*>(payload.data()), payload.size()),
       p_.dialect, *c, nullptr};
-    if (c->events >= min_recorded_events)
+    if (c->events >= min_recorded_events && recorded_.events.size() == c->events)
       out.wire->events = std::make_shared<const canonical_events>(recorded_);
     return true;
   }

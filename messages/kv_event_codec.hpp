@@ -108,7 +108,8 @@ void encode_event_batch(const kv_event_batch& batch, event_dialect dialect, std:
 /// decode + encode. Never throws.
 /// With `events`, it also records each event as it reads it (see
 /// canonical_event): the indexer applies BlockStored events from there, with
-/// no second walk of the bytes. Left unspecified when the result is nullopt.
+/// no second walk of the bytes. Left unspecified when the result is nullopt;
+/// holds fewer events than the batch (none) for a frame of 4 GiB or more.
 std::optional<canonical_batch> check_canonical_event_batch(const uint8_t* data, size_t size,
                                                            event_dialect dialect,
                                                            canonical_events* events = nullptr);

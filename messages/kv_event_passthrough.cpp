@@ -72,7 +72,12 @@ public:
       rec_->events.clear();
       rec_->hashes.clear();
       rec_->tokens.clear();
-      rec_->events.reserve(std::min<size_t>(n, left() / 8));
+      // Offsets are 32-bit: a frame of 4 GiB or more is not recorded (its
+      // events stay unrecorded: the indexer decodes it).
+      if (static_cast<size_t>(end_ - begin_) > UINT32_MAX)
+        rec_ = nullptr;
+      else
+        rec_->events.reserve(std::min<size_t>(n, left() / 8));
     }
     for (uint32_t k = 0; k < n; ++k) {
       const uint8_t* at = p_;
