@@ -128,31 +128,9 @@ bool same_attrs(const block_stored& a, const block_stored& ev, bool split_extras
          && a.cache_salt == ev.cache_salt;
 }
 // 472 bytes with libstdc++ on 64-bit Linux (the platforms built); a new field
-// changes it and stops the build here until same_attrs() compares it and
-// attributes_of() copies it.
+// changes it and stops the build here until same_attrs() compares it.
 static_assert(sizeof(void*) != 8 || sizeof(block_stored) == 472,
               "block_stored changed: compare the new field in same_attrs()");
-
-/// The event without its per-block fields (block_hashes, parent_block_hash,
-/// token_ids): what a shared attributes object starts from. Listed field by
-/// field, so the static_assert above guards it too.
-block_stored attributes_of(const block_stored& ev) {
-  block_stored a;
-  a.block_size = ev.block_size;
-  a.lora_id = ev.lora_id;
-  a.medium = ev.medium;
-  a.lora_name = ev.lora_name;
-  a.extra_keys_msgpack = ev.extra_keys_msgpack;
-  a.group_idx = ev.group_idx;
-  a.kv_cache_spec_kind = ev.kv_cache_spec_kind;
-  a.kv_cache_spec_sliding_window = ev.kv_cache_spec_sliding_window;
-  a.locality = ev.locality;
-  a.ownership = ev.ownership;
-  a.session_id = ev.session_id;
-  a.lookahead_token_ids = ev.lookahead_token_ids;
-  a.cache_salt = ev.cache_salt;
-  return a;
-}
 
 void append_array_header(std::string& out, size_t len) {
   if (len <= 15) {
@@ -191,14 +169,20 @@ block_index::packed_tokens& block_index::packed_tokens::operator=(const packed_t
   return *this;
 }
 
-void block_index::packed_tokens::assign(const int64_t* first, const int64_t* last) {
-  const auto n = static_cast<uint32_t>(last - first);
-  // Narrowed in the same pass that checks the range (token ids fit int32
-  // for every vocabulary); stored wide only when one does not.
+void block_index::packed_tokens::narrow_buffer(uint32_t n) {
+  // A block stored again (or a slot reused) usually has as many tokens:
+  // its buffer is kept.
   if (!data_ || wide_ || n != n_)
     data_.reset(n ? new int32_t[n] : nullptr);
   n_ = n;
   wide_ = false;
+}
+
+void block_index::packed_tokens::assign(const int64_t* first, const int64_t* last) {
+  const auto n = static_cast<uint32_t>(last - first);
+  // Narrowed in the same pass that checks the range (token ids fit int32
+  // for every vocabulary); stored wide only when one does not.
+  narrow_buffer(n);
   bool fits = true;
   for (uint32_t i = 0; i < n; ++i) {
     fits &= first[i] >= std::numeric_limits<int32_t>::min()
@@ -214,10 +198,7 @@ void block_index::packed_tokens::assign(const int64_t* first, const int64_t* las
 
 void block_index::packed_tokens::assign(const int32_t* first, const int32_t* last) {
   const auto n = static_cast<uint32_t>(last - first);
-  if (!data_ || wide_ || n != n_)
-    data_.reset(n ? new int32_t[n] : nullptr);
-  n_ = n;
-  wide_ = false;
+  narrow_buffer(n);
   if (n)
     std::memcpy(data_.get(), first, n * sizeof(int32_t));
 }
@@ -254,8 +235,12 @@ std::shared_ptr<const block_stored> block_index::attrs_of(const block_stored& ev
                                                           bool split_lookahead) {
   if (auto last = last_attrs_.lock(); last && same_attrs(*last, ev, split_extras, split_lookahead))
     return last;
-  // A copy without the per-block fields (attributes change rarely).
-  auto shared = new block_stored{attributes_of(ev)};
+  // A copy without the per-block fields (attributes change rarely, so
+  // copying the tokens to drop them costs nothing that matters).
+  auto shared = new block_stored{ev};
+  shared->block_hashes = {};
+  shared->parent_block_hash.reset();
+  shared->token_ids = {};
   if (split_extras)
     shared->extra_keys_msgpack.reset();
   if (split_lookahead)

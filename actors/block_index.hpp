@@ -141,6 +141,8 @@ private:
     size_t words() const {
       return wide_ ? 2 * size_t{n_} : n_;
     }
+    /// Room for n narrow tokens (n_ = n, not wide).
+    void narrow_buffer(uint32_t n);
     std::unique_ptr<int32_t[]> data_;
     uint32_t n_ = 0;
     bool wide_ = false;
