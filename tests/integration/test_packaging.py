@@ -8,7 +8,8 @@ extracted into a temporary root (dpkg-deb -x), holds a binary that runs
 TOML of deploy/kubernetes' ConfigMap; `DESTDIR=... cmake --install` lays out
 the same files; the pod example wires the probes to [http] listen and
 shares a memory-backed /dev/shm; the Dockerfile's HEALTHCHECK command, run
-against a live sidecar, passes (no container runtime is needed for any of it).
+against a live sidecar, passes, and its build stage installs every library
+package the build needs (no container runtime is needed for any of it).
 
 Run: KVSIDECAR_BIN=<build>/kvsidecar KVS_BINARY_DIR=<build> python3 -m pytest -q tests/integration/test_packaging.py
 """
@@ -147,3 +148,21 @@ def test_dockerfile_healthcheck_command_passes_against_a_live_sidecar(sidecar):
     r = subprocess.run(["bash", "-c", cmd.replace("9090", str(port))], timeout=10,
                        stderr=subprocess.DEVNULL)
     assert r.returncode != 0, "the health check passed with nothing listening"
+
+
+def test_dockerfile_build_stage_installs_every_library_the_build_needs():
+    """The image builds from the Dockerfile alone: its build stage installs
+    every -dev package scripts/install-deps.sh lists, except those only the
+    benchmarks and fuzzers use (the image builds neither). A package added
+    to one list and not the other fails here, not in someone's docker build
+    (libhiredis-dev was missing until this test)."""
+    deps = (ROOT / "scripts" / "install-deps.sh").read_text()
+    listed = re.search(r"^DEB_PACKAGES=\((.*?)^\)", deps, re.M | re.S)
+    assert listed, "install-deps.sh lists its Debian packages in DEB_PACKAGES=( ... )"
+    wanted = {p for p in listed.group(1).split() if p.endswith("-dev")}
+    wanted -= {"libbenchmark-dev", "libclang-rt-14-dev"}  # benchmarks, fuzzers
+    text = (ROOT / "Dockerfile").read_text()
+    build_stage = text.split("FROM debian:12-slim")[0]
+    installed = set(re.findall(r"[\w.+-]+-dev\b", build_stage))
+    assert wanted <= installed, f"Dockerfile's build stage lacks {sorted(wanted - installed)}"
+    assert "-DKVSIDECAR_BENCH=OFF" in build_stage
