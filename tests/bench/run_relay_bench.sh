@@ -8,7 +8,8 @@
 # runs side by side: the codec alone (bench_relay codec: kvsidecar's decode,
 # encode and pass-through check; codec_msgspec_bench.py: msgspec's typed
 # decode + encode of the very same payloads), raw (libzmq PUB->SUB, bench_relay raw), relay (through
-# one kvsidecar, bench_relay relay) and seed (tokenspeed's ZmqEventPublisher,
+# one kvsidecar, bench_relay relay; then "steady", the same once more while
+# the replay buffer still holds this size's batches) and seed (tokenspeed's ZmqEventPublisher,
 # relay_seed_bench.py), plus two one-thread reference relays without actors
 # (bench_relay minirelay: "mini" decodes and re-encodes like kvsidecar,
 # "passthru" validates and forwards the engine's bytes) that show what the
@@ -173,6 +174,12 @@ for REP in $(seq 1 "$REPEATS"); do
     run "$BENCH" raw --batch "$B" --seconds "$RUN_SECONDS" --port "$P_RAW" --format "$FORMAT"
     run "$BENCH" relay --batch "$B" --seconds "$RUN_SECONDS" --ingest-port "$P_INGEST" \
       --sub-port "$P_PUB" --format "$FORMAT"
+    # Once more at once: "steady" finds the replay buffer already full of
+    # batches of this size. The run above started with it full of the
+    # previous size's and paid for the change (at 256 events/batch glibc
+    # faults the ~500 MB of payload memory in again: BENCHMARKS.md).
+    run LABEL=steady "$BENCH" relay --batch "$B" --seconds "$RUN_SECONDS" --ingest-port "$P_INGEST" \
+      --sub-port "$P_PUB" --format "$FORMAT"
     run "$PY" "$SEED_BENCH" --batch "$B" --seconds "$RUN_SECONDS" --port "$P_SEED"
     if [[ "${MINI:-1}" == 1 ]]; then
       run LABEL=mini "$BENCH" relay --batch "$B" --seconds "$RUN_SECONDS" --ingest-port "$P_MF_IN" \
@@ -270,19 +277,21 @@ print(f"KV event relay, format {fmt}: medians of {max((int(r['rep']) for r in ro
       f"runs; {os.cpu_count()} CPUs ({cpu}); load average {load_start} at start, {load_end} at end")
 print()
 hdr = (f"{'events/batch':>12} | {'raw libzmq ev/s':>16} | {'relay ev/s':>14} | {'seed ev/s':>14} | "
-       f"{'relay/raw':>9} | {'relay/seed':>10} | {'mini ev/s':>12} | {'passthru ev/s':>13} | {'lost':>5}")
+       f"{'relay/raw':>9} | {'relay/seed':>10} | {'steady/raw':>10} | {'mini ev/s':>12} | "
+       f"{'passthru ev/s':>13} | {'lost':>5}")
 print(hdr)
 print("-" * len(hdr))
 summary = {"format": fmt, "cpus": os.cpu_count(), "load_start": load_start, "load_end": load_end,
            "sidecar_peak_rss_kb": int(rss_kb or 0), "sidecar_unexpected_warnings": int(warnings or 0),
            "throughput": {}, "latency": {}, "codec": summary_codec}
 for b in sizes:
-    raw, rel, seed, mini, pt = (med(m, b, "events_per_s")
-                                for m in ("raw", "relay", "seed", "mini", "passthru"))
+    raw, rel, seed, mini, pt, steady = (med(m, b, "events_per_s")
+                                        for m in ("raw", "relay", "seed", "mini", "passthru", "steady"))
     lost = sum(int(r["lost"]) for r in rows
-               if r["mode"] in ("raw", "relay", "seed") and r["batch"] == str(b))
+               if r["mode"] in ("raw", "relay", "seed", "steady") and r["batch"] == str(b))
     print(f"{b:>12} | {f(raw):>16} | {f(rel):>14} | {f(seed):>14} | {f(ratio(rel, raw), 2):>9} | "
-          f"{f(ratio(rel, seed), 2):>10} | {f(mini):>12} | {f(pt):>13} | {lost:>5}")
+          f"{f(ratio(rel, seed), 2):>10} | {f(ratio(steady, raw), 2):>10} | {f(mini):>12} | "
+          f"{f(pt):>13} | {lost:>5}")
     summary["throughput"][str(b)] = {
         "raw_events_per_s": raw, "relay_events_per_s": rel, "seed_events_per_s": seed,
         "raw_batches_per_s": med("raw", b, "batches_per_s"),
@@ -290,9 +299,12 @@ for b in sizes:
         "seed_batches_per_s": med("seed", b, "batches_per_s"),
         "relay_over_raw": ratio(rel, raw), "relay_over_seed": ratio(rel, seed), "lost": lost,
         "mini_events_per_s": mini, "passthru_events_per_s": pt,
+        "steady_events_per_s": steady, "steady_over_raw": ratio(steady, raw),
         "payload_bytes": {m: next((int(r["payload_bytes"]) for r in rows if r["mode"] == m
                                    and r["batch"] == str(b)), None) for m in ("raw", "relay", "seed")}}
-print("(lost: batches sent and never received by raw, relay and seed, all repeats; 0 expected.")
+print("(lost: batches sent and never received by raw, relay, steady and seed, all repeats; 0 expected.")
+print(" steady: the relay run again right away, its replay buffer already holding batches of this")
+print(" size; relay/raw is the first run, which starts with the previous size's batches in it.")
 print(" mini / passthru: one-thread reference relays without actors, bench_relay minirelay")
 print(" --work full (decode + re-encode, kvsidecar's per-batch work) / validate (decode, forward bytes))")
 print()
