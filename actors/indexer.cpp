@@ -34,14 +34,11 @@ indexer(indexer_actor::stateful_pointer<indexer_state> self, indexer_params para
                             st.p.max_blocks));
   arm_stats(self, st.p.stats_interval);
   return {
-    [self](publish_atom, uint64_t first_seq, kv_event_batches& in) {
+    [self](publish_atom, uint64_t first_seq, int64_t held, kv_event_batches& in) {
       auto& st = self->state;
-      int64_t bytes = 0;
-      for (auto& batch : in.items) {
-        bytes += held_bytes(batch); // as the publisher counted it
+      for (auto& batch : in.items)
         st.index.apply(batch);
-      }
-      st.p.queue->indexing_bytes.fetch_sub(bytes, std::memory_order_acq_rel);
+      st.p.queue->indexing_bytes.fetch_sub(held, std::memory_order_acq_rel);
       st.batches += in.items.size();
       if (!in.items.empty())
         st.last_seq = first_seq + in.items.size() - 1;

@@ -40,15 +40,16 @@ using publisher_actor = caf::typed_actor<
   caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 /// indexer[dp=r] — one per DP rank, on its own thread (actors/indexer.hpp).
-/// `publish_atom, first_seq, batches`: what the publisher published, seq
-/// first_seq on, applied in order to the rank's block index
+/// `publish_atom, first_seq, held, batches`: what the publisher published,
+/// seq first_seq on (holding `held` bytes of the rank's relay_queue
+/// indexing_bytes, released once applied), applied in order to the rank's block index
 /// (actors/block_index.hpp). Serves snapshots of the index to the replay
 /// bridge, one part of raw BlockStored batches per credit
 /// (actors/indexer_snapshot.hpp); the bridge encodes and streams them. Off
 /// the live path: a live batch never waits behind an index update or a
 /// snapshot part.
 using indexer_actor = caf::typed_actor<
-  caf::reacts_to<publish_atom, uint64_t, kv_event_batches>,
+  caf::reacts_to<publish_atom, uint64_t, int64_t, kv_event_batches>,
   caf::reacts_to<snapshot_request>,
   caf::reacts_to<snapshot_credit>,
   caf::reacts_to<stats_atom>,

@@ -79,7 +79,7 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
       st.p.queue->indexing_bytes.fetch_add(bytes, std::memory_order_acq_rel);
       st.p.queue->indexing.fetch_add(static_cast<int64_t>(in.items.size()),
                                      std::memory_order_acq_rel);
-      self->send(st.p.indexer, publish_atom_v, first_seq, std::move(in));
+      self->send(st.p.indexer, publish_atom_v, first_seq, bytes, std::move(in));
     }
   };
   // Seq 0 of every rank: a router that kept blocks from a previous sidecar

@@ -509,14 +509,15 @@ private:
       ev_.stored = true;
       if (!lit(k_stored) || !hashes(true) || !opt_hash() || !tokens(true))
         return false;
+      // The tail is block_size alone: memoized as vLLM's is.
+      if (tail_as_before(1)) {
+        ev_.same_tail = prev_stored_;
+        return true;
+      }
       const uint8_t* tail = p_;
       if (!block_size())
         return false;
-      const auto size = static_cast<size_t>(p_ - tail);
-      ev_.same_tail = prev_stored_ && size == ts_tail_size_ &&
-                      std::memcmp(tail, ts_tail_, size) == 0;
-      ts_tail_ = tail;
-      ts_tail_size_ = size;
+      remember_tail(tail, 1);
       return true;
     }
     if (byte(0x92))
@@ -534,14 +535,11 @@ private:
   const uint8_t* begin_;
   const uint8_t* p_;
   const uint8_t* end_;
-  /// The last canonical BlockStored tail (vLLM dialect) and its event's
+  /// The last canonical BlockStored tail (either dialect) and its event's
   /// entry count.
   const uint8_t* memo_ = nullptr;
   size_t memo_size_ = 0;
   uint32_t memo_entries_ = 0;
-  /// tokenspeed's tail: block_size's bytes.
-  const uint8_t* ts_tail_ = nullptr;
-  size_t ts_tail_size_ = 0;
   // What is recorded for the indexer (rec_ may be null: nothing is).
   canonical_events* rec_;
   canonical_event ev_;      ///< the event being read
