@@ -102,7 +102,9 @@ bool ingest_bridge::decode(const zmq::message_t& payload, kv_event_batch& out) {
     out.ts = c->ts;
     out.dp_rank = c->dp_rank;
     out.wire = canonical_wire{
-      std::make_shared<const std::string>(static_cast<const char*>(payload.data()), payload.size()),
+      p_.pool ? p_.pool->copy(payload.data(), payload.size())
+              : std::make_shared<const std::string>(static_cast<const char*>(payload.data()),
+                                                    payload.size()),
       p_.dialect, *c, nullptr};
     if (c->events >= min_recorded_events && recorded_.events.size() == c->events)
       out.wire->events = std::make_shared<const canonical_events>(recorded_);
@@ -459,6 +461,9 @@ stats_snapshot ingest_bridge::snapshot() {
     .counter("disconnects", "kvsidecar_events_ingest_disconnects_total", disconnects_)
     .counter("reconnects", "kvsidecar_events_ingest_reconnects_total", reconnects_)
     .counter("engine_restarts", "kvsidecar_events_engine_restarts_total", engine_restarts_);
+  if (p_.pool)
+    s.gauge("payload_pool_bytes", "kvsidecar_events_payload_pool_bytes", p_.pool->kept_bytes())
+      .counter("payloads_reused", "kvsidecar_events_payloads_reused_total", p_.pool->reused());
   return s;
 }
 

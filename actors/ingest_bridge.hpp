@@ -29,6 +29,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/relay_queue.hpp"
 #include "actors/zmq_bridge.hpp"
+#include "messages/kv_event_payload_pool.hpp"
 
 #include <chrono>
 #include <map>
@@ -56,6 +57,9 @@ struct ingest_bridge_params {
   event_dialect dialect = event_dialect::vllm;
   std::vector<publisher_actor> publishers; ///< one per rank
   std::vector<relay_queue_ptr> queues;     ///< one per rank
+  /// Pass-through payloads are copied into its buffers (reused, not faulted
+  /// in again; see kv_event_payload_pool.hpp). Null: each its own.
+  payload_pool_ptr pool;
 };
 
 class ingest_bridge : public zmq_bridge {

@@ -11,13 +11,16 @@ namespace {
 /// The payload to publish: a pass-through batch's own bytes (shared, not
 /// copied, when its dp_rank already is the one to publish; else copied with
 /// only dp_rank rewritten), any other batch encoded.
-std::shared_ptr<const std::string> encode(kv_event_batch& batch, event_dialect dialect) {
+std::shared_ptr<const std::string> encode(kv_event_batch& batch, event_dialect dialect,
+                                          payload_pool* pool) {
   if (batch.wire && batch.wire->dialect == dialect) {
     const canonical_wire& w = *batch.wire;
     if (w.layout.dp_rank == batch.dp_rank)
       return w.bytes;
-    auto payload = std::make_shared<std::string>();
-    payload->reserve(w.layout.rank_offset + 9);
+    // dp_rank is the last item: at most 9 bytes.
+    const size_t size = w.layout.rank_offset + 9;
+    auto payload = pool ? pool->take(size) : std::make_shared<std::string>();
+    payload->reserve(size);
     encode_canonical_with_rank(reinterpret_cast<const uint8_t*>(w.bytes->data()), w.layout,
                                batch.dp_rank, *payload);
     return payload;
@@ -65,7 +68,7 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
     for (auto& batch : in.items) {
       if (!batch.dp_rank)
         batch.dp_rank = st.p.rank;
-      out.items.push_back(encoded_batch{st.next_seq++, encode(batch, st.p.dialect)});
+      out.items.push_back(encoded_batch{st.next_seq++, encode(batch, st.p.dialect, st.p.pool.get())});
       ++st.batches;
       st.events += batch.event_count();
     }

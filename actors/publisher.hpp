@@ -3,6 +3,7 @@
 
 #include "actors/interfaces.hpp"
 #include "actors/relay_queue.hpp"
+#include "messages/kv_event_payload_pool.hpp"
 
 #include <chrono>
 #include <string>
@@ -16,6 +17,9 @@ struct publisher_params {
   replay_actor replay;   ///< may be null (replay off)
   indexer_actor indexer; ///< may be null (no block index: tests)
   relay_queue_ptr queue;
+  /// Pass-through payloads given this rank's dp_rank are written into its
+  /// buffers (the ingest bridge's pool; null: each its own).
+  payload_pool_ptr pool;
   std::chrono::nanoseconds stats_interval{};
 };
 

@@ -28,10 +28,15 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
   auto& ev = cfg.events;
   auto interval = cfg.sidecar.stats_interval;
   auto dialect = ev.format;
+  std::vector<payload_pool_ptr> pools; // one per rank: its ingest bridge's and publisher's
   for (int64_t r = 0; r < ev.dp_size; ++r) {
     auto queue = std::make_shared<relay_queue>(ev.max_queue_size,
                                                static_cast<int64_t>(ev.max_queue_bytes));
     t.queues.push_back(queue);
+    // Large payloads' memory, kept for reuse up to what the rank's replay
+    // buffer holds at most anyway.
+    auto pool = payload_pool::make(static_cast<size_t>(ev.buffer_bytes));
+    pools.push_back(pool);
 
     replay_actor rep;
     if (!ev.replay_endpoint.empty()) {
@@ -73,6 +78,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     ppp.replay = rep;
     ppp.indexer = idx;
     ppp.queue = queue;
+    ppp.pool = pool;
     ppp.stats_interval = interval;
     auto p = sys.spawn(publisher, ppp);
     publishers.push_back(p);
@@ -113,6 +119,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     ip.dialect = dialect;
     ip.publishers = publishers;
     ip.queues = t.queues;
+    ip.pool = pools[static_cast<size_t>(r)];
     t.input_bridges.push_back(
       sys.spawn<ingest_bridge, caf::detached>(ctx, supervisor, interval, ip));
     t.summary.push_back(fmt::format("dp={}: ingest_bridge {} -> publisher", r, ip.endpoint));

@@ -49,6 +49,10 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_events_replay_abandoned_total", "Replay streams given up (client gone)"},
   {"kvsidecar_events_replay_kept_batches", "Batches kept for replay"},
   {"kvsidecar_events_replay_kept_bytes", "Payload bytes kept for replay"},
+  {"kvsidecar_events_payload_pool_bytes",
+   "Bytes of large-payload buffers kept for reuse (at most events.buffer_bytes per rank)"},
+  {"kvsidecar_events_payloads_reused_total",
+   "Engine payloads copied into a reused buffer instead of newly allocated memory"},
   // -- cache server ---------------------------------------------------------------
   {"kvsidecar_cache_l2_prefetches_total", "LOOKUPs that asked the L2 tiers for the rest of the prefix"},
   {"kvsidecar_cache_l2_prefetch_failures_total", "L2 prefetches that failed (answered with the L1 hits)"},

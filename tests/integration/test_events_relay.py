@@ -394,6 +394,39 @@ def test_replay_start_older_than_buffer_starts_at_oldest(rig, fmt):
     assert s["seq"] == f"{live[-8].seq}..{live[-1].seq}"
 
 
+def test_large_payloads_exact_through_reused_memory(rig):
+    """Payloads of 16 KiB and more are copied into buffers the relay reuses
+    once the replay buffer has dropped them (messages/kv_event_payload_pool.hpp):
+    the bytes published and replayed are still exactly the engine's (a batch
+    without dp_rank: the engine's with the rank set), the memory is reused,
+    and what is kept for reuse stays within events.buffer_bytes."""
+    budget = 1 << 20
+    r = rig(overrides={"events.buffer_steps": 3, "events.buffer_bytes": "1MiB"})
+
+    def big(i, rank):
+        # 300 events of fixed-size fields: every payload is the same size.
+        return vs.KVEventBatch(ts=float(i), data_parallel_rank=rank, events=[
+            vs.BlockStored(block_hashes=[H_BIG + i * 1000 + k], parent_block_hash=None,
+                           token_ids=list(range(i, i + 16)), block_size=16, lora_id=None,
+                           medium="GPU", lora_name=None) for k in range(300)])
+
+    n = 40
+    want = []
+    for i in range(n):
+        r.engine.send(0, vs.encoder.encode(big(i, 0 if i % 2 else None)))
+        want.append(vs.encoder.encode(big(i, 0)))
+        # One at a time: at most the ring's three batches and this one are alive.
+        got = r.sub.recv_n(1, 0)
+        assert [m.payload for m in got] == want[-1:], f"batch {i}"
+    assert len(want[0]) >= 16 << 10
+    kept = replay_batches(r.replay(got[-1].seq - 2), "vllm")
+    assert [p for _, p in kept] == want[-3:]
+    # All but the first few reuse a buffer the ring dropped.
+    s = r.sidecar.wait_stats("ingest", lambda s: s.get("payloads_reused", 0) >= n - 10,
+                             what=f"payloads_reused >= {n - 10}")
+    assert 0 < s["payload_pool_bytes"] <= budget, s
+
+
 def test_malformed_replay_requests_ignored_server_keeps_serving(rig, zctx):
     r = rig()
     live = publish_n(r, 10)
