@@ -219,6 +219,7 @@ block_index::block_index(size_t max_blocks) : max_blocks_(max_blocks) {
 }
 
 void block_index::apply(const kv_event& ev) {
+  prepared_tail_.valid = false; // prepared_ is this event's now (if any)
   if (auto s = std::get_if<block_stored>(&ev)) {
     store(*s);
     return;
@@ -412,16 +413,32 @@ void block_index::apply(const kv_event_batch& batch) {
     return;
   }
   const canonical_events& rec = *batch.wire->events;
+  const auto dialect = batch.wire->dialect;
   for (const auto& ev : rec.events) {
-    if (ev.stored && ev.same_tail && ev.narrow &&
+    // Reusable: the tail of the event before it in this batch (the check
+    // compared), or, for a batch's first, of the one prepared_ came from.
+    const auto tail = [&] {
+      return std::string_view{reinterpret_cast<const char*>(bytes) + ev.tail_at,
+                              ev.at + ev.size - ev.tail_at};
+    };
+    const bool same = ev.same_tail || (prepared_tail_.valid && prepared_tail_.dialect == dialect
+                                       && ev.stored && tail() == prepared_tail_.bytes);
+    if (ev.stored && same && ev.narrow &&
         apply_stored(rec.hashes.data() + ev.hashes_at, ev.hashes,
                      ev.has_parent ? std::optional<uint64_t>{ev.parent} : std::nullopt,
                      rec.tokens.data() + ev.tokens_at, ev.tokens))
       continue;
-    if (auto one = decode_one_event(bytes + ev.at, ev.size))
+    ++decoded_events_;
+    if (auto one = decode_one_event(bytes + ev.at, ev.size)) {
       apply(*one);
-    else
+      if (ev.stored && prepared_.valid) {
+        prepared_tail_.valid = true;
+        prepared_tail_.dialect = dialect;
+        prepared_tail_.bytes.assign(tail());
+      }
+    } else {
       prepared_.valid = false; // never for a canonical payload; nothing to reuse after it
+    }
   }
 }
 

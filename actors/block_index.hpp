@@ -63,6 +63,11 @@ public:
   uint64_t refused() const {
     return refused_;
   }
+  /// Events of pass-through batches decoded from their bytes (the others
+  /// went in from the ingest bridge's record).
+  uint64_t decoded_events() const {
+    return decoded_events_;
+  }
   /// Bytes the index holds: slots, hash table, per-block token ids and
   /// extra keys, shared per-event attributes and pending snapshot pre-images.
   size_t memory_bytes() const;
@@ -224,6 +229,15 @@ private:
     std::vector<std::shared_ptr<const std::string>> extra_keys; ///< per block, or none
     std::vector<std::shared_ptr<const std::vector<int64_t>>> lookahead; ///< per block, or none
   } prepared_;
+  /// The bytes after token_ids of the pass-through BlockStored prepared_
+  /// was derived from (and its dialect): a later batch's first BlockStored
+  /// with the same bytes there reuses prepared_ instead of being decoded.
+  struct prepared_tail {
+    bool valid = false;
+    event_dialect dialect = event_dialect::vllm;
+    std::string bytes;
+  } prepared_tail_;
+  uint64_t decoded_events_ = 0;
 
   // snapshot
   bool snap_active_ = false;

@@ -98,8 +98,9 @@ caf::behavior engine_bridge::handlers() {
 void engine_bridge::on_socket(size_t, short revents) {
   if (!(revents & ZMQ_POLLIN))
     return;
+  // One vector for every request: no allocations for the frame list.
+  auto& frames = frames_;
   for (int burst = 0; burst < max_requests_per_wakeup; ++burst) {
-    std::vector<zmq::message_t> frames;
     if (!recv_message(router_, frames))
       return;
     on_request(frames);

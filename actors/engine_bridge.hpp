@@ -61,6 +61,7 @@ private:
 
   engine_bridge_params p_;
   zmq::socket_t router_;
+  std::vector<zmq::message_t> frames_; ///< the request being read (reused)
   /// instance id -> ROUTER identity of the connection that registered it.
   /// Only that connection may re-register, unregister, store or retrieve
   /// through it, or keep it alive with pings; the binding ends when the

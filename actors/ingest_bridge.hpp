@@ -40,8 +40,8 @@ namespace kvs {
 
 /// A pass-through batch of at least this many events goes to the indexer
 /// with the canonical check's record of its events (kv_events.hpp
-/// canonical_events); a smaller one is decoded there instead: its first
-/// event always is, and copying the record costs more than it saves.
+/// canonical_events); a smaller one is decoded there instead: copying the
+/// record costs more than it saves.
 inline constexpr uint32_t min_recorded_events = 4;
 
 struct ingest_bridge_params {
@@ -120,6 +120,7 @@ private:
   std::optional<uint64_t> expected_;
   std::optional<uint64_t> last_live_seq_; ///< seq of last_live_payload_
   zmq::message_t last_live_payload_;      ///< the engine's last live batch, as sent
+  std::vector<zmq::message_t> live_frames_; ///< the live message being read (reused)
   std::optional<gap_fill> gap_;
   std::vector<kv_event_batches> pending_; ///< per rank, sent by flush()
 

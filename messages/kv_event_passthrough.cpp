@@ -449,6 +449,7 @@ private:
         return false;
       // The rest (block_size, medium, extra_keys, ...) is usually the
       // previous BlockStored's bytes: canonical then as it was there.
+      ev_.tail_at = static_cast<uint32_t>(p_ - begin_);
       if (tail_as_before(n)) {
         ev_.same_tail = prev_stored_; // the memo is that event's tail then
         return true;
@@ -510,6 +511,7 @@ private:
       if (!lit(k_stored) || !hashes(true) || !opt_hash() || !tokens(true))
         return false;
       // The tail is block_size alone: memoized as vLLM's is.
+      ev_.tail_at = static_cast<uint32_t>(p_ - begin_);
       if (tail_as_before(1)) {
         ev_.same_tail = prev_stored_;
         return true;

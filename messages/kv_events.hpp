@@ -99,13 +99,14 @@ struct canonical_event {
   uint32_t hashes = 0;
   uint32_t tokens_at = 0; ///< its token ids: canonical_events::tokens[tokens_at..+tokens)
   uint32_t tokens = 0;
-  uint64_t parent = 0;    ///< parent_block_hash, when has_parent
+  uint32_t tail_at = 0;   ///< a BlockStored's fields after token_ids: [tail_at, at + size)
   bool stored = false;    ///< a BlockStored (anything else: decode `at`/`size`)
   bool has_parent = false;
   bool narrow = true;     ///< every token id fits int32 (else decode the bytes)
   /// Its fields after token_ids are, byte for byte, those of the event just
   /// before it, a BlockStored too.
   bool same_tail = false;
+  uint64_t parent = 0;    ///< parent_block_hash, when has_parent
 };
 struct canonical_events {
   std::vector<canonical_event> events;

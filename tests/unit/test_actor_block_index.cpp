@@ -76,6 +76,31 @@ std::vector<flat> sorted(std::vector<flat> v) {
 }
 
 /// Every block whose parent is in the snapshot comes after it.
+/// Encodes `evs` in `dialect`; applies the decoded events to `full` and the
+/// pass-through batch (its record as the ingest bridge makes it) to
+/// `recorded`. Returns that batch.
+kv_event_batch apply_both(const std::vector<kv_event>& evs, event_dialect dialect,
+                          block_index& full, block_index& recorded) {
+  kv_event_batch batch;
+  batch.events = evs;
+  std::string bytes;
+  encode_event_batch(batch, dialect, bytes);
+  // What the bytes say (tokenspeed's have no medium).
+  auto decoded = decode_event_batch(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  REQUIRE(decoded);
+  for (const auto& ev : decoded->batch.events)
+    full.apply(ev);
+  auto events = std::make_shared<canonical_events>();
+  auto layout = check_canonical_event_batch(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            bytes.size(), dialect, events.get());
+  REQUIRE(layout); // what the encoder writes is canonical
+  kv_event_batch wire;
+  wire.wire = canonical_wire{std::make_shared<const std::string>(bytes), dialect, *layout,
+                             std::move(events)};
+  recorded.apply(wire);
+  return wire;
+}
+
 void check_parents_first(const std::vector<flat>& blocks) {
   std::map<std::pair<uint64_t, std::string>, size_t> pos;
   for (size_t i = 0; i < blocks.size(); ++i)
@@ -318,24 +343,10 @@ TEST_CASE("a pass-through batch (recorded events, same_tail) builds the index it
   for (int round = 0; round < 300; ++round) {
     block_index full{1'000'000}, recorded{1'000'000};
     for (int k = 0; k < 4; ++k) {
-      auto batch = kvs_test::random_batch(r);
       const auto dialect = r.coin() ? event_dialect::vllm : event_dialect::tokenspeed;
-      std::string bytes;
-      encode_event_batch(batch, dialect, bytes);
-      auto decoded = decode_event_batch(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-      REQUIRE(decoded);
-      for (const auto& ev : decoded->batch.events)
-        full.apply(ev);
-      auto events = std::make_shared<canonical_events>();
-      auto layout = check_canonical_event_batch(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                                bytes.size(), dialect, events.get());
-      REQUIRE(layout); // what the encoder writes is canonical
-      for (const auto& ev : events->events)
+      auto wire = apply_both(kvs_test::random_batch(r).events, dialect, full, recorded);
+      for (const auto& ev : wire.wire->events->events)
         same += ev.same_tail;
-      kv_event_batch wire;
-      wire.wire = canonical_wire{std::make_shared<const std::string>(bytes), dialect, *layout,
-                                 events};
-      recorded.apply(wire);
     }
     CHECK(recorded.size() == full.size());
     CHECK(recorded.refused() == full.refused());
@@ -343,4 +354,39 @@ TEST_CASE("a pass-through batch (recorded events, same_tail) builds the index it
     CHECK(snapshot_all(recorded) == snapshot_all(full));
   }
   CHECK(same > 200); // the reuse was exercised
+}
+
+TEST_CASE("a pass-through batch's first BlockStored reuses the previous batch's tail") {
+  // Engines send the same block_size, medium and spec in every batch: the
+  // first event of each batch is then not decoded again. A changed tail (a
+  // new medium here) is, and the index still equals the decoded one.
+  block_index full{1'000'000}, recorded{1'000'000};
+  auto pass = [&](const std::vector<kv_event>& evs, event_dialect dialect) {
+    apply_both(evs, dialect, full, recorded);
+  };
+  uint64_t h = 1;
+  for (int b = 0; b < 10; ++b, h += 4)
+    pass({stored({h, h + 1}, std::nullopt), stored({h + 2, h + 3}, h + 1)}, event_dialect::vllm);
+  CHECK(recorded.decoded_events() == 1); // the very first event only
+  pass({stored({h, h + 1}, std::nullopt, "CPU"), stored({h + 2, h + 3}, h + 1, "CPU")},
+       event_dialect::vllm);
+  CHECK(recorded.decoded_events() == 2); // the new medium
+  h += 4;
+  pass({kv_event{removed({1})}, stored({h, h + 1}, std::nullopt, "CPU")}, event_dialect::vllm);
+  CHECK(recorded.decoded_events() == 4); // a removal invalidates what was prepared
+  h += 2;
+  pass({stored({h, h + 1}, std::nullopt, "CPU")}, event_dialect::vllm);
+  CHECK(recorded.decoded_events() == 4);
+  // Another dialect's tail is never taken for this one's.
+  h += 2;
+  pass({stored({h, h + 1}, std::nullopt, "CPU")}, event_dialect::tokenspeed);
+  CHECK(recorded.decoded_events() == 5);
+  // Three blocks instead of two: the same tail bytes, but what was prepared
+  // (per-block extra keys) is for two.
+  h += 2;
+  pass({stored({h, h + 1, h + 2}, std::nullopt, "CPU")}, event_dialect::tokenspeed);
+  CHECK(recorded.decoded_events() == 6);
+  CHECK(recorded.size() == full.size());
+  CHECK(recorded.memory_bytes() == full.memory_bytes());
+  CHECK(snapshot_all(recorded) == snapshot_all(full));
 }
