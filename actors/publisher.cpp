@@ -68,7 +68,8 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
     for (auto& batch : in.items) {
       if (!batch.dp_rank)
         batch.dp_rank = st.p.rank;
-      out.items.push_back(encoded_batch{st.next_seq++, encode(batch, st.p.dialect, st.p.pool.get())});
+      out.items.push_back(
+        encoded_batch{st.next_seq++, encode(batch, st.p.dialect, st.p.pool.get())});
       ++st.batches;
       st.events += batch.event_count();
     }

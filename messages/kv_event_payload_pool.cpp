@@ -60,7 +60,8 @@ std::shared_ptr<std::string> payload_pool::take(size_t n) {
       }
     if (!s)
       ++allocated_;
-    live_bytes_ += class_capacity(n);
+    // What keep() subtracts when it comes back: its own class's capacity.
+    live_bytes_ += s ? s->capacity() : class_capacity(n);
   }
   if (s) {
     s->clear();

@@ -65,6 +65,32 @@ TEST_CASE("a payload of another class gets a new buffer; the next class up is ta
   auto r = pool->copy(near.data(), near.size());
   CHECK(pool->reused() == 1);
   CHECK(*r == near);
+  // In use, it counts with its own (larger) capacity: returned, it is kept
+  // only if that fits, and the bound sees all of it.
+  q.reset();
+  r.reset();
+  CHECK(pool->kept_bytes()
+        == pool->class_capacity(big.size()) + pool->class_capacity(small.size()));
+}
+
+TEST_CASE("a buffer taken from the next class counts as its own capacity against the bound") {
+  // Bound: 200,000 bytes. A payload one class below (98,304) takes the
+  // kept 102,400-byte buffer; another of its class (98,304) must then not
+  // be kept beside it: 102,400 + 98,304 is over the bound (counted as
+  // 98,304 + 98,304 it would seem to fit).
+  const size_t big_cap = 102400;
+  auto pool = payload_pool::make(200000, 16 << 10);
+  const auto big = bytes(100000, 'x');
+  REQUIRE(pool->class_capacity(big.size()) == big_cap);
+  pool->copy(big.data(), big.size()).reset(); // kept: 102,400
+  const auto near = bytes(big_cap - 4096 - 1, 'z'); // class 98,304
+  auto r = pool->copy(near.data(), near.size()); // takes the 102,400 one
+  CHECK(pool->reused() == 1);
+  auto other = pool->copy(near.data(), near.size()); // new: 98,304
+  other.reset(); // 102,400 in use + 98,304 > 200,000: freed
+  CHECK(pool->kept_bytes() == 0);
+  r.reset();
+  CHECK(pool->kept_bytes() == big_cap);
 }
 
 TEST_CASE("what the pool keeps is bounded; beyond it returned buffers are freed") {
