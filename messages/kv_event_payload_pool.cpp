@@ -47,6 +47,7 @@ std::shared_ptr<std::string> payload_pool::take(size_t n) {
     return s;
   }
   std::string* s = nullptr;
+  size_t counted = 0;
   {
     const size_t c = class_index(n);
     std::lock_guard<std::mutex> lock{mtx_};
@@ -60,8 +61,10 @@ std::shared_ptr<std::string> payload_pool::take(size_t n) {
       }
     if (!s)
       ++allocated_;
-    // What keep() subtracts when it comes back: its own class's capacity.
-    live_bytes_ += s ? s->capacity() : class_capacity(n);
+    // Its own capacity (a buffer of the next class is larger than n's);
+    // keep() takes back exactly this, whatever the writer did to it since.
+    counted = s ? s->capacity() : class_capacity(n);
+    live_bytes_ += counted;
   }
   if (s) {
     s->clear();
@@ -69,7 +72,7 @@ std::shared_ptr<std::string> payload_pool::take(size_t n) {
     s = new std::string;
     s->reserve(class_capacity(n));
   }
-  return std::shared_ptr<std::string>(s, give_back{shared_from_this()});
+  return std::shared_ptr<std::string>(s, give_back{shared_from_this(), counted});
 }
 
 std::shared_ptr<const std::string> payload_pool::copy(const void* data, size_t n) {
@@ -79,20 +82,21 @@ std::shared_ptr<const std::string> payload_pool::copy(const void* data, size_t n
 }
 
 void payload_pool::give_back::operator()(const std::string* s) const {
-  pool->keep(const_cast<std::string*>(s));
+  pool->keep(const_cast<std::string*>(s), counted);
 }
 
-void payload_pool::keep(std::string* s) {
+void payload_pool::keep(std::string* s, size_t counted) {
   const size_t cap = s->capacity();
-  if (cap >= min_size_) {
-    const size_t c = class_index(cap);
+  // Only whole classes: a buffer's capacity is its class's (take()).
+  const bool whole = cap >= min_size_ && class_capacity(cap) == cap;
+  {
     std::lock_guard<std::mutex> lock{mtx_};
-    live_bytes_ -= std::min(live_bytes_, cap);
-    // Only whole classes: a buffer's capacity is its class's (take()). Kept
-    // only while kept + in use stays within the bound: the pool never adds
-    // to what the replay buffer may hold, it only stops the memory from
-    // going back and forth.
-    if (kept_bytes_ + live_bytes_ + cap <= max_bytes_ && class_capacity(cap) == cap) {
+    live_bytes_ -= counted;
+    // Kept only while kept + in use stays within the bound: the pool never
+    // adds to what the replay buffer may hold, it only stops the memory
+    // from going back and forth.
+    if (whole && kept_bytes_ + live_bytes_ + cap <= max_bytes_) {
+      const size_t c = class_index(cap);
       if (free_.size() <= c)
         free_.resize(c + 1);
       free_[c].push_back(s);

@@ -67,10 +67,11 @@ public:
 private:
   struct give_back {
     std::shared_ptr<payload_pool> pool;
+    size_t counted; ///< what take() added to live_bytes_ for it
     void operator()(const std::string* s) const;
   };
   size_t class_index(size_t n) const;
-  void keep(std::string* s);
+  void keep(std::string* s, size_t counted);
 
   const size_t max_bytes_;
   const size_t min_size_;

@@ -10,6 +10,7 @@
 // Call finish() once at the end to trim the slack.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -184,8 +185,12 @@ private:
     }
   }
   void grow(size_t n) {
-    size_t want = pos_ + n;
-    out_.resize(want > 2 * out_.size() ? want : 2 * out_.size());
+    const size_t want = pos_ + n;
+    // Doubling, but not past memory the string already has when that is
+    // enough: a caller that reserved the exact size (a dp_rank rewrite)
+    // must not get a reallocation and a copy of everything written so far.
+    const size_t doubled = std::max(want, 2 * out_.size());
+    out_.resize(want <= out_.capacity() ? std::min(doubled, out_.capacity()) : doubled);
   }
 
   std::string& out_;

@@ -103,6 +103,14 @@ bool check_same_as_decode_encode(const std::string& in, event_dialect d) {
     encode_event_batch(b, d, slow);
     encode_canonical_with_rank(u8(in), *c, r, fast);
     CHECK(hex(fast) == hex("x" + slow));
+    // Into exactly what the publisher reserves (its payload pool's buffer):
+    // written in place, never reallocated (that also broke the pool's count).
+    std::string exact;
+    exact.reserve(c->rank_offset + 9);
+    const char* reserved = exact.data();
+    encode_canonical_with_rank(u8(in), *c, r, exact);
+    CHECK(hex(exact) == hex(slow));
+    CHECK(exact.data() == reserved);
   }
   return true;
 }

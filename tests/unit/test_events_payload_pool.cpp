@@ -124,6 +124,24 @@ TEST_CASE("kept and in use together stay within the bound") {
   CHECK(pool->kept_bytes() == 3 * n);
 }
 
+TEST_CASE("a buffer that grew while in use counts what it was taken as, and is not kept") {
+  const size_t n = 64 << 10;
+  auto pool = payload_pool::make(n + n / 2, 16 << 10);
+  const auto a = bytes(n, 'a');
+  auto held = pool->copy(a.data(), a.size()); // in use all along: n
+  auto grown = pool->take(n);
+  grown->assign(3 * n, 'g'); // its owner outgrew it: reallocated
+  grown.reset();             // not a class's buffer any more: freed
+  CHECK(pool->kept_bytes() == 0);
+  // Another n-byte payload returned while `held` is still in use: kept +
+  // in use would be 2n, over the bound (had the grown buffer's return
+  // taken 3n off what is in use, this one would have been kept).
+  pool->copy(a.data(), a.size()).reset();
+  CHECK(pool->kept_bytes() == 0);
+  held.reset();
+  CHECK(pool->kept_bytes() == n);
+}
+
 TEST_CASE("payloads below the pooled size are plain copies, never kept") {
   auto pool = payload_pool::make(1 << 20, 16 << 10);
   const auto s = bytes(4000, 's');
