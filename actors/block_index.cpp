@@ -412,7 +412,7 @@ void block_index::apply(const kv_event_batch& batch) {
         apply(ev);
     return;
   }
-  const canonical_events& rec = *batch.wire->events;
+  const canonical_record& rec = *batch.wire->events;
   const auto dialect = batch.wire->dialect;
   for (const auto& ev : rec.events) {
     // Reusable: the tail of the event before it in this batch (the check

@@ -107,7 +107,7 @@ bool ingest_bridge::decode(const zmq::message_t& payload, kv_event_batch& out) {
                                                     payload.size()),
       p_.dialect, *c, nullptr};
     if (c->events >= min_recorded_events && recorded_.events.size() == c->events)
-      out.wire->events = std::make_shared<const canonical_events>(recorded_);
+      out.wire->events = std::make_shared<const canonical_record>(recorded_);
     return true;
   }
   auto res = decode_event_batch(data, payload.size());
@@ -144,8 +144,12 @@ void ingest_bridge::flush() {
   // Everything one wake-up accepted goes to each publisher in one message.
   for (size_t r = 0; r < pending_.size(); ++r)
     if (!pending_[r].items.empty()) {
+      const size_t n = pending_[r].items.size();
       send(p_.publishers[r], publish_atom_v, std::move(pending_[r]));
+      // Room for as many as this wake-up had (up to a bound): the next
+      // wake-up's batches then go in without reallocations.
       pending_[r] = kv_event_batches{};
+      pending_[r].items.reserve(std::min(n, max_reserved_batches));
     }
 }
 

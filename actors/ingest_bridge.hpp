@@ -40,9 +40,12 @@ namespace kvs {
 
 /// A pass-through batch of at least this many events goes to the indexer
 /// with the canonical check's record of its events (kv_events.hpp
-/// canonical_events); a smaller one is decoded there instead: copying the
+/// canonical_record); a smaller one is decoded there instead: copying the
 /// record costs more than it saves.
 inline constexpr uint32_t min_recorded_events = 4;
+/// After handing a wake-up's batches to a publisher, room is kept for as
+/// many (at most this many) for the next wake-up.
+inline constexpr size_t max_reserved_batches = 64;
 
 struct ingest_bridge_params {
   int64_t rank = 0;

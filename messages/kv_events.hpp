@@ -9,9 +9,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -108,10 +110,65 @@ struct canonical_event {
   bool same_tail = false;
   uint64_t parent = 0;    ///< parent_block_hash, when has_parent
 };
+/// What the check records of a payload's events (reused from batch to batch
+/// by whoever runs the check).
 struct canonical_events {
   std::vector<canonical_event> events;
   std::vector<uint64_t> hashes;
   std::vector<int32_t> tokens;
+};
+
+/// A read-only array inside a canonical_record.
+template <typename T>
+struct record_span {
+  const T* ptr = nullptr;
+  size_t n = 0;
+  const T* data() const { return ptr; }
+  size_t size() const { return n; }
+  bool empty() const { return n == 0; }
+  const T* begin() const { return ptr; }
+  const T* end() const { return ptr + n; }
+  const T& operator[](size_t i) const { return ptr[i]; }
+};
+
+/// canonical_events frozen to travel with its batch: the three arrays in one
+/// buffer. A record is allocated on the ingest thread and freed on the
+/// indexer's, once per batch; one buffer (plus its shared_ptr) instead of
+/// three vectors halves the allocations that cross threads there.
+class canonical_record {
+public:
+  explicit canonical_record(const canonical_events& from)
+      : buf_(new unsigned char[bytes(from)]) {
+    auto* p = buf_.get();
+    events = {place(p, from.events), from.events.size()};
+    hashes = {place(p, from.hashes), from.hashes.size()};
+    tokens = {place(p, from.tokens), from.tokens.size()};
+  }
+
+  record_span<canonical_event> events;
+  record_span<uint64_t> hashes;
+  record_span<int32_t> tokens;
+
+private:
+  /// Each array starts 8-byte aligned (what canonical_event needs; a char
+  /// array from new[] is aligned for any type that fits).
+  template <typename T>
+  static size_t padded(const std::vector<T>& v) {
+    return (v.size() * sizeof(T) + 7) / 8 * 8;
+  }
+  static size_t bytes(const canonical_events& f) {
+    return padded(f.events) + padded(f.hashes) + padded(f.tokens) + 1;
+  }
+  template <typename T>
+  static const T* place(unsigned char*& p, const std::vector<T>& v) {
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 8);
+    auto* at = reinterpret_cast<T*>(p);
+    if (!v.empty())
+      std::memcpy(at, v.data(), v.size() * sizeof(T));
+    p += padded(v);
+    return at;
+  }
+  std::unique_ptr<unsigned char[]> buf_;
 };
 
 struct canonical_wire {
@@ -119,7 +176,7 @@ struct canonical_wire {
   event_dialect dialect = event_dialect::vllm;
   canonical_batch layout;
   /// Set by the ingest bridge: the events as the check read them.
-  std::shared_ptr<const canonical_events> events;
+  std::shared_ptr<const canonical_record> events;
 };
 
 /// One `KVEventBatch`: `[ts, events, dp_rank]` on the wire.

@@ -697,9 +697,9 @@ int run_codec(const options& o) {
     if (!c)
       usage("a bench payload is not canonical");
     auto shared = std::make_shared<const std::string>(s);
-    std::shared_ptr<const kvs::canonical_events> copy;
+    std::shared_ptr<const kvs::canonical_record> copy;
     if (c->events >= kvs::min_recorded_events)
-      copy = std::make_shared<const kvs::canonical_events>(recorded);
+      copy = std::make_shared<const kvs::canonical_record>(recorded);
     sink += shared->size() + c->events + (copy ? copy->events.size() : 0);
   });
   // The indexer's work for a pass-through batch (the relay's other actor
@@ -715,7 +715,8 @@ int run_codec(const options& o) {
     if (!c)
       usage("a bench payload is not canonical");
     kvs::kv_event_batch w;
-    w.wire = kvs::canonical_wire{std::make_shared<const std::string>(s), dialect, *c, events};
+    w.wire = kvs::canonical_wire{std::make_shared<const std::string>(s), dialect, *c,
+                                 std::make_shared<const kvs::canonical_record>(*events)};
     wires.push_back(std::move(w));
   }
   double idx = per_batch_ns([&](uint64_t n) { index.apply(wires[n % wires.size()]); });

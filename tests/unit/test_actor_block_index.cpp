@@ -96,7 +96,7 @@ kv_event_batch apply_both(const std::vector<kv_event>& evs, event_dialect dialec
   REQUIRE(layout); // what the encoder writes is canonical
   kv_event_batch wire;
   wire.wire = canonical_wire{std::make_shared<const std::string>(bytes), dialect, *layout,
-                             std::move(events)};
+                             std::make_shared<const canonical_record>(*events)};
   recorded.apply(wire);
   return wire;
 }

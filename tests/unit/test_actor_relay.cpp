@@ -264,7 +264,7 @@ kv_event_batch pass_through(const kv_event_batch& b, event_dialect d) {
   kv_event_batch out;
   out.ts = c->ts;
   out.dp_rank = c->dp_rank;
-  out.wire = canonical_wire{bytes, d, *c, events};
+  out.wire = canonical_wire{bytes, d, *c, std::make_shared<const canonical_record>(*events)};
   return out;
 }
 

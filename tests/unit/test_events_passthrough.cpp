@@ -9,7 +9,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <variant>
@@ -38,9 +40,26 @@ size_t same_tails = 0; // events recorded with same_tail, over the whole run
 /// own bytes decode to it; a BlockStored's hashes, parent and (when they fit
 /// int32) tokens are its own; same_tail only where the event before is a
 /// BlockStored with the same tail.
+/// A canonical_record (what travels with the batch, one buffer) holds
+/// exactly the arrays it was made from, each aligned for its type.
+void check_frozen(const canonical_events& rec) {
+  const canonical_record frozen{rec};
+  REQUIRE(frozen.events.size() == rec.events.size());
+  REQUIRE(frozen.hashes.size() == rec.hashes.size());
+  REQUIRE(frozen.tokens.size() == rec.tokens.size());
+  for (size_t k = 0; k < rec.events.size(); ++k)
+    CHECK(std::memcmp(&frozen.events[k], &rec.events[k], sizeof(canonical_event)) == 0);
+  CHECK(std::equal(rec.hashes.begin(), rec.hashes.end(), frozen.hashes.begin()));
+  CHECK(std::equal(rec.tokens.begin(), rec.tokens.end(), frozen.tokens.begin()));
+  CHECK(reinterpret_cast<uintptr_t>(frozen.events.data()) % alignof(canonical_event) == 0);
+  CHECK(reinterpret_cast<uintptr_t>(frozen.hashes.data()) % alignof(uint64_t) == 0);
+  CHECK(reinterpret_cast<uintptr_t>(frozen.tokens.data()) % alignof(int32_t) == 0);
+}
+
 void check_recorded(const std::string& in, event_dialect d, const std::vector<kv_event>& want) {
   canonical_events rec;
   REQUIRE(check_canonical_event_batch(u8(in), in.size(), d, &rec));
+  check_frozen(rec);
   REQUIRE(rec.events.size() == want.size());
   for (size_t k = 0; k < want.size(); ++k) {
     CAPTURE(k);
@@ -257,4 +276,35 @@ TEST_CASE("inputs decode + encode would change never take the fast path") {
   CHECK(!canonical(frame(kvs_golden::sglang_salted), event_dialect::vllm));
   CHECK(!canonical(frame(kvs_golden::vllm_stored_all_fields), event_dialect::tokenspeed));
   CHECK(!canonical(frame(kvs_golden::vllm_032_fixmap), event_dialect::vllm));
+}
+
+TEST_CASE("canonical_record: arrays of every size, empty ones, each aligned and exact") {
+  std::mt19937_64 r{7};
+  for (size_t n_events : {0, 1, 3, 16})
+    for (size_t n_hashes : {0, 1, 5, 16})
+      for (size_t n_tokens : {0, 1, 7, 256}) {
+        CAPTURE(n_events);
+        CAPTURE(n_hashes);
+        CAPTURE(n_tokens);
+        canonical_events rec;
+        for (size_t k = 0; k < n_events; ++k) {
+          canonical_event ev;
+          ev.at = static_cast<uint32_t>(r());
+          ev.tail_at = static_cast<uint32_t>(r());
+          ev.stored = k % 2 == 0;
+          ev.parent = r();
+          rec.events.push_back(ev);
+        }
+        for (size_t k = 0; k < n_hashes; ++k)
+          rec.hashes.push_back(r());
+        for (size_t k = 0; k < n_tokens; ++k)
+          rec.tokens.push_back(static_cast<int32_t>(r()));
+        check_frozen(rec);
+        // It owns its copy: changing the source afterwards changes nothing.
+        const canonical_record frozen{rec};
+        const auto hashes = rec.hashes;
+        for (auto& h : rec.hashes)
+          h = ~h;
+        CHECK(std::equal(hashes.begin(), hashes.end(), frozen.hashes.begin()));
+      }
 }
