@@ -157,7 +157,7 @@ private:
     return (v.size() * sizeof(T) + 7) / 8 * 8;
   }
   static size_t bytes(const canonical_events& f) {
-    return padded(f.events) + padded(f.hashes) + padded(f.tokens) + 1;
+    return padded(f.events) + padded(f.hashes) + padded(f.tokens);
   }
   template <typename T>
   static const T* place(unsigned char*& p, const std::vector<T>& v) {

@@ -36,10 +36,6 @@ const std::vector<std::optional<int64_t>> ranks = {std::nullopt, 0, 3, 127, 300,
 
 size_t same_tails = 0; // events recorded with same_tail, over the whole run
 
-/// What the check records for the indexer is what decode reads: each event's
-/// own bytes decode to it; a BlockStored's hashes, parent and (when they fit
-/// int32) tokens are its own; same_tail only where the event before is a
-/// BlockStored with the same tail.
 /// A canonical_record (what travels with the batch, one buffer) holds
 /// exactly the arrays it was made from, each aligned for its type.
 void check_frozen(const canonical_events& rec) {
@@ -56,6 +52,10 @@ void check_frozen(const canonical_events& rec) {
   CHECK(reinterpret_cast<uintptr_t>(frozen.tokens.data()) % alignof(int32_t) == 0);
 }
 
+/// What the check records for the indexer is what decode reads: each event's
+/// own bytes decode to it; a BlockStored's hashes, parent and (when they fit
+/// int32) tokens are its own; same_tail only where the event before is a
+/// BlockStored with the same tail.
 void check_recorded(const std::string& in, event_dialect d, const std::vector<kv_event>& want) {
   canonical_events rec;
   REQUIRE(check_canonical_event_batch(u8(in), in.size(), d, &rec));
