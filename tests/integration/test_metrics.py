@@ -269,6 +269,10 @@ def test_readyz_answers_draining_after_sigterm(rig, zctx):
         r.engine.send(0, big)
     th = threading.Thread(target=poll, daemon=True)
     th.start()
+    # The poller must be answered once before the signal: started only just
+    # before it, its first probe could come after the sidecar had drained
+    # and closed (one CI run saw no answer at all).
+    wait_until(lambda: answers, 5, "the /readyz poller's first answer")
     sc.send_signal(signal.SIGTERM)
     assert sc.wait_exit(10) == 0
     done.set()
