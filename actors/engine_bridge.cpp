@@ -101,7 +101,7 @@ void engine_bridge::on_socket(size_t, short revents) {
   // One vector for every request: no allocations for the frame list.
   auto& frames = frames_;
   for (int burst = 0; burst < max_requests_per_wakeup; ++burst) {
-    if (!recv_message(router_, frames))
+    if (mailbox_waiting(burst) || !recv_message(router_, frames))
       return;
     on_request(frames);
   }

@@ -254,11 +254,11 @@ void ingest_bridge::restart(const std::string& why) {
 }
 
 void ingest_bridge::on_live_message() {
-  // Bounded burst per wake-up so the mailbox (stop requests) stays responsive.
-  // One vector for every message: three allocations per batch less.
+  // Bounded burst per wake-up so the mailbox (scrapes, stop requests) stays
+  // responsive. One vector for every message: three allocations per batch less.
   auto& frames = live_frames_;
   for (int burst = 0; burst < 1024; ++burst) {
-    if (!recv_message(sub_, frames))
+    if (mailbox_waiting(burst) || !recv_message(sub_, frames))
       return;
     ++received_;
     failed_dials_ = 0;

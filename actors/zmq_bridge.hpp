@@ -92,6 +92,14 @@ protected:
   }
   /// Adds `s` to the poll set with interest `events`; returns its index.
   size_t watch(zmq::socket_t& s, short events);
+  /// For a loop draining a socket: true when the mailbox (a scrape, a
+  /// reply, a stop) should get its turn now. Checked every 32 messages, so a
+  /// flood of slow messages (large batches, a sanitizer build) delays the
+  /// mailbox by 32 of them rather than by a whole burst; the poll loop
+  /// comes straight back to the socket afterwards.
+  bool mailbox_waiting(int handled) {
+    return handled % 32 == 31 && has_next_message();
+  }
 
   zmq::context_t& ctx_;
   caf::actor supervisor_;

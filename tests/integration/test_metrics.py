@@ -323,12 +323,18 @@ def test_probes_answer_within_50ms_while_the_relay_is_flooded(rig):
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         times = [float(x) for x in out.stdout.split()]
+        # A scrape in the flood hears from the flooded ingest bridge itself
+        # (within the scrape's 200 ms): it gives its mailbox a turn every 32
+        # batches, not only after a whole burst of 1,024.
+        during = sc.metrics()
+        assert value(during, "kvsidecar_events_received_total", dp_rank=0), \
+            {k: v for k, v in during.items() if "scrape" in k[0]}
     finally:
         stop.set()
         th.join(10)
     # The flood was real: every batch of it reaches the sidecar after all.
-    wait_until(lambda: value(sc.metrics(), "kvsidecar_events_received_total", dp_rank=0)
-               >= sent[0], 30, "the flood to be received")
+    wait_until(lambda: (value(sc.metrics(), "kvsidecar_events_received_total", dp_rank=0)
+                        or 0) >= sent[0], 30, "the flood to be received")
     times.sort()
     assert times[-1] < PROBE_BUDGET, f"slowest probe {times[-1] * 1e3:.1f} ms, " \
         f"median {times[len(times) // 2] * 1e3:.2f} ms"
