@@ -191,7 +191,7 @@ int run_sidecar(const config& cfg) {
              cfg.security.curve_allowed_clients_dir);
   }
   caf::actor_system_config sys_cfg;
-  sys_cfg.set("scheduler.max-threads", size_t{2});
+  sys_cfg.set("scheduler.max-threads", static_cast<size_t>(scheduler_threads(cfg)));
   // One shared queue whose idle workers block on a condition variable and
   // are woken by the next message. CAF's default work stealing polls in
   // 50 us sleeps for a while after each message, which on a sidecar's small
@@ -201,9 +201,9 @@ int run_sidecar(const config& cfg) {
   {
     caf::actor_system sys{sys_cfg};
     caf::scoped_actor self{sys};
-    KVS_INFO(me, "starting: events {}, cache {}, gpu backend \"{}\"",
+    KVS_INFO(me, "starting: events {}, cache {}, gpu backend \"{}\", {} worker thread(s)",
              cfg.events.enabled ? "on" : "off", cfg.cache.enabled ? "on" : "off",
-             to_string(cfg.gpu.backend));
+             to_string(cfg.gpu.backend), scheduler_threads(cfg));
     auto obs = start_observability(sys, cfg, me);
     if (!obs.error.empty()) {
       KVS_ERROR(me, "start-up failed: {}", obs.error);

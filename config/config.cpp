@@ -90,6 +90,12 @@ std::optional<duration> parse_duration(std::string_view text) {
   return std::nullopt;
 }
 
+int64_t scheduler_threads(const config& c) {
+  if (c.sidecar.worker_threads > 0)
+    return c.sidecar.worker_threads;
+  return c.cache.enabled ? 2 : 1;
+}
+
 std::string to_string(duration d) {
   auto ns = d.count();
   if (ns == 0)
@@ -551,6 +557,7 @@ expected<config> finish(const toml::table& t, loader& l) {
     "sidecar.log_format", {{"text", log::format::text}, {"json", log::format::json}});
   c.sidecar.stats_interval = r.dur("sidecar.stats_interval", true);
   c.sidecar.shutdown_timeout = r.dur("sidecar.shutdown_timeout", false);
+  c.sidecar.worker_threads = r.integer("sidecar.worker_threads", 0, 64);
 
   auto& e = c.events;
   e.enabled = r.boolean("events.enabled");

@@ -27,6 +27,7 @@ struct sidecar_config {
   log::format log_format = log::format::text; // text|json
   duration stats_interval{};
   duration shutdown_timeout{};
+  int64_t worker_threads = 0; ///< CAF scheduler threads; 0 = auto (see scheduler_threads())
 };
 
 struct events_config {
@@ -173,6 +174,14 @@ bool endpoint_binds(const std::string& endpoint);
 /// True when only this machine can reach `endpoint`: ipc://, inproc://, or
 /// tcp:// on a loopback host (127.x.x.x, localhost, ::1).
 bool endpoint_is_local(const std::string& endpoint);
+
+/// The CAF scheduler's thread count: sidecar.worker_threads, or when 0 (auto)
+/// 1 for the relay alone and 2 with the cache server. The relay's scheduled
+/// actors (publisher and replay per rank) are light and hand each batch on
+/// to each other: on one thread that costs no wake-up of a second one
+/// (BENCHMARKS.md, "One scheduler thread for the relay alone"); the cache
+/// server's store and sessions copy chunks and use both.
+int64_t scheduler_threads(const config& c);
 
 /// Human form of a duration for logs ("10s", "250ms").
 std::string to_string(duration d);

@@ -111,6 +111,14 @@ def test_get_chunk_size_golden_frames(cache_server):
         d.close(linger=0)
 
 
+def test_the_cache_server_runs_on_two_scheduler_threads(cache_server):
+    # sidecar.worker_threads = 0 (auto): the store and sessions copy chunks
+    # and get two threads; the relay alone gets one (test_events_relay.py).
+    sc = cache_server().sidecar
+    sc.wait_log(r"starting: events \w+, cache on, .* 2 worker thread\(s\)")
+    assert sc.scheduler_threads() == 2
+
+
 def test_client_frames_are_lmcache_frames():
     """What MPClient sends, checked against hand-assembled msgspec bytes
     (the same rules test_cache_lmcache_client.py checks against LMCache)."""

@@ -889,3 +889,16 @@ def test_stalled_subscriber_does_not_make_others_lose_batches(rig, zctx):
     assert after is not None and ts_of(after.payload) == 123456.0, \
         "a stalled subscriber cut the reading one off"
     assert pub["hwm_drops"] > 0, f"the stalled subscriber never hit its HWM: {pub}"
+
+
+def test_worker_threads_auto_is_one_for_the_relay_alone_and_the_setting_is_obeyed(rig):
+    auto = rig()
+    auto.sidecar.wait_log(r"starting: events on, cache off, .* 1 worker thread\(s\)")
+    three = rig(overrides={"sidecar.worker_threads": 3})
+    three.sidecar.wait_log(r"starting: events on, cache off, .* 3 worker thread\(s\)")
+    assert auto.sidecar.scheduler_threads() == 1
+    assert three.sidecar.scheduler_threads() == 3
+    # Both relay alike.
+    for r in (auto, three):
+        r.engine.send(0, vs.encoder.encode(vs.KVEventBatch(ts=1.0, events=[])))
+        assert r.sub.recv_n(1, 0)[0].seq == r.base[0]

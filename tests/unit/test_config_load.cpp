@@ -169,6 +169,19 @@ TEST_CASE("enums, ranges and cross-key rules") {
         != std::string::npos);
 }
 
+TEST_CASE("sidecar.worker_threads: auto is 1 for the relay alone, 2 with the cache server") {
+  CHECK(ok("").sidecar.worker_threads == 0);
+  CHECK(scheduler_threads(ok("")) == (ok("").cache.enabled ? 2 : 1));
+  CHECK(scheduler_threads(ok("[cache]\nenabled = false\n")) == 1);
+  CHECK(scheduler_threads(ok("[cache]\nenabled = true\n")) == 2);
+  CHECK(scheduler_threads(ok("[sidecar]\nworker_threads = 3\n[cache]\nenabled = false\n")) == 3);
+  auto bad = error_of("[sidecar]\n\nworker_threads = 65\n");
+  CHECK(bad.key == "sidecar.worker_threads");
+  CHECK(bad.line == 3);
+  CHECK(bad.what == "expected an integer in 0..64, got 65");
+  CHECK(error_of("", {"sidecar.worker_threads=-1"}).key == "sidecar.worker_threads");
+}
+
 TEST_CASE("every socket's high-water mark is bounded; the ingest's frame limit is sane") {
   // 0 would mean "unbounded" to ZeroMQ: refused for every HWM key.
   for (auto key : {"events.hwm", "events.ingest_hwm", "events.replay_hwm", "cache.hwm"}) {
