@@ -2,6 +2,7 @@
 
 #include "actors/actor_logging.hpp"
 #include "actors/indexer_snapshot.hpp"
+#include "actors/thread_name.hpp"
 #include "messages/kv_event_codec.hpp"
 
 #include <malloc.h>
@@ -28,6 +29,8 @@ indexer(indexer_actor::stateful_pointer<indexer_state> self, indexer_params para
   auto& st = self->state;
   st.p = std::move(params);
   st.label = log::label(indexer_state::name, "dp=" + std::to_string(st.p.rank), self->id());
+  // Spawned detached: this runs on the indexer's own thread.
+  name_this_thread(std::string{indexer_state::name} + ":" + std::to_string(st.p.rank));
   st.index = block_index{st.p.max_blocks};
   log_lifecycle(self, st.label,
                 fmt::format("started, at most {} blocks (events.index_max_blocks)",

@@ -1,5 +1,6 @@
 #include "actors/zmq_bridge.hpp"
 
+#include "actors/thread_name.hpp"
 #include "log/log.hpp"
 #include "config/config.hpp"
 #include "messages/type_ids.hpp"
@@ -25,6 +26,8 @@ zmq_bridge::zmq_bridge(caf::actor_config& cfg, zmq::context_t& ctx, std::string 
     supervisor_(std::move(supervisor)),
     name_(std::move(name)),
     label_(log::label(name_, detail, id())),
+    // "ingest:0" for a rank's bridge ("dp=0"), the bare name otherwise.
+    thread_name_(detail.rfind("dp=", 0) == 0 ? name_ + ":" + detail.substr(3) : name_),
     stats_interval_(stats_interval) {
   efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
@@ -84,6 +87,7 @@ void zmq_bridge::dispatch_mailbox(caf::behavior& base, caf::behavior& builtin) {
 }
 
 void zmq_bridge::act() {
+  name_this_thread(thread_name_);
   if (efd_ < 0) {
     auto why = std::string{"eventfd: "} + std::strerror(errno);
     send(supervisor_, failed_atom_v, label_, why);

@@ -109,6 +109,7 @@ private:
 
   std::string name_;
   std::string label_;
+  std::string thread_name_; ///< this bridge's thread, as top -H shows it
   std::chrono::nanoseconds stats_interval_;
   int efd_ = -1;
   std::atomic<bool> polling_{false}; ///< in (or entering) zmq_poll: wake via efd_

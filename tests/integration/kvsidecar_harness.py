@@ -235,12 +235,16 @@ class Sidecar:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def thread_names(self) -> list[str]:
+        """Every thread's name (/proc/<pid>/task/*/comm), sorted."""
+        assert self.proc is not None
+        return sorted((t / "comm").read_text().strip()
+                      for t in Path(f"/proc/{self.proc.pid}/task").iterdir())
+
     def scheduler_threads(self) -> int:
         """The CAF scheduler's worker threads (CAF 0.17.6 names them
-        caf.multiplexer; detached actors' threads are caf.actor)."""
-        assert self.proc is not None
-        return sum(1 for t in Path(f"/proc/{self.proc.pid}/task").iterdir()
-                   if (t / "comm").read_text().strip() == "caf.multiplexer")
+        caf.multiplexer; the bridges and indexers name their own)."""
+        return self.thread_names().count("caf.multiplexer")
 
     def send_signal(self, sig: int) -> None:
         assert self.proc is not None

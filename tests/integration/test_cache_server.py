@@ -117,6 +117,7 @@ def test_the_cache_server_runs_on_two_scheduler_threads(cache_server):
     sc = cache_server().sidecar
     sc.wait_log(r"starting: events \w+, cache on, .* 2 worker thread\(s\)")
     assert sc.scheduler_threads() == 2
+    assert sc.thread_names().count("engine_bridge") == 1, sc.thread_names()
 
 
 def test_client_frames_are_lmcache_frames():

@@ -891,13 +891,19 @@ def test_stalled_subscriber_does_not_make_others_lose_batches(rig, zctx):
     assert pub["hwm_drops"] > 0, f"the stalled subscriber never hit its HWM: {pub}"
 
 
-def test_worker_threads_auto_is_one_for_the_relay_alone_and_the_setting_is_obeyed(rig):
+def test_worker_threads_auto_is_one_for_the_relay_alone_and_threads_are_named(rig):
     auto = rig()
     auto.sidecar.wait_log(r"starting: events on, cache off, .* 1 worker thread\(s\)")
     three = rig(overrides={"sidecar.worker_threads": 3})
     three.sidecar.wait_log(r"starting: events on, cache off, .* 3 worker thread\(s\)")
     assert auto.sidecar.scheduler_threads() == 1
     assert three.sidecar.scheduler_threads() == 3
+    # Each rank's bridges and indexer run on threads named after them.
+    two = rig(dp_size=2)
+    names = two.sidecar.thread_names()
+    for rank in (0, 1):
+        for actor in ("ingest", "pub", "replay_bridge", "index"):
+            assert names.count(f"{actor}:{rank}") == 1, names
     # Both relay alike.
     for r in (auto, three):
         r.engine.send(0, vs.encoder.encode(vs.KVEventBatch(ts=1.0, events=[])))
