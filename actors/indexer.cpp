@@ -28,9 +28,10 @@ indexer_actor::behavior_type
 indexer(indexer_actor::stateful_pointer<indexer_state> self, indexer_params params) {
   auto& st = self->state;
   st.p = std::move(params);
-  st.label = log::label(indexer_state::name, "dp=" + std::to_string(st.p.rank), self->id());
+  const auto detail = "dp=" + std::to_string(st.p.rank);
+  st.label = log::label(indexer_state::name, detail, self->id());
   // Spawned detached: this runs on the indexer's own thread.
-  name_this_thread(std::string{indexer_state::name} + ":" + std::to_string(st.p.rank));
+  name_this_thread(actor_thread_name(indexer_state::name, detail));
   st.index = block_index{st.p.max_blocks};
   log_lifecycle(self, st.label,
                 fmt::format("started, at most {} blocks (events.index_max_blocks)",

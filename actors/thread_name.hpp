@@ -19,4 +19,10 @@ inline void name_this_thread(std::string name) {
   pthread_setname_np(pthread_self(), name.c_str());
 }
 
+/// The thread name of an actor logged as `name[detail]`: "<name>:<rank>"
+/// for a rank's actor (detail "dp=<rank>"), the bare name otherwise.
+inline std::string actor_thread_name(const std::string& name, const std::string& detail) {
+  return detail.rfind("dp=", 0) == 0 ? name + ":" + detail.substr(3) : name;
+}
+
 } // namespace kvs

@@ -26,8 +26,7 @@ zmq_bridge::zmq_bridge(caf::actor_config& cfg, zmq::context_t& ctx, std::string 
     supervisor_(std::move(supervisor)),
     name_(std::move(name)),
     label_(log::label(name_, detail, id())),
-    // "ingest:0" for a rank's bridge ("dp=0"), the bare name otherwise.
-    thread_name_(detail.rfind("dp=", 0) == 0 ? name_ + ":" + detail.substr(3) : name_),
+    thread_name_(actor_thread_name(name_, detail)),
     stats_interval_(stats_interval) {
   efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }

@@ -235,11 +235,19 @@ class Sidecar:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def thread_names(self) -> list[str]:
-        """Every thread's name (/proc/<pid>/task/*/comm), sorted."""
+    def threads(self) -> list[tuple[str, int]]:
+        """Every thread's (name, nice value), from /proc/<pid>/task/*."""
         assert self.proc is not None
-        return sorted((t / "comm").read_text().strip()
-                      for t in Path(f"/proc/{self.proc.pid}/task").iterdir())
+        out = []
+        for t in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            # Fields after the ")" that ends the name: state is field 3, nice 19.
+            nice = int((t / "stat").read_text().rsplit(")", 1)[1].split()[16])
+            out.append(((t / "comm").read_text().strip(), nice))
+        return out
+
+    def thread_names(self) -> list[str]:
+        """Every thread's name, sorted."""
+        return sorted(name for name, _ in self.threads())
 
     def scheduler_threads(self) -> int:
         """The CAF scheduler's worker threads (CAF 0.17.6 names them

@@ -6,7 +6,6 @@ holds. Engines here are the fake engine (exact control) and the real vLLM
 0.33 / SGLang publishers from their wheels (real_engines.py).
 """
 
-import os
 import random
 import threading
 import time
@@ -315,15 +314,10 @@ def test_real_publisher_blocks_come_back_in_a_snapshot(rig, zctx, engine):
         pub.shutdown()
 
 
-def thread_nice(pid: int) -> dict[str, list[int]]:
-    """Nice value of each thread of `pid`, by thread name."""
+def thread_nice(sidecar) -> dict[str, list[int]]:
+    """Nice value of each thread of the sidecar, by thread name."""
     out: dict[str, list[int]] = {}
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/comm") as f:
-            name = f.read().strip()
-        with open(f"/proc/{pid}/task/{task}/stat") as f:
-            # Fields after the ")" that ends the name: state is field 3, nice 19.
-            nice = int(f.read().rsplit(")", 1)[1].split()[16])
+    for name, nice in sidecar.threads():
         out.setdefault(name, []).append(nice)
     return out
 
@@ -335,7 +329,7 @@ def test_replay_threads_run_at_replay_nice(rig, zctx, nice):
     every other thread keeps the process's priority."""
     r = rig(overrides={"events.replay_nice": nice})
     assert snapshot(zctx, r.replay_port)[-1] == [b"", END_SEQ, b""]  # streams
-    threads = thread_nice(r.sidecar.proc.pid)
+    threads = thread_nice(r.sidecar)
     assert threads["2/ZMQbg/IO/0"] == [nice], threads  # the replay context's I/O thread
     assert threads["replay_bridge:0"] == [nice], threads
     # Every thread outside the replay context and its bridge (the live
