@@ -227,53 +227,113 @@ def test_flood_with_stalled_router_keeps_rss_bounded(rig, zctx):
         f"a second flood grew RSS again: {rss0} -> {rss1} -> {rss2} KiB"
 
 
-def test_cache_client_that_never_reads_loses_replies_past_hwm_counted(sidecar, zctx):
-    port = free_port_range(1)
-    sc = sidecar({"events.enabled": False, "cache.l1_size": "64MiB", "gpu.backend": "host",
-                  "sidecar.stats_interval": "200ms", "cache.hwm": 100,
-                  "cache.endpoint": f"tcp://127.0.0.1:{port}"})
-    sc.start()
-    pid = sc.proc.pid
+def flood_from_client_that_never_reads(zctx, endpoint: str, n: int) -> zmq.Socket:
+    """Sends `n` get_chunk_size requests from a DEALER that never reads its
+    replies and has tiny receive buffers, so replies back up to the
+    sidecar's cache.hwm at once. Returns the socket: the caller keeps it
+    open until the flood has arrived (closing it, linger 0, drops what is
+    still queued)."""
     from lmcache_client import MPClient  # here: test_cache_server registers it for rewriting
     frames = MPClient.frames_for(None, "get_chunk_size", (), 1)
-    c = zctx.socket(zmq.DEALER)  # a client that never reads, with tiny buffers
+    c = zctx.socket(zmq.DEALER)
     c.setsockopt(zmq.LINGER, 0)
     c.setsockopt(zmq.RCVHWM, 10)
     c.setsockopt(zmq.RCVBUF, 4096)
     c.setsockopt(zmq.SNDHWM, 0)
-    c.connect(f"tcp://127.0.0.1:{port}")
-    rss0 = rss_kib(pid)
-    # Under ASan the sidecar handles ~17,000 requests/s here: 500,000 took
-    # over 30 s on a busy CI machine. 100,000 still overflow the 100-reply
-    # HWM (hundreds of drops) in ~6 s.
-    n = 100_000 if sanitized(pid) else 500_000
+    c.connect(endpoint)
     for _ in range(n):
         c.send_multipart(frames)
+    return c
 
-    # Done when every request is counted. The deadline is on progress, not
-    # on the total: a slow machine (once 5x slower than usual under ASan in
-    # CI) may take longer, a stalled sidecar fails after 30 s without any.
+
+def answered_while_flooded(zctx, endpoint: str) -> int:
+    """A well-behaved client's get_chunk_size, answered within 10 s."""
+    from lmcache_client import MPClient
+    good = MPClient(endpoint, zctx)
+    try:
+        return good.get_chunk_size(timeout=10.0)
+    finally:
+        good.close()
+
+
+def engine_bridge_stats(sc) -> dict | None:
+    for line in reversed(sc.lines()):
+        if "engine_bridge#" in line and " stats: " in line:
+            return parse_stats(line.split(" stats: ", 1)[1])
+    return None
+
+
+def cache_sidecar(sidecar, endpoint: str):
+    sc = sidecar({"events.enabled": False, "cache.l1_size": "64MiB", "gpu.backend": "host",
+                  "sidecar.stats_interval": "200ms", "cache.hwm": 100,
+                  "cache.endpoint": endpoint})
+    return sc.start()
+
+
+def test_cache_client_that_never_reads_loses_replies_past_hwm_counted(sidecar, zctx, tmp_path):
+    # Over ipc:// so the client's backlog is ZeroMQ's and the socket's, not
+    # loopback TCP's: with a 4 KiB SO_RCVBUF a loopback TCP connection can
+    # stall on its own (seen in CI and reproduced: the client kept 580 KB
+    # unacknowledged and retransmitted with back-off while the sidecar's
+    # receive queue was empty), which says nothing about the sidecar. That
+    # case is the next test.
+    endpoint = f"ipc://{tmp_path}/cache.sock"
+    sc = cache_sidecar(sidecar, endpoint)
+    pid = sc.proc.pid
+    rss0 = rss_kib(pid)
+    # Under ASan the sidecar handles ~17,000 requests/s here.
+    n = 100_000 if sanitized(pid) else 500_000
+    flooder = flood_from_client_that_never_reads(zctx, endpoint, n)
+    # Everyone else is still served while the flood is being worked off.
+    assert answered_while_flooded(zctx, endpoint) == 256
+
+    # Done when every request is counted (the flood's and the good
+    # client's). The deadline is on progress, not on the total: a slow
+    # machine may take longer, a stalled sidecar fails after 30 s without any.
     progress = {"requests": -1, "at": time.monotonic()}
 
     def done():
-        for line in reversed(sc.lines()):
-            if "engine_bridge#" in line and " stats: " in line:
-                s = parse_stats(line.split(" stats: ", 1)[1])
-                if s["requests"] == n:
-                    return s
-                if s["requests"] != progress["requests"]:
-                    progress.update(requests=s["requests"], at=time.monotonic())
-                break
+        s = engine_bridge_stats(sc)
+        if s is not None:
+            if s["requests"] == n + 1:
+                return s
+            if s["requests"] != progress["requests"]:
+                progress.update(requests=s["requests"], at=time.monotonic())
         assert time.monotonic() - progress["at"] < 30, \
-            f"no request handled for 30 s ({progress['requests']} of {n})"
+            f"no request handled for 30 s ({progress['requests']} of {n + 1})"
         return None
     s = wait_until(done, 300, "every request to be handled")
     rss1 = rss_kib(pid)
-    c.close()
+    flooder.close()
     assert s["reply_drops"] > 0, s
-    assert s["replies"] + s["reply_drops"] == n, s
+    assert s["replies"] + s["reply_drops"] == n + 1, s
     assert sanitized(pid) or rss1 - rss0 < 40 * 1024, f"RSS grew {rss0} -> {rss1} KiB"
     print(f"cache flood: RSS {rss0} -> {rss1} KiB, {s}")
+
+
+def test_cache_client_that_never_reads_over_tcp_does_not_stall_others(sidecar, zctx):
+    # The same client over loopback TCP. Its own connection may stall in the
+    # kernel (above), so how many of its requests arrive is not asserted:
+    # what must hold is that the sidecar keeps serving a second client,
+    # its memory stays bounded, and it stops cleanly (the fixture checks).
+    port = free_port_range(1)
+    endpoint = f"tcp://127.0.0.1:{port}"
+    sc = cache_sidecar(sidecar, endpoint)
+    pid = sc.proc.pid
+    rss0 = rss_kib(pid)
+    n = 50_000 if sanitized(pid) else 200_000
+    flooder = flood_from_client_that_never_reads(zctx, endpoint, n)
+    assert answered_while_flooded(zctx, endpoint) == 256
+    # Once some of the flood has been read (as much as its TCP lets through),
+    # a second call is answered too.
+    wait_until(lambda: (s := engine_bridge_stats(sc)) is not None and s["requests"] > 2, 10,
+               "the flood to be read")
+    assert answered_while_flooded(zctx, endpoint) == 256
+    s = engine_bridge_stats(sc)
+    assert s["replies"] + s["reply_drops"] + s["reply_unroutable"] <= s["requests"] <= n + 2, s
+    rss1 = rss_kib(pid)
+    flooder.close()
+    assert sanitized(pid) or rss1 - rss0 < 40 * 1024, f"RSS grew {rss0} -> {rss1} KiB"
 
 
 # --- issue 8 item 5: what hwm_drops counts -------------------------------------------------
