@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 namespace kvs {
@@ -63,6 +64,10 @@ std::unique_ptr<http_server> http_server::start(const std::string& listen,
                            nullptr};
   mg_callbacks callbacks{};
   callbacks.log_message = on_log;
+  // Routed from begin_request, which is set before the server listens:
+  // mg_set_request_handler can only run after mg_start2 has started serving,
+  // and a probe in between got civetweb's own 404 (seen in CI).
+  callbacks.begin_request = on_request;
   mg_init_data init{};
   init.callbacks = &callbacks;
   init.user_data = s.get();
@@ -81,9 +86,6 @@ std::unique_ptr<http_server> http_server::start(const std::string& listen,
       error += " (" + start_messages + ")";
     return nullptr;
   }
-  mg_set_request_handler(s->ctx_, "/metrics$", on_metrics, s.get());
-  mg_set_request_handler(s->ctx_, "/healthz$", on_healthz, s.get());
-  mg_set_request_handler(s->ctx_, "/readyz$", on_readyz, s.get());
   mg_server_port ports[1];
   if (mg_get_server_ports(s->ctx_, 1, ports) > 0)
     s->port_ = ports[0].port;
@@ -120,6 +122,20 @@ void http_server::wake_listener() const {
   if (::inet_pton(AF_INET, h.c_str(), &a.sin_addr) == 1)
     ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
   ::close(fd);
+}
+
+int http_server::on_request(mg_connection* conn) {
+  void* self = mg_get_user_data(mg_get_context(conn));
+  const char* uri = mg_get_request_info(conn)->local_uri;
+  std::string_view path = uri ? uri : "";
+  if (path == "/metrics")
+    return on_metrics(conn, self);
+  if (path == "/healthz")
+    return on_healthz(conn, self);
+  if (path == "/readyz")
+    return on_readyz(conn, self);
+  reply(conn, 404, "Not Found", "text/plain", "not found: serving /metrics, /healthz, /readyz\n");
+  return 404;
 }
 
 int http_server::on_metrics(mg_connection* conn, void* self) {

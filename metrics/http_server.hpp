@@ -41,6 +41,8 @@ private:
   http_server(std::shared_ptr<const stats_collector> collector, health_state& health)
     : collector_(std::move(collector)), health_(health) {}
 
+  /// Every request: routes /metrics, /healthz, /readyz; 404 otherwise.
+  static int on_request(::mg_connection* conn);
   static int on_metrics(::mg_connection* conn, void* self);
   static int on_healthz(::mg_connection* conn, void* self);
   static int on_readyz(::mg_connection* conn, void* self);

@@ -208,7 +208,8 @@ TEST_CASE("probes: /readyz follows starting, ready, draining; /healthz follows a
   CHECK(metrics.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
   CHECK(body(metrics).find("kvsidecar_up 1\n") != std::string::npos);
   CHECK(status_line(http(port, "POST", "/metrics")) == "HTTP/1.1 405 Method Not Allowed");
-  CHECK(status_line(http(port, "GET", "/metrics/x")).find("404") != std::string::npos);
+  CHECK(status_line(http(port, "GET", "/metrics/x")) == "HTTP/1.1 404 Not Found");
+  CHECK(status_line(http(port, "GET", "/readyz?x=1")) == "HTTP/1.1 503 Service Unavailable");
 
   // A second server on the same port: refused, and the reason says why.
   std::string err2;
