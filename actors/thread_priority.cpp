@@ -1,5 +1,7 @@
 #include "actors/thread_priority.hpp"
 
+#include <zmq.hpp>
+
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -43,6 +45,24 @@ int lower_thread_priority_by_name(const std::string& comm, int nice) {
       ++changed;
   }
   return changed;
+}
+
+std::optional<std::string> start_context_threads_at_nice(zmq::context_t& ctx, int nice) {
+  const long tid = ::syscall(SYS_gettid);
+  errno = 0;
+  const int mine = ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+  if (errno != 0)
+    return std::string{"getpriority: "} + std::strerror(errno);
+  auto err = nice != 0 && nice != mine ? set_nice(tid, nice) : std::nullopt;
+  try {
+    zmq::socket_t first{ctx, zmq::socket_type::pair};
+  } catch (const zmq::error_t& e) {
+    err = std::string{"starting the ZeroMQ context: "} + e.what();
+  }
+  // Back up to where it was: raising a nice value is always allowed.
+  if (::getpriority(PRIO_PROCESS, static_cast<id_t>(tid)) != mine)
+    set_nice(tid, mine);
+  return err;
 }
 
 } // namespace kvs

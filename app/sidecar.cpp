@@ -176,6 +176,14 @@ int run_sidecar(const config& cfg) {
   // Named so that the replay bridges can lower its I/O thread's priority
   // (events.replay_nice, actors/thread_priority.hpp).
   replay_ctx.set(zmq::ctxopt::thread_name_prefix, replay_io_thread_prefix);
+  // Before anything (the CURVE authoriser too) opens a socket on ctx.
+  const int io_nice = static_cast<int>(cfg.sidecar.io_nice);
+  if (auto err = start_context_threads_at_nice(ctx, io_nice))
+    KVS_INFO(me, "sidecar.io_nice = {} not applied ({}; a value below the process's needs "
+                 "CAP_SYS_NICE): the ZeroMQ I/O thread runs at the process's priority",
+             io_nice, *err);
+  else if (io_nice != 0)
+    KVS_INFO(me, "ZeroMQ I/O thread at nice {} (sidecar.io_nice)", io_nice);
   // CURVE: the authoriser runs before any bridge binds and is stopped after
   // every bridge closed its sockets, before the contexts end.
   std::optional<zap_handler> zap;

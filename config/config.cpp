@@ -558,6 +558,7 @@ expected<config> finish(const toml::table& t, loader& l) {
   c.sidecar.stats_interval = r.dur("sidecar.stats_interval", true);
   c.sidecar.shutdown_timeout = r.dur("sidecar.shutdown_timeout", false);
   c.sidecar.worker_threads = r.integer("sidecar.worker_threads", 0, 64);
+  c.sidecar.io_nice = r.integer("sidecar.io_nice", -20, 0);
 
   auto& e = c.events;
   e.enabled = r.boolean("events.enabled");

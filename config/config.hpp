@@ -28,6 +28,7 @@ struct sidecar_config {
   duration stats_interval{};
   duration shutdown_timeout{};
   int64_t worker_threads = 0; ///< CAF scheduler threads; 0 = auto (see scheduler_threads())
+  int64_t io_nice = 0;        ///< nice value of the live ZeroMQ context's I/O thread; 0 = leave it
 };
 
 struct events_config {

@@ -30,26 +30,14 @@ for f in "$SIDECAR" "$BENCH"; do
   [[ -x "$f" ]] || { echo "missing $f: build it first (tests/bench/run_relay_bench.sh builds both)" >&2; exit 1; }
 done
 WORK="$(mktemp -d)"
+# shellcheck source=relay_sidecar.sh
+source "$ROOT/tests/bench/relay_sidecar.sh"
 
-read -r P_IN P_PUB P_REP P_RAW < <(python3 -c '
-import socket
-s = [socket.socket() for _ in range(4)]
-[x.bind(("127.0.0.1", 0)) for x in s]
-print(*[x.getsockname()[1] for x in s])')
-
-# The same sidecar settings as run_relay_bench.sh's relay runs (its log at
-# info: the ready line is waited for).
-"$SIDECAR" --set cache.enabled=false --set http.enabled=false \
-  --set 'sidecar.stats_interval="0s"' --set 'events.format="vllm"' \
-  --set "events.ingest_endpoint=\"tcp://127.0.0.1:$P_IN\"" --set "events.endpoint=\"tcp://*:$P_PUB\"" \
-  --set "events.replay_endpoint=\"tcp://127.0.0.1:$P_REP\"" 2>"$WORK/sidecar.err" &
-PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$WORK"' EXIT
-for _ in $(seq 100); do
-  grep -q "kvsidecar ready" "$WORK/sidecar.err" && break
-  sleep 0.05
-done
-grep -q "kvsidecar ready" "$WORK/sidecar.err" || { cat "$WORK/sidecar.err" >&2; exit 1; }
+read -r P_IN P_PUB P_REP P_RAW < <(free_ports 4)
+trap 'kill ${SIDECAR_PID:-} 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+# The same sidecar settings as run_relay_bench.sh's relay runs.
+start_relay_sidecar "$SIDECAR" "$WORK/sidecar.err" "$P_IN" "$P_PUB" "$P_REP"
+PID=$SIDECAR_PID
 
 threads() { # tid name utime+stime (ticks), one line per sidecar thread
   for t in /proc/$PID/task/*; do

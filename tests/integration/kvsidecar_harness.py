@@ -173,11 +173,14 @@ class Sidecar:
         self.out_path = self.workdir / f"{name}.stdout.log"
         self.proc: subprocess.Popen | None = None
         self.returncode: int | None = None
+        # Runs the binary through this command (e.g. setpriv); it must exec
+        # it, so that proc.pid is the sidecar's.
+        self.wrapper: list[str] = []
 
     # -- process ----------------------------------------------------------------
 
     def argv(self) -> list[str]:
-        args = [str(binary_path())]
+        args = self.wrapper + [str(binary_path())]
         if self.config_text is not None:
             cfg = self.workdir / f"{self.log_path.stem}.toml"
             cfg.write_text(self.config_text)

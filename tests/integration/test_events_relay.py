@@ -4,6 +4,8 @@ kvsidecar -> SUB and DEALER clients that decode with the engines' own
 msgspec Structs."""
 
 import hashlib
+import os
+import shutil
 import threading
 import time
 
@@ -889,6 +891,64 @@ def test_stalled_subscriber_does_not_make_others_lose_batches(rig, zctx):
     assert after is not None and ts_of(after.payload) == 123456.0, \
         "a stalled subscriber cut the reading one off"
     assert pub["hwm_drops"] > 0, f"the stalled subscriber never hit its HWM: {pub}"
+
+
+def has_cap_sys_nice() -> bool:
+    with open("/proc/self/status") as f:
+        eff = next(int(l.split()[1], 16) for l in f if l.startswith("CapEff:"))
+    return bool(eff & (1 << 23))  # CAP_SYS_NICE
+
+
+def nice_by_thread(sc) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {}
+    for name, nice in sc.threads():
+        out.setdefault(name, set()).add(nice)
+    return out
+
+
+APPLIED = r"ZeroMQ I/O thread at nice (-?\d+) \(sidecar.io_nice\)"
+NOT_APPLIED = r"sidecar.io_nice = (-?\d+) not applied \((.*); a value below"
+
+
+def test_io_thread_runs_at_io_nice_and_every_actor_at_the_process_priority(rig):
+    r = rig()  # the default config: sidecar.io_nice = -5
+    if has_cap_sys_nice():  # the sidecar inherits it (root, as in CI)
+        assert r.sidecar.wait_log(APPLIED).group(1) == "-5"
+        want = -5
+    else:
+        assert r.sidecar.wait_log(NOT_APPLIED).group(1) == "-5"
+        want = 0
+    threads = nice_by_thread(r.sidecar)
+    # The live context's threads (its I/O thread, its reaper) at io_nice ...
+    assert threads["ZMQbg/IO/0"] == {want} and threads["ZMQbg/Reaper"] == {want}, threads
+    # ... every other thread (the main one, which started them, included)
+    # at the process's priority; the replay context's at events.replay_nice.
+    others = {n: v for n, v in threads.items()
+              if n not in ("ZMQbg/IO/0", "ZMQbg/Reaper") and not n.startswith("2/ZMQbg/")
+              and n != "replay_bridge:0"}
+    assert {"kvsidecar", "ingest:0", "pub:0", "index:0", "caf.actor"} <= others.keys(), threads
+    assert all(v == {0} for v in others.values()), sorted(threads.items())
+    # io_nice = 0 leaves the I/O thread alone.
+    zero = rig(overrides={"sidecar.io_nice": 0})
+    assert not zero.sidecar.find(APPLIED) and not zero.sidecar.find(NOT_APPLIED)
+    assert nice_by_thread(zero.sidecar)["ZMQbg/IO/0"] == {0}
+    for x in (r, zero):
+        x.engine.send(0, vs.encoder.encode(vs.KVEventBatch(ts=2.0, events=[])))
+        assert x.sub.recv_n(1, 0)[0].seq == x.base[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="dropping CAP_SYS_NICE from the sidecar needs root and setpriv")
+def test_io_nice_without_cap_sys_nice_says_why_and_relays(rig):
+    r = rig(start=False)
+    r.sidecar.wrapper = ["setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice", "--"]
+    r.start()
+    m = r.sidecar.wait_log(NOT_APPLIED)
+    assert m.group(1) == "-5" and "setpriority(-5)" in m.group(2), m.group(0)
+    assert all(v == {0} for n, v in nice_by_thread(r.sidecar).items()
+               if not n.startswith("2/ZMQbg/") and n != "replay_bridge:0")
+    r.engine.send(0, vs.encoder.encode(vs.KVEventBatch(ts=3.0, events=[])))
+    assert r.sub.recv_n(1, 0)[0].seq == r.base[0]
 
 
 def test_worker_threads_auto_is_one_for_the_relay_alone_and_threads_are_named(rig):

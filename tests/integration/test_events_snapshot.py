@@ -327,7 +327,9 @@ def test_replay_threads_run_at_replay_nice(rig, zctx, nice):
     """events.replay_nice lowers the replay bridge's thread and the replay
     context's I/O thread (so streaming yields the CPU to live publishing);
     every other thread keeps the process's priority."""
-    r = rig(overrides={"events.replay_nice": nice})
+    # sidecar.io_nice = 0: the live I/O thread at the process's priority too
+    # (its own test is in test_events_relay.py).
+    r = rig(overrides={"events.replay_nice": nice, "sidecar.io_nice": 0})
     assert snapshot(zctx, r.replay_port)[-1] == [b"", END_SEQ, b""]  # streams
     threads = thread_nice(r.sidecar)
     assert threads["2/ZMQbg/IO/0"] == [nice], threads  # the replay context's I/O thread

@@ -182,6 +182,17 @@ TEST_CASE("sidecar.worker_threads: auto is 1 for the relay alone, 2 with the cac
   CHECK(error_of("", {"sidecar.worker_threads=-1"}).key == "sidecar.worker_threads");
 }
 
+TEST_CASE("sidecar.io_nice: -5 by default, -20..0 (only a higher priority than the process's)") {
+  CHECK(ok("").sidecar.io_nice == -5);
+  CHECK(ok("[sidecar]\nio_nice = 0\n").sidecar.io_nice == 0);
+  CHECK(ok("[sidecar]\nio_nice = -20\n").sidecar.io_nice == -20);
+  auto bad = error_of("[sidecar]\nio_nice = 1\n");
+  CHECK(bad.key == "sidecar.io_nice");
+  CHECK(bad.line == 2);
+  CHECK(bad.what == "expected an integer in -20..0, got 1");
+  CHECK(error_of("", {"sidecar.io_nice=-21"}).key == "sidecar.io_nice");
+}
+
 TEST_CASE("every socket's high-water mark is bounded; the ingest's frame limit is sane") {
   // 0 would mean "unbounded" to ZeroMQ: refused for every HWM key.
   for (auto key : {"events.hwm", "events.ingest_hwm", "events.replay_hwm", "cache.hwm"}) {
