@@ -69,7 +69,7 @@ COPY_CHUNKS = 8  # chunks per STORE / RETRIEVE request
 RTT_CHUNKS = 8
 GB = 1e9
 
-STATS_RE = re.compile(r"\s(store|engine_bridge)#\d+ stats: (.*)$")
+STATS_RE = re.compile(r"\s(store|engine_bridge|session_router)#\d+ stats: (.*)$")
 
 
 def tokens(n_chunks: int, salt: int) -> list[int]:
@@ -509,7 +509,8 @@ def bench_sessions(a, ctx, log: Log) -> dict:
             gc.enable()
         # Untimed: every session is alive and holds its lookup's locks.
         peak = log.wait("store", lambda s: s["sessions"] == n and s["locks"] == n * chunks)
-        peak_bridge = log.wait("engine_bridge", lambda s: s["sessions"] == n)
+        # Sessions are the session router's (the engine bridge only owns the socket).
+        peak_bridge = log.wait("session_router", lambda s: s["sessions"] == n)
         gc.disable()
         try:
             t_retrieve, vals = phase(lambda i: ("retrieve", cache_key(model, 1, 0, toks[i % prompts], 0,
@@ -522,7 +523,7 @@ def bench_sessions(a, ctx, log: Log) -> dict:
             gc.enable()
         idle = log.wait("store", lambda s: s["locks"] == 0 and s["sessions"] == 0
                         and s["locked_chunks"] == 0)
-        idle_bridge = log.wait("engine_bridge", lambda s: s["sessions"] == 0)
+        idle_bridge = log.wait("session_router", lambda s: s["sessions"] == 0)
         c0.unregister_kv_cache(200, timeout=10)
     finally:
         for cl in clients:
@@ -596,7 +597,7 @@ def report(a) -> None:
                      f"chunks, end)", f"{s['total'] * 1e3:.0f} ms, {s['sessions_per_s']:.0f} sessions/s",
                      f"peak sessions={s['peak_store']['sessions']} locks={s['peak_store']['locks']}",
                      f"after: locks={s['idle_store']['locks']} sessions={s['idle_store']['sessions']} "
-                     f"bridge sessions={s['idle_bridge']['sessions']}: "
+                     f"session_router sessions={s['idle_bridge']['sessions']}: "
                      f"{verdict(s['idle_store']['locks'] == 0 and s['idle_store']['sessions'] == 0)}"))
     if idx:
         what = {
