@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import datetime
 import http.client
+import pathlib
+import random
 import signal
 import socket
 import subprocess
@@ -348,6 +350,37 @@ def test_healthz_and_unknown_paths(rig):
     conn.request("POST", "/metrics", body=b"x")
     assert conn.getresponse().status == 405
     conn.close()
+
+
+def test_http_survives_garbage_huge_uris_and_clients_killed_mid_request(rig):
+    """Every request goes through our router (begin_request): random bytes,
+    a 100 KB URI and requests whose client resets the connection before
+    reading the answer leave the probes answering and no fd behind."""
+    sc = rig().sidecar
+    port = sc.http_port
+    fd_dir = pathlib.Path(f"/proc/{sc.proc.pid}/fd")
+    fds0 = len(list(fd_dir.iterdir()))
+    rnd = random.Random(9)
+    for i in range(300):
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        try:
+            if i % 3 == 0:
+                s.sendall(bytes(rnd.getrandbits(8) for _ in range(rnd.randrange(1, 2000))))
+            elif i % 3 == 1:
+                s.sendall(b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\n\r\n")
+            else:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                # Reset (linger 0) instead of reading the answer.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+        except OSError:
+            pass  # the server may close first: that is a fine answer too
+        finally:
+            s.close()
+        if i % 50 == 0:
+            assert probe(port, "/healthz", 2.0) == (200, "ok")
+    assert probe(port, "/readyz", 2.0) == (200, "ready")
+    assert probe(port, "/metrics", 5.0)[0] == 200
+    wait_until(lambda: len(list(fd_dir.iterdir())) <= fds0, 10, f"the sidecar back at {fds0} fds")
 
 
 def test_http_port_in_use_is_status_1_naming_http_listen(sidecar):
