@@ -79,14 +79,26 @@ def _port_free(port: int) -> bool:
         s.close()
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return max(20000, int(f.read().split()[0]))
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_range(count: int) -> int:
     """A base port such that base..base+count-1 are all free (rank r of an
     endpoint uses port + r), and distinct from every range handed out before
     in this process."""
     rnd = random.Random()
+    # Below the kernel's ephemeral range: a port in it can be taken by any
+    # outgoing connection (this process's clients, the sidecar's own dials)
+    # between the check here and the sidecar's bind (seen in CI).
+    top = _ephemeral_low()
     with _reserve_lock:
         for _ in range(2000):
-            base = rnd.randrange(20000, 60000 - count)
+            base = rnd.randrange(10000, top - count)
             span = range(base, base + count)
             if any(p in _reserved for p in span):
                 continue
