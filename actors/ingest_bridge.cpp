@@ -238,7 +238,8 @@ void ingest_bridge::engine_connected() {
   uint64_t from = verify ? *last_live_seq_ : expected_.value_or(0);
   if (!quiet)
     KVS_INFO(label(), "asking the engine's replay for its batches from seq {}", from);
-  start_fill(from, open_end, std::nullopt, true);
+  start_fill(from, open_end, std::nullopt, fill_kind::catch_up);
+  joining_ = true;
   if (verify)
     gap_->verify_seq = from;
 }
@@ -306,16 +307,24 @@ void ingest_bridge::accept(uint64_t seq, kv_event_batch batch) {
     // the engine's buffer reaches).
     KVS_INFO(label(), "engine already at seq {}: fetching its earlier batches from its replay",
              seq);
-    start_fill(0, seq, std::move(batch), true);
+    start_fill(0, seq, std::move(batch), fill_kind::catch_up);
     return;
   }
+  bool join = std::exchange(joining_, false);
   if (!expected_ || seq == *expected_) {
     expected_ = seq + 1;
     publish(std::move(batch));
     return;
   }
-  ++gaps_;
   auto missing = seq - *expected_;
+  if (join && have_dealer_) {
+    KVS_INFO(label(), "{} batches ({}..{}) went out after the catch-up, before our subscription "
+                      "reached the engine: fetching them from the engine's replay",
+             missing, *expected_, seq - 1);
+    start_fill(*expected_, seq, std::move(batch), fill_kind::join);
+    return;
+  }
+  ++gaps_;
   if (!have_dealer_) {
     lost_ += missing;
     KVS_WARN(label(), "gap in engine seq: {} batches missing ({}..{}); no "
@@ -326,15 +335,15 @@ void ingest_bridge::accept(uint64_t seq, kv_event_batch batch) {
   }
   KVS_WARN(label(), "gap in engine seq: {} batches missing ({}..{}), fetching them from the "
                     "engine's replay", missing, *expected_, seq - 1);
-  start_fill(*expected_, seq, std::move(batch), false);
+  start_fill(*expected_, seq, std::move(batch), fill_kind::gap);
 }
 
 void ingest_bridge::start_fill(uint64_t from, uint64_t to, std::optional<kv_event_batch> live,
-                               bool catch_up) {
+                               fill_kind kind) {
   gap_fill g;
   g.from = from;
   g.to = to;
-  g.catch_up = catch_up;
+  g.kind = kind;
   g.deadline = clock::now() + p_.gap_timeout;
   if (live)
     g.live.emplace_back(to, std::move(*live));
@@ -388,7 +397,7 @@ void ingest_bridge::finish_gap() {
     // stream. Fence it, then fetch that stream from its start.
     restart(fmt::format("after a reconnect the engine's replay no longer holds seq {} as "
                         "published (engine restarted)", *g.verify_seq));
-    start_fill(0, open_end, std::nullopt, true);
+    start_fill(0, open_end, std::nullopt, fill_kind::catch_up);
     gap_->live = std::move(g.live);
     return;
   }
@@ -396,8 +405,8 @@ void ingest_bridge::finish_gap() {
     g.fetched.erase(g.fetched.begin(), g.fetched.lower_bound(*expected_));
   bool open = g.to == open_end;
   uint64_t lost = open ? 0 : (g.to - g.from) - g.fetched.size();
-  (g.catch_up ? caught_up_ : refilled_) += g.fetched.size();
-  if (g.catch_up) {
+  (g.kind == fill_kind::gap ? refilled_ : caught_up_) += g.fetched.size();
+  if (g.kind == fill_kind::catch_up) {
     // Older batches than the engine kept are history, not a loss.
     if (!g.fetched.empty() || reconnects_ <= 10)
       KVS_INFO(label(), "caught up: {} earlier engine batches published", g.fetched.size());

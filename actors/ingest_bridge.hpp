@@ -24,6 +24,10 @@
 // the engine connection is (re-)established, the engine's replay is asked at
 // once for what the sidecar has not published yet (eager catch-up: an idle
 // engine's earlier batches arrive without waiting for its next batch).
+// What the engine publishes after that answer but before our subscription
+// reaches its PUB (ZeroMQ's slow joiner) never arrives live: a seq jump on
+// the first live batch after a catch-up is fetched the same way and counted
+// as caught up, not as a gap (only what the replay cannot serve is lost).
 #pragma once
 
 #include "actors/interfaces.hpp"
@@ -82,10 +86,17 @@ protected:
 private:
   using clock = std::chrono::steady_clock;
 
+  /// Why batches are fetched from the engine's replay; decides the counters.
+  enum class fill_kind {
+    gap,      ///< a jump in the live stream: gaps, refilled, lost
+    catch_up, ///< what the engine published before we subscribed: caught_up, never lost
+    join,     ///< a jump on the first live batch after a catch-up: caught_up, lost
+  };
+
   struct gap_fill {
     uint64_t from = 0; ///< first missing seq
     uint64_t to = 0;   ///< the live seq that revealed the gap (exclusive); open_end: none
-    bool catch_up = false; ///< catch-up, not a gap: nothing counts as lost
+    fill_kind kind = fill_kind::gap;
     clock::time_point deadline;
     std::map<uint64_t, kv_event_batch> fetched;
     std::vector<std::pair<uint64_t, kv_event_batch>> live; ///< held back meanwhile
@@ -99,7 +110,7 @@ private:
   void on_live_message();
   void on_replay_message();
   void accept(uint64_t seq, kv_event_batch batch);
-  void start_fill(uint64_t from, uint64_t to, std::optional<kv_event_batch> live, bool catch_up);
+  void start_fill(uint64_t from, uint64_t to, std::optional<kv_event_batch> live, fill_kind kind);
   void on_monitor_event();
   void engine_connected();
   void redial();
@@ -120,6 +131,9 @@ private:
   std::optional<clock::time_point> redial_at_; ///< re-dial the engine then
   int failed_dials_ = 0; ///< disconnects since the last batch: backoff
   bool was_connected_ = false;
+  /// A catch-up was asked for at (re)connect and no live batch was accepted
+  /// since: a jump on the next one is the slow joiner's (fill_kind::join).
+  bool joining_ = false;
   std::optional<uint64_t> expected_;
   std::optional<uint64_t> last_live_seq_; ///< seq of last_live_payload_
   zmq::message_t last_live_payload_;      ///< the engine's last live batch, as sent
@@ -139,7 +153,7 @@ private:
   uint64_t gaps_ = 0;
   uint64_t refilled_ = 0;
   uint64_t lost_ = 0;
-  uint64_t caught_up_ = 0; ///< earlier engine batches fetched at start-up
+  uint64_t caught_up_ = 0; ///< engine batches fetched at (re)connect (catch-up, join)
   uint64_t disconnects_ = 0;     ///< engine connection lost (or handshake failed)
   uint64_t reconnects_ = 0;      ///< engine connection established again after a loss
   uint64_t engine_restarts_ = 0; ///< new engine streams fenced with AllBlocksCleared

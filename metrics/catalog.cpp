@@ -24,7 +24,8 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_events_refilled_total", "Batches of gaps recovered from the engine's replay"},
   {"kvsidecar_events_lost_total", "Batches of gaps that could not be recovered"},
   {"kvsidecar_events_caught_up_total",
-   "Earlier engine batches fetched from the engine's replay at start-up"},
+   "Engine batches fetched from the engine's replay at (re)connect: those published before "
+   "we subscribed, and those in flight until our subscription reached the engine"},
   {"kvsidecar_events_engine_restarts_total",
    "New engine streams fenced with AllBlocksCleared (seq went back, jumped past the replay "
    "buffer, or the stream after a reconnect did not continue the old one)"},
