@@ -28,7 +28,7 @@ set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION "net")
 # Runtime libraries computed from the binary (dpkg-shlibdeps): CAF, ZeroMQ,
-# spdlog, fmt, xxhash, prometheus-cpp, civetweb.
+# spdlog, fmt, xxhash, prometheus-cpp (core), hiredis.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # The config is the admin's after installation: upgrades keep their edits.
 set(KVS_CONFFILES ${CMAKE_BINARY_DIR}/deb/conffiles)

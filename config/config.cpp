@@ -141,7 +141,7 @@ status check_listen_address(const std::string& s) {
   if (p < 1 || p > 65535)
     return bad("a port in 1..65535");
   if (host.front() == '[')
-    return bad("an IPv4 address (Debian 12's civetweb is built without IPv6)");
+    return bad("an IPv4 address (the HTTP server listens on IPv4)");
   // Dotted IPv4, four parts of 0..255 (the server binds addresses, not names).
   int parts = 0;
   size_t at = 0;

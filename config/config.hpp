@@ -127,7 +127,7 @@ struct security_config {
 
 struct http_config {
   bool enabled = true;
-  std::string listen; // "0.0.0.0:9090" (IPv4: Debian's civetweb has no IPv6)
+  std::string listen; // "0.0.0.0:9090" (IPv4)
 };
 
 struct config {

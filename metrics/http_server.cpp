@@ -1,179 +1,375 @@
 #include "metrics/http_server.hpp"
 
-#include <civetweb.h>
+#include "metrics/http_request.hpp"
+
 #include <prometheus/text_serializer.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <chrono>
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <optional>
 #include <sstream>
-#include <string_view>
-#include <thread>
 
 namespace kvs {
 
 namespace {
 
-/// Writes a whole response; `head` answers HEAD requests without the body.
-void reply(mg_connection* conn, int status, const char* reason, const char* type,
-           const std::string& body) {
-  bool head = std::strcmp(mg_get_request_info(conn)->request_method, "HEAD") == 0;
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-            status, reason, type, body.size());
-  if (!head)
-    mg_write(conn, body.data(), body.size());
-}
+/// After the answer is written, what the client still sends (a body we did
+/// not read) is read and dropped for at most this long before closing:
+/// closing with unread bytes would reset the connection, and the client
+/// could lose the answer.
+constexpr std::chrono::milliseconds drain_timeout{1000};
+/// ... and at most this much of it.
+constexpr size_t max_drained = 64 * 1024;
+/// New connections taken per wake-up, so a connect flood cannot starve the
+/// requests already read.
+constexpr int max_accepts_per_wake = 64;
 
-/// Only GET and HEAD are served; anything else gets 405.
-bool method_ok(mg_connection* conn) {
-  const char* m = mg_get_request_info(conn)->request_method;
-  if (std::strcmp(m, "GET") == 0 || std::strcmp(m, "HEAD") == 0)
-    return true;
-  reply(conn, 405, "Method Not Allowed", "text/plain", "only GET and HEAD\n");
-  return false;
-}
-
-/// civetweb's own messages while it starts, on the starting thread: its
-/// error text says only "Failed to setup server ports", these say why
-/// ("cannot bind to 0.0.0.0:9090: 98 (Address already in use)").
-thread_local std::string start_messages;
-
-int on_log(const mg_connection*, const char* message) {
-  if (start_messages.size() < 1024)
-    start_messages += (start_messages.empty() ? "" : "; ") + std::string{message};
-  return 1; // handled: civetweb does not print it to stderr itself
+std::string errno_text(int e) {
+  return std::strerror(e);
 }
 
 } // namespace
+
+struct http_server::connection {
+  enum class phase {
+    reading,  ///< waiting for the whole request head
+    scraping, ///< /metrics: waiting for the scrape thread
+    writing,  ///< sending the answer
+    draining, ///< answer sent, write side shut: waiting for the client to close
+  };
+
+  explicit connection(int f, uint64_t i, clock::time_point now)
+    : fd(f), id(i), accepted(now), deadline(now + http_head_timeout) {}
+  ~connection() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+
+  void close() {
+    if (fd >= 0)
+      ::close(fd);
+    fd = -1;
+  }
+  bool closed() const {
+    return fd < 0;
+  }
+
+  int fd;
+  uint64_t id;
+  clock::time_point accepted;
+  clock::time_point deadline;
+  phase ph = phase::reading;
+  std::string in;  ///< the request head so far (at most http_max_head bytes)
+  std::string out; ///< the answer
+  size_t written = 0;
+  size_t drained = 0;
+  bool head = false; ///< a HEAD request: no body in the answer
+};
 
 std::unique_ptr<http_server> http_server::start(const std::string& listen,
                                                 std::shared_ptr<const stats_collector> collector,
                                                 health_state& health, std::string& error) {
   std::unique_ptr<http_server> s{new http_server(std::move(collector), health)};
-  // Four threads: a slow scrape (up to the collector's timeout) never holds
-  // up the probes.
-  const char* options[] = {"listening_ports", listen.c_str(), "num_threads", "4",
-                           "request_timeout_ms", "10000", "enable_keep_alive", "no",
-                           nullptr};
-  mg_callbacks callbacks{};
-  callbacks.log_message = on_log;
-  // Routed from begin_request, which is set before the server listens:
-  // mg_set_request_handler can only run after mg_start2 has started serving,
-  // and a probe in between got civetweb's own 404 (seen in CI).
-  callbacks.begin_request = on_request;
-  mg_init_data init{};
-  init.callbacks = &callbacks;
-  init.user_data = s.get();
-  init.configuration_options = options;
-  char text[256] = {0};
-  unsigned code = 0;
-  mg_error_data err{};
-  err.code = &code;
-  err.text = text;
-  err.text_buffer_size = sizeof(text);
-  start_messages.clear();
-  s->ctx_ = mg_start2(&init, &err);
-  if (!s->ctx_) {
-    error = text[0] ? text : "the HTTP server did not start";
-    if (!start_messages.empty())
-      error += " (" + start_messages + ")";
+  // "a.b.c.d:port" (the config checked the form).
+  auto colon = listen.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (colon == std::string::npos
+      || ::inet_pton(AF_INET, listen.substr(0, colon).c_str(), &a.sin_addr) != 1) {
+    error = "expected an IPv4 address and port like 0.0.0.0:9090";
     return nullptr;
   }
-  mg_server_port ports[1];
-  if (mg_get_server_ports(s->ctx_, 1, ports) > 0)
-    s->port_ = ports[0].port;
-  s->host_ = listen.substr(0, listen.rfind(':')); // IPv4 (config checked the form)
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(listen.substr(colon + 1))));
+  s->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (s->listen_fd_ < 0) {
+    error = "cannot create a socket: " + errno_text(errno);
+    return nullptr;
+  }
+  int one = 1;
+  ::setsockopt(s->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    error = "cannot bind " + listen + ": " + errno_text(errno);
+    return nullptr;
+  }
+  if (::listen(s->listen_fd_, SOMAXCONN) != 0) {
+    error = "cannot listen on " + listen + ": " + errno_text(errno);
+    return nullptr;
+  }
+  socklen_t len = sizeof(a);
+  ::getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+  s->port_ = ntohs(a.sin_port);
+  s->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s->wake_fd_ < 0) {
+    error = "cannot create an eventfd: " + errno_text(errno);
+    return nullptr;
+  }
+  s->loop_ = std::thread{[p = s.get()] { p->run(); }};
+  s->scraper_ = std::thread{[p = s.get()] { p->scrape_loop(); }};
   return s;
 }
 
 http_server::~http_server() {
-  if (!ctx_)
-    return;
-  // civetweb's listener thread notices the stop flag only when its poll
-  // returns, after up to a second; a connection of our own wakes it at once,
-  // so shutdown does not wait for the quantum.
-  std::atomic<bool> stopped{false};
-  std::thread stopper{[&] {
-    mg_stop(ctx_);
-    stopped.store(true);
-  }};
-  while (!stopped.load()) {
-    wake_listener();
-    std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  if (loop_.joinable() || scraper_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock{mu_};
+      stopping_ = true;
+    }
+    scrape_cv_.notify_all();
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof(one));
+    if (loop_.joinable())
+      loop_.join();
+    if (scraper_.joinable())
+      scraper_.join();
   }
-  stopper.join();
+  if (listen_fd_ >= 0)
+    ::close(listen_fd_);
+  if (wake_fd_ >= 0)
+    ::close(wake_fd_);
 }
 
-void http_server::wake_listener() const {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0)
+void http_server::run() {
+  ::pthread_setname_np(::pthread_self(), "http");
+  std::vector<std::unique_ptr<connection>> conns;
+  std::vector<pollfd> fds;
+  for (;;) {
+    fds.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    std::optional<clock::time_point> next;
+    for (auto& c : conns) {
+      short ev = c->ph == connection::phase::writing    ? POLLOUT
+                 : c->ph == connection::phase::scraping ? 0 // hang-ups are reported anyway
+                                                        : POLLIN;
+      fds.push_back({c->fd, ev, 0});
+      if (c->ph != connection::phase::scraping && (!next || c->deadline < *next))
+        next = c->deadline;
+    }
+    int timeout = -1;
+    if (next) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - clock::now()).count();
+      timeout = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
+    }
+    if (::poll(fds.data(), fds.size(), timeout) < 0) {
+      // EINTR, or ENOMEM (the kernel's, passing): try again, without spinning.
+      if (errno != EINTR)
+        std::this_thread::sleep_for(std::chrono::milliseconds{10});
+      continue;
+    }
+    if (fds[0].revents & POLLIN) {
+      uint64_t n;
+      [[maybe_unused]] auto r = ::read(wake_fd_, &n, sizeof(n));
+      {
+        std::lock_guard<std::mutex> lock{mu_};
+        if (stopping_)
+          break;
+      }
+      take_scrapes(conns);
+    }
+    for (size_t i = 0; i < conns.size(); ++i) {
+      auto& c = *conns[i];
+      short re = fds[i + 2].revents;
+      if (c.closed() || re == 0)
+        continue;
+      if ((re & (POLLERR | POLLNVAL)) || ((re & POLLHUP) && !(re & POLLIN)))
+        c.close();
+      else if ((re & POLLIN)
+               && (c.ph == connection::phase::reading || c.ph == connection::phase::draining))
+        on_readable(c);
+      else if ((re & POLLOUT) && c.ph == connection::phase::writing)
+        on_writable(c);
+    }
+    auto now = clock::now();
+    for (auto& c : conns)
+      if (!c->closed() && c->ph != connection::phase::scraping && now >= c->deadline)
+        c->close(); // a request head or a reader too slow: the slot is needed
+    conns.erase(std::remove_if(conns.begin(), conns.end(), [](auto& c) { return c->closed(); }),
+                conns.end());
+    if (fds[1].revents & POLLIN)
+      accept_all(conns);
+  }
+  // conns close their sockets as they go.
+}
+
+void http_server::accept_all(std::vector<std::unique_ptr<connection>>& conns) {
+  for (int k = 0; k < max_accepts_per_wake; ++k) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+      return; // EAGAIN: none left; anything else (EMFILE, a reset): try at the next wake-up
+    if (conns.size() >= http_max_connections) {
+      // The oldest goes: a probe is answered within milliseconds of its
+      // connect, so what has been here longest is the least likely to be one.
+      auto oldest = std::min_element(conns.begin(), conns.end(), [](auto& x, auto& y) {
+        return x->accepted < y->accepted;
+      });
+      conns.erase(oldest);
+    }
+    conns.push_back(std::make_unique<connection>(fd, next_id_++, clock::now()));
+  }
+}
+
+void http_server::on_readable(connection& c) {
+  char buf[4096];
+  for (;;) {
+    auto n = ::recv(c.fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    if (n <= 0) { // the client closed (or reset): nothing to answer
+      c.close();
+      return;
+    }
+    if (c.ph == connection::phase::draining) {
+      c.drained += static_cast<size_t>(n);
+      if (c.drained > max_drained)
+        c.close();
+      if (c.closed())
+        return;
+      continue;
+    }
+    std::string_view chunk{buf, static_cast<size_t>(n)};
+    bool first = c.in.empty();
+    c.in.append(chunk.substr(0, http_max_head + 1 - std::min(c.in.size(), http_max_head + 1)));
+    // The head can only end on a newline: parsed when one arrives (and on
+    // the first bytes, so garbage is answered at once), not on every byte.
+    if (!first && chunk.find('\n') == std::string_view::npos && c.in.size() <= http_max_head)
+      continue;
+    auto h = parse_http_head(c.in, http_max_head);
+    if (h.st == http_head::state::incomplete)
+      continue;
+    if (h.st == http_head::state::bad) {
+      respond(c, h.status, h.status == 431 ? "Request Header Fields Too Large" : "Bad Request",
+              "text/plain", std::string{h.why} + "\n");
+      return;
+    }
+    route(c, h.method, h.path);
     return;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port_));
-  auto h = host_ == "0.0.0.0" ? std::string{"127.0.0.1"} : host_;
-  if (::inet_pton(AF_INET, h.c_str(), &a.sin_addr) == 1)
-    ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  ::close(fd);
+  }
 }
 
-int http_server::on_request(mg_connection* conn) {
-  void* self = mg_get_user_data(mg_get_context(conn));
-  const char* uri = mg_get_request_info(conn)->local_uri;
-  std::string_view path = uri ? uri : "";
-  if (path == "/metrics")
-    return on_metrics(conn, self);
-  if (path == "/healthz")
-    return on_healthz(conn, self);
-  if (path == "/readyz")
-    return on_readyz(conn, self);
-  reply(conn, 404, "Not Found", "text/plain", "not found: serving /metrics, /healthz, /readyz\n");
-  return 404;
-}
-
-int http_server::on_metrics(mg_connection* conn, void* self) {
-  if (!method_ok(conn))
-    return 405;
-  auto* s = static_cast<http_server*>(self);
-  std::ostringstream out;
-  prometheus::TextSerializer{}.Serialize(out, s->collector_->Collect());
-  reply(conn, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", out.str());
-  return 200;
-}
-
-int http_server::on_healthz(mg_connection* conn, void* self) {
-  if (!method_ok(conn))
-    return 405;
-  auto& h = static_cast<http_server*>(self)->health_;
-  if (h.alive.load())
-    reply(conn, 200, "OK", "text/plain", "ok\n");
+void http_server::route(connection& c, std::string_view method, std::string_view path) {
+  c.head = method == "HEAD";
+  bool known = path == "/metrics" || path == "/healthz" || path == "/readyz";
+  if (!known) {
+    respond(c, 404, "Not Found", "text/plain", "not found: serving /metrics, /healthz, /readyz\n");
+    return;
+  }
+  if (method != "GET" && method != "HEAD") {
+    respond(c, 405, "Method Not Allowed", "text/plain", "only GET and HEAD\n");
+    return;
+  }
+  if (path == "/metrics") {
+    {
+      std::lock_guard<std::mutex> lock{mu_};
+      if (scrape_queue_.size() < http_max_queued_scrapes) {
+        scrape_queue_.push_back(c.id);
+        c.ph = connection::phase::scraping;
+      }
+    }
+    if (c.ph == connection::phase::scraping)
+      scrape_cv_.notify_one();
+    else
+      respond(c, 503, "Service Unavailable", "text/plain", "too many scrapes waiting\n");
+    return;
+  }
+  if (path == "/healthz") {
+    if (health_.alive.load())
+      respond(c, 200, "OK", "text/plain", "ok\n");
+    else
+      respond(c, 503, "Service Unavailable", "text/plain", "an actor died: see the log\n");
+    return;
+  }
+  // /readyz
+  if (health_.draining.load())
+    respond(c, 503, "Service Unavailable", "text/plain", "draining\n");
+  else if (!health_.alive.load())
+    respond(c, 503, "Service Unavailable", "text/plain", "an actor died: see the log\n");
+  else if (!health_.ready.load())
+    respond(c, 503, "Service Unavailable", "text/plain", "starting\n");
   else
-    reply(conn, 503, "Service Unavailable", "text/plain", "an actor died: see the log\n");
-  return h.alive.load() ? 200 : 503;
+    respond(c, 200, "OK", "text/plain", "ready\n");
 }
 
-int http_server::on_readyz(mg_connection* conn, void* self) {
-  if (!method_ok(conn))
-    return 405;
-  auto& h = static_cast<http_server*>(self)->health_;
-  if (h.draining.load()) {
-    reply(conn, 503, "Service Unavailable", "text/plain", "draining\n");
-    return 503;
+void http_server::respond(connection& c, int status, const char* reason, const char* type,
+                          const std::string& body) {
+  c.out = "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Type: " + type
+          + "\r\nContent-Length: " + std::to_string(body.size())
+          + "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";
+  if (!c.head)
+    c.out += body;
+  c.written = 0;
+  c.ph = connection::phase::writing;
+  c.deadline = clock::now() + http_write_timeout;
+  on_writable(c); // most answers fit in the socket's buffer: sent at once
+}
+
+void http_server::on_writable(connection& c) {
+  while (c.written < c.out.size()) {
+    auto n = ::send(c.fd, c.out.data() + c.written, c.out.size() - c.written, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return; // the rest when the socket is writable again
+    if (n < 0) {
+      c.close();
+      return;
+    }
+    c.written += static_cast<size_t>(n);
   }
-  if (!h.ready.load() || !h.alive.load()) {
-    reply(conn, 503, "Service Unavailable", "text/plain",
-          h.alive.load() ? "starting\n" : "an actor died: see the log\n");
-    return 503;
+  std::string{}.swap(c.out);
+  ::shutdown(c.fd, SHUT_WR);
+  c.ph = connection::phase::draining;
+  c.deadline = std::min(c.deadline, clock::now() + drain_timeout);
+}
+
+void http_server::take_scrapes(std::vector<std::unique_ptr<connection>>& conns) {
+  std::vector<std::pair<uint64_t, std::string>> done;
+  {
+    std::lock_guard<std::mutex> lock{mu_};
+    done.swap(scraped_);
   }
-  reply(conn, 200, "OK", "text/plain", "ready\n");
-  return 200;
+  for (auto& [id, text] : done)
+    for (auto& c : conns)
+      if (c->id == id && !c->closed() && c->ph == connection::phase::scraping)
+        respond(*c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", text);
+}
+
+void http_server::scrape_loop() {
+  ::pthread_setname_np(::pthread_self(), "http-scrape");
+  for (;;) {
+    std::vector<uint64_t> ids;
+    {
+      std::unique_lock<std::mutex> lock{mu_};
+      scrape_cv_.wait(lock, [this] { return stopping_ || !scrape_queue_.empty(); });
+      if (stopping_)
+        return;
+      // Every scrape waiting now gets the same fresh collection.
+      ids.assign(scrape_queue_.begin(), scrape_queue_.end());
+      scrape_queue_.clear();
+    }
+    std::ostringstream out;
+    prometheus::TextSerializer{}.Serialize(out, collector_->Collect());
+    auto text = out.str();
+    {
+      std::lock_guard<std::mutex> lock{mu_};
+      for (auto id : ids)
+        scraped_.emplace_back(id, text);
+    }
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof(one));
+  }
 }
 
 } // namespace kvs

@@ -1,32 +1,62 @@
 // http_server: /metrics, /healthz and /readyz on [http] listen.
 //
-// civetweb (Debian's libcivetweb, the server prometheus-cpp's exposer is
-// built on) runs its own few threads; the handlers read the health atomics
-// and, for /metrics, the collector. Nothing here runs on an actor's thread.
 //   GET /metrics  Prometheus text format (prometheus-cpp's TextSerializer)
 //   GET /healthz  200 "ok" while the process and its long-lived actors live
 //   GET /readyz   200 "ready" once start-up is done; 503 during start-up and drain
+//
+// One thread ("http") owns the listening socket and every connection and
+// polls them all (non-blocking, no per-connection thread): a client that
+// sends half a request and waits, or never reads its answer, holds one slot
+// and nothing else, so the kubelet's probes are answered while hundreds of
+// such clients are connected. Each connection has a deadline (its request
+// head within http_head_timeout, its answer written within
+// http_write_timeout); at http_max_connections the oldest connection is
+// closed for the new one. Probes are answered on that thread from the health
+// atomics; a /metrics scrape, which waits up to the collector's timeout for
+// the actors, runs on a second thread ("http-scrape"), so probes never wait
+// for a scrape. Nothing here runs on an actor's thread.
+//
+// Shutdown is a handshake: the destructor wakes the loop (eventfd), the loop
+// closes its sockets and returns, the threads are joined; no socket outlives
+// its thread.
 #pragma once
 
-#include "metrics/health.hpp"
 #include "metrics/collector.hpp"
+#include "metrics/health.hpp"
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
-
-struct mg_context;
-struct mg_connection;
+#include <thread>
+#include <utility>
+#include <vector>
 
 namespace kvs {
 
+/// Connections served at once; the oldest is closed for a new one past it.
+inline constexpr size_t http_max_connections = 256;
+/// A request head (request line and header fields) larger than this is 431.
+inline constexpr size_t http_max_head = 8192;
+/// Time from accept to a whole request head; then the connection is closed.
+inline constexpr std::chrono::milliseconds http_head_timeout{5000};
+/// Time to write an answer (and to drain what the client still sends).
+inline constexpr std::chrono::milliseconds http_write_timeout{10000};
+/// Scrapes waiting for the scrape thread; more are answered 503.
+inline constexpr size_t http_max_queued_scrapes = 16;
+
 class http_server {
 public:
-  /// Starts listening on `listen` ("0.0.0.0:9090"); nullptr and `error`
-  /// (e.g. the port is in use) when it cannot.
+  /// Starts listening on `listen` ("0.0.0.0:9090", IPv4); nullptr and
+  /// `error` (e.g. "cannot bind 127.0.0.1:9090: Address already in use")
+  /// when it cannot.
   static std::unique_ptr<http_server> start(const std::string& listen,
                                             std::shared_ptr<const stats_collector> collector,
                                             health_state& health, std::string& error);
-  /// Stops the server; waits for requests in progress.
+  /// Stops both threads and closes every connection.
   ~http_server();
 
   http_server(const http_server&) = delete;
@@ -38,23 +68,40 @@ public:
   }
 
 private:
+  using clock = std::chrono::steady_clock;
+  struct connection;
+
   http_server(std::shared_ptr<const stats_collector> collector, health_state& health)
     : collector_(std::move(collector)), health_(health) {}
 
-  /// Every request: routes /metrics, /healthz, /readyz; 404 otherwise.
-  static int on_request(::mg_connection* conn);
-  static int on_metrics(::mg_connection* conn, void* self);
-  static int on_healthz(::mg_connection* conn, void* self);
-  static int on_readyz(::mg_connection* conn, void* self);
+  // The loop thread.
+  void run();
+  void accept_all(std::vector<std::unique_ptr<connection>>& conns);
+  void on_readable(connection& c);
+  void on_writable(connection& c);
+  void route(connection& c, std::string_view method, std::string_view path);
+  void respond(connection& c, int status, const char* reason, const char* type,
+               const std::string& body);
+  void take_scrapes(std::vector<std::unique_ptr<connection>>& conns);
 
-  /// Connects to the listener once (see the destructor).
-  void wake_listener() const;
+  // The scrape thread.
+  void scrape_loop();
 
   std::shared_ptr<const stats_collector> collector_;
   health_state& health_;
-  mg_context* ctx_ = nullptr;
-  std::string host_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1; ///< eventfd: stop, or scrapes done
   int port_ = 0;
+  uint64_t next_id_ = 1;
+
+  std::mutex mu_; ///< guards everything below
+  std::condition_variable scrape_cv_;
+  bool stopping_ = false;
+  std::deque<uint64_t> scrape_queue_;                       ///< connection ids
+  std::vector<std::pair<uint64_t, std::string>> scraped_;   ///< id, text body
+
+  std::thread loop_;
+  std::thread scraper_;
 };
 
 } // namespace kvs

@@ -8,7 +8,7 @@ DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libcaf-dev cppzmq-dev libzmq3-dev libmsgpack-cxx-dev libtomlplusplus-dev
   doctest-dev libspdlog-dev libfmt-dev libxxhash-dev libcli11-dev libbenchmark-dev
-  prometheus-cpp-dev libcivetweb-dev
+  prometheus-cpp-dev
   clang libclang-rt-14-dev python3 python3-pip
   libhiredis-dev redis-server redis-tools
 )

@@ -383,6 +383,51 @@ def test_http_survives_garbage_huge_uris_and_clients_killed_mid_request(rig):
     wait_until(lambda: len(list(fd_dir.iterdir())) <= fds0, 10, f"the sidecar back at {fds0} fds")
 
 
+def test_probes_answer_while_hundreds_of_clients_hold_half_a_request(rig):
+    """Slowloris against the probe port: 400 clients each send half a request
+    head and wait, 100 more send a whole /metrics request and never read the
+    answer. /healthz and /readyz keep answering within PROBE_BUDGET-ish
+    (every answer under 0.5 s, the probes' own deadline), a scrape still
+    works, and every held connection is closed by the server (head timeout,
+    or the oldest giving way to newer ones) without the client doing
+    anything: the sidecar ends at its fd count."""
+    sc = rig().sidecar
+    port = sc.http_port
+    fd_dir = pathlib.Path(f"/proc/{sc.proc.pid}/fd")
+    fds0 = len(list(fd_dir.iterdir()))
+    held = []
+    try:
+        for i in range(500):
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" if i % 5 == 4
+                      else b"GET /healthz HTTP/1.1\r\nHost: x")
+            held.append(s)
+            if i % 100 == 99:
+                t0 = time.monotonic()
+                assert probe(port, "/healthz", 2.0) == (200, "ok")
+                assert probe(port, "/readyz", 2.0) == (200, "ready")
+                assert time.monotonic() - t0 < 0.5, f"two probes took {time.monotonic() - t0:.3f} s"
+        assert probe(port, "/metrics", 5.0)[0] == 200
+        # The server closes them all (5 s head timeout at most, 10 s for an
+        # unread answer): each one reads EOF (or a reset) with no help.
+        deadline = time.monotonic() + 20
+        for i, s in enumerate(held):
+            s.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                while s.recv(65536):
+                    pass
+            except ConnectionResetError:
+                pass
+            except TimeoutError:
+                raise AssertionError(f"held connection {i} of {len(held)} still open after 20 s")
+    finally:
+        for s in held:
+            s.close()
+    wait_until(lambda: len(list(fd_dir.iterdir())) <= fds0, 10, f"the sidecar back at {fds0} fds")
+    assert probe(port, "/healthz") == (200, "ok")
+
+
 def test_http_port_in_use_is_status_1_naming_http_listen(sidecar):
     port = free_port_range(1)
     blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -16,10 +16,13 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <sstream>
+#include <vector>
 
 using namespace kvs;
 
@@ -44,14 +47,29 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-/// One HTTP/1.0 request; the whole response (status line, headers, body).
-std::string http(int port, const std::string& method, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+/// A connected TCP socket to 127.0.0.1:port.
+int dial(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  return fd;
+}
+
+/// Whether the server closed `fd` (EOF or reset) within `within`.
+bool closed_by_server(int fd, std::chrono::milliseconds within) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(within.count())) <= 0)
+    return false;
+  char c;
+  return ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+/// One HTTP/1.0 request; the whole response (status line, headers, body).
+std::string http(int port, const std::string& method, const std::string& path) {
+  int fd = dial(port);
   auto req = method + " " + path + " HTTP/1.0\r\n\r\n";
   REQUIRE(::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size()));
   std::string out;
@@ -87,6 +105,22 @@ caf::behavior fake_actor(caf::event_based_actor* self, int answers) {
     caf::anon_send(to, std::move(s));
   }};
 }
+
+/// A server on a free port with a collector that watches nothing.
+struct served {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::shared_ptr<stats_collector> col =
+    std::make_shared<stats_collector>(sys, std::chrono::milliseconds{50});
+  health_state h;
+  std::unique_ptr<http_server> srv;
+
+  served() {
+    std::string err;
+    srv = http_server::start("127.0.0.1:" + std::to_string(free_port()), col, h, err);
+    REQUIRE_MESSAGE(srv, err);
+  }
+};
 
 } // namespace
 
@@ -221,4 +255,63 @@ TEST_CASE("probes: /readyz follows starting, ready, draining; /healthz follows a
   auto t0 = std::chrono::steady_clock::now();
   srv.reset();
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds{500});
+}
+
+TEST_CASE_FIXTURE(served, "server: clients holding half a request neither delay a probe nor keep their slot") {
+  // More slow clients than the server keeps: each sends half a request and
+  // waits (slowloris). One thread per connection would be exhausted here.
+  const size_t held = http_max_connections + 44;
+  std::vector<int> slow;
+  for (size_t i = 0; i < held; ++i) {
+    slow.push_back(dial(srv->port()));
+    std::string half = "GET /healthz HTTP/1.1\r\nHost: x";
+    REQUIRE(::write(slow.back(), half.data(), half.size()) == static_cast<ssize_t>(half.size()));
+  }
+  for (int k = 0; k < 5; ++k) {
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK(status_line(http(srv->port(), "GET", "/healthz")) == "HTTP/1.1 200 OK");
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds{500});
+  }
+  CHECK(status_line(http(srv->port(), "GET", "/metrics")) == "HTTP/1.1 200 OK");
+  // Past http_max_connections the oldest went for the newer ones: the first
+  // ones connected are closed, the last ones still wait.
+  CHECK(closed_by_server(slow.front(), std::chrono::milliseconds{2000}));
+  CHECK_FALSE(closed_by_server(slow.back(), std::chrono::milliseconds{0}));
+  // Within http_head_timeout (plus slack) every one of them is closed.
+  auto deadline = std::chrono::steady_clock::now() + http_head_timeout + std::chrono::seconds{3};
+  size_t closed = 0;
+  for (int fd : slow) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    closed += closed_by_server(fd, std::max(left, std::chrono::milliseconds{0})) ? 1 : 0;
+    ::close(fd);
+  }
+  CHECK(closed == held);
+  CHECK(status_line(http(srv->port(), "GET", "/readyz")) == "HTTP/1.1 503 Service Unavailable");
+}
+
+TEST_CASE_FIXTURE(served, "server: garbage gets a 400 naming what was wrong, a huge head a 431") {
+  auto send_raw = [&](const std::string& bytes) {
+    int fd = dial(srv->port());
+    // Sent whole or in part: the server may answer and close before the end.
+    [[maybe_unused]] auto n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    std::string out;
+    char buf[4096];
+    ssize_t r;
+    while ((r = ::read(fd, buf, sizeof(buf))) > 0)
+      out.append(buf, static_cast<size_t>(r));
+    ::close(fd);
+    return out;
+  };
+  auto tls = send_raw(std::string("\x16\x03\x01\x02\x00\x01", 6));
+  CHECK(status_line(tls) == "HTTP/1.1 400 Bad Request");
+  CHECK(body(tls) == "malformed request line: method is not a token\n");
+  auto huge = send_raw("GET /" + std::string(50000, 'a') + " HTTP/1.1\r\n\r\n");
+  CHECK(status_line(huge) == "HTTP/1.1 431 Request Header Fields Too Large");
+  // A POST with a body: the body is never read, yet the 405 arrives whole.
+  auto post = send_raw("POST /metrics HTTP/1.1\r\nContent-Length: 5000\r\n\r\n"
+                       + std::string(5000, 'x'));
+  CHECK(status_line(post) == "HTTP/1.1 405 Method Not Allowed");
+  CHECK(body(post) == "only GET and HEAD\n");
+  CHECK(status_line(http(srv->port(), "GET", "/healthz")) == "HTTP/1.1 200 OK");
 }
