@@ -5,9 +5,12 @@ forged or restarted engine stream is fenced with AllBlocksCleared instead of
 counting 2^64 lost batches, and the engine's earlier batches are fetched
 eagerly (at start and after a reconnect), not when it next publishes."""
 
+import os
+import socket
 import time
 
 import msgspec
+import pytest
 import zmq
 
 import vllm_structs as vs
@@ -417,3 +420,46 @@ def test_a_huge_announced_frame_is_refused_before_it_is_buffered(rig):
     assert ts_of(r.sub.recv_n(1)[0].payload) == 5
     kept = replay_batches(r.replay(r.base[0]), "vllm")
     assert [ts_of(p) for _, p in kept] == [5]
+
+
+def test_connections_that_never_handshake_do_not_lock_new_routers_out(rig):
+    """Started at a soft open-files limit of 256 (Linux's default is 1024; a
+    container runtime often keeps it), the sidecar raises it to the hard
+    limit and says so. Then 600 TCP connections to its replay and PUB ports
+    that never speak ZMTP (libzmq keeps each for its 30 s handshake time)
+    leave room for a new router: it subscribes and receives the next batch,
+    the replay answers it and the probes answer."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"hard open-files limit {hard}: too low to show the flood")
+    want = min(hard, 1 << 20) if hard != resource.RLIM_INFINITY else 1 << 20
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    r = rig(start=False)
+    r.sidecar.wrapper = ["prlimit", "--nofile=256:"]
+    r.start()
+    pid = r.sidecar.proc.pid
+    limits = open(f"/proc/{pid}/limits").read()
+    line = next(l for l in limits.splitlines() if l.startswith("Max open files"))
+    assert int(line.split()[3]) == want, line
+    assert r.sidecar.find(rf"open files limit raised from 256 to {want}"), r.sidecar.tail()
+    held = []
+    try:
+        for i in range(600):
+            port = r.replay_port if i % 2 else r.pub_port
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        wait_until(lambda: len(os.listdir(f"/proc/{pid}/fd")) > 600, 10,
+                   "the sidecar to accept the 600 connections")
+        late = Subscriber(r.ctx, r.pub_port)
+        try:
+            def joined():
+                r.engine.send(0, batch_at(5000))
+                return late.recv(0, 0.05) is not None
+            wait_until(joined, 10, "a router connecting during the flood to receive a batch")
+        finally:
+            late.close()
+        assert replay_batches(r.replay(0), "vllm"), "the replay answered nothing"
+        assert r.sidecar.http_get("/healthz") == (200, "ok\n")
+    finally:
+        for s in held:
+            s.close()
