@@ -32,6 +32,8 @@ constexpr size_t max_drained = 64 * 1024;
 /// New connections taken per wake-up, so a connect flood cannot starve the
 /// requests already read.
 constexpr int max_accepts_per_wake = 64;
+/// How long accepting rests after it failed for want of descriptors.
+constexpr std::chrono::milliseconds accept_pause{100};
 
 std::string errno_text(int e) {
   return std::strerror(e);
@@ -116,6 +118,9 @@ std::unique_ptr<http_server> http_server::start(const std::string& listen,
   }
   s->loop_ = std::thread{[p = s.get()] { p->run(); }};
   s->scraper_ = std::thread{[p = s.get()] { p->scrape_loop(); }};
+  // Named from here, so that they have their names once start() returns.
+  ::pthread_setname_np(s->loop_.native_handle(), "http");
+  ::pthread_setname_np(s->scraper_.native_handle(), "http-scrape");
   return s;
 }
 
@@ -140,14 +145,19 @@ http_server::~http_server() {
 }
 
 void http_server::run() {
-  ::pthread_setname_np(::pthread_self(), "http");
   std::vector<std::unique_ptr<connection>> conns;
   std::vector<pollfd> fds;
   for (;;) {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    // While accepting fails for want of descriptors (or memory), the
+    // listener is left alone for a moment: it stays readable, and polling it
+    // would spin.
+    bool paused = accept_paused_until_ && clock::now() < *accept_paused_until_;
+    fds.push_back({listen_fd_, static_cast<short>(paused ? 0 : POLLIN), 0});
     std::optional<clock::time_point> next;
+    if (paused)
+      next = accept_paused_until_;
     for (auto& c : conns) {
       short ev = c->ph == connection::phase::writing    ? POLLOUT
                  : c->ph == connection::phase::scraping ? 0 // hang-ups are reported anyway
@@ -205,8 +215,11 @@ void http_server::run() {
 void http_server::accept_all(std::vector<std::unique_ptr<connection>>& conns) {
   for (int k = 0; k < max_accepts_per_wake; ++k) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
-      return; // EAGAIN: none left; anything else (EMFILE, a reset): try at the next wake-up
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        accept_paused_until_ = clock::now() + accept_pause;
+      return; // EAGAIN: none left; a connection reset before accept: the next one
+    }
     if (conns.size() >= http_max_connections) {
       // The oldest goes: a probe is answered within milliseconds of its
       // connect, so what has been here longest is the least likely to be one.
@@ -347,7 +360,6 @@ void http_server::take_scrapes(std::vector<std::unique_ptr<connection>>& conns) 
 }
 
 void http_server::scrape_loop() {
-  ::pthread_setname_np(::pthread_self(), "http-scrape");
   for (;;) {
     std::vector<uint64_t> ids;
     {

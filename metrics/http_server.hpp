@@ -30,6 +30,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -93,6 +94,7 @@ private:
   int wake_fd_ = -1; ///< eventfd: stop, or scrapes done
   int port_ = 0;
   uint64_t next_id_ = 1;
+  std::optional<clock::time_point> accept_paused_until_; ///< out of descriptors: rest
 
   std::mutex mu_; ///< guards everything below
   std::condition_variable scrape_cv_;

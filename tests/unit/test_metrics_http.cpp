@@ -17,11 +17,16 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 using namespace kvs;
@@ -314,4 +319,71 @@ TEST_CASE_FIXTURE(served, "server: garbage gets a 400 naming what was wrong, a h
   CHECK(status_line(post) == "HTTP/1.1 405 Method Not Allowed");
   CHECK(body(post) == "only GET and HEAD\n");
   CHECK(status_line(http(srv->port(), "GET", "/healthz")) == "HTTP/1.1 200 OK");
+}
+
+namespace {
+
+/// CPU time (clock ticks) of this process's thread named `name`; -1 if none.
+long thread_ticks(const std::string& name) {
+  for (const auto& t : std::filesystem::directory_iterator{"/proc/self/task"}) {
+    std::ifstream comm{t.path() / "comm"};
+    std::string n;
+    std::getline(comm, n);
+    if (n != name)
+      continue;
+    std::ifstream stat{t.path() / "stat"};
+    std::string s{std::istreambuf_iterator<char>{stat}, {}};
+    std::istringstream rest{s.substr(s.rfind(')') + 2)}; // fields from 3 on
+    std::string f;
+    long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> f; ++i) {
+      if (i == 14)
+        utime = std::stol(f);
+      if (i == 15)
+        stime = std::stol(f);
+    }
+    return utime + stime;
+  }
+  return -1;
+}
+
+} // namespace
+
+TEST_CASE_FIXTURE(served, "server: out of descriptors, accepting rests instead of spinning") {
+  // Client sockets first (connect needs no new descriptor), then a limit
+  // that leaves the server none for accept4: EMFILE while they wait.
+  std::vector<int> clients;
+  for (int i = 0; i < 8; ++i)
+    clients.push_back(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  // Reading /proc needs descriptors too: measured before and after.
+  auto t0 = thread_ticks("http");
+  REQUIRE(t0 >= 0);
+  rlimit before{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &before) == 0);
+  rlimit tight = before;
+  tight.rlim_cur = static_cast<rlim_t>(*std::max_element(clients.begin(), clients.end()) + 1);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(srv->port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int fd : clients)
+    CHECK(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds{500});
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &before) == 0);
+  auto spent = thread_ticks("http") - t0;
+  // A spinning loop would have used ~50 ticks (10 ms each) in 500 ms.
+  CHECK_MESSAGE(spent <= 5, "the http thread used " << spent << " ticks while out of descriptors");
+  // With descriptors again, the waiting clients are served.
+  const std::string req = "GET /healthz HTTP/1.0\r\n\r\n";
+  for (int fd : clients) {
+    REQUIRE(::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size()));
+    std::string out;
+    char buf[512];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof(buf))) > 0)
+      out.append(buf, static_cast<size_t>(n));
+    CHECK(status_line(out) == "HTTP/1.1 200 OK");
+    ::close(fd);
+  }
 }
