@@ -106,6 +106,12 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_ready", "1 while /readyz answers 200"},
   {"kvsidecar_uptime_seconds", "Seconds since the process started"},
   {"kvsidecar_build_info", "The version, as a label"},
+  {"kvsidecar_http_connections", "Connections open on the HTTP port (probes, scrapes)"},
+  {"kvsidecar_http_requests_total", "HTTP requests answered, by status code"},
+  {"kvsidecar_http_closed_total",
+   "HTTP connections the server closed or refused, by reason: head_timeout (no whole request "
+   "head in 5 s), write_timeout (answer not read in 10 s), evicted (the oldest, past 256 "
+   "connections), bad_request (a 400 or 431)"},
   {"kvsidecar_scrape_timeouts_total",
    "Scrapes an actor did not answer in time (its last values were exported)"},
   {"process_resident_memory_bytes", "Resident set size of the process"},

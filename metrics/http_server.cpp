@@ -1,5 +1,7 @@
 #include "metrics/http_server.hpp"
 
+#include "log/log.hpp"
+#include "metrics/families.hpp"
 #include "metrics/http_request.hpp"
 
 #include <prometheus/text_serializer.h>
@@ -39,6 +41,20 @@ std::string errno_text(int e) {
   return std::strerror(e);
 }
 
+/// "10.1.2.3:41234" of a connected socket ("?" if unknown).
+std::string peer_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  char ip[INET_ADDRSTRLEN] = "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0
+      || !::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof(ip)))
+    return "?";
+  return std::string{ip} + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+/// A closed_reason's log line is written at most this often.
+constexpr std::chrono::minutes reason_log_interval{1};
+
 } // namespace
 
 struct http_server::connection {
@@ -69,6 +85,7 @@ struct http_server::connection {
 
   int fd;
   uint64_t id;
+  std::string peer; ///< the client's address, for log lines
   clock::time_point accepted;
   clock::time_point deadline;
   phase ph = phase::reading;
@@ -83,6 +100,7 @@ std::unique_ptr<http_server> http_server::start(const std::string& listen,
                                                 std::shared_ptr<const stats_collector> collector,
                                                 health_state& health, std::string& error) {
   std::unique_ptr<http_server> s{new http_server(std::move(collector), health)};
+  s->label_ = log::label("http", listen, 0);
   // "a.b.c.d:port" (the config checked the form).
   auto colon = listen.rfind(':');
   sockaddr_in a{};
@@ -201,13 +219,22 @@ void http_server::run() {
         on_writable(c);
     }
     auto now = clock::now();
-    for (auto& c : conns)
-      if (!c->closed() && c->ph != connection::phase::scraping && now >= c->deadline)
-        c->close(); // a request head or a reader too slow: the slot is needed
+    for (auto& c : conns) {
+      if (c->closed() || c->ph == connection::phase::scraping || now < c->deadline)
+        continue;
+      // A request head or a reader too slow: the slot is needed. A client
+      // that keeps its end open after the answer is closed without a word.
+      if (c->ph == connection::phase::reading)
+        closed(*c, closed_reason::head_timeout);
+      else if (c->ph == connection::phase::writing)
+        closed(*c, closed_reason::write_timeout);
+      c->close();
+    }
     conns.erase(std::remove_if(conns.begin(), conns.end(), [](auto& c) { return c->closed(); }),
                 conns.end());
     if (fds[1].revents & POLLIN)
       accept_all(conns);
+    open_connections_.store(conns.size(), std::memory_order_relaxed);
   }
   // conns close their sockets as they go.
 }
@@ -226,9 +253,11 @@ void http_server::accept_all(std::vector<std::unique_ptr<connection>>& conns) {
       auto oldest = std::min_element(conns.begin(), conns.end(), [](auto& x, auto& y) {
         return x->accepted < y->accepted;
       });
+      closed(**oldest, closed_reason::evicted);
       conns.erase(oldest);
     }
     conns.push_back(std::make_unique<connection>(fd, next_id_++, clock::now()));
+    conns.back()->peer = peer_of(fd);
   }
 }
 
@@ -263,6 +292,8 @@ void http_server::on_readable(connection& c) {
     if (h.st == http_head::state::incomplete)
       continue;
     if (h.st == http_head::state::bad) {
+      last_bad_why_ = h.why;
+      closed(c, closed_reason::bad_request);
       respond(c, h.status, h.status == 431 ? "Request Header Fields Too Large" : "Bad Request",
               "text/plain", std::string{h.why} + "\n");
       return;
@@ -317,6 +348,9 @@ void http_server::route(connection& c, std::string_view method, std::string_view
 
 void http_server::respond(connection& c, int status, const char* reason, const char* type,
                           const std::string& body) {
+  for (size_t i = 0; i < answered_codes.size(); ++i)
+    if (answered_codes[i] == status)
+      answered_[i].fetch_add(1, std::memory_order_relaxed);
   c.out = "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Type: " + type
           + "\r\nContent-Length: " + std::to_string(body.size())
           + "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";
@@ -371,8 +405,11 @@ void http_server::scrape_loop() {
       ids.assign(scrape_queue_.begin(), scrape_queue_.end());
       scrape_queue_.clear();
     }
+    auto families = collector_->Collect();
+    for (auto& f : to_families({snapshot()}))
+      families.push_back(std::move(f));
     std::ostringstream out;
-    prometheus::TextSerializer{}.Serialize(out, collector_->Collect());
+    prometheus::TextSerializer{}.Serialize(out, families);
     auto text = out.str();
     {
       std::lock_guard<std::mutex> lock{mu_};
@@ -382,6 +419,56 @@ void http_server::scrape_loop() {
     uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof(one));
   }
+}
+
+void http_server::closed(connection& c, closed_reason why) {
+  auto i = static_cast<size_t>(why);
+  closed_[i].fetch_add(1, std::memory_order_relaxed);
+  auto& l = reason_logs_[i];
+  ++l.since_line;
+  auto now = clock::now();
+  if (l.last_line && now - *l.last_line < reason_log_interval)
+    return;
+  std::string what;
+  switch (why) {
+  case closed_reason::head_timeout:
+    what = fmt::format("no whole request head within {} ms", http_head_timeout.count());
+    break;
+  case closed_reason::write_timeout:
+    what = fmt::format("answer not read within {} ms", http_write_timeout.count());
+    break;
+  case closed_reason::evicted:
+    what = fmt::format("the oldest, for a new one past {} connections",
+                       http_max_connections);
+    break;
+  case closed_reason::bad_request:
+    what = "bad request (" + last_bad_why_ + "), answered 400 or 431";
+    break;
+  case closed_reason::count:
+    break;
+  }
+  KVS_WARN(label_, "{} connection(s) closed: {}; the last from {} (logged at most once a minute, "
+                   "counted in kvsidecar_http_closed_total)",
+           l.since_line, what, c.peer);
+  l.since_line = 0;
+  l.last_line = now;
+}
+
+stats_snapshot http_server::snapshot() const {
+  stats_snapshot s;
+  s.gauge("", "kvsidecar_http_connections",
+          static_cast<double>(open_connections_.load(std::memory_order_relaxed)));
+  for (size_t i = 0; i < answered_codes.size(); ++i)
+    s.counter("", "kvsidecar_http_requests_total",
+              static_cast<double>(answered_[i].load(std::memory_order_relaxed)), "code",
+              std::to_string(answered_codes[i]));
+  static constexpr const char* reasons[] = {"head_timeout", "write_timeout", "evicted",
+                                            "bad_request"};
+  for (size_t i = 0; i < closed_.size(); ++i)
+    s.counter("", "kvsidecar_http_closed_total",
+              static_cast<double>(closed_[i].load(std::memory_order_relaxed)), "reason",
+              reasons[i]);
+  return s;
 }
 
 } // namespace kvs

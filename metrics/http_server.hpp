@@ -16,6 +16,11 @@
 // the actors, runs on a second thread ("http-scrape"), so probes never wait
 // for a scrape. Nothing here runs on an actor's thread.
 //
+// What it closes or refuses is counted (kvsidecar_http_requests_total by
+// status code, kvsidecar_http_closed_total by reason, exported with every
+// scrape) and logged: the first time for each reason, then at most once a
+// minute with the count since the last line and the last client's address.
+//
 // Shutdown is a handshake: the destructor wakes the loop (eventfd), the loop
 // closes its sockets and returns, the threads are joined; no socket outlives
 // its thread.
@@ -24,6 +29,8 @@
 #include "metrics/collector.hpp"
 #include "metrics/health.hpp"
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -72,6 +79,17 @@ private:
   using clock = std::chrono::steady_clock;
   struct connection;
 
+  /// Why the server closed a connection or refused a request (stats, log).
+  enum class closed_reason { head_timeout, write_timeout, evicted, bad_request, count };
+  /// The status codes this server answers with, in kvsidecar_http_requests_total.
+  static constexpr std::array<int, 6> answered_codes{200, 400, 404, 405, 431, 503};
+
+  /// Rate-limited log of one closed_reason (the loop thread's only).
+  struct reason_log {
+    uint64_t since_line = 0;
+    std::optional<clock::time_point> last_line;
+  };
+
   http_server(std::shared_ptr<const stats_collector> collector, health_state& health)
     : collector_(std::move(collector)), health_(health) {}
 
@@ -85,8 +103,12 @@ private:
                const std::string& body);
   void take_scrapes(std::vector<std::unique_ptr<connection>>& conns);
 
+  void closed(connection& c, closed_reason why);
+
   // The scrape thread.
   void scrape_loop();
+  /// This server's own counters, for /metrics.
+  stats_snapshot snapshot() const;
 
   std::shared_ptr<const stats_collector> collector_;
   health_state& health_;
@@ -94,6 +116,13 @@ private:
   int wake_fd_ = -1; ///< eventfd: stop, or scrapes done
   int port_ = 0;
   uint64_t next_id_ = 1;
+  std::string label_; ///< "http[0.0.0.0:9090]#0", in log lines
+  std::string last_bad_why_; ///< the last bad request's reason, for its log line
+  std::array<reason_log, static_cast<size_t>(closed_reason::count)> reason_logs_{};
+  // Written by the loop thread, read by scrapes.
+  std::array<std::atomic<uint64_t>, answered_codes.size()> answered_{};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(closed_reason::count)> closed_{};
+  std::atomic<uint64_t> open_connections_{0};
   std::optional<clock::time_point> accept_paused_until_; ///< out of descriptors: rest
 
   std::mutex mu_; ///< guards everything below

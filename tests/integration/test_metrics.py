@@ -426,6 +426,15 @@ def test_probes_answer_while_hundreds_of_clients_hold_half_a_request(rig):
             s.close()
     wait_until(lambda: len(list(fd_dir.iterdir())) <= fds0, 10, f"the sidecar back at {fds0} fds")
     assert probe(port, "/healthz") == (200, "ok")
+    # Counted and logged: who was closed, why, from where.
+    m = sc.metrics()
+    closed = {r: value(m, "kvsidecar_http_closed_total", reason=r)
+              for r in ("head_timeout", "evicted", "write_timeout", "bad_request")}
+    assert closed["evicted"] >= 500 - 256 and closed["head_timeout"] > 0, closed
+    assert closed["bad_request"] == 0, closed
+    assert sc.find(r"WARN  http\[127\.0\.0\.1:\d+\]#0 \d+ connection\(s\) closed: no whole request "
+                   r"head within 5000 ms; the last from 127\.0\.0\.1:\d+"), sc.tail()
+    assert sc.find(r"connection\(s\) closed: the oldest, for a new one past 256 connections")
 
 
 def test_http_port_in_use_is_status_1_naming_http_listen(sidecar):

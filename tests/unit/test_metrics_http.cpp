@@ -86,6 +86,12 @@ std::string http(int port, const std::string& method, const std::string& path) {
   return out;
 }
 
+/// The value of the sample line that starts with `series` (-1 if none).
+double sample(const std::string& text, const std::string& series) {
+  auto at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
 std::string status_line(const std::string& response) {
   return response.substr(0, response.find("\r\n"));
 }
@@ -293,6 +299,14 @@ TEST_CASE_FIXTURE(served, "server: clients holding half a request neither delay 
   }
   CHECK(closed == held);
   CHECK(status_line(http(srv->port(), "GET", "/readyz")) == "HTTP/1.1 503 Service Unavailable");
+  // Each was closed once, for one of the two reasons, and counted.
+  auto text = body(http(srv->port(), "GET", "/metrics"));
+  auto evicted = sample(text, "kvsidecar_http_closed_total{reason=\"evicted\"}");
+  auto timed_out = sample(text, "kvsidecar_http_closed_total{reason=\"head_timeout\"}");
+  CHECK(evicted >= 44);
+  CHECK(evicted + timed_out == static_cast<double>(held));
+  CHECK(sample(text, "kvsidecar_http_requests_total{code=\"200\"}") >= 6);
+  CHECK(sample(text, "kvsidecar_http_requests_total{code=\"503\"}") == 1);
 }
 
 TEST_CASE_FIXTURE(served, "server: garbage gets a 400 naming what was wrong, a huge head a 431") {
@@ -318,6 +332,11 @@ TEST_CASE_FIXTURE(served, "server: garbage gets a 400 naming what was wrong, a h
                        + std::string(5000, 'x'));
   CHECK(status_line(post) == "HTTP/1.1 405 Method Not Allowed");
   CHECK(body(post) == "only GET and HEAD\n");
+  auto text = body(http(srv->port(), "GET", "/metrics"));
+  CHECK(sample(text, "kvsidecar_http_closed_total{reason=\"bad_request\"}") == 2);
+  CHECK(sample(text, "kvsidecar_http_requests_total{code=\"400\"}") == 1);
+  CHECK(sample(text, "kvsidecar_http_requests_total{code=\"431\"}") == 1);
+  CHECK(sample(text, "kvsidecar_http_requests_total{code=\"405\"}") == 1);
   CHECK(status_line(http(srv->port(), "GET", "/healthz")) == "HTTP/1.1 200 OK");
 }
 
