@@ -172,6 +172,12 @@ open_result open_endpoint(zmq::socket_t& s, const std::string& ep, bool force_bi
   open_result r;
   r.bound = force_bind || endpoint_binds(ep);
   try {
+    // An IPv6 literal ("tcp://[::]:5600", "tcp://[fd00::5]:5557") needs
+    // libzmq's IPv6 option, as vLLM sets it for such addresses; bound to
+    // [::] the socket takes IPv4 clients too. Without it libzmq answers
+    // "No such device".
+    if (ep.rfind("tcp://", 0) == 0 && ep.find('[') != std::string::npos)
+      s.set(zmq::sockopt::ipv6, true);
     if (r.bound)
       s.bind(ep);
     else

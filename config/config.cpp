@@ -4,6 +4,8 @@
 
 #include <toml++/toml.h>
 
+#include <arpa/inet.h>
+
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -140,8 +142,14 @@ status check_listen_address(const std::string& s) {
   auto p = std::stol(port);
   if (p < 1 || p > 65535)
     return bad("a port in 1..65535");
-  if (host.front() == '[')
-    return bad("an IPv4 address (the HTTP server listens on IPv4)");
+  if (host.front() == '[') {
+    // "[::]:9090" (IPv6 and IPv4 clients) or another IPv6 address.
+    in6_addr a6{};
+    if (host.size() < 3 || host.back() != ']'
+        || ::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6) != 1)
+      return bad("an IPv4 address or an IPv6 address in brackets like \"[::]:9090\"");
+    return {};
+  }
   // Dotted IPv4, four parts of 0..255 (the server binds addresses, not names).
   int parts = 0;
   size_t at = 0;

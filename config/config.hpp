@@ -127,7 +127,7 @@ struct security_config {
 
 struct http_config {
   bool enabled = true;
-  std::string listen; // "0.0.0.0:9090" (IPv4)
+  std::string listen; // "0.0.0.0:9090", "[::]:9090"
 };
 
 struct config {
@@ -164,8 +164,8 @@ std::optional<duration> parse_duration(std::string_view text);
 /// endpoint can't be offset (the detail says why).
 expected<std::string> offset_endpoint(const std::string& endpoint, int64_t rank);
 
-/// Checks an HTTP listen address: an IPv4 address, a colon and a port in
-/// 1..65535. Error kind "bad_value" saying why not.
+/// Checks an HTTP listen address: an IPv4 address or an IPv6 address in
+/// brackets, a colon and a port in 1..65535. Error kind "bad_value" saying why not.
 status check_listen_address(const std::string& listen);
 
 /// vLLM's bind-or-connect rule: bind when the endpoint has `*` or `::` or is

@@ -41,15 +41,23 @@ std::string errno_text(int e) {
   return std::strerror(e);
 }
 
-/// "10.1.2.3:41234" of a connected socket ("?" if unknown).
+/// "10.1.2.3:41234" or "[fd00::5]:41234" of a connected socket ("?" if unknown).
 std::string peer_of(int fd) {
-  sockaddr_in a{};
+  sockaddr_storage a{};
   socklen_t len = sizeof(a);
-  char ip[INET_ADDRSTRLEN] = "?";
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0
-      || !::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof(ip)))
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
     return "?";
-  return std::string{ip} + ":" + std::to_string(ntohs(a.sin_port));
+  if (a.ss_family == AF_INET6) {
+    auto& a6 = reinterpret_cast<sockaddr_in6&>(a);
+    if (!::inet_ntop(AF_INET6, &a6.sin6_addr, ip, sizeof(ip)))
+      return "?";
+    return "[" + std::string{ip} + "]:" + std::to_string(ntohs(a6.sin6_port));
+  }
+  auto& a4 = reinterpret_cast<sockaddr_in&>(a);
+  if (!::inet_ntop(AF_INET, &a4.sin_addr, ip, sizeof(ip)))
+    return "?";
+  return std::string{ip} + ":" + std::to_string(ntohs(a4.sin_port));
 }
 
 /// A closed_reason's log line is written at most this often.
@@ -101,24 +109,43 @@ std::unique_ptr<http_server> http_server::start(const std::string& listen,
                                                 health_state& health, std::string& error) {
   std::unique_ptr<http_server> s{new http_server(std::move(collector), health)};
   s->label_ = log::label("http", listen, 0);
-  // "a.b.c.d:port" (the config checked the form).
+  // "a.b.c.d:port" or "[v6]:port" (the config checked the form).
   auto colon = listen.rfind(':');
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  if (colon == std::string::npos
-      || ::inet_pton(AF_INET, listen.substr(0, colon).c_str(), &a.sin_addr) != 1) {
-    error = "expected an IPv4 address and port like 0.0.0.0:9090";
+  auto host = colon == std::string::npos ? std::string{} : listen.substr(0, colon);
+  bool v6 = host.size() > 2 && host.front() == '[' && host.back() == ']';
+  sockaddr_storage a{};
+  socklen_t alen = 0;
+  int port = colon == std::string::npos ? -1 : std::atoi(listen.c_str() + colon + 1);
+  if (v6) {
+    auto& a6 = reinterpret_cast<sockaddr_in6&>(a);
+    a6.sin6_family = AF_INET6;
+    a6.sin6_port = htons(static_cast<uint16_t>(port));
+    if (::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6.sin6_addr) != 1)
+      port = -1;
+    alen = sizeof(a6);
+  } else {
+    auto& a4 = reinterpret_cast<sockaddr_in&>(a);
+    a4.sin_family = AF_INET;
+    a4.sin_port = htons(static_cast<uint16_t>(port));
+    if (::inet_pton(AF_INET, host.c_str(), &a4.sin_addr) != 1)
+      port = -1;
+    alen = sizeof(a4);
+  }
+  if (port < 0 || port > 65535) {
+    error = "expected an address and port like 0.0.0.0:9090 or [::]:9090";
     return nullptr;
   }
-  a.sin_port = htons(static_cast<uint16_t>(std::stoi(listen.substr(colon + 1))));
-  s->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  s->listen_fd_ = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s->listen_fd_ < 0) {
     error = "cannot create a socket: " + errno_text(errno);
     return nullptr;
   }
-  int one = 1;
+  int one = 1, zero = 0;
   ::setsockopt(s->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+  // [::] takes IPv4 clients too, whatever the host's net.ipv6.bindv6only.
+  if (v6)
+    ::setsockopt(s->listen_fd_, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+  if (::bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&a), alen) != 0) {
     error = "cannot bind " + listen + ": " + errno_text(errno);
     return nullptr;
   }
@@ -128,7 +155,8 @@ std::unique_ptr<http_server> http_server::start(const std::string& listen,
   }
   socklen_t len = sizeof(a);
   ::getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-  s->port_ = ntohs(a.sin_port);
+  s->port_ = ntohs(v6 ? reinterpret_cast<sockaddr_in6&>(a).sin6_port
+                      : reinterpret_cast<sockaddr_in&>(a).sin_port);
   s->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->wake_fd_ < 0) {
     error = "cannot create an eventfd: " + errno_text(errno);

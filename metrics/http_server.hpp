@@ -58,7 +58,8 @@ inline constexpr size_t http_max_queued_scrapes = 16;
 
 class http_server {
 public:
-  /// Starts listening on `listen` ("0.0.0.0:9090", IPv4); nullptr and
+  /// Starts listening on `listen` ("0.0.0.0:9090", or "[::]:9090" for IPv6
+  /// and IPv4 clients); nullptr and
   /// `error` (e.g. "cannot bind 127.0.0.1:9090: Address already in use")
   /// when it cannot.
   static std::unique_ptr<http_server> start(const std::string& listen,

@@ -4,8 +4,10 @@ kvsidecar -> SUB and DEALER clients that decode with the engines' own
 msgspec Structs."""
 
 import hashlib
+import http.client
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -16,8 +18,8 @@ import zmq
 
 import tokenspeed_structs as tss
 import vllm_structs as vs
-from kvsidecar_harness import (END_SEQ, Subscriber, is_fence, read_replay, replay_batches,
-                               wait_until)
+from kvsidecar_harness import (END_SEQ, Subscriber, free_port_range, is_fence, read_replay,
+                               replay_batches, wait_until)
 
 U64_MAX = (1 << 64) - 1
 H_BIG = 0xFEDCBA9876543210  # >= 2**63: must travel as msgpack uint64
@@ -1020,3 +1022,52 @@ def test_worker_threads_auto_is_one_for_the_relay_alone_and_threads_are_named(ri
     for r in (auto, three):
         r.engine.send(0, vs.encoder.encode(vs.KVEventBatch(ts=1.0, events=[])))
         assert r.sub.recv_n(1, 0)[0].seq == r.base[0]
+
+
+def test_ipv6_endpoints_serve_ipv6_and_ipv4_routers(rig, zctx):
+    """events.endpoint, events.replay_endpoint and http.listen on [::]: a
+    router on ::1 subscribes and replays, one on 127.0.0.1 too (the rig's
+    own subscriber: [::] is dual stack), and the probes answer on both.
+    Before, binding tcp://[::]:… failed with libzmq's "No such device"."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        socket.socket(socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("no IPv6 on this host")
+    pub, rep, http_port = free_port_range(1), free_port_range(1), free_port_range(1)
+    r = rig(start=False, overrides={"events.endpoint": f"tcp://[::]:{pub}",
+                                    "events.replay_endpoint": f"tcp://[::]:{rep}",
+                                    "http.listen": f"[::]:{http_port}"})
+    r.pub_port, r.replay_port = pub, rep
+    r.start()  # syncs over 127.0.0.1
+    sub6 = zctx.socket(zmq.SUB)
+    sub6.setsockopt(zmq.IPV6, 1)
+    sub6.setsockopt(zmq.LINGER, 0)
+    sub6.setsockopt(zmq.SUBSCRIBE, b"")
+    sub6.connect(f"tcp://[::1]:{pub}")
+    try:
+        def got_one():
+            r.engine.send(0, batch_at(6000))
+            return sub6.poll(50) != 0
+        wait_until(got_one, 10, "an IPv6 subscriber to receive a batch")
+        frames = sub6.recv_multipart()
+        assert len(frames) == 3 and ts_of(frames[2]) == 6000
+    finally:
+        sub6.close()
+    d = zctx.socket(zmq.DEALER)
+    d.setsockopt(zmq.IPV6, 1)
+    d.setsockopt(zmq.LINGER, 0)
+    d.connect(f"tcp://[::1]:{rep}")
+    try:
+        d.send_multipart([b"", (0).to_bytes(8, "big")])
+        replies = replay_batches(read_replay(d, "vllm", 10), "vllm")
+        assert replies and is_fence(replies[0][1])
+    finally:
+        d.close()
+    for host in ("::1", "127.0.0.1"):
+        conn = http.client.HTTPConnection(host, http_port, timeout=2)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200, host
+        conn.close()
+    assert r.sidecar.find(r"tcp://\[::\]:" + str(pub))

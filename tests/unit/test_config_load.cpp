@@ -407,8 +407,11 @@ TEST_CASE("[http]: enabled and listen, validated") {
   CHECK(c.http.listen == "0.0.0.0:9090");
   CHECK(ok("[http]\nlisten = \"127.0.0.1:19090\"\n").http.listen == "127.0.0.1:19090");
   CHECK_FALSE(ok("", {"http.enabled=false"}).http.enabled);
+  for (auto v6 : {"[::]:9090", "[::1]:9090", "[fd00::2]:19090"})
+    CHECK(ok(std::string{"[http]\nlisten = \""} + v6 + "\"\n").http.listen == v6);
   for (auto bad : {"9090", "localhost:9090", "0.0.0.0:0", "0.0.0.0:70000", "1.2.3:80",
-                   "1.2.3.256:80", "[::]:9090", "0.0.0.0:90x", ":9090", "0.0.0.0:"}) {
+                   "1.2.3.256:80", "::1:9090", "[::1:9090", "[zz::]:9090", "[]:9090",
+                   "0.0.0.0:90x", ":9090", "0.0.0.0:"}) {
     auto e = error_of(std::string{"[http]\nlisten = \""} + bad + "\"\n");
     CHECK_MESSAGE(e.key == "http.listen", bad);
     CHECK(e.line == 2);

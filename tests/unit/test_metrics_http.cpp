@@ -72,11 +72,10 @@ bool closed_by_server(int fd, std::chrono::milliseconds within) {
   return ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
 }
 
-/// One HTTP/1.0 request; the whole response (status line, headers, body).
-std::string http(int port, const std::string& method, const std::string& path) {
-  int fd = dial(port);
-  auto req = method + " " + path + " HTTP/1.0\r\n\r\n";
-  REQUIRE(::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size()));
+/// Sends `req` on a connected socket, reads until the server closes, closes.
+std::string exchange(int fd, const std::string& req) {
+  // Sent whole or in part: the server may answer and close before the end.
+  [[maybe_unused]] auto sent = ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string out;
   char buf[4096];
   ssize_t n;
@@ -84,6 +83,11 @@ std::string http(int port, const std::string& method, const std::string& path) {
     out.append(buf, static_cast<size_t>(n));
   ::close(fd);
   return out;
+}
+
+/// One HTTP/1.0 request; the whole response (status line, headers, body).
+std::string http(int port, const std::string& method, const std::string& path) {
+  return exchange(dial(port), method + " " + path + " HTTP/1.0\r\n\r\n");
 }
 
 /// The value of the sample line that starts with `series` (-1 if none).
@@ -310,18 +314,7 @@ TEST_CASE_FIXTURE(served, "server: clients holding half a request neither delay 
 }
 
 TEST_CASE_FIXTURE(served, "server: garbage gets a 400 naming what was wrong, a huge head a 431") {
-  auto send_raw = [&](const std::string& bytes) {
-    int fd = dial(srv->port());
-    // Sent whole or in part: the server may answer and close before the end.
-    [[maybe_unused]] auto n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    std::string out;
-    char buf[4096];
-    ssize_t r;
-    while ((r = ::read(fd, buf, sizeof(buf))) > 0)
-      out.append(buf, static_cast<size_t>(r));
-    ::close(fd);
-    return out;
-  };
+  auto send_raw = [&](const std::string& bytes) { return exchange(dial(srv->port()), bytes); };
   auto tls = send_raw(std::string("\x16\x03\x01\x02\x00\x01", 6));
   CHECK(status_line(tls) == "HTTP/1.1 400 Bad Request");
   CHECK(body(tls) == "malformed request line: method is not a token\n");
@@ -394,15 +387,30 @@ TEST_CASE_FIXTURE(served, "server: out of descriptors, accepting rests instead o
   // A spinning loop would have used ~50 ticks (10 ms each) in 500 ms.
   CHECK_MESSAGE(spent <= 5, "the http thread used " << spent << " ticks while out of descriptors");
   // With descriptors again, the waiting clients are served.
-  const std::string req = "GET /healthz HTTP/1.0\r\n\r\n";
-  for (int fd : clients) {
-    REQUIRE(::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size()));
-    std::string out;
-    char buf[512];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof(buf))) > 0)
-      out.append(buf, static_cast<size_t>(n));
-    CHECK(status_line(out) == "HTTP/1.1 200 OK");
-    ::close(fd);
+  for (int fd : clients)
+    CHECK(status_line(exchange(fd, "GET /healthz HTTP/1.0\r\n\r\n")) == "HTTP/1.1 200 OK");
+}
+
+TEST_CASE("server: on [::] it answers IPv6 and IPv4 clients") {
+  int probe6 = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe6 < 0) {
+    MESSAGE("no IPv6 on this host: skipped");
+    return;
   }
+  ::close(probe6);
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto col = std::make_shared<stats_collector>(sys, std::chrono::milliseconds{50});
+  health_state h;
+  std::string err;
+  auto srv = http_server::start("[::]:" + std::to_string(free_port()), col, h, err);
+  REQUIRE_MESSAGE(srv, err);
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_port = htons(static_cast<uint16_t>(srv->port()));
+  a.sin6_addr = in6addr_loopback;
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  CHECK(status_line(exchange(fd, "GET /healthz HTTP/1.0\r\n\r\n")) == "HTTP/1.1 200 OK");
+  CHECK(status_line(http(srv->port(), "GET", "/healthz")) == "HTTP/1.1 200 OK");
 }
