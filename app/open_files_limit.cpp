@@ -7,8 +7,11 @@
 namespace kvs {
 
 namespace {
-/// Linux's default fs.nr_open: a soft limit above it is refused.
-constexpr rlim_t max_open_files = rlim_t{1} << 20;
+/// Far more than a sidecar's routers, engines and probes need, and a bound
+/// on what a connection flood can hold: libzmq keeps ~3.6 KiB per TCP
+/// connection that never finishes its handshake (measured: 4,000 of them
+/// on the PUB and replay ports, 14 MiB), so 65,536 hold at most ~240 MiB.
+constexpr rlim_t max_open_files = 65536;
 } // namespace
 
 open_files_limit raise_open_files_limit(std::optional<std::string>& error) {

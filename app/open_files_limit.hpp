@@ -6,8 +6,8 @@
 // starts processes at a soft limit of 1024 (and a container runtime often
 // keeps it): a few hundred connections that never finish their handshake
 // (libzmq drops them after 30 s) then stop the sidecar from accepting new
-// routers. The soft limit is raised to the hard one at start, as nginx and
-// the Go runtime do; what the hard limit is stays the operator's choice.
+// routers. The soft limit is raised to the hard one at start (at most
+// 65,536), as the Go runtime does; the hard limit stays the operator's.
 #pragma once
 
 #include <sys/resource.h>
@@ -22,8 +22,8 @@ struct open_files_limit {
   rlim_t now = 0;    ///< the soft limit after raising it
 };
 
-/// Raises the soft RLIMIT_NOFILE to the hard limit (at most 2^20, the
-/// kernel's usual nr_open). On failure: why, and the limit is unchanged.
+/// Raises the soft RLIMIT_NOFILE to the hard limit, at most 65,536 (see
+/// open_files_limit.cpp). On failure: why, and the limit is unchanged.
 open_files_limit raise_open_files_limit(std::optional<std::string>& error);
 
 } // namespace kvs

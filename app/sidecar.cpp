@@ -175,8 +175,8 @@ int run_sidecar(const config& cfg) {
   if (no_raise)
     KVS_WARN(me, "open files limit stays at {}: {}", files.before, *no_raise);
   else if (files.now != files.before)
-    KVS_INFO(me, "open files limit raised from {} to {} (the hard limit): each connection takes "
-                 "one", files.before, files.now);
+    KVS_INFO(me, "open files limit raised from {} to {} (the hard limit, at most 65536): each "
+                 "connection takes one", files.before, files.now);
   // Declared before the actor system: destroyed after it, when every bridge
   // has closed its sockets.
   zmq::context_t ctx{1};
