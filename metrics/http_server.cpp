@@ -343,17 +343,14 @@ void http_server::route(connection& c, std::string_view method, std::string_view
     return;
   }
   if (path == "/metrics") {
+    // However many wait (one per connection at most), they share the next
+    // collection.
     {
       std::lock_guard<std::mutex> lock{mu_};
-      if (scrape_queue_.size() < http_max_queued_scrapes) {
-        scrape_queue_.push_back(c.id);
-        c.ph = connection::phase::scraping;
-      }
+      scrape_queue_.push_back(c.id);
     }
-    if (c.ph == connection::phase::scraping)
-      scrape_cv_.notify_one();
-    else
-      respond(c, 503, "Service Unavailable", "text/plain", "too many scrapes waiting\n");
+    c.ph = connection::phase::scraping;
+    scrape_cv_.notify_one();
     return;
   }
   if (path == "/healthz") {
@@ -422,13 +419,22 @@ void http_server::take_scrapes(std::vector<std::unique_ptr<connection>>& conns) 
 }
 
 void http_server::scrape_loop() {
+  std::optional<clock::time_point> last_collection;
   for (;;) {
     std::vector<uint64_t> ids;
     {
       std::unique_lock<std::mutex> lock{mu_};
       scrape_cv_.wait(lock, [this] { return stopping_ || !scrape_queue_.empty(); });
+      // Collections start at most every http_min_scrape_interval: a client
+      // scraping in a loop would otherwise make every actor answer
+      // thousands of snapshot requests a second. The wait happens before
+      // the collection, so no answer is older than its request.
+      if (last_collection)
+        scrape_cv_.wait_until(lock, *last_collection + http_min_scrape_interval,
+                              [this] { return stopping_; });
       if (stopping_)
         return;
+      last_collection = clock::now();
       // Every scrape waiting now gets the same fresh collection.
       ids.assign(scrape_queue_.begin(), scrape_queue_.end());
       scrape_queue_.clear();

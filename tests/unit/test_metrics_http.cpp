@@ -414,3 +414,40 @@ TEST_CASE("server: on [::] it answers IPv6 and IPv4 clients") {
   CHECK(status_line(exchange(fd, "GET /healthz HTTP/1.0\r\n\r\n")) == "HTTP/1.1 200 OK");
   CHECK(status_line(http(srv->port(), "GET", "/healthz")) == "HTTP/1.1 200 OK");
 }
+
+TEST_CASE_FIXTURE(served, "server: scrapes in a loop make at most one collection per interval") {
+  // A watched actor that counts the collections: its received_total is the
+  // number of times it was asked.
+  auto counter = sys.spawn(fake_actor, 1000000);
+  col->watch({counter});
+  auto collections = [&](const std::string& text) {
+    return sample(text, "kvsidecar_events_received_total{dp_rank=\"0\"}");
+  };
+  // Four clients scraping back to back for ~1 s.
+  std::atomic<int> scrapes{0};
+  std::atomic<double> last_seen{0};
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> clients;
+  for (int k = 0; k < 4; ++k)
+    clients.emplace_back([&] {
+      while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds{1000}) {
+        auto r = http(srv->port(), "GET", "/metrics");
+        if (status_line(r) == "HTTP/1.1 200 OK") {
+          ++scrapes;
+          auto seen = collections(body(r));
+          for (double cur = last_seen.load(); seen > cur && !last_seen.compare_exchange_weak(cur, seen);) {
+          }
+        }
+      }
+    });
+  for (auto& c : clients)
+    c.join();
+  auto elapsed = std::chrono::steady_clock::now() - t0;
+  auto limit = elapsed / http_min_scrape_interval + 2;
+  CHECK(last_seen.load() >= 1);
+  CHECK_MESSAGE(last_seen.load() <= static_cast<double>(limit),
+                last_seen.load() << " collections in " << limit - 2 << " intervals");
+  // Every scrape was answered, several of them from one collection.
+  CHECK(scrapes.load() >= 2 * static_cast<int>(last_seen.load()));
+  caf::anon_send_exit(counter, caf::exit_reason::user_shutdown);
+}
