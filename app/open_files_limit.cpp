@@ -14,23 +14,19 @@ namespace {
 constexpr rlim_t max_open_files = 65536;
 } // namespace
 
-open_files_limit raise_open_files_limit(std::optional<std::string>& error) {
-  open_files_limit r;
+expected<open_files_limit> raise_open_files_limit() {
   rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) {
-    error = std::string{"getrlimit(RLIMIT_NOFILE): "} + std::strerror(errno);
-    return r;
-  }
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0)
+    return make_error("rlimit", std::string{"getrlimit(RLIMIT_NOFILE): "} + std::strerror(errno));
+  open_files_limit r;
   r.before = r.now = lim.rlim_cur;
   auto want = std::min(lim.rlim_max, max_open_files);
   if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= want)
     return r;
   lim.rlim_cur = want;
-  if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) {
-    error = std::string{"setrlimit(RLIMIT_NOFILE, "} + std::to_string(want)
-            + "): " + std::strerror(errno);
-    return r;
-  }
+  if (::setrlimit(RLIMIT_NOFILE, &lim) != 0)
+    return make_error("rlimit", "setrlimit(RLIMIT_NOFILE) from " + std::to_string(r.before)
+                                  + " to " + std::to_string(want) + ": " + std::strerror(errno));
   r.now = want;
   return r;
 }

@@ -10,10 +10,9 @@
 // 65,536), as the Go runtime does; the hard limit stays the operator's.
 #pragma once
 
-#include <sys/resource.h>
+#include "core/error.hpp"
 
-#include <optional>
-#include <string>
+#include <sys/resource.h>
 
 namespace kvs {
 
@@ -23,7 +22,8 @@ struct open_files_limit {
 };
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit, at most 65,536 (see
-/// open_files_limit.cpp). On failure: why, and the limit is unchanged.
-open_files_limit raise_open_files_limit(std::optional<std::string>& error);
+/// open_files_limit.cpp). On failure the limit is unchanged and the error
+/// (kind "rlimit") says why.
+expected<open_files_limit> raise_open_files_limit();
 
 } // namespace kvs

@@ -170,13 +170,11 @@ int run_sidecar(const config& cfg) {
   auto me = log::label("sidecar", cfg.sidecar.name, 0);
   // Read by the HTTP health endpoints; written only here.
   health_state& health = kvs::health();
-  std::optional<std::string> no_raise;
-  auto files = raise_open_files_limit(no_raise);
-  if (no_raise)
-    KVS_WARN(me, "open files limit stays at {}: {}", files.before, *no_raise);
-  else if (files.now != files.before)
+  if (auto files = raise_open_files_limit(); !files)
+    KVS_WARN(me, "open files limit not raised: {}", files.error_value().detail);
+  else if (files->now != files->before)
     KVS_INFO(me, "open files limit raised from {} to {} (the hard limit, at most 65536): each "
-                 "connection takes one", files.before, files.now);
+                 "connection takes one", files->before, files->now);
   // Declared before the actor system: destroyed after it, when every bridge
   // has closed its sockets.
   zmq::context_t ctx{1};

@@ -1,10 +1,9 @@
 #include "config/config.hpp"
 
 #include "config/curve_keys.hpp"
+#include "core/listen_address.hpp"
 
 #include <toml++/toml.h>
-
-#include <arpa/inet.h>
 
 #include <cctype>
 #include <cmath>
@@ -129,43 +128,10 @@ bool endpoint_is_local(const std::string& ep) {
 }
 
 status check_listen_address(const std::string& s) {
-  auto bad = [&](const std::string& what) {
-    return make_error("bad_value", "expected " + what + " (like \"0.0.0.0:9090\"), got \"" + s + "\"");
-  };
-  auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 >= s.size())
-    return bad("host:port");
-  auto host = s.substr(0, colon);
-  auto port = s.substr(colon + 1);
-  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
-    return bad("a numeric port");
-  auto p = std::stol(port);
-  if (p < 1 || p > 65535)
-    return bad("a port in 1..65535");
-  if (host.front() == '[') {
-    // "[::]:9090" (IPv6 and IPv4 clients) or another IPv6 address.
-    in6_addr a6{};
-    if (host.size() < 3 || host.back() != ']'
-        || ::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6) != 1)
-      return bad("an IPv4 address or an IPv6 address in brackets like \"[::]:9090\"");
-    return {};
-  }
-  // Dotted IPv4, four parts of 0..255 (the server binds addresses, not names).
-  int parts = 0;
-  size_t at = 0;
-  while (at <= host.size()) {
-    auto dot = host.find('.', at);
-    auto part = host.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
-    if (part.empty() || part.size() > 3 || part.find_first_not_of("0123456789") != std::string::npos
-        || std::stoi(part) > 255)
-      return bad("an IPv4 address");
-    ++parts;
-    if (dot == std::string::npos)
-      break;
-    at = dot + 1;
-  }
-  if (parts != 4)
-    return bad("an IPv4 address");
+  auto a = parse_listen_address(s);
+  if (!a)
+    return make_error("bad_value", "expected " + a.error_value().detail
+                                     + " (like \"0.0.0.0:9090\"), got \"" + s + "\"");
   return {};
 }
 

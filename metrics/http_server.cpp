@@ -1,5 +1,6 @@
 #include "metrics/http_server.hpp"
 
+#include "core/listen_address.hpp"
 #include "log/log.hpp"
 #include "metrics/families.hpp"
 #include "metrics/http_request.hpp"
@@ -109,32 +110,13 @@ std::unique_ptr<http_server> http_server::start(const std::string& listen,
                                                 health_state& health, std::string& error) {
   std::unique_ptr<http_server> s{new http_server(std::move(collector), health)};
   s->label_ = log::label("http", listen, 0);
-  // "a.b.c.d:port" or "[v6]:port" (the config checked the form).
-  auto colon = listen.rfind(':');
-  auto host = colon == std::string::npos ? std::string{} : listen.substr(0, colon);
-  bool v6 = host.size() > 2 && host.front() == '[' && host.back() == ']';
-  sockaddr_storage a{};
-  socklen_t alen = 0;
-  int port = colon == std::string::npos ? -1 : std::atoi(listen.c_str() + colon + 1);
-  if (v6) {
-    auto& a6 = reinterpret_cast<sockaddr_in6&>(a);
-    a6.sin6_family = AF_INET6;
-    a6.sin6_port = htons(static_cast<uint16_t>(port));
-    if (::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6.sin6_addr) != 1)
-      port = -1;
-    alen = sizeof(a6);
-  } else {
-    auto& a4 = reinterpret_cast<sockaddr_in&>(a);
-    a4.sin_family = AF_INET;
-    a4.sin_port = htons(static_cast<uint16_t>(port));
-    if (::inet_pton(AF_INET, host.c_str(), &a4.sin_addr) != 1)
-      port = -1;
-    alen = sizeof(a4);
-  }
-  if (port < 0 || port > 65535) {
-    error = "expected an address and port like 0.0.0.0:9090 or [::]:9090";
+  auto addr = parse_listen_address(listen); // the config checked it too
+  if (!addr) {
+    error = "expected " + addr.error_value().detail + ", got \"" + listen + "\"";
     return nullptr;
   }
+  auto& a = addr->addr;
+  bool v6 = addr->v6;
   s->listen_fd_ = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s->listen_fd_ < 0) {
     error = "cannot create a socket: " + errno_text(errno);
@@ -145,7 +127,7 @@ std::unique_ptr<http_server> http_server::start(const std::string& listen,
   // [::] takes IPv4 clients too, whatever the host's net.ipv6.bindv6only.
   if (v6)
     ::setsockopt(s->listen_fd_, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-  if (::bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&a), alen) != 0) {
+  if (::bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&a), addr->len) != 0) {
     error = "cannot bind " + listen + ": " + errno_text(errno);
     return nullptr;
   }
