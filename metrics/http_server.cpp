@@ -302,8 +302,7 @@ void http_server::on_readable(connection& c) {
     if (h.st == http_head::state::incomplete)
       continue;
     if (h.st == http_head::state::bad) {
-      last_bad_why_ = h.why;
-      closed(c, closed_reason::bad_request);
+      closed(c, closed_reason::bad_request, h.why);
       respond(c, h.status, h.status == 431 ? "Request Header Fields Too Large" : "Bad Request",
               "text/plain", std::string{h.why} + "\n");
       return;
@@ -437,7 +436,7 @@ void http_server::scrape_loop() {
   }
 }
 
-void http_server::closed(connection& c, closed_reason why) {
+void http_server::closed(connection& c, closed_reason why, const char* detail) {
   auto i = static_cast<size_t>(why);
   closed_[i].fetch_add(1, std::memory_order_relaxed);
   auto& l = reason_logs_[i];
@@ -458,7 +457,7 @@ void http_server::closed(connection& c, closed_reason why) {
                        http_max_connections);
     break;
   case closed_reason::bad_request:
-    what = "bad request (" + last_bad_why_ + "), answered 400 or 431";
+    what = std::string{"bad request ("} + detail + "), answered 400 or 431";
     break;
   case closed_reason::count:
     break;

@@ -109,7 +109,9 @@ private:
                const std::string& body);
   void take_scrapes(std::vector<std::unique_ptr<connection>>& conns);
 
-  void closed(connection& c, closed_reason why);
+  /// Counts and (rate-limited) logs why `c` is closed; `detail`: a bad
+  /// request's reason.
+  void closed(connection& c, closed_reason why, const char* detail = "");
 
   // The scrape thread.
   void scrape_loop();
@@ -123,7 +125,6 @@ private:
   int port_ = 0;
   uint64_t next_id_ = 1;
   std::string label_; ///< "http[0.0.0.0:9090]#0", in log lines
-  std::string last_bad_why_; ///< the last bad request's reason, for its log line
   std::array<reason_log, static_cast<size_t>(closed_reason::count)> reason_logs_{};
   // Written by the loop thread, read by scrapes.
   std::array<std::atomic<uint64_t>, answered_codes.size()> answered_{};
