@@ -178,16 +178,17 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
   }
   auto req = std::make_shared<mp_request>(std::move(*res));
   mp_call call{std::move(identity), std::move(req), std::nullopt, received};
-  if (ipc_ && call.request->op == mp_op::register_kv_cache) {
+  if (ipc_ && (call.request->op == mp_op::register_kv_cache
+               || call.request->op == mp_op::register_kv_cache_engine_driven_context)) {
     // The identity frame is made up by the ROUTER; the peer's metadata
     // travels on the frames it sent.
     call.peer_uid = peer_uid(frames[1]);
     if (!call.peer_uid) {
-      reject(hex(call.identity), hex(call.request->uid_frame), "register_kv_cache",
+      reject(hex(call.identity), hex(call.request->uid_frame), to_string(call.request->op),
              error{"no_peer_credentials", "the ipc:// peer's uid is unknown; registration "
                                           "refused"});
-      send_reply(make_failure_reply(call, "register_kv_cache refused: the ipc:// peer's uid is "
-                                          "unknown"));
+      send_reply(make_failure_reply(call, std::string(to_string(call.request->op))
+                                            + " refused: the ipc:// peer's uid is unknown"));
       return;
     }
   }
@@ -240,13 +241,14 @@ void engine_bridge::route(mp_call call) {
       send_reply(make_reply(call, encode_mp_bool(true)));
       return;
     }
-    case mp_op::register_kv_cache: {
+    case mp_op::register_kv_cache:
+    case mp_op::register_kv_cache_engine_driven_context: {
       // Refused like a failed registration: the failure reply (the
       // connector's start-up fails at once with the reason; LMCache's vLLM
       // adapter retries on its next ping).
-      auto id = std::get<register_kv_cache_req>(req.body).instance_id;
+      auto id = *instance_of(req);
       if (foreign(call, id)) {
-        send_reply(make_failure_reply(call, "register_kv_cache refused: instance "
+        send_reply(make_failure_reply(call, std::string(to_string(req.op)) + " refused: instance "
                                               + std::to_string(id)
                                               + " belongs to another connection"));
         return;
@@ -254,10 +256,11 @@ void engine_bridge::route(mp_call call) {
       owners_[id] = call.identity;
       break;
     }
-    case mp_op::unregister_kv_cache: {
+    case mp_op::unregister_kv_cache:
+    case mp_op::unregister_kv_cache_engine_driven_context: {
       // unregister has no failure reply in LMCache (None): a foreign one is
       // answered None and changes nothing.
-      auto id = std::get<unregister_kv_cache_req>(req.body).instance_id;
+      auto id = *instance_of(req);
       if (foreign(call, id)) {
         send_reply(make_reply(call, std::nullopt));
         return;
@@ -266,12 +269,22 @@ void engine_bridge::route(mp_call call) {
       break;
     }
     case mp_op::store:
-    case mp_op::retrieve: {
-      auto instance = req.op == mp_op::store ? std::get<store_req>(req.body).instance_id
-                                             : std::get<retrieve_req>(req.body).instance_id;
+    case mp_op::retrieve:
+    case mp_op::prepare_store:
+    case mp_op::commit_store:
+    case mp_op::prepare_retrieve:
+    case mp_op::commit_retrieve: {
+      auto instance = *instance_of(req);
       if (instance >= 0 && foreign(call, instance)) {
-        // LMCache's failure answer to STORE/RETRIEVE: (b"", False).
-        send_reply(make_reply(call, encode_mp_event_ok("", false)));
+        // LMCache's failure value of the op ((b"", False), False, ...), or
+        // the failure reply where it has none (prepare_store).
+        if (auto body = failure_body(req.op))
+          send_reply(make_reply(call, std::move(body)));
+        else
+          send_reply(make_failure_reply(call, std::string(to_string(req.op))
+                                                + " refused: instance "
+                                                + std::to_string(instance)
+                                                + " belongs to another connection"));
         return;
       }
       break;

@@ -65,7 +65,13 @@ stats_snapshot snapshot(const gpu_transfer_state& st) {
   stats_snapshot s;
   s.actor = st.label;
   s.labels = {{"backend", st.p.backend->name()}};
+  size_t staging_free = 0;
+  for (auto& [id, in] : st.staged)
+    staging_free += in.pool->free_slots();
   s.gauge("instances", "", st.instances.size())
+    .gauge("staged_instances", "kvsidecar_cache_engine_driven_instances", st.staged.size())
+    .gauge("staging_free", "kvsidecar_cache_staging_free_slots", staging_free)
+    .counter("staged_copies", "kvsidecar_cache_staging_copies_total", st.staged_copies)
     .counter("copies", "kvsidecar_cache_copies_total", st.copies)
     .counter("failed", "kvsidecar_cache_copy_failures_total", st.failed)
     .log_only("bytes", st.bytes)
@@ -100,6 +106,8 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
     },
     [self](gpu_close& c) {
       auto& st = self->state;
+      if (st.staged.erase(c.instance_id) > 0)
+        KVS_INFO(st.label, "removed the staging pool of instance {}", c.instance_id);
       auto i = st.instances.find(c.instance_id);
       if (i == st.instances.end())
         return;
@@ -161,6 +169,71 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       gpu_copy_started out{completion.event_handle(), ticket, false};
       st.inflight[ticket] = {std::move(res.value()), std::nullopt, start, direction, nbytes};
       return out;
+    },
+    [self](gpu_stage_open& op) -> caf::result<gpu_stage_opened> {
+      auto& st = self->state;
+      st.staged.erase(op.instance_id); // a re-registration gets a fresh object
+      auto pool = staging_pool::create(staging_pool_name(op.instance_id), op.slot_bytes,
+                                       op.slots, op.owner_uid);
+      if (!pool)
+        return to_caf_error("open_failed", to_string(pool.error_value()));
+      gpu_stage_opened out{pool.value()->name(), pool.value()->size()};
+      KVS_INFO(st.label, "staging pool {} for instance {}: {} slots of {} KiB", out.shm_name,
+               op.instance_id, op.slots, op.slot_bytes >> 10);
+      st.staged[op.instance_id] = {std::move(pool.value()), std::move(op.chunk_shape),
+                                   std::move(op.dtype), op.format};
+      return out;
+    },
+    [self](gpu_stage_take& t) -> caf::result<gpu_stage_taken> {
+      auto& st = self->state;
+      auto i = st.staged.find(t.instance_id);
+      if (i == st.staged.end())
+        return to_caf_error("not_registered", "instance " + std::to_string(t.instance_id) +
+                                                " has no engine-driven registration");
+      auto& in = i->second;
+      gpu_stage_taken out;
+      out.offsets = in.pool->take(t.count);
+      out.slot_bytes = in.pool->slot_bytes();
+      out.chunk_shape = in.chunk_shape;
+      out.dtype = in.dtype;
+      out.format = in.format;
+      return out;
+    },
+    [self](gpu_stage_copy& cp) -> caf::result<gpu_copy_done> {
+      auto& st = self->state;
+      if (st.draining || (st.p.refuse_copies && st.p.refuse_copies->load())) {
+        ++st.failed;
+        ++st.refused_at_shutdown;
+        return to_caf_error("shutting_down", "the sidecar is shutting down: no new copies");
+      }
+      auto i = st.staged.find(cp.instance_id);
+      if (i == st.staged.end())
+        return to_caf_error("not_registered", "instance " + std::to_string(cp.instance_id) +
+                                                " has no engine-driven registration");
+      auto& pool = *i->second.pool;
+      auto start = gpu_transfer_state::clock::now();
+      auto done = pool.copy(cp.offsets, cp.l1, cp.to_l1);
+      if (cp.release)
+        (void)pool.give(cp.offsets); // checked by copy(); a failed copy frees them too
+      if (!done) {
+        ++st.failed;
+        return to_caf_error("copy_failed", to_string(done.error_value()));
+      }
+      const uint64_t nbytes = cp.offsets.size() * pool.slot_bytes();
+      ++st.copies;
+      ++st.staged_copies;
+      st.bytes += nbytes;
+      st.staged_bytes += nbytes;
+      st.finished(cp.to_l1 ? 0 : 1, nbytes, start);
+      return gpu_copy_done{};
+    },
+    [self](gpu_stage_give& g) {
+      auto& st = self->state;
+      auto i = st.staged.find(g.instance_id);
+      if (i == st.staged.end())
+        return; // unregistered meanwhile: the pool and its slots are gone
+      if (auto ok = i->second.pool->give(g.offsets); !ok)
+        KVS_WARN(st.label, "instance {}: {}", g.instance_id, ok.error_value().detail);
     },
     [self](gpu_await& a) -> caf::result<gpu_copy_done> {
       auto& st = self->state;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
+#include "gpu/staging_pool.hpp"
 #include "gpu/transfer_backend.hpp"
 
 #include <atomic>
@@ -52,9 +53,20 @@ struct gpu_transfer_state {
     uint64_t bytes = 0;
   };
 
+  /// An engine-driven instance: its staging pool and what a slot holds.
+  struct staged_instance {
+    std::unique_ptr<staging_pool> pool;
+    std::vector<int64_t> chunk_shape;
+    std::string dtype;
+    uint8_t format = 0;
+  };
+
   gpu_transfer_params p;
   std::string label;
   std::map<int64_t, instance> instances;
+  std::map<int64_t, staged_instance> staged;
+  uint64_t staged_copies = 0;
+  uint64_t staged_bytes = 0;
   std::map<uint64_t, pending> inflight;
   uint64_t next_ticket = 1;
   bool polling = false;

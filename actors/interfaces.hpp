@@ -142,7 +142,9 @@ using store_actor = caf::typed_actor<
   caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 /// gpu_transfer — opens engine pools (CUDA IPC or host shared memory) once
-/// per instance and copies pages between them and L1 slots. Answers a copy at
+/// per instance and copies pages between them and L1 slots. For
+/// engine-driven instances it owns their staging pools (gpu/staging_pool)
+/// and copies whole chunks between those and L1. Answers a copy at
 /// once with the event to hand the engine, and its completion later. Holds
 /// L1 alive for as long as a copy may touch it. `drain` (shutdown) refuses
 /// new copies and answers, with the number it waited for, once no copy is
@@ -152,6 +154,10 @@ using gpu_transfer_actor = caf::typed_actor<
   caf::reacts_to<gpu_close>,
   caf::replies_to<gpu_copy>::with<gpu_copy_started>,
   caf::replies_to<gpu_await>::with<gpu_copy_done>,
+  caf::replies_to<gpu_stage_open>::with<gpu_stage_opened>, ///< engine-driven staging pools
+  caf::replies_to<gpu_stage_take>::with<gpu_stage_taken>,
+  caf::replies_to<gpu_stage_copy>::with<gpu_copy_done>,
+  caf::reacts_to<gpu_stage_give>,
   caf::replies_to<drain_atom>::with<uint64_t>,
   caf::reacts_to<poll_atom>,
   caf::reacts_to<stats_atom>,

@@ -136,6 +136,122 @@ void on_register(self_ptr self, const mp_call& call, const register_kv_cache_req
     });
 }
 
+/// Bytes of one element of the torch dtype `name` (RegisterEngineDrivenContextPayload
+/// dtype_str: a torch attribute name), 0 when it is none we know.
+uint32_t torch_dtype_size(const std::string& name) {
+  static constexpr std::pair<const char*, uint32_t> k_sizes[] = {
+      {"float16", 2}, {"half", 2}, {"bfloat16", 2}, {"float32", 4}, {"float", 4},
+      {"float64", 8}, {"double", 8}, {"float8_e4m3fn", 1}, {"float8_e5m2", 1},
+      {"float8_e4m3fnuz", 1}, {"float8_e5m2fnuz", 1}, {"uint8", 1}, {"int8", 1},
+      {"int16", 2}, {"int32", 4}, {"int64", 8}};
+  for (const auto& [n, size] : k_sizes)
+    if (name == n)
+      return size;
+  return 0;
+}
+
+/// LMCache's engine-driven registration (EngineDrivenTransferModule): the
+/// engine gathers its pages into chunk buffers itself; kvsidecar gives the
+/// instance a staging pool of its own (gpu/staging_pool.hpp) and answers
+/// with its name and size.
+void on_register_engine_driven(self_ptr self, const mp_call& call,
+                               const register_engine_driven_req& r) {
+  auto& st = self->state;
+  auto fail = [self, call, id = r.instance_id](const std::string& why) {
+    auto& st = self->state;
+    ++st.failed;
+    KVS_ERROR(st.label, "register_kv_cache_engine_driven_context of instance {} failed: {}", id,
+              why);
+    if (!st.bridge)
+      return;
+    self->send(st.bridge,
+               make_failure_reply(call, "register_kv_cache_engine_driven_context failed: " + why));
+    if (!st.instances.count(id))
+      self->send(st.bridge, reaped_atom_v, id);
+  };
+  // LMCache: a registered instance registering again keeps its context and
+  // only refreshes its liveness (the engine may have mapped the pool).
+  if (auto old = st.instances.find(r.instance_id);
+      old != st.instances.end() && old->second.engine_driven && old->second.model == r.model_name
+      && old->second.world_size == r.world_size) {
+    old->second.last_seen = registry_state::clock::now();
+    KVS_INFO(st.label, "instance {} registers again (engine-driven): keeps its staging pool {}",
+             r.instance_id, old->second.shm_name);
+    self->send(st.bridge, make_reply(call, encode_reply_engine_driven_context(
+                                             old->second.shm_name, old->second.pool_size)));
+    return;
+  }
+  const uint32_t elem = torch_dtype_size(r.dtype_str);
+  if (elem == 0) {
+    fail("invalid dtype_str '" + r.dtype_str.substr(0, 32) + "': not a torch dtype name "
+         "(e.g. 'bfloat16', 'float16', 'float32')");
+    return;
+  }
+  auto in_range = [](int64_t v, int64_t hi) { return v > 0 && v <= hi; };
+  if (!in_range(r.num_layers, 16384) || !in_range(r.hidden_dim_size, int64_t{1} << 20)
+      || !in_range(r.block_size, int64_t{1} << 20) || !in_range(r.world_size, 1 << 16)) {
+    fail("num_layers " + std::to_string(r.num_layers) + ", hidden_dim_size "
+         + std::to_string(r.hidden_dim_size) + ", block_size " + std::to_string(r.block_size)
+         + " or world_size " + std::to_string(r.world_size) + " out of range");
+    return;
+  }
+  const int64_t slots_per_chunk = r.num_physical_slots.value_or(st.p.chunk_size);
+  if (slots_per_chunk != st.p.chunk_size) {
+    fail("num_physical_slots " + std::to_string(slots_per_chunk) + " differs from the chunk size "
+         + std::to_string(st.p.chunk_size) + " (compressed engine-driven chunks are not served)");
+    return;
+  }
+  // The chunk as the engine views it: [2, NL, T, H], or one plane [NL, T, H]
+  // for MLA and fused-K/V formats (LMCache's use_mla flag).
+  std::vector<int64_t> shape = r.use_mla
+                                 ? std::vector<int64_t>{r.num_layers, slots_per_chunk, r.hidden_dim_size}
+                                 : std::vector<int64_t>{2, r.num_layers, slots_per_chunk,
+                                                        r.hidden_dim_size};
+  uint64_t slot = elem;
+  for (int64_t d : shape)
+    slot *= static_cast<uint64_t>(d); // each factor is bounded above: no overflow
+  bool pinged = false;
+  if (auto old = st.instances.find(r.instance_id); old != st.instances.end()) {
+    KVS_INFO(st.label, "instance {} registers again: replacing its registration", r.instance_id);
+    pinged = old->second.pinged;
+    forget(self, r.instance_id);
+  }
+  const uint8_t format = r.use_mla ? chunk_format_single_plane : chunk_format_kv_2ltd;
+  gpu_stage_open op{r.instance_id, slot, st.p.engine_driven_slots, shape, r.dtype_str, format,
+                    call.peer_uid};
+  self->request(st.p.gpu, caf::infinite, std::move(op))
+    .then([self, call, r, slot, fail, pinged](gpu_stage_opened& opened) {
+      self->request(self->state.p.store, caf::infinite, store_configure{r.instance_id, slot})
+        .then([self, call, r, fail, pinged, opened](store_configure_reply&) {
+          auto& st = self->state;
+          registry_state::instance in;
+          in.model = r.model_name;
+          in.world_size = r.world_size;
+          in.engine = "engine_driven";
+          in.last_seen = registry_state::clock::now();
+          in.pinged = pinged;
+          in.engine_driven = true;
+          in.shm_name = opened.shm_name;
+          in.pool_size = opened.pool_size;
+          st.instances[r.instance_id] = std::move(in);
+          ++st.registered;
+          KVS_INFO(st.label,
+                   "instance {} registered (engine-driven): model {}, world_size {}, {} layers, "
+                   "hidden {}, {}, {} chunks ({}), staging pool {} of {} bytes",
+                   r.instance_id, r.model_name, r.world_size, r.num_layers, r.hidden_dim_size,
+                   r.dtype_str, r.use_mla ? "one plane [NL, T, H]" : "K and V [2, NL, T, H]",
+                   r.use_mla ? "single_plane" : "KV_2LTD", opened.shm_name, opened.pool_size);
+          self->send(st.bridge, make_reply(call, encode_reply_engine_driven_context(
+                                                   opened.shm_name, opened.pool_size)));
+        },
+        [self, id = r.instance_id, fail](caf::error& err) {
+          self->send(self->state.p.gpu, gpu_close{id});
+          fail(from_caf_error(err).detail);
+        });
+    },
+    [fail](caf::error& err) { fail(from_caf_error(err).detail); });
+}
+
 } // namespace
 
 stats_snapshot snapshot(const registry_state& st) {
@@ -175,16 +291,23 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry
       auto& st = self->state;
       st.bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
       auto& req = *call.request;
-      if (auto* r = std::get_if<register_kv_cache_req>(&req.body)) {
-        on_register(self, call, *r);
-      } else if (auto* u = std::get_if<unregister_kv_cache_req>(&req.body)) {
-        if (st.instances.count(u->instance_id)) {
-          forget(self, u->instance_id);
-          KVS_INFO(st.label, "instance {} unregistered", u->instance_id);
+      auto unregister = [&](int64_t id, const char* op) {
+        if (st.instances.count(id)) {
+          forget(self, id);
+          KVS_INFO(st.label, "instance {} unregistered", id);
         } else {
-          KVS_WARN(st.label, "unregister_kv_cache of unknown instance {}", u->instance_id);
+          KVS_WARN(st.label, "{} of unknown instance {}", op, id);
         }
         self->send(st.bridge, make_reply(call, std::nullopt));
+      };
+      if (auto* r = std::get_if<register_kv_cache_req>(&req.body)) {
+        on_register(self, call, *r);
+      } else if (auto* e = std::get_if<register_engine_driven_req>(&req.body)) {
+        on_register_engine_driven(self, call, *e);
+      } else if (auto* u = std::get_if<unregister_kv_cache_req>(&req.body)) {
+        unregister(u->instance_id, "unregister_kv_cache");
+      } else if (auto* ue = std::get_if<unregister_engine_driven_req>(&req.body)) {
+        unregister(ue->instance_id, "unregister_kv_cache_engine_driven_context");
       } else {
         // The bridge routes nothing else here; should it ever, the caller
         // still gets an answer.

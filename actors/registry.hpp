@@ -21,6 +21,7 @@ struct registry_params {
   store_actor store;
   std::chrono::nanoseconds stats_interval{};
   std::vector<std::string> shm_allow_prefixes; ///< cache.shm_allow_prefixes
+  uint32_t engine_driven_slots = 16; ///< cache.engine_driven_slots: staging chunks per instance
 };
 
 struct registry_state {
@@ -36,6 +37,11 @@ struct registry_state {
     size_t tensors = 0;
     clock::time_point last_seen;
     bool pinged = false; ///< has sent a PING (selects heartbeat_timeout over the grace)
+    /// Engine-driven registrations (no layout: the engine copies its pages):
+    /// the staging pool named in the registration reply.
+    bool engine_driven = false;
+    std::string shm_name;
+    uint64_t pool_size = 0;
   };
 
   registry_params p;

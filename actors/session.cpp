@@ -36,11 +36,14 @@ void reply_copy(self_ptr self, const mp_call& call, const std::string& handle, b
   reply(self, call, encode_mp_event_ok(handle, ok));
 }
 
+void release_all_staged(self_ptr self);
+
 /// Quits once nothing is in flight; everything held is released first.
 void maybe_finish(self_ptr self) {
   auto& st = self->state;
-  if (!st.ending || !st.jobs.empty())
+  if (!st.ending || !st.jobs.empty() || st.preparing > 0)
     return;
+  release_all_staged(self);
   for (auto& w : st.waiters)
     reply(self, w.call, std::nullopt);
   st.waiters.clear();
@@ -318,6 +321,294 @@ void on_retrieve(self_ptr self, mp_call& call) {
                                   acquired);
 }
 
+// -- Engine-driven transfer: prepare_* / commit_* ----------------------------
+//
+//   prepare_store:    staging slots -> reserve in the store -> hand the slots out
+//   commit_store:     copy staging -> L1, commit             -> True
+//   prepare_retrieve: staging slots -> acquire -> copy L1 -> staging, release -> slots
+//   commit_retrieve:  give the slots back                    -> True
+//
+// The engine copies its own pages into / out of the staging slots in
+// between (gpu/staging_pool.hpp). LMCache's failure values answer every
+// step that cannot be served: a store that cannot be staged hands out no
+// slots (the engine then skips it, as for chunks already stored).
+
+session_state::staged_key staged_key_of(const cache_key& k, int64_t instance, bool to_l1) {
+  return {instance, k.start, k.end, to_l1};
+}
+
+/// Gives back what a staged transfer holds: its slots, and a store's reservations.
+void release_staged(self_ptr self, staged_transfer& t) {
+  auto& st = self->state;
+  if (!t.offsets.empty())
+    self->send(st.p.gpu, gpu_stage_give{t.instance_id, std::move(t.offsets)});
+  if (t.reserved) {
+    t.reserved->commit = false;
+    self->send(st.p.store, std::move(*t.reserved));
+    t.reserved.reset();
+  }
+}
+
+void drop_staged(self_ptr self, const session_state::staged_key& k) {
+  auto& st = self->state;
+  auto i = st.staged.find(k);
+  if (i == st.staged.end())
+    return;
+  KVS_DEBUG(st.label, "a second prepare for the same key: the first one's slots are released");
+  release_staged(self, i->second);
+  st.staged.erase(i);
+}
+
+void release_all_staged(self_ptr self) {
+  auto& st = self->state;
+  if (!st.staged.empty())
+    KVS_DEBUG(st.label, "ending with {} engine-driven transfers never committed: released",
+              st.staged.size());
+  for (auto& [k, t] : st.staged)
+    release_staged(self, t);
+  st.staged.clear();
+}
+
+std::vector<shm_slot_desc> slot_descs(const gpu_stage_taken& t, size_t n) {
+  std::vector<shm_slot_desc> out;
+  for (size_t i = 0; i < n; ++i)
+    out.push_back({t.offsets[i], t.slot_bytes, t.chunk_shape, t.dtype});
+  return out;
+}
+
+/// A prepare's answers are back: the session may end now.
+void prepared(self_ptr self) {
+  --self->state.preparing;
+  maybe_finish(self);
+}
+
+void on_prepare_store(self_ptr self, mp_call& call) {
+  auto& st = self->state;
+  const auto& r = std::get<prepare_store_req>(call.request->body);
+  const auto cs = static_cast<size_t>(st.p.chunk_size);
+  auto [begin, end] = chunk_range(r.key, cs);
+  if (!r.key.worker_id || end <= begin) {
+    if (!r.key.worker_id)
+      KVS_WARN(st.label, "prepare_store without worker_id: nothing to store");
+    reply(self, call, encode_reply_prepare_store({}, {}));
+    return;
+  }
+  const auto key = staged_key_of(r.key, r.instance_id, true);
+  drop_staged(self, key);
+  ++st.preparing;
+  const auto count = static_cast<uint32_t>(end - begin);
+  self->request(st.p.gpu, caf::infinite, gpu_stage_take{r.instance_id, count})
+    .then(
+      [self, call, key, begin, end](gpu_stage_taken& taken) mutable {
+        auto& st = self->state;
+        const auto& r = std::get<prepare_store_req>(call.request->body);
+        if (taken.offsets.size() < end - begin)
+          KVS_WARN(st.label, "instance {}: {} staging slots free for {} chunks to store "
+                             "(cache.engine_driven_slots): storing the first {}",
+                   r.instance_id, taken.offsets.size(), end - begin, taken.offsets.size());
+        if (taken.offsets.empty()) {
+          reply(self, call, encode_reply_prepare_store({}, {}));
+          prepared(self);
+          return;
+        }
+        auto hashes = key_hashes(r.key, static_cast<size_t>(st.p.chunk_size), end);
+        store_reserve q{r.instance_id, static_cast<int32_t>(*r.key.worker_id),
+                        {hashes.begin() + static_cast<ptrdiff_t>(begin), hashes.end()},
+                        taken.format, taken.offsets.size()};
+        self->request(st.p.store, caf::infinite, std::move(q))
+          .then(
+            [self, call, key, begin, hashes, taken](store_reserve_reply& res) mutable {
+              auto& st = self->state;
+              const auto& r = std::get<prepare_store_req>(call.request->body);
+              const auto cs = static_cast<size_t>(st.p.chunk_size);
+              const size_t n = std::min(res.chunks.size(), taken.offsets.size());
+              staged_transfer t;
+              t.instance_id = r.instance_id;
+              t.to_l1 = true;
+              t.offsets.assign(taken.offsets.begin(), taken.offsets.begin() + static_cast<ptrdiff_t>(n));
+              std::vector<uint64_t> spare(taken.offsets.begin() + static_cast<ptrdiff_t>(n),
+                                          taken.offsets.end());
+              if (!spare.empty())
+                self->send(st.p.gpu, gpu_stage_give{r.instance_id, std::move(spare)});
+              store_finish fin;
+              fin.rank = static_cast<int32_t>(*r.key.worker_id);
+              fin.model = r.key.model_name;
+              fin.salt = r.key.cache_salt;
+              std::vector<uint64_t> indices;
+              for (size_t i = 0; i < n; ++i) {
+                const auto& c = res.chunks[i];
+                const size_t abs = begin + c.position;
+                indices.push_back(c.position);
+                t.l1.push_back(c.slot);
+                fin.hashes.push_back(hashes[abs]);
+                fin.tokens.emplace_back(r.key.token_ids.begin() + static_cast<ptrdiff_t>(abs * cs),
+                                        r.key.token_ids.begin() + static_cast<ptrdiff_t>((abs + 1) * cs));
+                fin.parents.push_back(abs == 0 ? std::nullopt
+                                               : std::optional<uint64_t>{hashes[abs - 1]});
+              }
+              auto slots = slot_descs(taken, n);
+              if (n > 0) {
+                t.reserved = std::move(fin);
+                st.staged[key] = std::move(t);
+              }
+              reply(self, call, encode_reply_prepare_store(slots, indices));
+              prepared(self);
+            },
+            [self, call, taken](caf::error& err) mutable {
+              auto& st = self->state;
+              const auto& r = std::get<prepare_store_req>(call.request->body);
+              KVS_WARN(st.label, "prepare_store refused: {}", from_caf_error(err).detail);
+              self->send(st.p.gpu, gpu_stage_give{r.instance_id, std::move(taken.offsets)});
+              reply(self, call, encode_reply_prepare_store({}, {}));
+              prepared(self);
+            });
+      },
+      [self, call](caf::error& err) {
+        KVS_WARN(self->state.label, "prepare_store refused: {}", from_caf_error(err).detail);
+        reply(self, call, encode_reply_prepare_store({}, {}));
+        prepared(self);
+      });
+}
+
+void on_commit_store(self_ptr self, mp_call& call) {
+  auto& st = self->state;
+  const auto& r = std::get<commit_store_req>(call.request->body);
+  const auto key = staged_key_of(r.key, r.instance_id, true);
+  auto i = st.staged.find(key);
+  if (!r.cpu_data.empty()) {
+    // LMCache's pickle strategy (a pickled list of torch tensors): the
+    // sidecar never hands out a pool-less registration, so only a client
+    // that ignored the pool sends one.
+    KVS_WARN(st.label, "commit_store with {} bytes of pickled tensors: not served (the "
+                       "registration named a staging pool); the store fails",
+             r.cpu_data.size());
+    if (i != st.staged.end()) {
+      release_staged(self, i->second);
+      st.staged.erase(i);
+    }
+    reply(self, call, encode_reply_bool(false));
+    return;
+  }
+  if (i == st.staged.end()) {
+    KVS_WARN(st.label, "commit_store of instance {} without a prepared store for tokens {}..{}",
+             r.instance_id, r.key.start, r.key.end);
+    reply(self, call, encode_reply_bool(false));
+    return;
+  }
+  auto t = std::make_shared<staged_transfer>(std::move(i->second));
+  st.staged.erase(i);
+  ++st.preparing;
+  gpu_stage_copy cp{t->instance_id, true, t->offsets, t->l1, true};
+  t->offsets.clear(); // the copy gives them back
+  self->request(st.p.gpu, caf::infinite, std::move(cp))
+    .then(
+      [self, call, t](gpu_copy_done&) {
+        t->reserved->commit = true;
+        self->send(self->state.p.store, std::move(*t->reserved));
+        reply(self, call, encode_reply_bool(true));
+        prepared(self);
+      },
+      [self, call, t](caf::error& err) {
+        KVS_WARN(self->state.label, "commit_store copy failed: {}", from_caf_error(err).detail);
+        t->reserved->commit = false;
+        self->send(self->state.p.store, std::move(*t->reserved));
+        reply(self, call, encode_reply_bool(false));
+        prepared(self);
+      });
+}
+
+void on_prepare_retrieve(self_ptr self, mp_call& call) {
+  auto& st = self->state;
+  const auto& r = std::get<prepare_retrieve_req>(call.request->body);
+  auto [begin, end] = chunk_range(r.key, static_cast<size_t>(st.p.chunk_size));
+  if (!r.key.worker_id || end <= begin) {
+    KVS_WARN(st.label, "prepare_retrieve refused: {}",
+             !r.key.worker_id ? "no worker_id" : "no full chunk in range");
+    reply(self, call, encode_reply_prepare_retrieve(false, {}));
+    return;
+  }
+  const auto key = staged_key_of(r.key, r.instance_id, false);
+  drop_staged(self, key);
+  ++st.preparing;
+  auto fail = [self, call](const std::string& why, int64_t instance, std::vector<uint64_t> give) {
+    auto& st = self->state;
+    KVS_WARN(st.label, "prepare_retrieve refused: {}", why);
+    if (!give.empty())
+      self->send(st.p.gpu, gpu_stage_give{instance, std::move(give)});
+    reply(self, call, encode_reply_prepare_retrieve(false, {}));
+    prepared(self);
+  };
+  const auto count = static_cast<uint32_t>(end - begin);
+  self->request(st.p.gpu, caf::infinite, gpu_stage_take{r.instance_id, count})
+    .then(
+      [self, call, key, begin, end, fail](gpu_stage_taken& taken) {
+        auto& st = self->state;
+        const auto& r = std::get<prepare_retrieve_req>(call.request->body);
+        if (taken.offsets.size() < end - begin) {
+          fail(std::to_string(taken.offsets.size()) + " staging slots free for "
+                 + std::to_string(end - begin) + " chunks (cache.engine_driven_slots)",
+               r.instance_id, std::move(taken.offsets));
+          return;
+        }
+        auto hashes = key_hashes(r.key, static_cast<size_t>(st.p.chunk_size), end);
+        store_acquire q{st.p.request_id, static_cast<int32_t>(*r.key.worker_id), begin,
+                        {hashes.begin() + static_cast<ptrdiff_t>(begin), hashes.end()},
+                        taken.format};
+        self->request(st.p.store, caf::infinite, std::move(q))
+          .then(
+            [self, call, key, taken, fail](store_acquire_reply& acq) {
+              auto& st = self->state;
+              const auto& r = std::get<prepare_retrieve_req>(call.request->body);
+              if (acq.slot_bytes < taken.slot_bytes) {
+                self->send(st.p.store, store_release{acq.ticket});
+                fail("the chunks hold " + std::to_string(acq.slot_bytes) + " bytes, the "
+                       "instance's chunks " + std::to_string(taken.slot_bytes),
+                     r.instance_id, taken.offsets);
+                return;
+              }
+              gpu_stage_copy cp{r.instance_id, false, taken.offsets, acq.slots, false};
+              const uint64_t ticket = acq.ticket;
+              self->request(st.p.gpu, caf::infinite, std::move(cp))
+                .then(
+                  [self, call, key, taken, ticket](gpu_copy_done&) {
+                    auto& st = self->state;
+                    // Copied out: the L1 chunks need no pin while the engine reads.
+                    self->send(st.p.store, store_release{ticket});
+                    staged_transfer t;
+                    t.instance_id = std::get<0>(key);
+                    t.to_l1 = false;
+                    t.offsets = taken.offsets;
+                    st.staged[key] = std::move(t);
+                    reply(self, call,
+                          encode_reply_prepare_retrieve(true, slot_descs(taken, taken.offsets.size())));
+                    prepared(self);
+                  },
+                  [self, key, taken, ticket, fail](caf::error& err) {
+                    self->send(self->state.p.store, store_release{ticket});
+                    // Not released by the transfer actor (release = false).
+                    fail("copy into the staging slots failed: " + from_caf_error(err).detail,
+                         std::get<0>(key), taken.offsets);
+                  });
+            },
+            [key, taken, fail](caf::error& err) {
+              fail(from_caf_error(err).detail, std::get<0>(key), taken.offsets);
+            });
+      },
+      [fail](caf::error& err) { fail(from_caf_error(err).detail, -1, {}); });
+}
+
+void on_commit_retrieve(self_ptr self, mp_call& call) {
+  auto& st = self->state;
+  const auto& r = std::get<commit_retrieve_req>(call.request->body);
+  auto i = st.staged.find(staged_key_of(r.key, r.instance_id, false));
+  if (i != st.staged.end()) {
+    release_staged(self, i->second);
+    st.staged.erase(i);
+  }
+  // LMCache answers True whatever it found (its pickle strategy has nothing to release).
+  reply(self, call, encode_reply_bool(true));
+}
+
 void on_call(self_ptr self, mp_call& call) {
   auto& st = self->state;
   const auto& req = *call.request;
@@ -368,6 +659,18 @@ void on_call(self_ptr self, mp_call& call) {
       return;
     case mp_op::retrieve:
       on_retrieve(self, call);
+      return;
+    case mp_op::prepare_store:
+      on_prepare_store(self, call);
+      return;
+    case mp_op::commit_store:
+      on_commit_store(self, call);
+      return;
+    case mp_op::prepare_retrieve:
+      on_prepare_retrieve(self, call);
+      return;
+    case mp_op::commit_retrieve:
+      on_commit_retrieve(self, call);
       return;
     case mp_op::end_session:
       st.ending = true;

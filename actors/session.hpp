@@ -4,6 +4,8 @@
 #include "actors/interfaces.hpp"
 
 #include <chrono>
+#include <map>
+#include <tuple>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -33,6 +35,17 @@ struct copy_job {
   uint64_t read_ticket = 0;     ///< RETRIEVE, once acquired: released after the copy
 
   const char* what() const { return to_l1 ? "store" : "retrieve"; }
+};
+
+/// An engine-driven transfer (LMCache's prepare_* / commit_*) between its
+/// prepare and its commit: the staging slots handed to the engine and what
+/// they stand for in the store.
+struct staged_transfer {
+  int64_t instance_id = 0;
+  bool to_l1 = true;
+  std::vector<uint64_t> offsets;        ///< staging slots, in the reply's order
+  std::vector<uint8_t*> l1;             ///< store: the reserved L1 slots they go to
+  std::optional<store_finish> reserved; ///< store: committed or aborted at commit_store
 };
 
 struct session_state {
@@ -65,6 +78,14 @@ struct session_state {
   uint64_t next_job = 1;
   bool ending = false;
   std::optional<mp_call> end_call; ///< END_SESSION to answer once released
+
+  /// Engine-driven transfers awaiting their commit, by (instance, key start,
+  /// key end, store?): LMCache's pending_writes / pending_reads.
+  using staged_key = std::tuple<int64_t, int64_t, int64_t, bool>;
+  std::map<staged_key, staged_transfer> staged;
+  /// Prepares whose store/transfer answers are still out (the session waits
+  /// for them before it ends, like copy jobs).
+  size_t preparing = 0;
 };
 
 session_actor::behavior_type session(session_actor::stateful_pointer<session_state> self,

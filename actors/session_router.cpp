@@ -20,25 +20,6 @@ using self_ptr = session_router_actor::stateful_pointer<session_router_state>;
 /// Idle sessions named one by one in the log per sweep; the rest are counted.
 constexpr size_t idle_sessions_logged = 10;
 
-/// The request id a request belongs to, or nullptr for session-less ops.
-const std::string* request_id_of(const mp_request& r) {
-  return std::visit(
-    [](const auto& b) -> const std::string* {
-      using T = std::decay_t<decltype(b)>;
-      if constexpr (std::is_same_v<T, lookup_req> || std::is_same_v<T, free_lookup_locks_req>
-                    || std::is_same_v<T, store_req> || std::is_same_v<T, retrieve_req>)
-        return &b.key.request_id;
-      else if constexpr (std::is_same_v<T, query_prefetch_status_req>
-                         || std::is_same_v<T, wait_prefetch_status_req>
-                         || std::is_same_v<T, query_prefetch_lookup_hits_req>
-                         || std::is_same_v<T, end_session_req>)
-        return &b.request_id;
-      else
-        return nullptr;
-    },
-    r.body);
-}
-
 void reply(self_ptr self, mp_reply r) {
   self->send(self->state.bridge, std::move(r));
 }
@@ -87,17 +68,14 @@ void route_to_session(self_ptr self, mp_call& call, const std::string& rid) {
                      "session_limit",
                      std::to_string(st.sessions.size())
                        + " sessions live (cache.max_sessions): request id " + rid + " refused");
-    reply(self, make_reply(call, req.op == mp_op::lookup
-                                   ? std::nullopt
-                                   : std::optional<std::string>{encode_mp_event_ok("", false)}));
+    if (auto body = failure_body(req.op); body || req.op == mp_op::lookup)
+      reply(self, make_reply(call, std::move(body)));
+    else
+      reply(self, make_failure_reply(call, "too many sessions (cache.max_sessions)"));
     return;
   }
   s->last_active = session_router_state::clock::now();
-  int64_t instance = -1;
-  if (auto* r = std::get_if<store_req>(&req.body))
-    instance = r->instance_id;
-  else if (auto* r = std::get_if<retrieve_req>(&req.body))
-    instance = r->instance_id;
+  int64_t instance = req.op == mp_op::lookup ? -1 : instance_of(req).value_or(-1);
   if (instance >= 0) {
     self->send(st.p.registry, seen_atom_v, instance, false);
     if (std::find(s->instances.begin(), s->instances.end(), instance) == s->instances.end())
@@ -116,6 +94,8 @@ void route(self_ptr self, mp_call& call) {
   switch (req.op) {
     case mp_op::register_kv_cache:
     case mp_op::unregister_kv_cache:
+    case mp_op::register_kv_cache_engine_driven_context:
+    case mp_op::unregister_kv_cache_engine_driven_context:
       // Delegated: the registry answers the bridge, which stays the sender.
       self->delegate(st.p.registry, std::move(call));
       return;
@@ -137,6 +117,10 @@ void route(self_ptr self, mp_call& call) {
     case mp_op::lookup:
     case mp_op::store:
     case mp_op::retrieve:
+    case mp_op::prepare_store:
+    case mp_op::commit_store:
+    case mp_op::prepare_retrieve:
+    case mp_op::commit_retrieve:
       route_to_session(self, call, *rid);
       return;
     case mp_op::end_session: {

@@ -179,8 +179,10 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       auto now = cache_clock::now();
       std::vector<chunk_key> reserved;
       for (size_t i = 0; i < q.hashes.size(); ++i) {
+        if (q.max_chunks != 0 && reserved.size() >= q.max_chunks)
+          break;
         chunk_key k{q.hashes[i], q.rank};
-        auto r = st.index->reserve(k, out.slot_bytes, now);
+        auto r = st.index->reserve(k, out.slot_bytes, now, q.format);
         announce_removed(self, r.evicted);
         if (r.status == reserve_status::already_present)
           continue;
@@ -255,6 +257,17 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         chunk_key k{q.hashes[i], q.rank};
         auto e = st.index->find(k);
         std::optional<lock_token> tok;
+        if (e && e->state == entry_state::committed && e->format != q.format) {
+          for (auto& l : t.locks)
+            st.index->unlock(l);
+          st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
+          return to_caf_error("other_format",
+                              "chunk " + std::to_string(q.begin + i) + " of rank "
+                                + std::to_string(q.rank) + " was stored in another chunk format ("
+                                + (e->format == chunk_format_single_plane ? "one plane, engine-driven"
+                                                                          : "KV_2LTD")
+                                + ")");
+        }
         if (e && e->state == entry_state::committed)
           tok = st.index->lock(k, 1, now);
         if (!tok) {

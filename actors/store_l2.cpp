@@ -14,7 +14,10 @@ void l2_stage(store_self self, const store_finish& f, size_t i) {
   if (!l2.actor)
     return;
   auto e = st.index->find(chunk_key{f.hashes[i], f.rank});
-  if (!e)
+  // L2 objects are named by model and byte size only (l2/object_header.hpp),
+  // and a fetched chunk becomes a KV_2LTD one: a one-plane engine-driven
+  // chunk stays in L1.
+  if (!e || e->format != chunk_format_kv_2ltd)
     return;
   if (!l2.queue->admit(e->bytes)) {
     ++l2.queued_skipped;

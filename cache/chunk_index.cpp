@@ -192,6 +192,7 @@ entry_info chunk_index::info(const entry& e) const {
   i.offset = pool_.offset(e.slot);
   i.data = pool_.data(e.slot);
   i.bytes = e.bytes;
+  i.format = e.format;
   i.readers = e.readers;
   i.lock_epoch = e.epoch;
   i.lock_expiry = e.at == where::locked ? e.stamp : cache_clock::time_point{};
@@ -340,7 +341,7 @@ slot_id chunk_index::make_room(size_t bytes, size_t stride, reserve_result& r) {
 }
 
 reserve_result chunk_index::reserve(chunk_key k, size_t bytes,
-                                    cache_clock::time_point now) {
+                                    cache_clock::time_point now, uint8_t format) {
   reserve_result r;
   const uint32_t found = find_idx(k.hash, k.rank);
   if (found != npos) {
@@ -380,6 +381,7 @@ reserve_result chunk_index::reserve(chunk_key k, size_t bytes,
   e.rank = k.rank;
   e.slot = s;
   e.bytes = bytes;
+  e.format = format;
   e.stamp = now;
   e.epoch = next_epoch_++;
   if (next_epoch_ == 0) next_epoch_ = 1;

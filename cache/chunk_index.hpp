@@ -76,6 +76,10 @@ struct entry_info {
   size_t offset = 0;          // into the pool
   std::byte* data = nullptr;  // pool.data(slot)
   size_t bytes = 0;           // the chunk's size (the slot's usable bytes)
+  /// How the chunk's bytes are laid out (chunk_format in cache_messages.hpp:
+  /// 0 = LMCache's KV_2LTD, the format every copy-driven store writes): a
+  /// reader of another format must not get these bytes.
+  uint8_t format = 0;
   uint32_t readers = 0;
   uint32_t lock_epoch = 0;
   cache_clock::time_point lock_expiry{};  // meaningful while readers > 0
@@ -176,7 +180,7 @@ public:
 
   // --- write path -----------------------------------------------------------
   reserve_result reserve(chunk_key k, size_t bytes,
-                         cache_clock::time_point now);
+                         cache_clock::time_point now, uint8_t format = 0);
   /// reserved -> committed (visible, most recently used). False otherwise.
   bool commit(chunk_key k);
   /// Frees a reservation (the copy failed). False if not reserved.
@@ -215,6 +219,7 @@ private:
     cache_clock::time_point stamp{};
     uint64_t bytes = 0;
     int32_t rank = 0;
+    uint8_t format = 0;
     slot_id slot = invalid_slot;
     uint32_t readers = 0;
     uint32_t epoch = 0;

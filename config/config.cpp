@@ -596,6 +596,7 @@ expected<config> finish(const toml::table& t, loader& l) {
   k.kv_event_log_size = r.integer("cache.kv_event_log_size", 0, 100000000);
   k.events_rank = r.integer("cache.events_rank", -1, 1023);
   k.hwm = r.integer("cache.hwm", 1, 1000000000);
+  k.engine_driven_slots = r.integer("cache.engine_driven_slots", 1, 65536);
   if (!l.error && k.events_rank >= e.dp_size)
     l.fail_at("cache.events_rank", "expected -1 or a dp rank below events.dp_size ("
                                      + std::to_string(e.dp_size) + "), got "

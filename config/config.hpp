@@ -79,6 +79,8 @@ struct cache_config {
   int64_t events_rank = 0;
   std::vector<std::string> shm_allow_prefixes; ///< host_shm names a client may register
   int64_t hwm = 0; ///< cache ROUTER send/receive HWM per client
+  /// Chunks each engine-driven instance's staging pool holds (gpu/staging_pool.hpp).
+  int64_t engine_driven_slots = 0;
 };
 
 /// L2 tiers behind the L1 pool (l2/, actors/l2_tier.hpp).

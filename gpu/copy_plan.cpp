@@ -35,6 +35,12 @@ expected<copy_plan> plan_copy(const copy_request& req, const kv_layout& layout) 
   p.geo.token_bytes = layout.token_bytes;
   p.geo.page_bytes = layout.page_bytes;
   p.geo.block_stride_bytes = layout.block_stride_bytes;
+  if (!layout.page_contiguous) {
+    p.geo.strided_heads = layout.num_heads;
+    p.geo.head_bytes = layout.head_bytes;
+    p.geo.head_stride_bytes = layout.head_stride_bytes;
+    p.geo.token_stride_bytes = layout.token_stride_bytes;
+  }
   p.to_l1 = req.direction == copy_direction::to_l1;
   p.skip_blocks = p.to_l1 ? 0 : req.skip_prefix_n_blocks;
 

@@ -94,6 +94,38 @@ __device__ __forceinline__ void copy_page(uint8_t* dst, const uint8_t* src, uint
     copy_run<unsigned char>(dst, src, n);
 }
 
+// A head-major page: its runs of head_dim, vectors spread over the block's
+// threads (a run alone is too short to keep them busy).
+template <typename V>
+__device__ __forceinline__ void copy_runs(uint8_t* l1, uint8_t* engine,
+                                          const block_copy::geometry& g, bool to_l1) {
+  const uint64_t per = block_copy::run_bytes(g) / sizeof(V);
+  const uint64_t total = block_copy::runs_per_unit(g) * per;
+  for (uint64_t i = threadIdx.x; i < total; i += blockDim.x) {
+    const uint64_t r = i / per, k = i % per;
+    V* e = reinterpret_cast<V*>(engine + block_copy::engine_run_offset(g, r)) + k;
+    V* c = reinterpret_cast<V*>(l1 + block_copy::l1_run_offset(g, r)) + k;
+    if (to_l1)
+      *c = *e;
+    else
+      *e = *c;
+  }
+}
+
+__device__ __forceinline__ void copy_strided_page(uint8_t* l1, uint8_t* engine,
+                                                  const block_copy::geometry& g, bool to_l1) {
+  const uint64_t align = reinterpret_cast<uintptr_t>(l1) | reinterpret_cast<uintptr_t>(engine) |
+                         g.head_bytes | g.head_stride_bytes | g.token_stride_bytes;
+  if ((align & 15) == 0)
+    copy_runs<uint4>(l1, engine, g, to_l1);
+  else if ((align & 7) == 0)
+    copy_runs<uint2>(l1, engine, g, to_l1);
+  else if ((align & 3) == 0)
+    copy_runs<unsigned int>(l1, engine, g, to_l1);
+  else
+    copy_runs<unsigned char>(l1, engine, g, to_l1);
+}
+
 // One thread block per unit (a page of one layer's K or V of one chunk),
 // grid-striding over all units of the request.
 __global__ void block_copy_kernel(kernel_args a) {
@@ -106,7 +138,9 @@ __global__ void block_copy_kernel(kernel_args a) {
     uint8_t* engine = a.plane_base[block_copy::plane_index(a.g, x.kv, x.layer)] +
                       block_copy::engine_offset(a.g, static_cast<uint64_t>(block), 0);
     uint8_t* l1 = a.slots[x.chunk] + block_copy::l1_page_offset(a.g, x);
-    if (a.to_l1)
+    if (a.g.strided_heads != 0)
+      copy_strided_page(l1, engine, a.g, a.to_l1 != 0);
+    else if (a.to_l1)
       copy_page(l1, engine, a.g.page_bytes);
     else
       copy_page(engine, l1, a.g.page_bytes);

@@ -1,6 +1,7 @@
 // Host backend: the engine's KV pools are POSIX shared-memory objects
 // (engines without a GPU, and the integration tests). Each object is mapped
-// read/write once per instance; a copy is one memcpy per page, done before
+// read/write once per instance; a copy is one memcpy per page (per head_dim
+// row for head-major pages), done before
 // copy() returns, so its completion is always ready. The engine may shrink an
 // object after it was mapped: copies run under a SIGBUS guard
 // (gpu/fault_guard.hpp), so that fails the one copy, not the process.
@@ -104,10 +105,16 @@ void copy_pages(void* arg) {
     uint8_t* engine = hp.plane_base[block_copy::plane_index(p.geo, x.kv, x.layer)] +
                       block_copy::engine_offset(p.geo, static_cast<uint64_t>(block), 0);
     uint8_t* l1 = p.slots[x.chunk] + block_copy::l1_page_offset(p.geo, x);
-    if (p.to_l1)
-      std::memcpy(l1, engine, p.geo.page_bytes);
-    else
-      std::memcpy(engine, l1, p.geo.page_bytes);
+    const uint64_t runs = block_copy::runs_per_unit(p.geo);
+    const uint64_t n = block_copy::run_bytes(p.geo);
+    for (uint64_t r = 0; r < runs; ++r) {
+      uint8_t* e = engine + block_copy::engine_run_offset(p.geo, r);
+      uint8_t* c = l1 + block_copy::l1_run_offset(p.geo, r);
+      if (p.to_l1)
+        std::memcpy(c, e, n);
+      else
+        std::memcpy(e, c, n);
+    }
   }
 }
 
@@ -159,7 +166,7 @@ public:
     // Every plane's last page must lie inside its mapping (the layout
     // derives planes from the views, so this is belt and braces).
     const uint64_t plane_span =
-        (layout.num_blocks - 1) * layout.block_stride_bytes + layout.page_bytes;
+        (layout.num_blocks - 1) * layout.block_stride_bytes + layout.page_span_bytes;
     for (const kv_plane& p : layout.planes) {
       if (p.tensor >= storage.size() || p.offset_bytes > room[p.tensor] ||
           plane_span > room[p.tensor] - p.offset_bytes)

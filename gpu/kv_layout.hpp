@@ -1,17 +1,28 @@
 // Detects and validates the paged KV layout an engine registered, and
 // reduces it to what the block copy needs: per layer and K/V a "plane"
 // (which registered tensor, where block 0 starts, the distance between
-// blocks) plus the page size. Both supported layouts keep one page of one
-// layer's K (or V) contiguous, so a copy moves whole pages.
+// blocks) plus the page geometry. A page of one layer's K (or V) is either
+// token-major contiguous (NHD: the copy moves whole pages) or head-major
+// (HND: the copy moves head_dim runs and transposes them to L1's
+// token-major chunk layout, so chunks are the same bytes whichever layout
+// stored them).
 //
 // Mirrors LMCache 0.5.6 detection (lmcache/v1/gpu_connector/kv_format/
-// detectors/{sglang,vllm}.py) for the layouts we copy:
+// detectors/{sglang,vllm}.py); LMCache's EngineKVFormat names in brackets:
 //   sglang_mha       flat list of 2*NL tensors [NB*BS, NH, HD]: all K layers,
-//                    then all V layers; BS comes from layout_hints.tokens_per_block
-//   vllm_flash_attn  per layer [2, NB, BS, NH, HD] (NHD; K/V axis first)
-//   vllm_flashinfer  per layer [NB, 2, BS, NH, HD] (NHD; blocks first)
-// Everything else (MLA, HND, fused K/V, cross-layer, TRT-LLM) is refused
-// with an "unsupported" error naming what was seen.
+//                    then all V layers; BS from layout_hints.tokens_per_block
+//                    (TWO_X_NL_X_NBBS_NH_HS)
+//   vllm_flash_attn  per layer [2, NB, BS, NH, HD] (NHD; NL_X_TWO_NB_BS_NH_HS)
+//                    or [2, NB, NH, BS, HD] (HND; NL_X_TWO_NB_NH_BS_HS)
+//   vllm_flashinfer  per layer [NB, 2, BS, NH, HD] (NHD; NL_X_NB_TWO_BS_NH_HS)
+//                    or [NB, 2, NH, BS, HD] (HND; NL_X_NB_TWO_NH_BS_HS)
+//   vllm_cpu         per layer [NB, NH, BS, 2*HD] (HND, vLLM's CPU attention;
+//                    NL_X_NB_NH_BS_CS): per block and head, block_size K rows
+//                    of head_dim, then block_size V rows (the kernel views it
+//                    as [NB, NH, 2*BS, HD] and splits dimension 2)
+// Everything else (MLA, fused NHD K/V, cross-layer, TRT-LLM, ...) is refused
+// with an "unsupported" error naming what was seen and LMCache's format name;
+// docs/lmcache-mp-compat.md lists every format.
 #pragma once
 
 #include "core/engine_type.hpp"
@@ -26,7 +37,7 @@
 
 namespace kvs {
 
-enum class kv_layout_kind { sglang_mha, vllm_flash_attn, vllm_flashinfer };
+enum class kv_layout_kind { sglang_mha, vllm_flash_attn, vllm_flashinfer, vllm_cpu };
 const char* to_string(kv_layout_kind k);
 
 /// What the engine said about its cache besides the tensors (REGISTER_KV_CACHE
@@ -58,6 +69,15 @@ struct kv_layout {
   uint64_t token_bytes = 0;         ///< one token of one layer's K: heads*head_dim*elem
   uint64_t page_bytes = 0;          ///< block_size * token_bytes, contiguous
   uint64_t block_stride_bytes = 0;  ///< from one block to the next within a plane
+  /// Engine page geometry: token-major contiguous (NHD) or head-major
+  /// runs of head_dim placed by the two strides (HND).
+  bool page_contiguous = true;
+  uint64_t head_bytes = 0;          ///< head_dim * element size
+  uint64_t head_stride_bytes = 0;   ///< engine: from one head to the next in a page
+  uint64_t token_stride_bytes = 0;  ///< engine: from one token to the next (same head)
+  /// Bytes from a page's start to the end of its last byte: page_bytes for
+  /// contiguous pages, more for strided ones.
+  uint64_t page_span_bytes = 0;
   std::vector<kv_plane> planes;     ///< [kv * num_layers + layer], kv 0 = K, 1 = V
   std::vector<uint32_t> layer_group;///< block-id group of each layer
   uint32_t num_groups = 1;

@@ -81,12 +81,29 @@ struct store_end_session {
   std::string session;
 };
 
+/// How a chunk's bytes are laid out in its L1 slot. Chunks of one format
+/// are never handed to a reader of another (chunk_index entry_info::format).
+enum chunk_format : uint8_t {
+  /// LMCache's KV_2LTD [2, layers, tokens, heads*head_dim]: every layout the
+  /// block copy serves, and engine-driven registrations with two planes.
+  chunk_format_kv_2ltd = 0,
+  /// Engine-driven use_mla=true: [layers, tokens, hidden] as the engine's
+  /// LMCache gathered it (MLA, or fused K/V rows such as vLLM CPU's), opaque
+  /// to the sidecar.
+  chunk_format_single_plane = 1,
+};
+
 /// STORE step 1: a slot for each chunk of `hashes` on `rank`, each as long
 /// as one chunk of the instance's registered layout.
 struct store_reserve {
   int64_t instance_id = 0;
   int32_t rank = 0;
   std::vector<uint64_t> hashes; ///< the chunks to store, in order
+  uint8_t format = chunk_format_kv_2ltd;
+  /// At most this many chunks are reserved (the first ones not present);
+  /// the rest are left out (an engine-driven store limited by its staging
+  /// slots). 0: no limit.
+  size_t max_chunks = 0;
 };
 struct reserved_chunk {
   size_t position = 0;      ///< index into store_reserve::hashes
@@ -118,6 +135,7 @@ struct store_acquire {
   int32_t rank = 0;
   size_t begin = 0; ///< absolute chunk index of hashes[0]
   std::vector<uint64_t> hashes;
+  uint8_t format = chunk_format_kv_2ltd; ///< a chunk stored in another format is refused
 };
 /// Refused (not found by the request's lookup, not in L1): a caf::error
 /// instead, and nothing stays pinned.
@@ -183,5 +201,53 @@ struct gpu_await {
 struct gpu_copy_done {};
 /// The pools are open; pools that cannot be opened: a caf::error.
 struct gpu_status_reply {};
+
+// -- engine-driven staging (gpu/staging_pool.hpp) -------------------------------
+
+/// register_kv_cache_engine_driven_context: create the instance's staging
+/// pool of `slots` chunk slots (replacing an older one of the instance).
+struct gpu_stage_open {
+  int64_t instance_id = 0;
+  uint64_t slot_bytes = 0;
+  uint32_t slots = 0;
+  std::vector<int64_t> chunk_shape; ///< as the engine views one slot
+  std::string dtype;                ///< torch dtype name, for the descriptors
+  uint8_t format = chunk_format_kv_2ltd;
+  /// The peer's uid (ipc:// endpoints), to own the object; unknown over tcp://.
+  std::optional<uint32_t> owner_uid;
+};
+struct gpu_stage_opened {
+  std::string shm_name;
+  uint64_t pool_size = 0;
+};
+/// prepare_*: up to `count` free slots of the instance's pool (fewer when
+/// fewer are free). Unknown instance: a caf::error.
+struct gpu_stage_take {
+  int64_t instance_id = 0;
+  uint32_t count = 0;
+};
+struct gpu_stage_taken {
+  std::vector<uint64_t> offsets;
+  uint64_t slot_bytes = 0;
+  std::vector<int64_t> chunk_shape;
+  std::string dtype;
+  uint8_t format = chunk_format_kv_2ltd;
+};
+/// Copies slot_bytes between staging slot offsets[i] and L1 slot l1[i]
+/// (to_l1: staging -> L1, commit_store; else L1 -> staging,
+/// prepare_retrieve), then gives the slots back when `release`. A slot not
+/// taken, or an unknown instance: a caf::error, nothing copied.
+struct gpu_stage_copy {
+  int64_t instance_id = 0;
+  bool to_l1 = true;
+  std::vector<uint64_t> offsets;
+  std::vector<uint8_t*> l1;
+  bool release = false;
+};
+/// Gives slots back without copying (commit_retrieve, an abandoned prepare).
+struct gpu_stage_give {
+  int64_t instance_id = 0;
+  std::vector<uint64_t> offsets;
+};
 
 } // namespace kvs

@@ -185,6 +185,14 @@ constexpr op_info k_ops[] = {
     {mp_op::ping, "ping", 1, 1, {"instance_id"}},
     {mp_op::noop, "noop", 0, 0, {}},
     {mp_op::get_experimental, "get_experimental", 0, 0, {}},
+    {mp_op::register_kv_cache_engine_driven_context, "register_kv_cache_engine_driven_context", 1, 1,
+     {"payload"}},
+    {mp_op::unregister_kv_cache_engine_driven_context, "unregister_kv_cache_engine_driven_context",
+     1, 1, {"instance_id"}},
+    {mp_op::prepare_store, "prepare_store", 2, 2, {"key", "instance_id"}},
+    {mp_op::commit_store, "commit_store", 3, 3, {"key", "instance_id", "data"}},
+    {mp_op::prepare_retrieve, "prepare_retrieve", 2, 2, {"key", "instance_id"}},
+    {mp_op::commit_retrieve, "commit_retrieve", 2, 2, {"key", "instance_id"}},
 };
 
 /// LMCache 0.5.6 operations kvsidecar does not serve, with their legacy ids
@@ -197,12 +205,6 @@ constexpr foreign_op k_foreign_ops[] = {
     {3, "register_q_cache"},
     {4, "unregister_q_cache"},
     {5, "store_q"},
-    {14, "register_kv_cache_engine_driven_context"},
-    {15, "unregister_kv_cache_engine_driven_context"},
-    {16, "prepare_store"},
-    {17, "commit_store"},
-    {18, "prepare_retrieve"},
-    {19, "commit_retrieve"},
     {23, "report_block_allocation"},
     {25, "cb_register_rope"},
     {26, "cb_unregister_rope"},
@@ -277,6 +279,31 @@ status read_timeout(cursor& c, const std::string& where, double& out) {
     return wrong_kind(where, "float", it);
   if (!std::isfinite(out) || out < 0) return fail(where, "timeout must be finite and >= 0");
   return {};
+}
+
+status read_engine_driven_payload(cursor& c, const std::string& where,
+                                  register_engine_driven_req& r) {
+  required req{{{"instance_id", false}, {"model_name", false}, {"world_size", false},
+                {"block_size", false}, {"num_layers", false}, {"hidden_dim_size", false},
+                {"dtype_str", false}, {"use_mla", false}}};
+  auto e = read_fields(c, where, false, [&](std::string_view f, bool& known) -> status {
+    known = true;
+    req.seen(f);
+    std::string w = at_field(where, f);
+    if (f == "instance_id") return read_int(c, w, r.instance_id);
+    if (f == "model_name") return read_str(c, w, r.model_name);
+    if (f == "world_size") return read_int(c, w, r.world_size);
+    if (f == "block_size") return read_int(c, w, r.block_size);
+    if (f == "num_layers") return read_int(c, w, r.num_layers);
+    if (f == "hidden_dim_size") return read_int(c, w, r.hidden_dim_size);
+    if (f == "dtype_str") return read_str(c, w, r.dtype_str);
+    if (f == "use_mla") return read_bool(c, w, r.use_mla);
+    if (f == "num_physical_slots") return read_opt_int(c, w, r.num_physical_slots);
+    known = false;
+    return {};
+  });
+  if (!e) return e;
+  return req.check(where, "RegisterEngineDrivenContextPayload");
 }
 
 /// Decodes the arguments of `op` into its request struct.
@@ -399,6 +426,48 @@ status decode_body(const op_info& info, const std::vector<std::string_view>& arg
       ping_req r;
       if (auto e = arg(0, [&](cursor& c, const std::string& w) { return read_opt_int(c, w, r.instance_id); }); !e) return e;
       body = r;
+      return {};
+    }
+    case mp_op::register_kv_cache_engine_driven_context: {
+      register_engine_driven_req r;
+      if (auto e = arg(0, [&](cursor& c, const std::string& w) { return read_engine_driven_payload(c, w, r); }); !e)
+        return e;
+      body = std::move(r);
+      return {};
+    }
+    case mp_op::unregister_kv_cache_engine_driven_context: {
+      unregister_engine_driven_req r;
+      if (auto e = integer(0, r.instance_id); !e) return e;
+      body = r;
+      return {};
+    }
+    case mp_op::prepare_store: {
+      prepare_store_req r;
+      if (auto e = key(0, r.key); !e) return e;
+      if (auto e = integer(1, r.instance_id); !e) return e;
+      body = std::move(r);
+      return {};
+    }
+    case mp_op::commit_store: {
+      commit_store_req r;
+      if (auto e = key(0, r.key); !e) return e;
+      if (auto e = integer(1, r.instance_id); !e) return e;
+      if (auto e = binary(2, r.cpu_data); !e) return e;
+      body = std::move(r);
+      return {};
+    }
+    case mp_op::prepare_retrieve: {
+      prepare_retrieve_req r;
+      if (auto e = key(0, r.key); !e) return e;
+      if (auto e = integer(1, r.instance_id); !e) return e;
+      body = std::move(r);
+      return {};
+    }
+    case mp_op::commit_retrieve: {
+      commit_retrieve_req r;
+      if (auto e = key(0, r.key); !e) return e;
+      if (auto e = integer(1, r.instance_id); !e) return e;
+      body = std::move(r);
       return {};
     }
     case mp_op::get_chunk_size: body = get_chunk_size_req{}; return {};

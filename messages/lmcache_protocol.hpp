@@ -51,6 +51,14 @@ enum class mp_op : uint8_t {
   query_prefetch_lookup_hits = 11,
   free_lookup_locks = 12,
   end_session = 13,
+  // Engine-driven transfer (LMCache's EngineDrivenTransferModule): the engine
+  // copies its own pages into / out of buffers the server hands out.
+  register_kv_cache_engine_driven_context = 14,
+  unregister_kv_cache_engine_driven_context = 15,
+  prepare_store = 16,
+  commit_store = 17,
+  prepare_retrieve = 18,
+  commit_retrieve = 19,
   clear = 20,
   get_chunk_size = 21,
   ping = 22,
@@ -130,6 +138,45 @@ struct register_kv_cache_req {
 struct unregister_kv_cache_req {
   int64_t instance_id = 0;
 };
+/// `RegisterEngineDrivenContextPayload` (custom_types.py, a msgspec Struct
+/// encoded as a map): the chunk the engine gathers its pages into is
+/// [2, num_layers, num_physical_slots, hidden_dim_size] (use_mla false) or
+/// [num_layers, num_physical_slots, hidden_dim_size] (use_mla true: MLA and
+/// fused-K/V formats, one plane) of dtype_str.
+struct register_engine_driven_req {
+  int64_t instance_id = 0;
+  std::string model_name;
+  int64_t world_size = 0;
+  int64_t block_size = 0;
+  int64_t num_layers = 0;
+  int64_t hidden_dim_size = 0;
+  std::string dtype_str;  ///< a torch dtype attribute name ("bfloat16")
+  bool use_mla = false;
+  std::optional<int64_t> num_physical_slots; ///< nil/absent: one per token of a chunk
+};
+struct unregister_engine_driven_req {
+  int64_t instance_id = 0;
+};
+/// prepare_store / prepare_retrieve / commit_retrieve: (key, instance_id).
+struct prepare_store_req {
+  cache_key key;
+  int64_t instance_id = 0;
+};
+struct commit_store_req {
+  cache_key key;
+  int64_t instance_id = 0;
+  /// b"" when the engine wrote the handed-out buffers; otherwise a pickled
+  /// list of torch tensors (LMCache's pickle strategy), which is not served.
+  std::string cpu_data;
+};
+struct prepare_retrieve_req {
+  cache_key key;
+  int64_t instance_id = 0;
+};
+struct commit_retrieve_req {
+  cache_key key;
+  int64_t instance_id = 0;
+};
 struct store_req {
   cache_key key;
   int64_t instance_id = 0;
@@ -181,7 +228,9 @@ using mp_request_body =
     std::variant<register_kv_cache_req, unregister_kv_cache_req, store_req, retrieve_req,
                  lookup_req, query_prefetch_status_req, wait_prefetch_status_req,
                  query_prefetch_lookup_hits_req, free_lookup_locks_req, end_session_req,
-                 clear_req, get_chunk_size_req, ping_req, noop_req, get_experimental_req>;
+                 clear_req, get_chunk_size_req, ping_req, noop_req, get_experimental_req,
+                 register_engine_driven_req, unregister_engine_driven_req, prepare_store_req,
+                 commit_store_req, prepare_retrieve_req, commit_retrieve_req>;
 
 struct mp_request {
   std::string uid_frame; ///< echoed byte for byte in the reply
@@ -190,6 +239,17 @@ struct mp_request {
   mp_op op = mp_op::noop;
   mp_request_body body;
 };
+
+/// The request id (session) a request belongs to, or nullptr for the ops
+/// that have none (registration, ping, clear, ...).
+const std::string* request_id_of(const mp_request& r);
+/// The worker instance a request names, or nullopt (ping may send nil).
+std::optional<int64_t> instance_of(const mp_request& r);
+/// The reply body LMCache's client reads as "this failed" for `op`:
+/// (b"", False) for store/retrieve, False for the commits, a failed
+/// PrepareRetrieveResponse; nullopt for the ops that have no failure value
+/// (they get the failure reply of lmcache_failure.hpp instead).
+std::optional<std::string> failure_body(mp_op op);
 
 /// Decodes the frames after the ROUTER identity: uid, op, then one frame per
 /// argument. Never throws. Error kinds:
@@ -213,6 +273,26 @@ std::string encode_reply_str(std::string_view v); ///< noop ("OK")
 std::string encode_reply_event_ok(std::string_view event_handle, bool ok);
 /// get_experimental: list[str].
 std::string encode_reply_str_list(const std::vector<std::string>& v);
+
+/// One buffer of an engine-driven transfer (LMCache's ShmSlotDescriptor):
+/// `length` bytes at `offset` of the instance's shared-memory pool, viewed
+/// as `shape` of `dtype`.
+struct shm_slot_desc {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::vector<int64_t> shape;
+  std::string dtype;
+};
+/// register_kv_cache_engine_driven_context: RegisterEngineDrivenContextResponse
+/// {"shm_name": str, "pool_size": int}.
+std::string encode_reply_engine_driven_context(std::string_view shm_name, uint64_t pool_size);
+/// prepare_store: PrepareStoreResponse {"context": {"slots": [...],
+/// "chunk_indices": [...]}}; no slots = every chunk is already stored.
+std::string encode_reply_prepare_store(const std::vector<shm_slot_desc>& slots,
+                                       const std::vector<uint64_t>& chunk_indices);
+/// prepare_retrieve: PrepareRetrieveResponse {"success": bool, "data": b"",
+/// "context": {"slots": [...]}} (no "slots" key when it failed).
+std::string encode_reply_prepare_retrieve(bool success, const std::vector<shm_slot_desc>& slots);
 
 // The names the actors still use (renamed here so that `mp_` no longer also
 // means msgpack; the callers move over when the concurrent actor work is

@@ -48,6 +48,12 @@ OP_IDS: dict[str, int] = {
     "query_prefetch_lookup_hits": 11,
     "free_lookup_locks": 12,
     "end_session": 13,
+    "register_kv_cache_engine_driven_context": 14,
+    "unregister_kv_cache_engine_driven_context": 15,
+    "prepare_store": 16,
+    "commit_store": 17,
+    "prepare_retrieve": 18,
+    "commit_retrieve": 19,
     "clear": 20,
     "get_chunk_size": 21,
     "ping": 22,
@@ -73,6 +79,12 @@ ARG_KINDS: dict[str, tuple[str, ...]] = {
     "ping": ("any",),  # int | None: not coerced
     "noop": (),
     "get_experimental": (),
+    "register_kv_cache_engine_driven_context": ("any",),
+    "unregister_kv_cache_engine_driven_context": ("int",),
+    "prepare_store": ("any", "int"),
+    "commit_store": ("any", "int", "any"),
+    "prepare_retrieve": ("any", "int"),
+    "commit_retrieve": ("any", "int"),
 }
 
 HOST_SHM_EXT = 0x4B  # kvsidecar's host shared-memory wrapper

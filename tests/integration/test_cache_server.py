@@ -137,7 +137,8 @@ def test_client_frames_are_lmcache_frames():
     assert c.frames_for("clear", (0,), 1)[2:] == [b"\xc2"]
     assert c.frames_for("wait_prefetch_status", ("r", 2.5), 1)[2:] == [b"\xa1r", enc(2.5)]
     assert c.frames_for("ping", (None,), 1)[2:] == [b"\xc0"]
-    assert encode_op("prepare_store") == b"\xadprepare_store"
+    assert encode_op("prepare_store") == b"\x10"  # 16 in LMCache's legacy table
+    assert encode_op("subscribe_kv_events") == b"\xb3subscribe_kv_events"  # by name
 
 
 @pytest.mark.parametrize("by_name", [False, True], ids=["op-id", "op-name"])
@@ -793,7 +794,8 @@ def test_bad_requests_logged_failed_at_once_others_served(cache_server):
         # (op frame, argument frames, kind, detail pattern)
         (enc(99), [], "unknown_op", ""),
         (enc("no_such_op"), [], "unknown_op", "no_such_op"),
-        (enc("prepare_store"), [], "unsupported_op", "prepare_store"),
+        (enc("prepare_store"), [], "arity", "prepare_store"),
+        (enc(23), [], "unsupported_op", "report_block_allocation"),
         (enc(21), [enc(1)], "arity", ""),
         (enc(8), [enc(good_key)], "arity", ""),
         (enc(13), [b"\xc1"], "bad_arg", ""),

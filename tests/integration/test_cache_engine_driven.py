@@ -1,0 +1,240 @@
+"""LMCache's engine-driven transfer mode (ops 14-19) against kvsidecar, over
+real sockets, with the staging object mapped as LMCache's
+EngineDrivenContextShm maps it (by the name the registration reply gives,
+under /dev/shm).
+
+This is what vLLM's CPU build does by default (LMCache's
+CpuDeviceSpec.default_mp_transfer_mode is engine_driven): the worker
+registers its chunk geometry, asks prepare_store for buffers, gathers its
+pages into them, commit_store; for a hit, prepare_retrieve hands out buffers
+holding the chunks, the worker scatters them, commit_retrieve.
+
+Checked: reply bytes decode as LMCache's dataclasses; the chunk bytes a
+worker wrote come back byte for byte to another request; chunks already
+stored get no buffers; a chunk stored in the one-plane format (use_mla
+flag: MLA, vLLM CPU's fused K/V) is never handed to a two-plane reader;
+another connection cannot use the instance; unregister removes the object;
+locks and sessions end at zero; a pickled commit is refused at once.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import random
+
+import pytest
+
+pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
+
+from conftest_cache import CHUNK, tokens
+from lmcache_client import cache_key
+
+pytest_plugins = ["conftest_cache"]
+
+MODEL = "test-org/engine-driven"
+LAYERS, HIDDEN = 2, 64  # a chunk: 2 x 2 x 256 x 64 bf16 = 128 KiB
+
+
+def payload(instance: int, use_mla: bool = False, **kw) -> dict:
+    """RegisterEngineDrivenContextPayload as msgspec encodes the Struct."""
+    p = {"instance_id": instance, "model_name": MODEL, "world_size": 1, "block_size": 32,
+         "num_layers": LAYERS, "hidden_dim_size": HIDDEN, "dtype_str": "bfloat16",
+         "use_mla": use_mla, "num_physical_slots": CHUNK}
+    p.update(kw)
+    return p
+
+
+def chunk_bytes(use_mla: bool = False) -> int:
+    return (1 if use_mla else 2) * LAYERS * CHUNK * HIDDEN * 2
+
+
+class Staging:
+    """The worker's view of the staging object (EngineDrivenContextShm)."""
+
+    def __init__(self, name: str, size: int):
+        path = "/dev/shm/" + name.lstrip("/")
+        self.fd = os.open(path, os.O_RDWR)
+        self.map = mmap.mmap(self.fd, size)
+        st = os.fstat(self.fd)
+        self.mode, self.uid, self.size = st.st_mode & 0o777, st.st_uid, st.st_size
+
+    def write(self, slot: dict, data: bytes) -> None:
+        assert len(data) == slot["length"]
+        self.map[slot["offset"]:slot["offset"] + slot["length"]] = data
+
+    def read(self, slot: dict) -> bytes:
+        return bytes(self.map[slot["offset"]:slot["offset"] + slot["length"]])
+
+    def close(self) -> None:
+        self.map.close()
+        os.close(self.fd)
+
+
+def register(c, instance: int, **kw) -> tuple[dict, Staging]:
+    reply = c.call("register_kv_cache_engine_driven_context", payload(instance, **kw))
+    assert set(reply) == {"shm_name", "pool_size"}, reply
+    return reply, Staging(reply["shm_name"], reply["pool_size"])
+
+
+def key(toks, start, end, rid, worker=0):
+    return cache_key(MODEL, 1, worker, toks, start, end, rid)
+
+
+def lookup(c, toks, rid) -> int:
+    assert c.call("lookup", cache_key(MODEL, 1, None, toks, 0, len(toks) // CHUNK * CHUNK, rid), 1) is None
+    return c.call("wait_prefetch_status", rid, 5.0)
+
+
+def store(c, st: Staging, instance: int, toks, rid, rng) -> dict[int, bytes]:
+    """prepare_store -> write each handed-out slot -> commit_store; returns what was written."""
+    n = len(toks) // CHUNK
+    prep = c.call("prepare_store", key(toks, 0, n * CHUNK, rid), instance)
+    ctx = prep["context"]
+    written = {}
+    for slot, idx in zip(ctx["slots"], ctx["chunk_indices"]):
+        data = rng.randbytes(slot["length"])
+        st.write(slot, data)
+        written[idx] = data
+    if ctx["slots"]:
+        assert c.call("commit_store", key(toks, 0, n * CHUNK, rid), instance, b"") is True
+    return prep
+
+
+def test_engine_driven_store_then_retrieve_byte_for_byte(cache_server):
+    srv = cache_server()
+    c = srv.client()
+    reg, st = register(c, 4242)
+    assert reg["pool_size"] == 16 * chunk_bytes()  # cache.engine_driven_slots chunks
+    assert st.size == reg["pool_size"] and st.mode == 0o600 and st.uid == os.geteuid()
+    srv.wait_log(r"registry#\d+ instance 4242 registered \(engine-driven\).*KV_2LTD")
+    rng = random.Random(1)
+    toks = tokens(3) + [7] * 40  # three full chunks and a partial one
+    prep = c.call("prepare_store", key(toks, 0, 3 * CHUNK, "w1"), 4242)
+    slots, idx = prep["context"]["slots"], prep["context"]["chunk_indices"]
+    assert idx == [0, 1, 2]
+    for s in slots:
+        assert s["length"] == chunk_bytes() and s["shape"] == [2, LAYERS, CHUNK, HIDDEN]
+        assert s["dtype"] == "bfloat16" and s["offset"] % chunk_bytes() == 0
+    assert len({s["offset"] for s in slots}) == 3
+    written = [rng.randbytes(chunk_bytes()) for _ in slots]
+    for s, data in zip(slots, written):
+        st.write(s, data)
+    assert c.call("commit_store", key(toks, 0, 3 * CHUNK, "w1"), 4242, b"") is True
+    assert c.call("end_session", "w1") is None
+
+    # The same tokens again: nothing to store, no buffers (the worker skips its commit).
+    again = c.call("prepare_store", key(toks, 0, 3 * CHUNK, "w2"), 4242)
+    assert again == {"context": {"slots": [], "chunk_indices": []}}
+
+    # A new request finds them, and gets them back byte for byte.
+    assert lookup(c, toks, "r1") == 3
+    got = c.call("prepare_retrieve", key(toks, CHUNK, 3 * CHUNK, "r1"), 4242)
+    assert got["success"] is True and got["data"] == b""
+    rslots = got["context"]["slots"]
+    assert [st.read(s) for s in rslots] == written[1:]
+    assert c.call("commit_retrieve", key(toks, CHUNK, 3 * CHUNK, "r1"), 4242) is True
+    assert c.call("free_lookup_locks", cache_key(MODEL, 1, None, toks, 0, 3 * CHUNK, "r1"), 1) is None
+    for rid in ("w2", "r1"):
+        c.call("end_session", rid)
+    srv.wait_idle()
+    srv.wait_stats(lambda s: s["staging_free"] == 16, actor="gpu_transfer")
+    st.close()
+
+
+def test_one_plane_chunks_are_never_read_as_two_plane_ones(cache_server):
+    """vLLM CPU's fused K/V registers use_mla=True: its chunks are LMCache's
+    row-major gather, not KV_2LTD, though they have the same size. A
+    two-plane instance with the same model and tokens must miss them, not
+    get scrambled KV."""
+    srv = cache_server()
+    fused, a = srv.client(), srv.client()
+    _, st1 = register(fused, 1, use_mla=True, hidden_dim_size=2 * HIDDEN)
+    _, st2 = register(a, 2)
+    srv.wait_log(r"instance 1 registered \(engine-driven\).*single_plane")
+    toks = tokens(1, salt=5)
+    prep = store(fused, st1, 1, toks, "f1", random.Random(2))
+    assert prep["context"]["slots"][0]["shape"] == [LAYERS, CHUNK, 2 * HIDDEN]
+    fused.call("end_session", "f1")
+    # Counted by a lookup (it has no instance, as in LMCache) ...
+    assert lookup(a, toks, "a1") == 1
+    mark = srv.mark()
+    # ... but not handed out to the other format.
+    got = a.call("prepare_retrieve", key(toks, 0, CHUNK, "a1"), 2)
+    assert got == {"success": False, "data": b"", "context": {}}
+    srv.wait_log(r"prepare_retrieve refused: chunk 0 of rank 0 was stored in another chunk format", mark)
+    # The one-plane reader does get it.
+    assert lookup(fused, toks, "f2") == 1
+    back = fused.call("prepare_retrieve", key(toks, 0, CHUNK, "f2"), 1)
+    assert back["success"] is True
+    assert fused.call("commit_retrieve", key(toks, 0, CHUNK, "f2"), 1) is True
+    for c, rid in ((a, "a1"), (fused, "f2")):
+        c.call("end_session", rid)
+    srv.wait_idle()
+    st1.close()
+    st2.close()
+
+
+def test_engine_driven_refusals_answer_at_once(cache_server):
+    srv = cache_server()
+    owner, other = srv.client(), srv.client()
+    reg, st = register(owner, 9)
+    toks = tokens(1, salt=9)
+    # Another connection may not use the instance: LMCache's failure values.
+    why = other.failure(other.submit("prepare_store", key(toks, 0, CHUNK, "x"), 9))
+    assert "belongs to another connection" in why
+    assert other.call("commit_store", key(toks, 0, CHUNK, "x"), 9, b"") is False
+    assert other.call("prepare_retrieve", key(toks, 0, CHUNK, "x"), 9)["success"] is False
+    # A commit without a prepare, and a pickled commit (LMCache's pickle strategy).
+    assert owner.call("commit_store", key(toks, 0, CHUNK, "y"), 9, b"") is False
+    prep = owner.call("prepare_store", key(toks, 0, CHUNK, "z"), 9)
+    assert len(prep["context"]["slots"]) == 1
+    mark = srv.mark()
+    assert owner.call("commit_store", key(toks, 0, CHUNK, "z"), 9, b"\x80\x04pickle") is False
+    srv.wait_log(r"commit_store with 8 bytes of pickled tensors: not served", mark)
+    # Bad registrations are answered with the reason.
+    for bad, text in ((payload(10, dtype_str="complex_thing"), "invalid dtype_str"),
+                      (payload(10, num_physical_slots=128), "num_physical_slots 128"),
+                      (payload(10, num_layers=0), "out of range")):
+        why = owner.failure(owner.submit("register_kv_cache_engine_driven_context", bad))
+        assert text in why, why
+    no_name = payload(10)
+    del no_name["model_name"]
+    why = owner.failure(owner.submit("register_kv_cache_engine_driven_context", no_name))
+    assert "missing required field 'model_name'" in why
+    # Registering again keeps the pool; unregistering removes its object.
+    assert owner.call("register_kv_cache_engine_driven_context", payload(9)) == reg
+    assert owner.call("unregister_kv_cache_engine_driven_context", 9) is None
+    srv.wait_log(r"removed the staging pool of instance 9")
+    assert not os.path.exists("/dev/shm/" + reg["shm_name"].lstrip("/"))
+    # Its unfinished store was released: nothing reserved or locked remains.
+    for rid in ("x", "y", "z"):
+        owner.call("end_session", rid)
+    srv.wait_idle()
+    st.close()
+
+
+def test_staging_slots_bound_what_one_request_moves(cache_server):
+    """cache.engine_driven_slots chunks per instance: a store needing more is
+    cut to what is free (the rest is stored by a later request), a retrieve
+    needing more misses; the slots come back at commit."""
+    srv = cache_server(overrides={"cache.engine_driven_slots": 2})
+    c = srv.client()
+    reg, st = register(c, 5)
+    assert reg["pool_size"] == 2 * chunk_bytes()
+    toks = tokens(3, salt=3)
+    prep = store(c, st, 5, toks, "s1", random.Random(3))
+    assert prep["context"]["chunk_indices"] == [0, 1]
+    prep = store(c, st, 5, toks, "s2", random.Random(4))
+    assert prep["context"]["chunk_indices"] == [2]
+    assert lookup(c, toks, "r") == 3
+    got = c.call("prepare_retrieve", key(toks, 0, 3 * CHUNK, "r"), 5)
+    assert got["success"] is False
+    got = c.call("prepare_retrieve", key(toks, CHUNK, 3 * CHUNK, "r"), 5)
+    assert got["success"] is True and len(got["context"]["slots"]) == 2
+    c.call("commit_retrieve", key(toks, CHUNK, 3 * CHUNK, "r"), 5)
+    for rid in ("s1", "s2", "r"):
+        c.call("end_session", rid)
+    srv.wait_idle()
+    srv.wait_stats(lambda s: s["staging_free"] == 2, actor="gpu_transfer")
+    st.close()
