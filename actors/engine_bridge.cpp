@@ -219,6 +219,10 @@ void engine_bridge::route(mp_call call) {
     case mp_op::noop:
       send_reply(make_reply(call, encode_mp_str("OK")));
       return;
+    case mp_op::report_block_allocation:
+      // LMCache's blend / p2p modules use it; the cache needs nothing from it.
+      send_reply(make_reply(call, std::nullopt));
+      return;
     case mp_op::get_experimental:
       // With the log on, LMCache's vLLM adapter opens subscribe_kv_events.
       send_reply(make_reply(call, encode_mp_str_list(streams_.enabled()

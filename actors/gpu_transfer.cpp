@@ -173,6 +173,19 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
     [self](gpu_stage_open& op) -> caf::result<gpu_stage_opened> {
       auto& st = self->state;
       st.staged.erase(op.instance_id); // a re-registration gets a fresh object
+      uint64_t in_use = 0;
+      for (auto& [id, in] : st.staged)
+        in_use += in.pool->size();
+      uint64_t want = 0;
+      if (__builtin_mul_overflow(op.slot_bytes, uint64_t{op.slots}, &want)
+          || in_use + want > st.p.staging_limit_bytes)
+        return to_caf_error("open_failed",
+                            "a staging pool of " + std::to_string(op.slots) + " chunks of "
+                              + std::to_string(op.slot_bytes) + " bytes would bring the "
+                              "engine-driven pools to " + std::to_string(in_use + want)
+                              + " bytes, more than cache.l1_size ("
+                              + std::to_string(st.p.staging_limit_bytes)
+                              + "); lower cache.engine_driven_slots or raise cache.l1_size");
       auto pool = staging_pool::create(staging_pool_name(op.instance_id), op.slot_bytes,
                                        op.slots, op.owner_uid);
       if (!pool)

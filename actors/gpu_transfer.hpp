@@ -27,6 +27,9 @@ struct gpu_transfer_params {
   /// mailbox, which a drain message cannot overtake.
   std::shared_ptr<std::atomic<bool>> refuse_copies;
   std::chrono::nanoseconds stats_interval{};
+  /// Engine-driven staging pools are the sidecar's own memory, allocated at
+  /// a client's request: all of them together stay within this (cache.l1_size).
+  uint64_t staging_limit_bytes = 0;
 };
 
 struct gpu_transfer_state {

@@ -66,7 +66,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   // writes into memory the store's exit has unmapped.
   out.refuse_copies = std::make_shared<std::atomic<bool>>(false);
   auto gpu = sys.spawn<caf::detached>(
-    gpu_transfer, gpu_transfer_params{backend, pool, out.refuse_copies, interval});
+    gpu_transfer, gpu_transfer_params{backend, pool, out.refuse_copies, interval, c.l1_size});
   out.gpu = gpu;
 
   store_params sp;

@@ -193,6 +193,8 @@ constexpr op_info k_ops[] = {
     {mp_op::commit_store, "commit_store", 3, 3, {"key", "instance_id", "data"}},
     {mp_op::prepare_retrieve, "prepare_retrieve", 2, 2, {"key", "instance_id"}},
     {mp_op::commit_retrieve, "commit_retrieve", 2, 2, {"key", "instance_id"}},
+    {mp_op::report_block_allocation, "report_block_allocation", 3, 3,
+     {"instance_id", "model_name", "records"}},
 };
 
 /// LMCache 0.5.6 operations kvsidecar does not serve, with their legacy ids
@@ -205,7 +207,6 @@ constexpr foreign_op k_foreign_ops[] = {
     {3, "register_q_cache"},
     {4, "unregister_q_cache"},
     {5, "store_q"},
-    {23, "report_block_allocation"},
     {25, "cb_register_rope"},
     {26, "cb_unregister_rope"},
     {27, "cb_retrieve_pre_computed"},
@@ -467,6 +468,21 @@ status decode_body(const op_info& info, const std::vector<std::string_view>& arg
       commit_retrieve_req r;
       if (auto e = key(0, r.key); !e) return e;
       if (auto e = integer(1, r.instance_id); !e) return e;
+      body = std::move(r);
+      return {};
+    }
+    case mp_op::report_block_allocation: {
+      report_block_allocation_req r;
+      if (auto e = integer(0, r.instance_id); !e) return e;
+      if (auto e = string(1, r.model_name); !e) return e;
+      if (auto e = arg(2, [&](cursor& c, const std::string& w) -> status {
+            if (auto h = read_header(c, w, mk::array, r.records); !h) return h;
+            for (uint32_t k = 0; k < r.records; ++k)
+              if (const char* bad = c.skip()) return fail(at_index(w, k), std::string("undecodable msgpack (") + bad + ")");
+            return {};
+          });
+          !e)
+        return e;
       body = std::move(r);
       return {};
     }

@@ -62,6 +62,10 @@ enum class mp_op : uint8_t {
   clear = 20,
   get_chunk_size = 21,
   ping = 22,
+  /// The scheduler reports each scheduled request's new blocks (LMCache's
+  /// blend / p2p bookkeeping); vLLM's adapter sends it every step and
+  /// expects None. Acknowledged, not used.
+  report_block_allocation = 23,
   noop = 24,
   /// 0.5.6's vLLM adapter asks for it at start-up and waits up to its RPC
   /// timeout (300 s) for the answer, so a drop-in must reply (an empty list).
@@ -222,6 +226,13 @@ struct ping_req {
   std::optional<int64_t> instance_id; ///< nil from the scheduler's untracked prober
 };
 struct noop_req {};
+/// report_block_allocation(instance_id, model_name, records): the records
+/// (BlockAllocationRecord maps) are checked to be an array and not kept.
+struct report_block_allocation_req {
+  int64_t instance_id = 0; ///< EngineCore's pid, not a worker instance
+  std::string model_name;
+  uint32_t records = 0;
+};
 struct get_experimental_req {};
 
 using mp_request_body =
@@ -230,7 +241,8 @@ using mp_request_body =
                  query_prefetch_lookup_hits_req, free_lookup_locks_req, end_session_req,
                  clear_req, get_chunk_size_req, ping_req, noop_req, get_experimental_req,
                  register_engine_driven_req, unregister_engine_driven_req, prepare_store_req,
-                 commit_store_req, prepare_retrieve_req, commit_retrieve_req>;
+                 commit_store_req, prepare_retrieve_req, commit_retrieve_req,
+                 report_block_allocation_req>;
 
 struct mp_request {
   std::string uid_frame; ///< echoed byte for byte in the reply

@@ -55,6 +55,7 @@ OP_IDS: dict[str, int] = {
     "prepare_retrieve": 18,
     "commit_retrieve": 19,
     "clear": 20,
+    "report_block_allocation": 23,
     "get_chunk_size": 21,
     "ping": 22,
     "noop": 24,

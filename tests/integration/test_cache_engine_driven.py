@@ -195,7 +195,9 @@ def test_engine_driven_refusals_answer_at_once(cache_server):
     # Bad registrations are answered with the reason.
     for bad, text in ((payload(10, dtype_str="complex_thing"), "invalid dtype_str"),
                       (payload(10, num_physical_slots=128), "num_physical_slots 128"),
-                      (payload(10, num_layers=0), "out of range")):
+                      (payload(10, num_layers=0), "out of range"),
+                      # 16 chunks of 128 MiB: the sidecar's own memory, capped by cache.l1_size
+                      (payload(10, hidden_dim_size=65536), "more than cache.l1_size")):
         why = owner.failure(owner.submit("register_kv_cache_engine_driven_context", bad))
         assert text in why, why
     no_name = payload(10)

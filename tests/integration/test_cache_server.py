@@ -795,7 +795,7 @@ def test_bad_requests_logged_failed_at_once_others_served(cache_server):
         (enc(99), [], "unknown_op", ""),
         (enc("no_such_op"), [], "unknown_op", "no_such_op"),
         (enc("prepare_store"), [], "arity", "prepare_store"),
-        (enc(23), [], "unsupported_op", "report_block_allocation"),
+        (enc(3), [], "unsupported_op", "register_q_cache"),
         (enc(21), [enc(1)], "arity", ""),
         (enc(8), [enc(good_key)], "arity", ""),
         (enc(13), [b"\xc1"], "bad_arg", ""),

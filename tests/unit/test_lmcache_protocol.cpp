@@ -429,7 +429,8 @@ TEST_CASE("op table: ids, names, round trips") {
                   mp_op::free_lookup_locks, mp_op::end_session, mp_op::clear, mp_op::get_chunk_size, mp_op::ping,
                   mp_op::noop, mp_op::get_experimental, mp_op::register_kv_cache_engine_driven_context,
                   mp_op::unregister_kv_cache_engine_driven_context, mp_op::prepare_store,
-                  mp_op::commit_store, mp_op::prepare_retrieve, mp_op::commit_retrieve}) {
+                  mp_op::commit_store, mp_op::prepare_retrieve, mp_op::commit_retrieve,
+                  mp_op::report_block_allocation}) {
     CHECK(mp_op_from_name(to_string(op)) == op);
     CHECK(mp_op_from_id(static_cast<int64_t>(op)) == op);
   }
@@ -439,7 +440,8 @@ TEST_CASE("op table: ids, names, round trips") {
   CHECK(mp_op_from_name("prepare_store") == mp_op::prepare_store);
   CHECK(static_cast<int>(mp_op::register_kv_cache_engine_driven_context) == 14);
   CHECK(static_cast<int>(mp_op::commit_retrieve) == 19);
-  CHECK_FALSE(mp_op_from_name("report_block_allocation").has_value());
+  CHECK(mp_op_from_name("report_block_allocation") == mp_op::report_block_allocation);
+  CHECK_FALSE(mp_op_from_name("store_q").has_value());
 }
 
 // ---------------------------------------------------------------------------
@@ -484,7 +486,12 @@ TEST_CASE("frames, uid and op errors") {
   CHECK(ps.key.token_ids.size() == 300);
   CHECK(ps.key.end == 256);
   CHECK(ps.key.request_id == "req-7");
-  CHECK(err({i(1), i(23)}).kind == "unsupported_op");  // report_block_allocation
+  CHECK(err({i(1), i(3)}).kind == "unsupported_op");  // register_q_cache
+  // report_block_allocation (23): vLLM's scheduler sends it every step.
+  std::string rec = unhex("81") + s("req_id") + s("r1");
+  auto rba = ok({i(2), i(23), i(11336), s("/tmp/tiny-llama"), unhex("91") + rec});
+  CHECK(std::get<report_block_allocation_req>(rba.body).records == 1);
+  CHECK(err({i(2), i(23), i(1), s("m"), s("x")}).kind == "bad_arg");
 }
 
 TEST_CASE("engine-driven ops 14-19: LMCache 0.5.6's argument lists and payload") {
