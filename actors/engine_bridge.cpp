@@ -5,8 +5,8 @@
 #include "actors/zmq_frames.hpp"
 #include "log/log.hpp"
 #include "config/config.hpp"
-#include "messages/lmcache_failure.hpp"
-#include "messages/lmcache_protocol.hpp"
+#include "lmcache_wire/lmcache_failure.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
 
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
@@ -154,7 +154,7 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
   args.reserve(frames.size() - 1);
   for (size_t i = 1; i < frames.size(); ++i)
     args.emplace_back(static_cast<const char*>(frames[i].data()), frames[i].size());
-  // subscribe_kv_events and its stream control frames (messages/lmcache_kv_events.hpp).
+  // subscribe_kv_events and its stream control frames (lmcache_wire/lmcache_kv_events.hpp).
   if (args.size() == 3 && args[1].empty() && streams_.control(identity, args[0], args[2]))
     return;
   if (args.size() >= 2 && is_subscribe_kv_events_op(args[1])) {

@@ -3,7 +3,7 @@
 // noop, ping's reply); the rest go to the session router
 // (actors/session_router.hpp). A bad request is logged with peer, uid, op
 // and reason, counted, answered with the failure reply when it has a uid
-// (messages/lmcache_failure.hpp), and never disturbs other clients.
+// (lmcache_wire/lmcache_failure.hpp), and never disturbs other clients.
 // subscribe_kv_events streams and their control frames are served here too
 // (actors/kv_event_streams.hpp), from the records the store sends.
 #pragma once

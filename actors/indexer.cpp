@@ -3,7 +3,7 @@
 #include "actors/actor_logging.hpp"
 #include "actors/indexer_snapshot.hpp"
 #include "actors/thread_name.hpp"
-#include "messages/kv_event_codec.hpp"
+#include "events_wire/kv_event_codec.hpp"
 
 #include <malloc.h>
 

@@ -14,9 +14,9 @@
 // leave the process tens of MB larger than its index.
 #pragma once
 
-#include "actors/block_index.hpp"
+#include "relay/block_index.hpp"
 #include "actors/interfaces.hpp"
-#include "actors/relay_queue.hpp"
+#include "relay/relay_queue.hpp"
 
 #include <chrono>
 #include <deque>

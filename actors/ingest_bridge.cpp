@@ -1,9 +1,8 @@
 #include "actors/ingest_bridge.hpp"
 
-#include "actors/fence.hpp"
 #include "actors/zmq_frames.hpp"
 #include "log/log.hpp"
-#include "messages/kv_event_codec.hpp"
+#include "events_wire/kv_event_codec.hpp"
 
 #include <caf/send.hpp>
 
@@ -12,13 +11,6 @@
 namespace kvs {
 
 namespace {
-constexpr uint64_t end_seq = ~uint64_t{0};
-// Live batches held back while a gap is being filled, at most.
-constexpr size_t max_held_back = 10000;
-// A catch-up asks for everything from a seq on: no upper bound.
-constexpr uint64_t open_end = ~uint64_t{0};
-// Batches one fill keeps at most (a replay that never ends cannot grow it).
-constexpr size_t max_fetched = 100000;
 // Re-dial back-off after a protocol error: the first re-dial at once, then
 // this, doubled per failure up to redial_max_doublings times (3.2 s): quick
 // for a one-off oversized frame, gentle on an engine that keeps refusing.
@@ -32,6 +24,7 @@ ingest_bridge::ingest_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
   : zmq_bridge(cfg, ctx, "ingest", "dp=" + std::to_string(params.rank), std::move(supervisor),
                stats_interval),
     p_(std::move(params)),
+    stream_({p_.rank, !p_.replay_endpoint.empty(), p_.jump_limit, p_.gap_timeout}),
     pending_(p_.publishers.size()) {}
 
 std::optional<std::string> ingest_bridge::open() {
@@ -70,7 +63,6 @@ std::optional<std::string> ingest_bridge::open() {
     auto d = open_endpoint(dealer_, p_.replay_endpoint, false);
     if (!d.ok)
       return "events.ingest_replay_endpoint = \"" + p_.replay_endpoint + "\": " + d.endpoint;
-    have_dealer_ = true;
     KVS_INFO(label(), "gaps are filled from the engine's replay at {}", d.endpoint);
     dealer_index_ = watch(dealer_, ZMQ_POLLIN);
   }
@@ -125,12 +117,15 @@ bool ingest_bridge::decode(const zmq::message_t& payload, kv_event_batch& out) {
   return true;
 }
 
-void ingest_bridge::publish(kv_event_batch batch) {
+void ingest_bridge::publish(kv_event_batch batch, bool fence) {
   auto n = static_cast<int64_t>(p_.publishers.size());
   auto r = batch.dp_rank && *batch.dp_rank >= 0 && *batch.dp_rank < n ? *batch.dp_rank : p_.rank;
   // A rank we do not publish is replaced by the stream's own.
   batch.dp_rank = r;
-  if (!p_.queues[r]->admit()) {
+  // A fence is never dropped: routers would keep a dead stream's blocks.
+  if (fence)
+    p_.queues[r]->admit_always();
+  else if (!p_.queues[r]->admit()) {
     if (dropped_queue_full_++ == 0)
       KVS_WARN(label(), "publisher queue of dp={} is full ({} batches): dropping new batches "
                         "instead of blocking the engine", r, p_.queues[r]->max_size);
@@ -216,42 +211,30 @@ void ingest_bridge::redial() {
   }
 }
 
-void ingest_bridge::engine_connected() {
-  bool quiet = false;
-  if (was_connected_) {
-    ++reconnects_;
-    // A flapping engine must not flood the log: the first ten, then 1 in 1000.
-    quiet = reconnects_ > 10 && reconnects_ % 1000 != 0;
-    if (!quiet)
-      KVS_INFO(label(), "engine connection established again (reconnect #{})", reconnects_);
+void ingest_bridge::run(stream_actions& acts) {
+  for (auto& a : acts) {
+    switch (a.what) {
+      case stream_action::kind::publish:
+        publish(std::move(a.batch), a.fence);
+        break;
+      case stream_action::kind::fetch:
+        dealer_.send(zmq::message_t{}, zmq::send_flags::sndmore);
+        dealer_.send(be64_frame(a.from), zmq::send_flags::none);
+        break;
+      case stream_action::kind::info:
+        KVS_INFO(label(), "{}", a.text);
+        break;
+      case stream_action::kind::warn:
+        KVS_WARN(label(), "{}", a.text);
+        break;
+    }
   }
-  was_connected_ = true;
-  // Eager catch-up: what the engine published while we were not connected
-  // (at start: everything its replay keeps) is asked for now, not when the
-  // engine next publishes.
-  if (!have_dealer_ || gap_)
-    return;
-  // After a reconnect the replay is asked from our last live batch: if it
-  // still holds that batch byte for byte, the stream goes on; if not, the
-  // engine restarted meanwhile (see finish_gap).
-  bool verify = expected_ && last_live_seq_ && *last_live_seq_ < *expected_;
-  uint64_t from = verify ? *last_live_seq_ : expected_.value_or(0);
-  if (!quiet)
-    KVS_INFO(label(), "asking the engine's replay for its batches from seq {}", from);
-  start_fill(from, open_end, std::nullopt, fill_kind::catch_up);
-  joining_ = true;
-  if (verify)
-    gap_->verify_seq = from;
+  acts.clear();
 }
 
-void ingest_bridge::restart(const std::string& why) {
-  ++engine_restarts_;
-  if (engine_restarts_ <= 10 || engine_restarts_ % 1000 == 0)
-    KVS_WARN(label(), "{}: a new engine stream; published AllBlocksCleared on dp={} first so "
-                      "routers drop the old stream's blocks (engine_restarts={})",
-             why, p_.rank, engine_restarts_);
-  publish(fence_batch(p_.rank));
-  expected_.reset();
+void ingest_bridge::engine_connected() {
+  stream_.on_connected(clock::now(), acts_);
+  run(acts_);
 }
 
 void ingest_bridge::on_live_message() {
@@ -270,86 +253,18 @@ void ingest_bridge::on_live_message() {
              + " frames" + (frames.size() >= 2 ? ", seq frame of " + std::to_string(frames[1].size()) + " bytes" : ""));
       continue;
     }
+    const uint64_t seq = get_be64(frames[1].data());
     kv_event_batch batch;
     if (!decode(frames[2], batch)) {
       // Still advances the engine's seq: it was sent, it just was not a batch.
-      if (!gap_ && (!expected_ || get_be64(frames[1].data()) >= *expected_))
-        expected_ = get_be64(frames[1].data()) + 1;
+      stream_.on_undecodable_live(seq);
       continue;
     }
-    auto seq = get_be64(frames[1].data());
     // Kept (moved, not copied) to recognise this stream after a reconnect.
-    last_live_seq_ = seq;
     last_live_payload_ = std::move(frames[2]);
-    accept(seq, std::move(batch));
+    stream_.on_live(seq, std::move(batch), clock::now(), acts_);
+    run(acts_);
   }
-}
-
-void ingest_bridge::accept(uint64_t seq, kv_event_batch batch) {
-  if (gap_) {
-    gap_->live.emplace_back(seq, std::move(batch));
-    if (gap_->live.size() >= max_held_back)
-      finish_gap();
-    return;
-  }
-  if (expected_ && seq < *expected_) {
-    restart(fmt::format("engine seq went back from {} to {} (engine restarted)", *expected_ - 1,
-                        seq));
-  } else if (expected_ && seq - *expected_ > p_.jump_limit) {
-    // Nothing could fill this (and a forged seq must not count 2^64 losses).
-    restart(fmt::format("engine seq jumped from {} to {}, more than events.buffer_steps ({}) "
-                        "ahead", *expected_ - 1, seq, p_.jump_limit));
-  }
-  if (!expected_ && seq > 0 && have_dealer_) {
-    // Started after the engine (or the engine restarted and we missed its
-    // first batches): what it published before is fetched from its replay
-    // first, so routers learn the blocks it already holds (as far back as
-    // the engine's buffer reaches).
-    KVS_INFO(label(), "engine already at seq {}: fetching its earlier batches from its replay",
-             seq);
-    start_fill(0, seq, std::move(batch), fill_kind::catch_up);
-    return;
-  }
-  bool join = std::exchange(joining_, false);
-  if (!expected_ || seq == *expected_) {
-    expected_ = seq + 1;
-    publish(std::move(batch));
-    return;
-  }
-  auto missing = seq - *expected_;
-  if (join && have_dealer_) {
-    KVS_INFO(label(), "{} batches ({}..{}) went out after the catch-up, before our subscription "
-                      "reached the engine: fetching them from the engine's replay",
-             missing, *expected_, seq - 1);
-    start_fill(*expected_, seq, std::move(batch), fill_kind::join);
-    return;
-  }
-  ++gaps_;
-  if (!have_dealer_) {
-    lost_ += missing;
-    KVS_WARN(label(), "gap in engine seq: {} batches missing ({}..{}); no "
-                      "events.ingest_replay_endpoint to fetch them", missing, *expected_, seq - 1);
-    expected_ = seq + 1;
-    publish(std::move(batch));
-    return;
-  }
-  KVS_WARN(label(), "gap in engine seq: {} batches missing ({}..{}), fetching them from the "
-                    "engine's replay", missing, *expected_, seq - 1);
-  start_fill(*expected_, seq, std::move(batch), fill_kind::gap);
-}
-
-void ingest_bridge::start_fill(uint64_t from, uint64_t to, std::optional<kv_event_batch> live,
-                               fill_kind kind) {
-  gap_fill g;
-  g.from = from;
-  g.to = to;
-  g.kind = kind;
-  g.deadline = clock::now() + p_.gap_timeout;
-  if (live)
-    g.live.emplace_back(to, std::move(*live));
-  gap_ = std::move(g);
-  dealer_.send(zmq::message_t{}, zmq::send_flags::sndmore);
-  dealer_.send(be64_frame(from), zmq::send_flags::none);
 }
 
 void ingest_bridge::on_replay_message() {
@@ -364,78 +279,35 @@ void ingest_bridge::on_replay_message() {
            "expected [\"\", (topic,) seq, payload], got " + std::to_string(frames.size()) + " frames");
       continue;
     }
-    auto seq = get_be64(frames[seq_at].data());
-    if (!gap_)
-      continue; // a late answer to a gap already given up on
-    gap_->answered = true;
-    if (gap_->verify_seq && seq == *gap_->verify_seq) {
-      auto& f = frames[seq_at + 1];
-      gap_->verified = f.size() == last_live_payload_.size()
-                       && std::memcmp(f.data(), last_live_payload_.data(), f.size()) == 0;
+    const uint64_t seq = get_be64(frames[seq_at].data());
+    if (!stream_.filling())
+      continue; // a late answer to a fill already given up on
+    stream_.replay_answered();
+    if (auto v = stream_.verify_seq(); v && seq == *v) {
+      const auto& f = frames[seq_at + 1];
+      stream_.replay_verified(f.size() == last_live_payload_.size()
+                              && std::memcmp(f.data(), last_live_payload_.data(), f.size()) == 0);
       continue; // already published
     }
-    if (seq == end_seq) {
-      finish_gap();
+    if (seq == engine_stream::end_seq) {
+      stream_.replay_end(clock::now(), acts_);
+      run(acts_);
       continue;
     }
-    if (seq < gap_->from || seq >= gap_->to || gap_->fetched.count(seq)
-        || gap_->fetched.size() >= max_fetched)
+    if (!stream_.wants(seq))
       continue;
     kv_event_batch batch;
-    if (decode(frames[seq_at + 1], batch))
-      gap_->fetched.emplace(seq, std::move(batch));
-    if (gap_->to != open_end && gap_->fetched.size() == gap_->to - gap_->from)
-      finish_gap();
-  }
-}
-
-void ingest_bridge::finish_gap() {
-  auto g = std::move(*gap_);
-  gap_.reset();
-  if (g.verify_seq && g.answered && !g.verified) {
-    // The engine's replay no longer has our last batch as we saw it: a new
-    // stream. Fence it, then fetch that stream from its start.
-    restart(fmt::format("after a reconnect the engine's replay no longer holds seq {} as "
-                        "published (engine restarted)", *g.verify_seq));
-    start_fill(0, open_end, std::nullopt, fill_kind::catch_up);
-    gap_->live = std::move(g.live);
-    return;
-  }
-  if (g.verified) // the same stream: only what we have not published yet
-    g.fetched.erase(g.fetched.begin(), g.fetched.lower_bound(*expected_));
-  bool open = g.to == open_end;
-  uint64_t lost = open ? 0 : (g.to - g.from) - g.fetched.size();
-  (g.kind == fill_kind::gap ? refilled_ : caught_up_) += g.fetched.size();
-  if (g.kind == fill_kind::catch_up) {
-    // Older batches than the engine kept are history, not a loss.
-    if (!g.fetched.empty() || reconnects_ <= 10)
-      KVS_INFO(label(), "caught up: {} earlier engine batches published", g.fetched.size());
-  } else if (lost > 0) {
-    lost_ += lost;
-    KVS_WARN(label(), "gap {}..{}: {} batches recovered, {} lost", g.from, g.to - 1,
-             g.fetched.size(), lost);
-  } else {
-    KVS_INFO(label(), "gap {}..{}: all {} batches recovered", g.from, g.to - 1, g.fetched.size());
-  }
-  for (auto& [seq, b] : g.fetched)
-    publish(std::move(b));
-  if (!open)
-    expected_ = g.to;
-  else if (!g.fetched.empty())
-    expected_ = g.fetched.rbegin()->first + 1;
-  for (auto& [seq, b] : g.live) {
-    // Live batches of an open-ended catch-up may also have come through the
-    // replay: those are already published.
-    if (open && expected_ && seq < *expected_ && (g.fetched.count(seq) || g.verified))
-      continue;
-    accept(seq, std::move(b));
+    if (decode(frames[seq_at + 1], batch)) {
+      stream_.replay_batch(seq, std::move(batch), clock::now(), acts_);
+      run(acts_);
+    }
   }
 }
 
 std::chrono::milliseconds ingest_bridge::poll_timeout() {
   std::optional<clock::time_point> next = redial_at_;
-  if (gap_ && (!next || gap_->deadline < *next))
-    next = gap_->deadline;
+  if (auto d = stream_.deadline(); d && (!next || *d < *next))
+    next = *d;
   if (!next)
     return poll_until_ready;
   // Rounded up: waking before the deadline would only poll again.
@@ -444,8 +316,8 @@ std::chrono::milliseconds ingest_bridge::poll_timeout() {
 
 void ingest_bridge::after_poll() {
   auto now = clock::now();
-  if (gap_ && now >= gap_->deadline)
-    finish_gap();
+  stream_.on_tick(now, acts_);
+  run(acts_);
   if (redial_at_ && now >= *redial_at_)
     redial();
   flush();
@@ -453,12 +325,13 @@ void ingest_bridge::after_poll() {
 
 void ingest_bridge::drain() {
   // Stop accepting: whatever is held back for a gap is published now.
-  while (gap_)
-    finish_gap();
+  stream_.drain(clock::now(), acts_);
+  run(acts_);
   flush();
 }
 
 stats_snapshot ingest_bridge::snapshot() {
+  const stream_counters& c = stream_.counters();
   stats_snapshot s;
   s.labels = {{"dp_rank", std::to_string(p_.rank)}};
   s.counter("received", "kvsidecar_events_received_total", received_)
@@ -468,13 +341,14 @@ stats_snapshot ingest_bridge::snapshot() {
              "bad_payload")
     .counter("dropped_queue_full", "kvsidecar_events_dropped_total", dropped_queue_full_,
              "reason", "queue_full")
-    .counter("gaps", "kvsidecar_events_gaps_total", gaps_)
-    .counter("refilled", "kvsidecar_events_refilled_total", refilled_)
-    .counter("lost", "kvsidecar_events_lost_total", lost_)
-    .counter("caught_up", "kvsidecar_events_caught_up_total", caught_up_)
+    .counter("gaps", "kvsidecar_events_gaps_total", c.gaps)
+    .counter("refilled", "kvsidecar_events_refilled_total", c.refilled)
+    .counter("lost", "kvsidecar_events_lost_total", c.lost)
+    .counter("caught_up", "kvsidecar_events_caught_up_total", c.caught_up)
     .counter("disconnects", "kvsidecar_events_ingest_disconnects_total", disconnects_)
-    .counter("reconnects", "kvsidecar_events_ingest_reconnects_total", reconnects_)
-    .counter("engine_restarts", "kvsidecar_events_engine_restarts_total", engine_restarts_);
+    .counter("reconnects", "kvsidecar_events_ingest_reconnects_total", c.reconnects)
+    .counter("engine_restarts", "kvsidecar_events_engine_restarts_total", c.engine_restarts)
+    .counter("fence_skipped", "kvsidecar_events_fence_skipped_total", c.skipped);
   if (p_.pool)
     s.gauge("payload_pool_bytes", "kvsidecar_events_payload_pool_bytes", p_.pool->kept_bytes())
       .counter("payloads_reused", "kvsidecar_events_payloads_reused_total", p_.pool->reused());

@@ -31,9 +31,10 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
-#include "actors/relay_queue.hpp"
+#include "relay/engine_stream.hpp"
+#include "relay/relay_queue.hpp"
 #include "actors/zmq_bridge.hpp"
-#include "messages/kv_event_payload_pool.hpp"
+#include "events_wire/kv_event_payload_pool.hpp"
 
 #include <chrono>
 #include <map>
@@ -86,38 +87,15 @@ protected:
 private:
   using clock = std::chrono::steady_clock;
 
-  /// Why batches are fetched from the engine's replay; decides the counters.
-  enum class fill_kind {
-    gap,      ///< a jump in the live stream: gaps, refilled, lost
-    catch_up, ///< what the engine published before we subscribed: caught_up, never lost
-    join,     ///< a jump on the first live batch after a catch-up: caught_up, lost
-  };
-
-  struct gap_fill {
-    uint64_t from = 0; ///< first missing seq
-    uint64_t to = 0;   ///< the live seq that revealed the gap (exclusive); open_end: none
-    fill_kind kind = fill_kind::gap;
-    clock::time_point deadline;
-    std::map<uint64_t, kv_event_batch> fetched;
-    std::vector<std::pair<uint64_t, kv_event_batch>> live; ///< held back meanwhile
-    /// After a reconnect: is the engine's replay still the stream we
-    /// followed? It must hold our last live batch (verify_seq) byte for byte.
-    std::optional<uint64_t> verify_seq;
-    bool verified = false;
-    bool answered = false; ///< the replay sent anything (its end marker included)
-  };
-
   void on_live_message();
   void on_replay_message();
-  void accept(uint64_t seq, kv_event_batch batch);
-  void start_fill(uint64_t from, uint64_t to, std::optional<kv_event_batch> live, fill_kind kind);
   void on_monitor_event();
   void engine_connected();
   void redial();
-  void restart(const std::string& why);
-  void finish_gap();
+  /// Carries out what the stream decided: publishes, replay requests, log lines.
+  void run(stream_actions& acts);
   bool decode(const zmq::message_t& payload, kv_event_batch& out);
-  void publish(kv_event_batch batch);
+  void publish(kv_event_batch batch, bool fence = false);
   void flush();
   void note(std::set<std::string>& seen, const std::string& kind, const std::string& detail);
 
@@ -125,20 +103,15 @@ private:
   zmq::socket_t sub_;
   zmq::socket_t monitor_; ///< PAIR fed by zmq_socket_monitor(sub_)
   zmq::socket_t dealer_;
-  bool have_dealer_ = false;
   bool sub_binds_ = false;
   size_t monitor_index_ = 0, dealer_index_ = 0;
   std::optional<clock::time_point> redial_at_; ///< re-dial the engine then
   int failed_dials_ = 0; ///< disconnects since the last batch: backoff
-  bool was_connected_ = false;
-  /// A catch-up was asked for at (re)connect and no live batch was accepted
-  /// since: a jump on the next one is the slow joiner's (fill_kind::join).
-  bool joining_ = false;
-  std::optional<uint64_t> expected_;
-  std::optional<uint64_t> last_live_seq_; ///< seq of last_live_payload_
+  /// The sequence logic (seq, gaps, fills, fences): relay/engine_stream.hpp.
+  engine_stream stream_;
+  stream_actions acts_;                   ///< reused for every input
   zmq::message_t last_live_payload_;      ///< the engine's last live batch, as sent
   std::vector<zmq::message_t> live_frames_; ///< the live message being read (reused)
-  std::optional<gap_fill> gap_;
   std::vector<kv_event_batches> pending_; ///< per rank, sent by flush()
 
   // stats
@@ -150,13 +123,7 @@ private:
   /// from frame to frame); each recorded batch takes an exact-size copy.
   canonical_events recorded_;
   uint64_t dropped_queue_full_ = 0;
-  uint64_t gaps_ = 0;
-  uint64_t refilled_ = 0;
-  uint64_t lost_ = 0;
-  uint64_t caught_up_ = 0; ///< engine batches fetched at (re)connect (catch-up, join)
   uint64_t disconnects_ = 0;     ///< engine connection lost (or handshake failed)
-  uint64_t reconnects_ = 0;      ///< engine connection established again after a loss
-  uint64_t engine_restarts_ = 0; ///< new engine streams fenced with AllBlocksCleared
   std::set<std::string> seen_disconnects_;
   std::set<std::string> seen_event_errors_;
   std::set<std::string> seen_payload_errors_;

@@ -43,7 +43,7 @@ using publisher_actor = caf::typed_actor<
 /// `publish_atom, first_seq, held, batches`: what the publisher published,
 /// seq first_seq on (holding `held` bytes of the rank's relay_queue
 /// indexing_bytes, released once applied), applied in order to the rank's block index
-/// (actors/block_index.hpp). Serves snapshots of the index to the replay
+/// (relay/block_index.hpp). Serves snapshots of the index to the replay
 /// bridge, one part of raw BlockStored batches per credit
 /// (actors/indexer_snapshot.hpp); the bridge encodes and streams them. Off
 /// the live path: a live batch never waits behind an index update or a

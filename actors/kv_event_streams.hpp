@@ -15,7 +15,7 @@
 
 #include "cache/kv_event_log.hpp"
 #include "messages/cache_messages.hpp"
-#include "messages/lmcache_kv_events.hpp"
+#include "lmcache_wire/lmcache_kv_events.hpp"
 
 #include <chrono>
 #include <functional>

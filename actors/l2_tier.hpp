@@ -4,7 +4,7 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
-#include "actors/relay_queue.hpp"
+#include "relay/relay_queue.hpp"
 #include "actors/store_l2.hpp"
 #include "config/config.hpp"
 #include "l2/disk_tier.hpp"

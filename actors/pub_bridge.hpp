@@ -23,7 +23,7 @@
 // seq and recover those batches through replay (events.replay_endpoint).
 #pragma once
 
-#include "actors/relay_queue.hpp"
+#include "relay/relay_queue.hpp"
 #include "actors/zmq_bridge.hpp"
 #include "messages/encoded_batch.hpp"
 

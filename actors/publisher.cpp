@@ -1,8 +1,8 @@
 #include "actors/publisher.hpp"
 
 #include "actors/actor_logging.hpp"
-#include "actors/fence.hpp"
-#include "messages/kv_event_codec.hpp"
+#include "relay/fence.hpp"
+#include "events_wire/kv_event_codec.hpp"
 
 namespace kvs {
 

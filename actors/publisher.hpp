@@ -2,8 +2,8 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
-#include "actors/relay_queue.hpp"
-#include "messages/kv_event_payload_pool.hpp"
+#include "relay/relay_queue.hpp"
+#include "events_wire/kv_event_payload_pool.hpp"
 
 #include <chrono>
 #include <string>

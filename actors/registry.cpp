@@ -5,7 +5,7 @@
 #include "actors/sweep.hpp"
 #include "config/config.hpp"
 #include "gpu/shm_policy.hpp"
-#include "messages/lmcache_protocol.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
 
 #include <unistd.h>
 #include <algorithm>
@@ -64,7 +64,7 @@ void on_register(self_ptr self, const mp_call& call, const register_kv_cache_req
     // LMCache's server sends nothing when a registration fails, and the
     // connector's start-up fails on its 300 s RPC timeout. The same start-up
     // failure comes at once here, with the reason in the client's exception
-    // (messages/lmcache_failure.hpp).
+    // (lmcache_wire/lmcache_failure.hpp).
     KVS_ERROR(st.label, "register_kv_cache of instance {} failed: {}", id, why);
     if (!st.bridge)
       return;

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
-#include "actors/replay_ring.hpp"
+#include "relay/replay_ring.hpp"
 
 #include <chrono>
 #include <string>

@@ -4,7 +4,7 @@
 #include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
 #include "log/log.hpp"
-#include "messages/kv_event_codec.hpp"
+#include "events_wire/kv_event_codec.hpp"
 
 #include <caf/send.hpp>
 

@@ -3,7 +3,7 @@
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
 #include "cache/chunk_hash.hpp"
-#include "messages/lmcache_protocol.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
 
 namespace kvs {
 

@@ -4,7 +4,7 @@
 #include "actors/session.hpp"
 #include "actors/sweep.hpp"
 #include "config/config.hpp"
-#include "messages/lmcache_protocol.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
 
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>

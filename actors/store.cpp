@@ -6,7 +6,7 @@
 #include "actors/l2_tier.hpp"
 #include "actors/sweep.hpp"
 #include "config/config.hpp"
-#include "messages/lmcache_protocol.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
 
 #include <algorithm>
 #include <ctime>

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
-#include "actors/relay_queue.hpp"
+#include "relay/relay_queue.hpp"
 #include "actors/store_l2.hpp"
 #include "cache/chunk_index.hpp"
 #include "cache/lock_ledger.hpp"

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
-#include "actors/relay_queue.hpp"
+#include "relay/relay_queue.hpp"
 #include "config/config.hpp"
 
 #include <caf/actor.hpp>

@@ -28,7 +28,7 @@
 #include "core/engine_type.hpp"
 #include "core/error.hpp"
 #include "core/layout_hints.hpp"
-#include "messages/tensor_desc.hpp"
+#include "core/tensor_desc.hpp"
 
 #include <cstdint>
 #include <optional>

@@ -27,7 +27,7 @@
 
 #include "core/error.hpp"
 #include "gpu/kv_layout.hpp"
-#include "messages/tensor_desc.hpp"
+#include "core/tensor_desc.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -21,9 +21,9 @@
 
 namespace kvs {
 
-struct mp_request;   // messages/lmcache_protocol.hpp
+struct mp_request;   // lmcache_wire/lmcache_protocol.hpp
 struct kv_layout;    // gpu/kv_layout.hpp
-struct tensor_desc;  // messages/tensor_desc.hpp
+struct tensor_desc;  // core/tensor_desc.hpp
 
 /// One request from an engine connector, with what is needed to answer it.
 struct mp_call {
@@ -47,12 +47,11 @@ struct mp_reply {
   uint8_t op = 0;                                   ///< the call's mp_op
 };
 
-/// Builds the reply to `call` with `body` (nullopt = None). Defined in
-/// messages/lmcache_failure.cpp, next to make_failure_reply.
+/// Builds the reply to `call` with `body` (nullopt = None).
 mp_reply make_reply(const mp_call& call, std::optional<std::string> body);
 /// The reply that makes the client's call fail at once with `why` (for a
 /// request that cannot be served and has no failure value of its own; see
-/// messages/lmcache_failure.hpp).
+/// lmcache_wire/lmcache_failure.hpp).
 mp_reply make_failure_reply(const mp_call& call, std::string_view why);
 
 // -- store ---------------------------------------------------------------------

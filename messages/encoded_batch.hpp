@@ -3,7 +3,7 @@
 // replay ring.
 #pragma once
 
-#include "messages/kv_events.hpp"
+#include "events_wire/kv_events.hpp"
 
 #include <cstdint>
 #include <memory>

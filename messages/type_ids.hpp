@@ -13,7 +13,7 @@
 #include "cache/kv_event_log.hpp"
 #include "messages/cache_messages.hpp"
 #include "messages/encoded_batch.hpp"
-#include "messages/kv_events.hpp"
+#include "events_wire/kv_events.hpp"
 #include "messages/stats_snapshot.hpp"
 #include "messages/l2_messages.hpp"
 

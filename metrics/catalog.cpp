@@ -29,6 +29,9 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_events_engine_restarts_total",
    "New engine streams fenced with AllBlocksCleared (seq went back, jumped past the replay "
    "buffer, or the stream after a reconnect did not continue the old one)"},
+  {"kvsidecar_events_fence_skipped_total",
+   "Engine batches a restart fence skipped over: the seq jumped past events.buffer_steps, "
+   "more than any replay could fill (not counted as lost)"},
   {"kvsidecar_events_ingest_disconnects_total",
    "Engine connection lost or handshake failed (e.g. a frame above ingest_max_message_size)"},
   {"kvsidecar_events_ingest_reconnects_total", "Engine connection established again after a loss"},
@@ -94,6 +97,11 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_cache_request_duration_seconds",
    "Request to reply time in the sidecar, by op (WAIT_PREFETCH_STATUS includes its wait)"},
   {"kvsidecar_cache_copies_total", "Copies between engine memory and L1"},
+  {"kvsidecar_cache_engine_driven_instances",
+   "Instances registered in LMCache's engine-driven mode (each with a staging pool)"},
+  {"kvsidecar_cache_staging_free_slots", "Free chunk slots of all engine-driven staging pools"},
+  {"kvsidecar_cache_staging_copies_total",
+   "Copies between engine-driven staging pools and L1 (commit_store, prepare_retrieve)"},
   {"kvsidecar_cache_copy_failures_total", "Copies that failed"},
   {"kvsidecar_cache_copies_inflight", "Asynchronous copies not yet complete"},
   {"kvsidecar_cache_store_bytes_total", "Bytes copied from engine memory into L1 (STORE)"},

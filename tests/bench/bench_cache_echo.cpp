@@ -34,7 +34,7 @@
 //              bench_cache_echo decode FILE [--iters 20000]
 //           Prints `RESULT decode_ns=.. hash_ns=.. tokens=..` (medians of 5).
 #include "cache/chunk_hash.hpp"
-#include "messages/lmcache_protocol.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
 
 #include <zmq.hpp>
 

@@ -42,10 +42,10 @@
 //   bench_relay codec   --batch 16 --seconds 1      (the codec alone, no sockets)
 //   bench_relay minirelay --work full|validate|none --ingest-port .. --sub-port .. --seconds 60
 //            (a one-thread reference relay without actors, to run in place of kvsidecar)
-#include "actors/block_index.hpp"
+#include "relay/block_index.hpp"
 #include "actors/ingest_bridge.hpp"
 #include "actors/zmq_frames.hpp"
-#include "messages/kv_event_codec.hpp"
+#include "events_wire/kv_event_codec.hpp"
 
 #include <zmq.hpp>
 

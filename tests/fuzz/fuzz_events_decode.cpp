@@ -6,7 +6,7 @@
 // accepts an input (fuzzed, or the encoder's own output, which it must always
 // accept), its bytes with any dp_rank equal decode + encode's, and what it
 // records of each event for the indexer is what decode reads.
-#include "messages/kv_event_codec.hpp"
+#include "events_wire/kv_event_codec.hpp"
 
 #include <cstdint>
 #include <cstdlib>

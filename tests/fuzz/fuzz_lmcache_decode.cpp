@@ -7,10 +7,10 @@
 // The same request frames also go through the subscribe_kv_events argument
 // decoder. Whatever the decoders return must be self-consistent; anything
 // else traps.
-#include "messages/lmcache_kv_events.hpp"
-#include "messages/lmcache_protocol.hpp"
-#include "messages/tensor_view.hpp"
-#include "messages/tensor_wrappers.hpp"
+#include "lmcache_wire/lmcache_kv_events.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
+#include "lmcache_wire/tensor_view.hpp"
+#include "lmcache_wire/tensor_wrappers.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // libFuzzer target: the strict pickle reader. Any input must end in a
 // tensor_desc that is self-consistent or in a named error, within the caps.
-#include "messages/pickle_reader.hpp"
+#include "lmcache_wire/pickle_reader.hpp"
 
 #include <cstddef>
 #include <cstdint>

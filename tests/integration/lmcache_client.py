@@ -270,7 +270,7 @@ class MPClient:
         """The reason of a failure reply to `uid` (kvsidecar answers a call it
         cannot serve with its uid and an op frame naming another operation,
         which LMCache's client raises as ValueError; see
-        messages/lmcache_failure.hpp). Fails on any other reply."""
+        lmcache_wire/lmcache_failure.hpp). Fails on any other reply."""
         why, value = self.failure_or_value(uid, timeout)
         assert why is not None, f"uid {uid} was answered {value!r}, not with a failure"
         return why

@@ -401,7 +401,7 @@ def test_replay_start_older_than_buffer_starts_at_oldest(rig, fmt):
 
 def test_large_payloads_exact_through_reused_memory(rig):
     """Payloads of 16 KiB and more are copied into buffers the relay reuses
-    once the replay buffer has dropped them (messages/kv_event_payload_pool.hpp):
+    once the replay buffer has dropped them (events_wire/kv_event_payload_pool.hpp):
     the bytes published and replayed are still exactly the engine's (a batch
     without dp_rank: the engine's with the rank set), the memory is reused,
     and what is kept for reuse stays within events.buffer_bytes."""

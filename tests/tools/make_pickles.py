@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate the pickle fixtures for messages/pickle_reader (no torch needed).
+"""Generate the pickle fixtures for lmcache_wire/pickle_reader (no torch needed).
 
 LMCache clients before 0.5.6 send each KV-cache wrapper as msgpack ext 1
 holding ``pickle.dumps(wrapper)``. This script rebuilds those pickles with

@@ -13,7 +13,7 @@
 #include "actors/store.hpp"
 #include "config/config.hpp"
 #include "gpu/transfer_backend.hpp"
-#include "messages/lmcache_protocol.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
 #include "caf_test_fixture.hpp"
 #include "shm_object.hpp"
 

@@ -4,7 +4,7 @@
 // check's per-event memo recognise).
 #pragma once
 
-#include "messages/kv_events.hpp"
+#include "events_wire/kv_events.hpp"
 
 #include <cstdint>
 #include <optional>

@@ -1,7 +1,7 @@
 // block_index: what a rank holds after its events, and snapshots that are
 // exactly the state at their start even while live events keep coming.
-#include "actors/block_index.hpp"
-#include "messages/kv_event_codec.hpp"
+#include "relay/block_index.hpp"
+#include "events_wire/kv_event_codec.hpp"
 #include "tests/unit/random_events.hpp"
 
 #include <doctest/doctest.h>

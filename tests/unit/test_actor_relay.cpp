@@ -6,7 +6,7 @@
 #include "actors/indexer.hpp"
 #include "actors/publisher.hpp"
 #include "actors/replay.hpp"
-#include "messages/kv_event_codec.hpp"
+#include "events_wire/kv_event_codec.hpp"
 #include "caf_test_fixture.hpp"
 
 #include <caf/actor_system.hpp>
@@ -248,6 +248,14 @@ TEST_CASE("relay queue: admits up to max, then drops and counts") {
   q.release();
   CHECK(q.admit());
   CHECK(q.queued.load() == 2);
+  // A restart fence gets through a full queue (routers must learn the
+  // stream ended), counted apart from the drops.
+  q.admit_always();
+  CHECK(q.queued.load() == 3);
+  CHECK(q.forced.load() == 1);
+  CHECK(q.dropped_full.load() == 1);
+  q.release(3);
+  CHECK(q.admit());
 }
 
 namespace {

@@ -1,5 +1,5 @@
 // replay_ring: what a replay request gets for each start seq.
-#include "actors/replay_ring.hpp"
+#include "relay/replay_ring.hpp"
 
 #include <doctest/doctest.h>
 

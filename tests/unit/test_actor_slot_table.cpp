@@ -2,7 +2,7 @@
 // random inserts, finds and erases, with hashes chosen to collide: runs that
 // wrap around the end of the array, equal tags, erase from the middle of a
 // run (the backward shift must keep every other entry findable).
-#include "actors/slot_table.hpp"
+#include "relay/slot_table.hpp"
 
 #include <doctest/doctest.h>
 

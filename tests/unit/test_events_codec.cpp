@@ -1,7 +1,7 @@
 // KV event codec: golden bytes from msgspec (tests/unit/events_golden.hpp,
 // made by tests/tools/make_event_goldens.py), roundtrips, and every malformed
 // input we could think of.
-#include "messages/kv_event_codec.hpp"
+#include "events_wire/kv_event_codec.hpp"
 #include "tests/unit/events_golden.hpp"
 #include "tests/unit/frame_bytes.hpp"
 

@@ -3,7 +3,7 @@
 // decoder refuses at the first field.
 #include "fuzz_seeds.hpp"
 
-#include "messages/kv_event_codec.hpp"
+#include "events_wire/kv_event_codec.hpp"
 
 #include <cstdint>
 

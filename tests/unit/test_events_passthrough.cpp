@@ -2,7 +2,7 @@
 // encode_canonical_with_rank) must give exactly the bytes of decode + encode,
 // for every golden, every batch our encoder writes, and random mutations of
 // them; and it must refuse every input decode + encode would change.
-#include "messages/kv_event_codec.hpp"
+#include "events_wire/kv_event_codec.hpp"
 #include "tests/unit/events_golden.hpp"
 #include "tests/unit/frame_bytes.hpp"
 #include "tests/unit/random_events.hpp"

@@ -1,7 +1,7 @@
 // payload_pool: large payloads come back to the pool when their last
 // reference goes and the next payload of the class reuses that very buffer;
 // what it keeps never exceeds its bound; small payloads are never pooled.
-#include "messages/kv_event_payload_pool.hpp"
+#include "events_wire/kv_event_payload_pool.hpp"
 
 #include <doctest/doctest.h>
 

@@ -3,10 +3,10 @@
 // (tests/tools/make_fuzz_seeds.py), not from bytes refused at the first field.
 #include "fuzz_seeds.hpp"
 
-#include "messages/lmcache_kv_events.hpp"
-#include "messages/lmcache_protocol.hpp"
-#include "messages/pickle_reader.hpp"
-#include "messages/tensor_wrappers.hpp"
+#include "lmcache_wire/lmcache_kv_events.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
+#include "lmcache_wire/pickle_reader.hpp"
+#include "lmcache_wire/tensor_wrappers.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -2,9 +2,9 @@
 // bodies made by LMCache 0.5.6's own classes and msgspec
 // (tests/tools/make_lmcache_goldens.py), plus every malformed shape we can
 // think of.
-#include "messages/lmcache_protocol.hpp"
-#include "messages/tensor_view.hpp"
-#include "messages/tensor_wrappers.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
+#include "lmcache_wire/tensor_view.hpp"
+#include "lmcache_wire/tensor_wrappers.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,0 +1,205 @@
+// KV event batch encoding: the bytes msgspec writes for vLLM's and
+// tokenspeed's structs, through the shared msgpack_io::writer.
+#include "events_wire/kv_event_codec.hpp"
+#include "events_wire/kv_event_schema.hpp"
+#include "msgpack/msgpack_writer.hpp"
+
+namespace kvs {
+namespace {
+
+using namespace event_schema;
+
+class event_writer {
+public:
+  explicit event_writer(std::string& out) : w_(out) {}
+
+  void batch(const kv_event_batch& b, event_dialect d) {
+    // A rough size so the buffer grows at most once per batch.
+    w_.reserve(16 + b.events.size() * 256);
+    w_.array(3);
+    w_.float64(b.ts);
+    w_.array(static_cast<uint32_t>(b.events.size()));
+    for (const kv_event& e : b.events) {
+      if (d == event_dialect::vllm)
+        std::visit([this](const auto& ev) { vllm(ev); }, e);
+      else
+        std::visit([this](const auto& ev) { tokenspeed(ev); }, e);
+    }
+    opt_int(b.dp_rank);
+    w_.finish();
+  }
+
+private:
+  void hashes(const std::vector<uint64_t>& hs) {
+    w_.array(static_cast<uint32_t>(hs.size()));
+    for (uint64_t h : hs)
+      w_.uint(h);
+  }
+  void opt_hash(const std::optional<uint64_t>& h) {
+    if (h)
+      w_.uint(*h);
+    else
+      w_.nil();
+  }
+  void opt_int(const std::optional<int64_t>& v) {
+    if (v)
+      w_.sint(*v);
+    else
+      w_.nil();
+  }
+  void opt_str(const std::optional<std::string>& s) {
+    if (s)
+      w_.str(*s);
+    else
+      w_.nil();
+  }
+  void tokens(const std::vector<int64_t>& ts) {
+    w_.array(static_cast<uint32_t>(ts.size()));
+    for (int64_t t : ts)
+      w_.sint(t);
+  }
+
+  /// SGLang's cache_salt, carried the way vLLM carries a salt: vLLM puts
+  /// the request's cache_salt (a bare str) into the extra_keys entry of the
+  /// block that starts at token 0 only (generate_block_hash_extra_keys), so
+  /// the entry of block 0 is ("salt",) when the event starts a chain
+  /// (parent_block_hash None) and every other entry is None; in a
+  /// continuation the salt is implied by the parent chain, as in vLLM. An
+  /// event that already has extra_keys keeps them as they are.
+  bool salt_as_extra_keys(const block_stored& e) const {
+    return e.cache_salt && !e.extra_keys_msgpack && !e.parent_block_hash &&
+           !e.block_hashes.empty();
+  }
+  void salt_extra_keys(const block_stored& e) {
+    w_.array(static_cast<uint32_t>(e.block_hashes.size()));
+    w_.array(1);
+    w_.str(*e.cache_salt);
+    for (size_t k = 1; k < e.block_hashes.size(); ++k)
+      w_.nil();
+  }
+
+  // -- vLLM 0.33 tagged maps ------------------------------------------------
+  void vllm(const block_stored& e) {
+    const bool salt = salt_as_extra_keys(e);
+    uint32_t n = 1 + stored_always + ((e.extra_keys_msgpack || salt) ? 1 : 0) +
+                 (e.group_idx ? 1 : 0) + (e.kv_cache_spec_kind ? 1 : 0) +
+                 (e.kv_cache_spec_sliding_window ? 1 : 0) + (e.locality ? 1 : 0) +
+                 (e.ownership ? 1 : 0) + (e.session_id ? 1 : 0) +
+                 (e.lookahead_token_ids ? 1 : 0);
+    w_.map_for(n, stored_max_entries);
+    w_.key("type");
+    w_.key("BlockStored");
+    w_.key("block_hashes");
+    hashes(e.block_hashes);
+    w_.key("parent_block_hash");
+    opt_hash(e.parent_block_hash);
+    w_.key("token_ids");
+    tokens(e.token_ids);
+    w_.key("block_size");
+    w_.sint(e.block_size);
+    w_.key("lora_id");
+    opt_int(e.lora_id);
+    w_.key("medium");
+    opt_str(e.medium);
+    w_.key("lora_name");
+    opt_str(e.lora_name);
+    if (e.extra_keys_msgpack) {
+      w_.key("extra_keys");
+      w_.raw(e.extra_keys_msgpack->data(), e.extra_keys_msgpack->size());
+    } else if (salt) {
+      w_.key("extra_keys");
+      salt_extra_keys(e);
+    }
+    if (e.group_idx) {
+      w_.key("group_idx");
+      w_.sint(*e.group_idx);
+    }
+    if (e.kv_cache_spec_kind) {
+      w_.key("kv_cache_spec_kind");
+      w_.str(*e.kv_cache_spec_kind);
+    }
+    if (e.kv_cache_spec_sliding_window) {
+      w_.key("kv_cache_spec_sliding_window");
+      w_.sint(*e.kv_cache_spec_sliding_window);
+    }
+    if (e.locality) {
+      w_.key("locality");
+      w_.str(*e.locality);
+    }
+    if (e.ownership) {
+      w_.key("ownership");
+      w_.str(*e.ownership);
+    }
+    if (e.session_id) {
+      w_.key("session_id");
+      w_.str(*e.session_id);
+    }
+    if (e.lookahead_token_ids) {
+      w_.key("lookahead_token_ids");
+      w_.array(static_cast<uint32_t>(e.lookahead_token_ids->size()));
+      for (const auto& ts : *e.lookahead_token_ids)
+        tokens(ts);
+    }
+  }
+
+  void vllm(const block_removed& e) {
+    uint32_t n = 1 + removed_always + (e.group_idx ? 1 : 0) + (e.locality ? 1 : 0) +
+                 (e.ownership ? 1 : 0);
+    w_.map_for(n, removed_max_entries);
+    w_.key("type");
+    w_.key("BlockRemoved");
+    w_.key("block_hashes");
+    hashes(e.block_hashes);
+    w_.key("medium");
+    opt_str(e.medium);
+    if (e.group_idx) {
+      w_.key("group_idx");
+      w_.sint(*e.group_idx);
+    }
+    if (e.locality) {
+      w_.key("locality");
+      w_.str(*e.locality);
+    }
+    if (e.ownership) {
+      w_.key("ownership");
+      w_.str(*e.ownership);
+    }
+  }
+
+  void vllm(const all_blocks_cleared&) {
+    w_.map_for(1, 1);
+    w_.key("type");
+    w_.key("AllBlocksCleared");
+  }
+
+  // -- tokenspeed positional arrays ----------------------------------------
+  void tokenspeed(const block_stored& e) {
+    w_.array(5);
+    w_.key("BlockStored");
+    hashes(e.block_hashes);
+    opt_hash(e.parent_block_hash);
+    tokens(e.token_ids);
+    w_.sint(e.block_size);
+  }
+
+  void tokenspeed(const block_removed& e) {
+    w_.array(2);
+    w_.key("BlockRemoved");
+    hashes(e.block_hashes);
+  }
+
+  void tokenspeed(const all_blocks_cleared&) {
+    w_.array(1);
+    w_.key("AllBlocksCleared");
+  }
+
+  msgpack_io::writer w_;
+};
+
+} // namespace
+
+void encode_event_batch(const kv_event_batch& batch, event_dialect dialect, std::string& out) {
+  event_writer(out).batch(batch, dialect);
+}
+
+} // namespace kvs

@@ -1,0 +1,318 @@
+// LMCache multi-process (MP) protocol, as LMCache 0.5.6 speaks it over ZeroMQ
+// (lmcache/v1/multiprocess/transport/zmq_impl/{mq,wire}.py), decoded into
+// typed requests and encoded back into response bodies. The facts and the
+// differences from older releases are in docs/lmcache-mp-compat.md.
+//
+// A request as the ROUTER receives it is `identity · uid · op · arg_0 …`;
+// decode_mp_request() takes the frames after the identity. Each argument is
+// its own msgpack frame. The reply is `identity · uid · op` (echoed byte for
+// byte) plus at most one body frame, built with the encode_reply_* functions; no
+// body frame means None.
+//
+// Naming: `mp_` here (mp_op, mp_request) always means LMCache's
+// multi-process protocol; reply bodies are encode_reply_*; the msgpack reader and writer are
+// msgpack_io::reader / msgpack_io::writer (msgpack_reader.hpp,
+// msgpack_writer.hpp). Decoding is lmcache_decode.cpp, reply bodies
+// lmcache_encode.cpp, the register_kv_cache tensor wrappers
+// tensor_wrappers.hpp.
+//
+// No msgpack and no CAF in this header: actors include it freely.
+#pragma once
+
+#include "core/engine_type.hpp"
+#include "core/error.hpp"
+#include "core/layout_hints.hpp"
+#include "core/tensor_desc.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace kvs {
+
+// ---------------------------------------------------------------------------
+// Operations
+// ---------------------------------------------------------------------------
+
+/// The operations kvsidecar serves, numbered with LMCache's frozen legacy ids
+/// (wire.py LEGACY_OPERATION_IDS). 11 is retired in 0.5.6 but older clients
+/// (the SGLang seed's era) still send it.
+enum class mp_op : uint8_t {
+  register_kv_cache = 1,
+  unregister_kv_cache = 2,
+  store = 6,
+  retrieve = 7,
+  lookup = 8,
+  query_prefetch_status = 9,
+  wait_prefetch_status = 10,
+  query_prefetch_lookup_hits = 11,
+  free_lookup_locks = 12,
+  end_session = 13,
+  // Engine-driven transfer (LMCache's EngineDrivenTransferModule): the engine
+  // copies its own pages into / out of buffers the server hands out.
+  register_kv_cache_engine_driven_context = 14,
+  unregister_kv_cache_engine_driven_context = 15,
+  prepare_store = 16,
+  commit_store = 17,
+  prepare_retrieve = 18,
+  commit_retrieve = 19,
+  clear = 20,
+  get_chunk_size = 21,
+  ping = 22,
+  /// The scheduler reports each scheduled request's new blocks (LMCache's
+  /// blend / p2p bookkeeping); vLLM's adapter sends it every step and
+  /// expects None. Acknowledged, not used.
+  report_block_allocation = 23,
+  noop = 24,
+  /// 0.5.6's vLLM adapter asks for it at start-up and waits up to its RPC
+  /// timeout (300 s) for the answer, so a drop-in must reply (an empty list).
+  get_experimental = 32,
+};
+
+/// snake_case name, as LMCache routes operations ("get_chunk_size").
+const char* to_string(mp_op op);
+/// The op for a snake_case name, or nullopt (also for LMCache ops we do not serve).
+std::optional<mp_op> mp_op_from_name(std::string_view name);
+/// The op for a legacy id, or nullopt.
+std::optional<mp_op> mp_op_from_id(int64_t id);
+
+// ---------------------------------------------------------------------------
+// Argument types
+// ---------------------------------------------------------------------------
+
+
+/// `IPCCacheServerKey` (custom_types.py, 0.5.6): a msgpack map keyed by field
+/// name; unknown keys are ignored, missing defaulted fields take the default,
+/// a missing required field is an error.
+struct cache_key {
+  std::string model_name;
+  int64_t world_size = 0;
+  std::optional<int64_t> worker_id; ///< nil for scheduler-side LOOKUP / FREE_LOOKUP_LOCKS
+  /// Token ids. LMCache hashes them as big-endian uint32 (token_hasher.py),
+  /// so a value outside [0, 2^32) is rejected here.
+  std::vector<uint32_t> token_ids;
+  int64_t start = 0; ///< chunk-aligned token offsets, not checked here
+  int64_t end = 0;
+  std::string request_id;  ///< session id, not part of the cache identity
+  std::string cache_salt;  ///< part of the identity; default ""; LMCache's rules enforced
+  /// `request_configs` (dict[str, Any] | None) kept verbatim as the raw msgpack
+  /// of the map; empty when nil or absent.
+  std::string request_configs_msgpack;
+  /// Readers that will RETRIEVE this key (0 = not sent; pre-0.5.6 clients,
+  /// the SGLang seed included, never send it).
+  int64_t num_kv_readers = 0;
+};
+
+/// `LayoutHints` (a TypedDict, total=False): every key optional; unknown keys
+/// ignored; the Literal-typed keys are checked.
+struct layout_hints {
+  std::optional<vllm_kv_layout> kv_layout;           ///< "NHD" | "HND" | "BLHNC" | "BLNHC"
+  std::optional<int64_t> num_kv_heads;
+  std::optional<int64_t> tokens_per_block;
+  std::optional<sglang_kv_list_layout> kv_list_layout; ///< "k_v" | "unified"
+  std::optional<int64_t> head_dim;
+};
+
+/// `EngineGroupInfo` (group_view.py, a msgspec Struct encoded as a map).
+struct engine_group_info {
+  int64_t engine_group_id = 0; ///< required
+  std::vector<int64_t> layer_indices;
+  int64_t tokens_per_block = 0;
+  int64_t sw_size_tokens = -1;
+  int64_t extra_object_group_tag = 0;
+  bool recurrent_state = false;
+};
+
+// ---------------------------------------------------------------------------
+// Requests: one struct per op, fields in LMCache's argument order
+// ---------------------------------------------------------------------------
+
+struct register_kv_cache_req {
+  int64_t instance_id = 0; ///< the worker's pid
+  std::vector<tensor_desc> kv_caches;
+  std::string model_name;
+  int64_t world_size = 0;
+  engine_type engine = engine_type::vllm;
+  layout_hints hints;
+  std::vector<engine_group_info> groups; ///< empty = one group over all layers
+};
+struct unregister_kv_cache_req {
+  int64_t instance_id = 0;
+};
+/// `RegisterEngineDrivenContextPayload` (custom_types.py, a msgspec Struct
+/// encoded as a map): the chunk the engine gathers its pages into is
+/// [2, num_layers, num_physical_slots, hidden_dim_size] (use_mla false) or
+/// [num_layers, num_physical_slots, hidden_dim_size] (use_mla true: MLA and
+/// fused-K/V formats, one plane) of dtype_str.
+struct register_engine_driven_req {
+  int64_t instance_id = 0;
+  std::string model_name;
+  int64_t world_size = 0;
+  int64_t block_size = 0;
+  int64_t num_layers = 0;
+  int64_t hidden_dim_size = 0;
+  std::string dtype_str;  ///< a torch dtype attribute name ("bfloat16")
+  bool use_mla = false;
+  std::optional<int64_t> num_physical_slots; ///< nil/absent: one per token of a chunk
+};
+struct unregister_engine_driven_req {
+  int64_t instance_id = 0;
+};
+/// prepare_store / prepare_retrieve / commit_retrieve: (key, instance_id).
+struct prepare_store_req {
+  cache_key key;
+  int64_t instance_id = 0;
+};
+struct commit_store_req {
+  cache_key key;
+  int64_t instance_id = 0;
+  /// b"" when the engine wrote the handed-out buffers; otherwise a pickled
+  /// list of torch tensors (LMCache's pickle strategy), which is not served.
+  std::string cpu_data;
+};
+struct prepare_retrieve_req {
+  cache_key key;
+  int64_t instance_id = 0;
+};
+struct commit_retrieve_req {
+  cache_key key;
+  int64_t instance_id = 0;
+};
+struct store_req {
+  cache_key key;
+  int64_t instance_id = 0;
+  std::vector<std::vector<int64_t>> block_ids; ///< one list per KV group
+  std::string event_ipc_handle;                ///< cudaIpcEventHandle_t bytes (not length-checked)
+};
+struct retrieve_req {
+  cache_key key;
+  int64_t instance_id = 0;
+  std::vector<std::vector<int64_t>> block_ids;
+  std::string event_ipc_handle;
+  /// 0.5.6 names it skip_first_n_tokens and counts tokens (block-aligned);
+  /// the SGLang seed sends a count of pages here (skip_prefix_n_blocks). The
+  /// decoder carries the number; see docs/lmcache-mp-compat.md.
+  int64_t skip_first_n = 0;
+};
+struct lookup_req {
+  cache_key key;
+  int64_t tp_size = 0; ///< ignored by LMCache
+};
+struct query_prefetch_status_req {
+  std::string request_id;
+};
+struct wait_prefetch_status_req {
+  std::string request_id;
+  double timeout_s = 0; ///< finite and >= 0 (int accepted, as msgspec does)
+};
+struct query_prefetch_lookup_hits_req {
+  std::string request_id;
+};
+struct free_lookup_locks_req {
+  cache_key key;
+  int64_t tp_size = 0;
+};
+struct end_session_req {
+  std::string request_id;
+};
+struct clear_req {
+  bool force = false; ///< 0.5.6 always sends it; older clients send no argument
+};
+struct get_chunk_size_req {};
+struct ping_req {
+  std::optional<int64_t> instance_id; ///< nil from the scheduler's untracked prober
+};
+struct noop_req {};
+/// report_block_allocation(instance_id, model_name, records): the records
+/// (BlockAllocationRecord maps) are checked to be an array and not kept.
+struct report_block_allocation_req {
+  int64_t instance_id = 0; ///< EngineCore's pid, not a worker instance
+  std::string model_name;
+  uint32_t records = 0;
+};
+struct get_experimental_req {};
+
+using mp_request_body =
+    std::variant<register_kv_cache_req, unregister_kv_cache_req, store_req, retrieve_req,
+                 lookup_req, query_prefetch_status_req, wait_prefetch_status_req,
+                 query_prefetch_lookup_hits_req, free_lookup_locks_req, end_session_req,
+                 clear_req, get_chunk_size_req, ping_req, noop_req, get_experimental_req,
+                 register_engine_driven_req, unregister_engine_driven_req, prepare_store_req,
+                 commit_store_req, prepare_retrieve_req, commit_retrieve_req,
+                 report_block_allocation_req>;
+
+struct mp_request {
+  std::string uid_frame; ///< echoed byte for byte in the reply
+  std::string op_frame;  ///< echoed byte for byte in the reply
+  int64_t uid = 0;       ///< the decoded uid, for logs (-1: not one msgpack int; still echoed)
+  mp_op op = mp_op::noop;
+  mp_request_body body;
+};
+
+/// The request id (session) a request belongs to, or nullptr for the ops
+/// that have none (registration, ping, clear, ...).
+const std::string* request_id_of(const mp_request& r);
+/// The worker instance a request names, or nullopt (ping may send nil).
+std::optional<int64_t> instance_of(const mp_request& r);
+/// The reply body LMCache's client reads as "this failed" for `op`:
+/// (b"", False) for store/retrieve, False for the commits, a failed
+/// PrepareRetrieveResponse; nullopt for the ops that have no failure value
+/// (they get the failure reply of lmcache_failure.hpp instead).
+std::optional<std::string> failure_body(mp_op op);
+
+/// Decodes the frames after the ROUTER identity: uid, op, then one frame per
+/// argument. Never throws. Error kinds:
+///   "bad_frames"     fewer than two frames
+///   "unknown_op"     op frame is not a known id/name (or not an int/str)
+///   "unsupported_op" a real LMCache op that kvsidecar does not serve (named)
+///   "arity"          wrong number of argument frames
+///   "bad_arg"        an argument failed to decode; detail names the argument
+///                    and the place ("arg 0 'key': field 'token_ids'[2]: ...")
+expected<mp_request>
+decode_mp_request(const std::vector<std::string_view>& frames_after_identity);
+
+// ---------------------------------------------------------------------------
+// Response bodies, encoded exactly as msgspec encodes them
+// ---------------------------------------------------------------------------
+
+std::string encode_reply_int(int64_t v);          ///< get_chunk_size, prefetch counts
+std::string encode_reply_bool(bool v);            ///< ping
+std::string encode_reply_str(std::string_view v); ///< noop ("OK")
+/// store / retrieve: tuple[bytes, bool] -> [bin, bool].
+std::string encode_reply_event_ok(std::string_view event_handle, bool ok);
+/// get_experimental: list[str].
+std::string encode_reply_str_list(const std::vector<std::string>& v);
+
+/// One buffer of an engine-driven transfer (LMCache's ShmSlotDescriptor):
+/// `length` bytes at `offset` of the instance's shared-memory pool, viewed
+/// as `shape` of `dtype`.
+struct shm_slot_desc {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::vector<int64_t> shape;
+  std::string dtype;
+};
+/// register_kv_cache_engine_driven_context: RegisterEngineDrivenContextResponse
+/// {"shm_name": str, "pool_size": int}.
+std::string encode_reply_engine_driven_context(std::string_view shm_name, uint64_t pool_size);
+/// prepare_store: PrepareStoreResponse {"context": {"slots": [...],
+/// "chunk_indices": [...]}}; no slots = every chunk is already stored.
+std::string encode_reply_prepare_store(const std::vector<shm_slot_desc>& slots,
+                                       const std::vector<uint64_t>& chunk_indices);
+/// prepare_retrieve: PrepareRetrieveResponse {"success": bool, "data": b"",
+/// "context": {"slots": [...]}} (no "slots" key when it failed).
+std::string encode_reply_prepare_retrieve(bool success, const std::vector<shm_slot_desc>& slots);
+
+// The names the actors still use (renamed here so that `mp_` no longer also
+// means msgpack; the callers move over when the concurrent actor work is
+// merged, then these go).
+inline std::string encode_mp_int(int64_t v) { return encode_reply_int(v); }
+inline std::string encode_mp_bool(bool v) { return encode_reply_bool(v); }
+inline std::string encode_mp_str(std::string_view v) { return encode_reply_str(v); }
+inline std::string encode_mp_event_ok(std::string_view h, bool ok) { return encode_reply_event_ok(h, ok); }
+inline std::string encode_mp_str_list(const std::vector<std::string>& v) { return encode_reply_str_list(v); }
+
+} // namespace kvs

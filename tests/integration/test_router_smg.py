@@ -1,0 +1,256 @@
+"""smg 1.13.0 (the Shepherd Model Gateway, PyPI) as the router, vLLM 0.33's
+own ZmqEventPublisher as each engine, one kvsidecar per engine between them
+(issue 26).
+
+smg takes KV events only from gRPC workers: it streams SubscribeKvEvents
+from each `grpc://` worker, and the worker-side relay (smg-grpc-servicer
+0.14.1, `smg_grpc_servicer.kv_relay.relay`, what its vLLM servicer runs)
+subscribes to a ZMQ PUB and replay ROUTER: here kvsidecar's, in place of
+the engine's. The workers are router_smg_worker.py stubs: the real relay,
+a word-level tokenizer (`w<N>` is token N) and a Generate that records
+which worker got the request. The gateway runs `--policy cache_aware
+--block-size 16`; its Prometheus metrics `smg_kv_index_blocks{worker}`,
+`smg_kv_event_gaps_total{outcome}` and `smg_kv_event_resyncs_total{reason}`
+are what the tests wait on and check, with which worker served a prompt.
+
+Base state of every test: A holds the prompt's 4 blocks, B its first 2.
+"""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import router_common as rc
+from kvsidecar_harness import free_port_range, wait_until
+
+pytest.importorskip("smg", reason="smg is not installed (tests/integration/requirements.txt)")
+pytest.importorskip("smg_grpc_servicer.kv_relay", reason="smg-grpc-servicer is not installed "
+                    "(tests/integration/requirements.txt)")
+
+from router_smg_worker import write_tokenizer  # noqa: E402
+
+WORKER_SCRIPT = Path(__file__).with_name("router_smg_worker.py")
+PROMPT = rc.tokens(1000, 4)
+OTHER = rc.tokens(5000, 3)
+
+
+def text(toks: list[int]) -> str:
+    return " ".join(f"w{t}" for t in toks)
+
+
+class Worker:
+    def __init__(self, tmp_path: Path, name: str, side: rc.EngineSide, tokenizer: Path):
+        self.name = name
+        self.port = free_port_range(1)
+        self.url = f"grpc://127.0.0.1:{self.port}"
+        self.record = tmp_path / f"smg-worker-{name}.jsonl"
+        self.record.touch()
+        self.proc = rc.Proc([sys.executable, str(WORKER_SCRIPT), "--port", str(self.port),
+                             "--name", name, "--events", side.pub_endpoint,
+                             "--replay", side.replay_endpoint, "--record", str(self.record),
+                             "--tokenizer", str(tokenizer)],
+                            tmp_path / f"smg-worker-{name}.log")
+        wait_until(lambda: self._serving(), rc.DEADLINE, f"stub worker {name} serving")
+
+    def _serving(self):
+        assert self.proc.alive(), f"stub worker {self.name} exited:\n{self.proc.tail()}"
+        return "serving on" in self.proc.text()
+
+    def served(self) -> int:
+        return len(self.record.read_text().splitlines())
+
+    def close(self):
+        self.proc.close()
+
+
+class Smg:
+    def __init__(self, tmp_path: Path, workers: list[Worker], n: int = 0):
+        self.port = free_port_range(1)
+        self.metrics_port = free_port_range(1)
+        self.workers = workers
+        self.proc = rc.Proc(rc.python_module("smg") + [
+            "launch", "--host", "127.0.0.1", "--port", str(self.port),
+            "--worker-urls", *[w.url for w in workers],
+            "--policy", "cache_aware", "--block-size", str(rc.BS),
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port),
+            "--shutdown-grace-period-secs", "1", "--log-level", "debug"], tmp_path / f"smg-{n}.log")
+        try:
+            wait_until(self._ready, rc.DEADLINE * 2, "smg ready with every worker's KV stream",
+                       interval=0.2)
+        except AssertionError:
+            raise AssertionError(f"smg never became ready:\n{self.proc.tail()}") from None
+
+    def metrics(self):
+        return rc.scrape(self.metrics_port)
+
+    def _ready(self):
+        assert self.proc.alive(), f"smg exited:\n{self.proc.tail()}"
+        m = self.metrics()
+        return m is not None and all(
+            rc.metric(m, "smg_kv_event_subscriptions_total", worker=w.url) >= 1
+            for w in self.workers)
+
+    def blocks(self, w: Worker) -> float:
+        return rc.metric(self.metrics(), "smg_kv_index_blocks", worker=w.url)
+
+    def count(self, name: str, w: Worker, **labels) -> float:
+        return rc.metric(self.metrics(), name, worker=w.url, **labels)
+
+    def route(self, toks: list[int]) -> str:
+        """A text completion of the prompt naming `toks`: the worker that served it."""
+        before = {w.name: w.served() for w in self.workers}
+        code, body = rc.http_json(f"http://127.0.0.1:{self.port}/v1/completions",
+                                  json.dumps({"model": "m", "prompt": text(toks),
+                                              "max_tokens": 1}).encode())
+        assert code == 200, f"smg answered {code}: {body[:300]!r}"
+        got = [w for w in self.workers if w.served() > before[w.name]]
+        assert len(got) == 1, f"served by {[w.name for w in got]}"
+        last = json.loads(got[0].record.read_text().splitlines()[-1])
+        assert last["input_ids"] == toks, "the gateway tokenized the prompt differently"
+        return got[0].name
+
+    def close(self):
+        self.proc.close()
+
+
+@pytest.fixture
+def setup(rig, tmp_path):
+    tok = write_tokenizer(tmp_path / "tokenizer")
+    # A small PUB high-water mark on A's sidecar, so that a stalled relay
+    # misses batches (and must replay them) after a short burst.
+    ea, eb = rc.EngineSide(rig, {"events.hwm": 20}), rc.EngineSide(rig)
+    a, b = Worker(tmp_path, "A", ea, tok), Worker(tmp_path, "B", eb, tok)
+    made = []
+
+    def gateway():
+        g = Smg(tmp_path, [a, b], len(made))
+        made.append(g)
+        return g
+
+    yield gateway, (a, ea), (b, eb)
+    for g in made:
+        g.close()
+    for x in (a, b, ea, eb):
+        x.close()
+
+
+def wait_blocks(g: Smg, w: Worker, side: rc.EngineSide, n: int, timeout: float = rc.DEADLINE):
+    """Publishes empty batches until the gateway's index holds n blocks for w."""
+    try:
+        side.publish_until(lambda: g.blocks(w) == n, f"smg_kv_index_blocks{{{w.name}}} == {n}",
+                           timeout=timeout)
+    except AssertionError as e:
+        raise AssertionError(f"{e} (it holds {g.blocks(w)})") from None
+
+
+def joined(g: Smg, *pairs) -> None:
+    """Until each worker's relay has forwarded a live batch that smg applied:
+    its SUB has joined the sidecar's PUB. The relay is live-only (case e),
+    so a batch published before that would be lost for good."""
+    for w, side in pairs:
+        before = g.count("smg_kv_event_batches_total", w, disposition="applied")
+        side.publish_until(
+            lambda: g.count("smg_kv_event_batches_total", w, disposition="applied") > before,
+            f"smg to apply a live batch of worker {w.name}")
+
+
+def base_state(g, a, ea, b, eb):
+    v = ea.v
+    joined(g, (a, ea), (b, eb))
+    ea.publish(rc.stored(v, PROMPT, 1))
+    eb.publish(rc.stored(v, PROMPT[:2 * rc.BS], 101))
+    wait_blocks(g, a, ea, 4)
+    wait_blocks(g, b, eb, 2)
+
+
+def test_smg_routes_to_the_worker_holding_the_blocks(setup):
+    gateway, (a, ea), (b, eb) = setup
+    g = gateway()
+    base_state(g, a, ea, b, eb)
+    assert g.route(PROMPT + [7]) == "A"
+    assert g.route(PROMPT[:2 * rc.BS] + [7]) in ("A", "B")  # both hold it
+
+
+def test_smg_stops_routing_to_removed_and_cleared_blocks(setup):
+    gateway, (a, ea), (b, eb) = setup
+    g = gateway()
+    v = ea.v
+    base_state(g, a, ea, b, eb)
+    assert g.route(PROMPT + [7]) == "A"
+    ea.publish(rc.removed(v, [2, 3, 4]))
+    wait_blocks(g, a, ea, 1)
+    assert g.route(PROMPT + [7]) == "B"
+    ea.publish(rc.stored(v, PROMPT[rc.BS:], 2, parent=1))
+    wait_blocks(g, a, ea, 4)
+    assert g.route(PROMPT + [7]) == "A"
+    ea.publish(rc.cleared(v))
+    wait_blocks(g, a, ea, 0)
+    assert g.route(PROMPT + [7]) == "B"
+
+
+def test_smg_drops_a_restarted_engines_blocks(setup):
+    gateway, (a, ea), (b, eb) = setup
+    g = gateway()
+    v = ea.v
+    base_state(g, a, ea, b, eb)
+    assert g.route(PROMPT + [7]) == "A"
+    ea.restart_engine()
+    ea.publish(rc.stored(v, OTHER, 201))
+    # The sidecar's fence cleared A's old blocks; the new engine's 3 remain.
+    wait_blocks(g, a, ea, 3)
+    assert g.route(OTHER + [7]) == "A"
+    assert g.route(PROMPT + [7]) == "B", "smg still routes to the dead engine's blocks"
+    # The relay saw one unbroken seq: no resync, no clear-and-resubscribe.
+    assert g.count("smg_kv_event_resyncs_total", a) == 0
+
+
+def test_smg_stalled_relay_repairs_the_gap_from_the_sidecar_replay(setup):
+    gateway, (a, ea), (b, eb) = setup
+    g = gateway()
+    v = ea.v
+    base_state(g, a, ea, b, eb)
+    a.proc.stop_process()
+    try:
+        rc.overrun_stalled_router(ea, "the stalled smg relay")
+        ea.publish_raw(rc.removed(v, [1, 2, 3, 4]))
+        ea.publish_raw(rc.stored(v, OTHER, 201))
+        ea.publish()
+    finally:
+        a.proc.cont()
+    wait_blocks(g, a, ea, 3, timeout=60)
+    assert re.search(r"skipped from \d+ to \d+; replaying", a.proc.text()), \
+        "the relay caught up without replaying: the stall never made a gap"
+    # Repaired from the sidecar's replay inside the relay: the gateway saw
+    # neither a gap nor a resync (a failed replay would end the stream with
+    # DATA_LOSS and the gateway would clear A).
+    assert g.count("smg_kv_event_resyncs_total", a) == 0
+    assert g.count("smg_kv_event_gaps_total", a) == 0
+    assert g.route(OTHER + [7]) == "A"
+    assert g.route(PROMPT + [7]) == "B"
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "smg-grpc-servicer 0.14.1's relay is live-only: SubscribeKvEvents from 0 takes the "
+    "first batch it sees as its cursor and never asks the replay ROUTER for what came "
+    "before, and the gateway has no snapshot request; a late smg holds only what is "
+    "published after it joined (see /tmp/router_notes.md)"))
+def test_smg_started_late_gets_the_engines_state(setup):
+    gateway, (a, ea), (b, eb) = setup
+    v = ea.v
+    ea.publish(rc.stored(v, PROMPT, 1))
+    eb.publish(rc.stored(v, PROMPT[:2 * rc.BS], 101))
+    try:
+        g = gateway()
+        joined(g, (a, ea), (b, eb))
+        # The streams are live: what B publishes after smg joined arrives.
+        eb.publish(rc.stored(v, OTHER, 301))
+        eb.publish_until(lambda: g.blocks(b) >= 3, "smg to apply B's live batch")
+    except AssertionError as e:  # not the expected failure: fail for real
+        pytest.fail(f"set-up of the late join failed: {e}")
+    # What the engines published before smg joined never comes (A holds 0).
+    wait_blocks(g, a, ea, 4, timeout=15)
+    wait_blocks(g, b, eb, 5, timeout=5)
+    assert g.route(PROMPT + [7]) == "A"
