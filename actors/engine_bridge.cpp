@@ -171,13 +171,28 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
     // timeout (300 s); the call fails at once instead when there is a uid
     // to answer. An empty op frame is stream control (ack/cancel), which
     // is never answered.
-    if (args.size() >= 2 && !args[1].empty())
+    if (args.size() >= 2 && !args[1].empty()) {
+      // A client before 0.5.6 must get its own op back (see mp_call::legacy_client).
+      auto known = releases_.find(identity);
+      const bool legacy = known != releases_.end() && known->second == client_release::legacy;
       send_reply(mp_reply{identity, std::string{args[0]},
-                          encode_mp_failure_op(to_string(err)), std::nullopt});
+                          legacy ? std::string{args[1]} : encode_mp_failure_op(to_string(err)),
+                          std::nullopt});
+    }
     return;
   }
   auto req = std::make_shared<mp_request>(std::move(*res));
+  if (req->release != client_release::unknown) {
+    if (releases_.size() >= max_known_peers)
+      releases_.clear();
+    auto [it, fresh] = releases_.emplace(identity, req->release);
+    if (fresh)
+      KVS_INFO(label(), "peer {}: LMCache client {} (from its {})", hex(identity),
+               to_string(req->release), to_string(req->op));
+  }
   mp_call call{std::move(identity), std::move(req), std::nullopt, received};
+  if (auto known = releases_.find(call.identity); known != releases_.end())
+    call.legacy_client = known->second == client_release::legacy;
   if (ipc_ && (call.request->op == mp_op::register_kv_cache
                || call.request->op == mp_op::register_kv_cache_engine_driven_context)) {
     // The identity frame is made up by the ROUTER; the peer's metadata
@@ -218,6 +233,30 @@ void engine_bridge::route(mp_call call) {
       return;
     case mp_op::noop:
       send_reply(make_reply(call, encode_mp_str("OK")));
+      return;
+    case mp_op::negotiate_chunk_size: {
+      // LMCache 0.5.7 rounds its chunk size up to the alignment until the
+      // first session; kvsidecar's is fixed (cache.chunk_size), so it is the
+      // answer when it is a multiple, and the failure names both otherwise.
+      const int64_t a = std::get<negotiate_chunk_size_req>(req.body).required_chunk_alignment;
+      if (a >= 1 && p_.chunk_size % a == 0) {
+        send_reply(make_reply(call, encode_mp_int(p_.chunk_size)));
+      } else {
+        reject(hex(call.identity), hex(req.uid_frame), "negotiate_chunk_size",
+               error{"chunk_size", "alignment " + std::to_string(a)});
+        send_reply(make_failure_reply(
+          call, "negotiate_chunk_size: cache.chunk_size " + std::to_string(p_.chunk_size)
+                  + " is not a multiple of the required alignment " + std::to_string(a)
+                  + " (set cache.chunk_size to a multiple of the engine's block size)"));
+      }
+      return;
+    }
+    case mp_op::server_module_call:
+    case mp_op::server_module_affinity_call:
+      // No server modules here: LMCache's own answer for an unknown method.
+      send_reply(make_reply(call, encode_reply_server_module_call(
+                                    false, "", "unknown server module method: "
+                                                 + std::get<server_module_call_req>(req.body).method)));
       return;
     case mp_op::report_block_allocation:
       // LMCache's blend / p2p modules use it; the cache needs nothing from it.

@@ -13,6 +13,7 @@
 #include "actors/rejected_requests.hpp"
 #include "actors/zmq_bridge.hpp"
 #include "core/error.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
 
 #include <array>
 #include <chrono>
@@ -67,6 +68,12 @@ private:
   /// through it, or keep it alive with pings; the binding ends when the
   /// instance is unregistered, reaped or its registration fails.
   std::unordered_map<int64_t, std::string> owners_;
+  /// The client release each connection showed first (LMCache dialects are
+  /// told apart per request; this remembers it for the replies of requests
+  /// that do not show it, and for the log). Bounded: past max_known_peers
+  /// it is forgotten and learnt again.
+  std::unordered_map<std::string, client_release> releases_;
+  static constexpr size_t max_known_peers = 65536;
   bool ipc_ = false; ///< cache.endpoint is ipc://: registrations carry the peer's uid
   kv_event_streams streams_;
 

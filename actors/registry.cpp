@@ -150,6 +150,13 @@ uint32_t torch_dtype_size(const std::string& name) {
   return 0;
 }
 
+/// 0.5.7's reply names the engine block id that means "no KV" (its server's
+/// --null-block-id, 0 by default); only 0.5.7 payloads (with group_layouts)
+/// get the field, so 0.5.6 replies stay byte for byte LMCache 0.5.6's.
+std::optional<int64_t> null_block_id_for(const register_engine_driven_req& r) {
+  return r.group_layouts ? std::optional<int64_t>{0} : std::nullopt;
+}
+
 /// LMCache's engine-driven registration (EngineDrivenTransferModule): the
 /// engine gathers its pages into chunk buffers itself; kvsidecar gives the
 /// instance a staging pool of its own (gpu/staging_pool.hpp) and answers
@@ -178,7 +185,14 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
     KVS_INFO(st.label, "instance {} registers again (engine-driven): keeps its staging pool {}",
              r.instance_id, old->second.shm_name);
     self->send(st.bridge, make_reply(call, encode_reply_engine_driven_context(
-                                             old->second.shm_name, old->second.pool_size)));
+                                             old->second.shm_name, old->second.pool_size,
+                                             null_block_id_for(r))));
+    return;
+  }
+  if (r.group_layouts && *r.group_layouts > 1) {
+    fail(std::to_string(*r.group_layouts) + " group_layouts (a hybrid model: sliding window, "
+         "Mamba or indexer groups); engine-driven registrations with more than one group are "
+         "not served");
     return;
   }
   const uint32_t elem = torch_dtype_size(r.dtype_str);
@@ -242,7 +256,8 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
                    r.dtype_str, r.use_mla ? "one plane [NL, T, H]" : "K and V [2, NL, T, H]",
                    r.use_mla ? "single_plane" : "KV_2LTD", opened.shm_name, opened.pool_size);
           self->send(st.bridge, make_reply(call, encode_reply_engine_driven_context(
-                                                   opened.shm_name, opened.pool_size)));
+                                                   opened.shm_name, opened.pool_size,
+                                                   null_block_id_for(r))));
         },
         [self, id = r.instance_id, fail](caf::error& err) {
           self->send(self->state.p.gpu, gpu_close{id});

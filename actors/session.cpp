@@ -385,6 +385,15 @@ void prepared(self_ptr self) {
 void on_prepare_store(self_ptr self, mp_call& call) {
   auto& st = self->state;
   const auto& r = std::get<prepare_store_req>(call.request->body);
+  for (const auto& g : r.skipped_chunks)
+    if (!g.empty()) {
+      // Only multi-group workers skip null-block chunks, and their
+      // registrations are refused: this one sent what its registration did not.
+      KVS_WARN(st.label, "prepare_store with skipped_chunks from a single-group registration");
+      self->send(st.p.bridge, make_failure_reply(call, "prepare_store: skipped_chunks needs a "
+                                                       "multi-group registration, which is not served"));
+      return;
+    }
   const auto cs = static_cast<size_t>(st.p.chunk_size);
   auto [begin, end] = chunk_range(r.key, cs);
   if (!r.key.worker_id || end <= begin) {
@@ -643,14 +652,21 @@ void on_call(self_ptr self, mp_call& call) {
                                 : std::nullopt);
       return;
     case mp_op::free_lookup_locks: {
-      auto& key = std::get<free_lookup_locks_req>(req.body).key;
+      const auto& f = std::get<free_lookup_locks_req>(req.body);
       auto cs = static_cast<size_t>(st.p.chunk_size);
-      auto begin = static_cast<size_t>(std::max<int64_t>(key.start, 0)) / cs;
-      auto end = (static_cast<size_t>(std::max<int64_t>(key.end, 0)) + cs - 1) / cs;
       std::optional<int32_t> rank;
-      if (key.worker_id)
-        rank = static_cast<int32_t>(*key.worker_id);
-      self->send(st.p.store, store_release_range{st.p.request_id, begin, end, rank});
+      if (f.key.worker_id)
+        rank = static_cast<int32_t>(*f.key.worker_id);
+      auto release = [&](int64_t start, int64_t end) {
+        auto begin = static_cast<size_t>(std::max<int64_t>(start, 0)) / cs;
+        auto stop = (static_cast<size_t>(std::max<int64_t>(end, 0)) + cs - 1) / cs;
+        if (begin < stop)
+          self->send(st.p.store, store_release_range{st.p.request_id, begin, stop, rank});
+      };
+      release(f.key.start, f.key.end);
+      // 0.5.7: the [start, end) token ranges of lookups the scheduler gave up.
+      for (const auto& [start, end] : f.extra_ranges)
+        release(start, end);
       reply(self, call, std::nullopt);
       return;
     }

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 namespace kvs {
@@ -29,8 +30,10 @@ using namespace lmcache_wire;
 // ---------------------------------------------------------------------------
 
 status read_cache_key(cursor& c, const std::string& where, cache_key& k) {
-  required req{{{"model_name", false}, {"world_size", false}, {"worker_id", false}, {"token_ids", false},
+  // token_ids (0.5.6 and older) or token_bytes (0.5.7): exactly one, checked below.
+  required req{{{"model_name", false}, {"world_size", false}, {"worker_id", false},
                 {"start", false}, {"end", false}, {"request_id", false}}};
+  bool have_ids = false, have_bytes = false, have_readers = false;
   auto e = read_fields(c, where, false, [&](std::string_view f, bool& known) -> status {
     known = true;
     req.seen(f);
@@ -41,8 +44,26 @@ status read_cache_key(cursor& c, const std::string& where, cache_key& k) {
     if (f == "start") return read_int(c, w, k.start);
     if (f == "end") return read_int(c, w, k.end);
     if (f == "request_id") return read_str(c, w, k.request_id);
-    if (f == "num_kv_readers") return read_int(c, w, k.num_kv_readers);
+    if (f == "num_kv_readers") {
+      have_readers = true;
+      return read_int(c, w, k.num_kv_readers);
+    }
+    if (f == "token_bytes") {
+      // 0.5.7 (token_codec.py): the ids packed as big-endian uint32.
+      have_bytes = true;
+      std::string packed;
+      if (auto r = read_bin(c, w, packed); !r) return r;
+      if (packed.size() % 4 != 0)
+        return fail(w, "token_bytes of " + std::to_string(packed.size()) +
+                           " byte(s) is not a whole number of 4-byte token ids");
+      k.token_ids.resize(packed.size() / 4);
+      const auto* p = reinterpret_cast<const uint8_t*>(packed.data());
+      for (size_t t = 0; t < k.token_ids.size(); ++t, p += 4)
+        k.token_ids[t] = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+      return {};
+    }
     if (f == "token_ids") {
+      have_ids = true;
       uint32_t n = 0;
       if (auto r = read_header(c, w, mk::array, n); !r) return r;
       k.token_ids.clear();
@@ -89,6 +110,13 @@ status read_cache_key(cursor& c, const std::string& where, cache_key& k) {
     return {};
   });
   if (!e) return e;
+  if (have_ids == have_bytes)
+    return fail(where, have_ids ? "IPCCacheServerKey has both 'token_ids' (0.5.6) and 'token_bytes' (0.5.7)"
+                                : "IPCCacheServerKey missing required field 'token_ids' (0.5.6) or "
+                                  "'token_bytes' (0.5.7)");
+  k.release = have_bytes ? client_release::v0_5_7
+              : have_readers ? client_release::v0_5_6
+                             : client_release::legacy; // 0.5.3/0.5.4 keys have no num_kv_readers
   return req.check(where, "IPCCacheServerKey");
 }
 
@@ -178,7 +206,7 @@ constexpr op_info k_ops[] = {
     {mp_op::query_prefetch_status, "query_prefetch_status", 1, 1, {"request_id"}},
     {mp_op::wait_prefetch_status, "wait_prefetch_status", 2, 2, {"request_id", "timeout"}},
     {mp_op::query_prefetch_lookup_hits, "query_prefetch_lookup_hits", 1, 1, {"request_id"}},
-    {mp_op::free_lookup_locks, "free_lookup_locks", 2, 2, {"key", "tp_size"}},
+    {mp_op::free_lookup_locks, "free_lookup_locks", 2, 3, {"key", "tp_size", "extra_ranges"}},
     {mp_op::end_session, "end_session", 1, 1, {"request_id"}},
     {mp_op::clear, "clear", 0, 1, {"force"}},
     {mp_op::get_chunk_size, "get_chunk_size", 0, 0, {}},
@@ -189,12 +217,15 @@ constexpr op_info k_ops[] = {
      {"payload"}},
     {mp_op::unregister_kv_cache_engine_driven_context, "unregister_kv_cache_engine_driven_context",
      1, 1, {"instance_id"}},
-    {mp_op::prepare_store, "prepare_store", 2, 2, {"key", "instance_id"}},
+    {mp_op::prepare_store, "prepare_store", 2, 3, {"key", "instance_id", "skipped_chunks"}},
     {mp_op::commit_store, "commit_store", 3, 3, {"key", "instance_id", "data"}},
     {mp_op::prepare_retrieve, "prepare_retrieve", 2, 2, {"key", "instance_id"}},
     {mp_op::commit_retrieve, "commit_retrieve", 2, 2, {"key", "instance_id"}},
     {mp_op::report_block_allocation, "report_block_allocation", 3, 3,
      {"instance_id", "model_name", "records"}},
+    {mp_op::negotiate_chunk_size, "negotiate_chunk_size", 1, 1, {"required_chunk_alignment"}},
+    {mp_op::server_module_call, "server_module_call", 1, 1, {"request"}},
+    {mp_op::server_module_affinity_call, "server_module_affinity_call", 1, 1, {"request"}},
 };
 
 /// LMCache 0.5.6 operations kvsidecar does not serve, with their legacy ids
@@ -217,8 +248,10 @@ constexpr foreign_op k_foreign_ops[] = {
     {33, "cb_protocol_handshake"},
     {0, "cb_reorder_plan"},
     {0, "subscribe_kv_events"},
-    {0, "server_module_call"},
 };
+
+/// get_experimental's id in LMCache 0.5.3 / 0.5.4 (0.5.5+: 32).
+constexpr int64_t k_legacy_get_experimental_id = 40;
 
 const op_info* find_op(mp_op op) {
   for (const auto& o : k_ops)
@@ -300,6 +333,19 @@ status read_engine_driven_payload(cursor& c, const std::string& where,
     if (f == "dtype_str") return read_str(c, w, r.dtype_str);
     if (f == "use_mla") return read_bool(c, w, r.use_mla);
     if (f == "num_physical_slots") return read_opt_int(c, w, r.num_physical_slots);
+    if (f == "group_layouts") {
+      uint32_t n = 0;
+      if (auto h = read_header(c, w, mk::array, n); !h) return h;
+      for (uint32_t g = 0; g < n; ++g) {
+        item it;
+        if (auto x = read_item(c, at_index(w, g), it); !x) return x;
+        if (it.kind != mk::map) return wrong_kind(at_index(w, g), "map (a GroupLayout)", it);
+        for (uint32_t m = 0; m < 2 * it.len; ++m)
+          if (const char* bad = c.skip()) return fail(at_index(w, g), std::string("undecodable msgpack (") + bad + ")");
+      }
+      r.group_layouts = n;
+      return {};
+    }
     known = false;
     return {};
   });
@@ -388,6 +434,20 @@ status decode_body(const op_info& info, const std::vector<std::string_view>& arg
       free_lookup_locks_req r;
       if (auto e = key(0, r.key); !e) return e;
       if (auto e = integer(1, r.tp_size); !e) return e;
+      if (args.size() == 3)
+        if (auto e = arg(2, [&](cursor& c, const std::string& w) -> status {
+              uint32_t n = 0;
+              if (auto h = read_header(c, w, mk::array, n); !h) return h;
+              for (uint32_t k = 0; k < n; ++k) {
+                std::vector<int64_t> pair;
+                if (auto p = read_int_array(c, at_index(w, k), pair); !p) return p;
+                if (pair.size() != 2) return fail(at_index(w, k), "a range is [start, end]");
+                r.extra_ranges.emplace_back(pair[0], pair[1]);
+              }
+              return {};
+            });
+            !e)
+          return e;
       body = std::move(r);
       return {};
     }
@@ -446,6 +506,18 @@ status decode_body(const op_info& info, const std::vector<std::string_view>& arg
       prepare_store_req r;
       if (auto e = key(0, r.key); !e) return e;
       if (auto e = integer(1, r.instance_id); !e) return e;
+      if (args.size() == 3)
+        if (auto e = arg(2, [&](cursor& c, const std::string& w) -> status {
+              uint32_t n = 0;
+              if (auto h = read_header(c, w, mk::array, n); !h) return h;
+              for (uint32_t g = 0; g < n; ++g) {
+                r.skipped_chunks.emplace_back();
+                if (auto p = read_int_array(c, at_index(w, g), r.skipped_chunks.back(), true); !p) return p;
+              }
+              return {};
+            });
+            !e)
+          return e;
       body = std::move(r);
       return {};
     }
@@ -468,6 +540,38 @@ status decode_body(const op_info& info, const std::vector<std::string_view>& arg
       commit_retrieve_req r;
       if (auto e = key(0, r.key); !e) return e;
       if (auto e = integer(1, r.instance_id); !e) return e;
+      body = std::move(r);
+      return {};
+    }
+    case mp_op::negotiate_chunk_size: {
+      negotiate_chunk_size_req r;
+      if (auto e = integer(0, r.required_chunk_alignment); !e) return e;
+      body = r;
+      return {};
+    }
+    case mp_op::server_module_call:
+    case mp_op::server_module_affinity_call: {
+      server_module_call_req r;
+      if (auto e = arg(0, [&](cursor& c, const std::string& w) -> status {
+            required need{{{"method", false}, {"payload", false}}};
+            auto f = read_fields(c, w, false, [&](std::string_view name, bool& known) -> status {
+              known = true;
+              need.seen(name);
+              if (name == "method") return read_str(c, at_field(w, name), r.method);
+              if (name == "payload") {
+                std::string p;
+                if (auto b = read_bin(c, at_field(w, name), p); !b) return b;
+                r.payload_bytes = p.size();
+                return {};
+              }
+              known = false;
+              return {};
+            });
+            if (!f) return f;
+            return need.check(w, "ServerModuleCallRequest");
+          });
+          !e)
+        return e;
       body = std::move(r);
       return {};
     }
@@ -512,6 +616,8 @@ expected<const op_info*> decode_op(std::string_view frame) {
                  : it.u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? -1
                                                                                     : static_cast<int64_t>(it.u);
     if (auto op = mp_op_from_id(id)) return find_op(*op);
+    // 0.5.3 / 0.5.4 number get_experimental 40 (their ids differ from 25 on).
+    if (id == k_legacy_get_experimental_id) return find_op(mp_op::get_experimental);
     for (const auto& f : k_foreign_ops)
       if (f.id != 0 && f.id == id)
         return error{"unsupported_op", std::string("op ") + std::to_string(id) + " (" + f.name + ") is not served"};
@@ -527,6 +633,48 @@ expected<const op_info*> decode_op(std::string_view frame) {
   return error{"unknown_op", std::string("op frame holds a ") + mk_name(it.kind) + ", not an int or str"};
 }
 
+
+template <class T, class = void>
+struct has_key : std::false_type {};
+template <class T>
+struct has_key<T, std::void_t<decltype(std::declval<const T&>().key.release)>> : std::true_type {};
+
+/// The release a decoded request shows (its key's token form, its argument
+/// count, ops only one release has), or an error when it mixes two.
+expected<client_release> release_shown(const mp_request& r, std::string_view op_frame, size_t nargs) {
+  client_release rel = client_release::unknown;
+  std::visit([&](const auto& b) {
+    if constexpr (has_key<std::decay_t<decltype(b)>>::value) rel = b.key.release;
+  }, r.body);
+  switch (r.op) {
+    case mp_op::free_lookup_locks:
+    case mp_op::prepare_store: {
+      // 0.5.7 binds every default, so its calls always carry the third argument.
+      const bool three = nargs == 3;
+      if (three != (rel == client_release::v0_5_7))
+        return error{"bad_arg", std::string(to_string(r.op)) + " with " + std::to_string(nargs) +
+                                    " arguments and a key of " +
+                                    (rel == client_release::v0_5_7 ? "token_bytes (0.5.7 sends 3 arguments)"
+                                                                   : "token_ids (only 0.5.7 sends 3 arguments)")};
+      break;
+    }
+    case mp_op::negotiate_chunk_size:
+    case mp_op::server_module_affinity_call:
+      rel = client_release::v0_5_7;
+      break;
+    case mp_op::register_kv_cache_engine_driven_context:
+      rel = std::get<register_engine_driven_req>(r.body).group_layouts ? client_release::v0_5_7
+                                                                        : client_release::v0_5_6;
+      break;
+    case mp_op::get_experimental:
+      if (op_frame.size() == 1 && static_cast<uint8_t>(op_frame[0]) == k_legacy_get_experimental_id)
+        rel = client_release::legacy;
+      break;
+    default:
+      break;
+  }
+  return rel;
+}
 
 } // namespace
 
@@ -546,9 +694,21 @@ std::optional<mp_op> mp_op_from_name(std::string_view name) {
 }
 
 std::optional<mp_op> mp_op_from_id(int64_t id) {
+  // Ops newer than the frozen table (values >= 200) have no id.
+  if (id < 0 || id >= static_cast<int64_t>(mp_op::negotiate_chunk_size)) return std::nullopt;
   for (const auto& o : k_ops)
     if (static_cast<int64_t>(o.op) == id) return o.op;
   return std::nullopt;
+}
+
+const char* to_string(client_release r) {
+  switch (r) {
+    case client_release::unknown: return "unknown";
+    case client_release::legacy: return "0.5.3-0.5.5";
+    case client_release::v0_5_6: return "0.5.6";
+    case client_release::v0_5_7: return "0.5.7";
+  }
+  return "?";
 }
 
 expected<mp_request> decode_mp_request(const std::vector<std::string_view>& frames) {
@@ -577,6 +737,9 @@ expected<mp_request> decode_mp_request(const std::vector<std::string_view>& fram
   }
   if (auto e = decode_body(info, args, req.body); !e) return bad_arg(e.error_value());
   req.op = info.op;
+  auto rel = release_shown(req, frames[1], args.size());
+  if (!rel) return rel.error_value();
+  req.release = rel.value();
   req.uid_frame.assign(frames[0].data(), frames[0].size());
   req.op_frame.assign(frames[1].data(), frames[1].size());
   return req;

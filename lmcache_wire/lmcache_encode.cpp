@@ -65,14 +65,34 @@ void write_slots(msgpack_io::writer& w, const std::vector<shm_slot_desc>& slots)
 
 } // namespace
 
-std::string encode_reply_engine_driven_context(std::string_view shm_name, uint64_t pool_size) {
+std::string encode_reply_engine_driven_context(std::string_view shm_name, uint64_t pool_size,
+                                               std::optional<int64_t> null_block_id) {
   std::string out;
   msgpack_io::writer w(out);
-  w.map(2);
+  w.map(null_block_id ? 3 : 2);
   w.key("shm_name");
   w.str(shm_name);
   w.key("pool_size");
   w.uint(pool_size);
+  if (null_block_id) {
+    w.key("null_block_id");
+    w.sint(*null_block_id);
+  }
+  w.finish();
+  return out;
+}
+
+std::string encode_reply_server_module_call(bool success, std::string_view payload,
+                                            std::string_view error) {
+  std::string out;
+  msgpack_io::writer w(out);
+  w.map(3);
+  w.key("success");
+  w.boolean(success);
+  w.key("payload");
+  w.bin(payload);
+  w.key("error");
+  w.str(error);
   w.finish();
   return out;
 }

@@ -69,8 +69,28 @@ enum class mp_op : uint8_t {
   noop = 24,
   /// 0.5.6's vLLM adapter asks for it at start-up and waits up to its RPC
   /// timeout (300 s) for the answer, so a drop-in must reply (an empty list).
+  /// 0.5.3 / 0.5.4 send it as id 40 (their table differs from 25 on).
   get_experimental = 32,
+  // Ops newer than the frozen legacy table travel by name only; their enum
+  // values are not ids (mp_op_from_id never returns them).
+  /// 0.5.7: the vLLM adapter's first request; answers the chunk size if it
+  /// is a multiple of the alignment.
+  negotiate_chunk_size = 200,
+  /// 0.5.6+: a server module method; 0.5.7 adds the affinity variant.
+  server_module_call = 201,
+  server_module_affinity_call = 202,
 };
+
+/// The LMCache client release a request shows itself to come from, read
+/// from what it carries (never configured): docs/lmcache-mp-compat.md,
+/// "Releases served".
+enum class client_release : uint8_t {
+  unknown, ///< nothing in this request tells
+  legacy,  ///< 0.5.3-0.5.5: int ops only, pickled wrappers, no str failure replies
+  v0_5_6,  ///< token_ids keys, 2-argument free_lookup_locks / prepare_store
+  v0_5_7,  ///< token_bytes keys, 3-argument free_lookup_locks / prepare_store, new ops
+};
+const char* to_string(client_release r);
 
 /// snake_case name, as LMCache routes operations ("get_chunk_size").
 const char* to_string(mp_op op);
@@ -104,6 +124,9 @@ struct cache_key {
   /// Readers that will RETRIEVE this key (0 = not sent; pre-0.5.6 clients,
   /// the SGLang seed included, never send it).
   int64_t num_kv_readers = 0;
+  /// v0_5_7 when the tokens came as `token_bytes` (packed big-endian uint32),
+  /// v0_5_6 for `token_ids`, legacy when num_kv_readers is absent (0.5.3/0.5.4).
+  client_release release = client_release::unknown;
 };
 
 /// `LayoutHints` (a TypedDict, total=False): every key optional; unknown keys
@@ -157,6 +180,9 @@ struct register_engine_driven_req {
   std::string dtype_str;  ///< a torch dtype attribute name ("bfloat16")
   bool use_mla = false;
   std::optional<int64_t> num_physical_slots; ///< nil/absent: one per token of a chunk
+  /// 0.5.7's `group_layouts` (GroupLayout maps): absent in 0.5.6 (nullopt),
+  /// [] for single-group workers; its entries are counted, not kept.
+  std::optional<uint32_t> group_layouts;
 };
 struct unregister_engine_driven_req {
   int64_t instance_id = 0;
@@ -165,6 +191,9 @@ struct unregister_engine_driven_req {
 struct prepare_store_req {
   cache_key key;
   int64_t instance_id = 0;
+  /// 0.5.7: per engine group, chunk positions whose blocks are all the null
+  /// block (multi-group workers only; single-group ones send []).
+  std::vector<std::vector<int64_t>> skipped_chunks;
 };
 struct commit_store_req {
   cache_key key;
@@ -214,6 +243,16 @@ struct query_prefetch_lookup_hits_req {
 struct free_lookup_locks_req {
   cache_key key;
   int64_t tp_size = 0;
+  /// 0.5.7: more [start, end) token ranges of abandoned lookups to free.
+  std::vector<std::pair<int64_t, int64_t>> extra_ranges;
+};
+struct negotiate_chunk_size_req {
+  int64_t required_chunk_alignment = 0;
+};
+/// `ServerModuleCallRequest{method: str, payload: bytes}`.
+struct server_module_call_req {
+  std::string method;
+  size_t payload_bytes = 0;
 };
 struct end_session_req {
   std::string request_id;
@@ -242,7 +281,7 @@ using mp_request_body =
                  clear_req, get_chunk_size_req, ping_req, noop_req, get_experimental_req,
                  register_engine_driven_req, unregister_engine_driven_req, prepare_store_req,
                  commit_store_req, prepare_retrieve_req, commit_retrieve_req,
-                 report_block_allocation_req>;
+                 report_block_allocation_req, negotiate_chunk_size_req, server_module_call_req>;
 
 struct mp_request {
   std::string uid_frame; ///< echoed byte for byte in the reply
@@ -250,6 +289,7 @@ struct mp_request {
   int64_t uid = 0;       ///< the decoded uid, for logs (-1: not one msgpack int; still echoed)
   mp_op op = mp_op::noop;
   mp_request_body body;
+  client_release release = client_release::unknown; ///< what this request showed
 };
 
 /// The request id (session) a request belongs to, or nullptr for the ops
@@ -296,8 +336,15 @@ struct shm_slot_desc {
   std::string dtype;
 };
 /// register_kv_cache_engine_driven_context: RegisterEngineDrivenContextResponse
-/// {"shm_name": str, "pool_size": int}.
-std::string encode_reply_engine_driven_context(std::string_view shm_name, uint64_t pool_size);
+/// {"shm_name": str, "pool_size": int} (0.5.6), with "null_block_id": int
+/// after them when `null_block_id` is given (0.5.7's field; 0.5.6 clients
+/// ignore it, but its absence keeps 0.5.6 replies byte-identical).
+std::string encode_reply_engine_driven_context(std::string_view shm_name, uint64_t pool_size,
+                                               std::optional<int64_t> null_block_id = std::nullopt);
+/// server_module_call / server_module_affinity_call: ServerModuleCallResponse
+/// {"success": bool, "payload": bytes, "error": str}.
+std::string encode_reply_server_module_call(bool success, std::string_view payload,
+                                            std::string_view error);
 /// prepare_store: PrepareStoreResponse {"context": {"slots": [...],
 /// "chunk_indices": [...]}}; no slots = every chunk is already stored.
 std::string encode_reply_prepare_store(const std::vector<shm_slot_desc>& slots,

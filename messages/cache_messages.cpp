@@ -12,6 +12,11 @@ mp_reply make_reply(const mp_call& call, std::optional<std::string> body) {
 }
 
 mp_reply make_failure_reply(const mp_call& call, std::string_view why) {
+  // Clients before 0.5.6 cannot take a str op frame (see mp_call): their
+  // call gets the op's own failure value, or None, and the reason stays in
+  // our log, where every caller already writes it.
+  if (call.legacy_client)
+    return make_reply(call, failure_body(call.request->op));
   return mp_reply{call.identity, call.request->uid_frame, encode_mp_failure_op(why),
                   std::nullopt};
 }

@@ -34,6 +34,10 @@ struct mp_call {
   /// objects to the sidecar's own uid instead.
   std::optional<uint32_t> peer_uid;
   std::chrono::steady_clock::time_point received{}; ///< for the latency histograms
+  /// The connection showed an LMCache client older than 0.5.6 (0.5.3-0.5.5):
+  /// it decodes every echoed op as its own enum, and a str op (the failure
+  /// reply) kills 0.5.3/0.5.4's polling thread. Failures echo the op then.
+  bool legacy_client = false;
 };
 
 /// The answer: uid and op frames echoed byte for byte, then one body frame

@@ -52,6 +52,12 @@ if [ "${1:-}" = "--with-python" ]; then
     python3 -m pip download -q --no-deps lmcache==0.5.6 -d "$wheels" \
       || echo "warning: could not download lmcache==0.5.6; its client tests will be skipped"
   fi
+  # And the next release's pre-release (test_cache_lmcache_057.py): one
+  # server, both client releases.
+  if ! ls "$wheels"/lmcache-0.5.7rc2-*.whl >/dev/null 2>&1; then
+    python3 -m pip download -q --no-deps --pre lmcache==0.5.7rc2 -d "$wheels" \
+      || echo "warning: could not download lmcache==0.5.7rc2; its client tests will be skipped"
+  fi
 fi
 
 # ---------------------------------------------------------------------------

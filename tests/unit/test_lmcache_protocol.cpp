@@ -871,3 +871,85 @@ TEST_CASE("response bodies are byte-identical to msgspec's") {
   CHECK(hex(encode_reply_str_list(many).substr(0, 5)) == "dd00011170");
   CHECK(hex(encode_reply_event_ok(big, true).substr(0, 6)) == "92c600011170");
 }
+
+// ---------------------------------------------------------------------------
+// Releases: 0.5.7 and 0.5.3-0.5.5 beside 0.5.6 (docs/lmcache-mp-compat.md)
+// ---------------------------------------------------------------------------
+
+namespace {
+
+/// An IPCCacheServerKey map with the tokens as 0.5.7 packs them
+/// (token_codec.py: big-endian uint32), fields in declaration order.
+std::string key057(const std::vector<uint32_t>& toks, int64_t start, int64_t end) {
+  std::string packed;
+  for (uint32_t t : toks)
+    for (int s = 24; s >= 0; s -= 8) packed.push_back(static_cast<char>(t >> s));
+  std::string k = unhex("8a");
+  k += s("model_name") + s("m") + s("world_size") + i(1) + s("worker_id") + unhex("c0");
+  k += s("token_bytes");
+  if (packed.size() <= 0xff) {
+    k += unhex("c4") + std::string(1, static_cast<char>(packed.size()));
+  } else {  // bin16, as msgspec writes 64..16383 tokens
+    k += unhex("c5") + std::string(1, static_cast<char>(packed.size() >> 8)) +
+         std::string(1, static_cast<char>(packed.size() & 0xff));
+  }
+  k += packed;
+  k += s("start") + i(start) + s("end") + i(end) + s("request_id") + s("r") + s("cache_salt") +
+       s("") + s("request_configs") + unhex("c0") + s("num_kv_readers") + i(1);
+  return k;
+}
+
+} // namespace
+
+TEST_CASE("0.5.7 keys: token_bytes decode to the same token ids as 0.5.6's token_ids") {
+  // The bytes 0.5.7rc2's msgspec writes for tokens [1, 2, 3, 300, 70000].
+  const std::string k = key057({1, 2, 3, 300, 70000}, 0, 5);
+  CHECK(hex(k).find("ab746f6b656e5f6279746573c414000000010000000200000003000001"
+                    "2c00011170") != std::string::npos);
+  auto r = ok({i(1), i(8), k, i(1)});
+  const auto& key = std::get<lookup_req>(r.body).key;
+  CHECK(key.token_ids == std::vector<uint32_t>{1, 2, 3, 300, 70000});
+  CHECK(key.release == client_release::v0_5_7);
+  CHECK(r.release == client_release::v0_5_7);
+  // 0.5.6's golden store key: token_ids, num_kv_readers present.
+  CHECK(ok(golden_frames("store")).release == client_release::v0_5_6);
+}
+
+TEST_CASE("0.5.7's third arguments, and requests that mix two releases") {
+  const std::string k = key057(std::vector<uint32_t>(256, 7), 0, 256);
+  auto f = ok({i(1), i(12), k, i(1), unhex("9192cd0100cd0200")});
+  const auto& fr = std::get<free_lookup_locks_req>(f.body);
+  REQUIRE(fr.extra_ranges.size() == 1);
+  CHECK(fr.extra_ranges[0] == std::pair<int64_t, int64_t>{256, 512});
+  CHECK(std::get<prepare_store_req>(ok({i(2), i(16), k, i(5), unhex("9190")}).body)
+          .skipped_chunks.size() == 1);
+  // 0.5.7 always sends the third argument; 0.5.6 never does.
+  auto two = err({i(1), i(12), k, i(1)});
+  CHECK(two.kind == "bad_arg");
+  CHECK(has(two.detail, "0.5.7 sends 3 arguments"));
+  auto g = golden_frames("free_lookup_locks");
+  g.push_back(unhex("90"));
+  CHECK(has(err(g).detail, "only 0.5.7 sends 3 arguments"));
+  CHECK(has(err({i(1), i(12), k, i(1), unhex("9193010203")}).detail, "[start, end]"));
+}
+
+TEST_CASE("0.5.7's new ops by name; 0.5.3/0.5.4's get_experimental id 40") {
+  auto n = ok({i(1), s("negotiate_chunk_size"), i(16)});
+  CHECK(n.op == mp_op::negotiate_chunk_size);
+  CHECK(std::get<negotiate_chunk_size_req>(n.body).required_chunk_alignment == 16);
+  CHECK(n.release == client_release::v0_5_7);
+  CHECK_FALSE(mp_op_from_id(200).has_value());  // names only, never ids
+  std::string call = unhex("82") + s("method") + s("pkg.echo") + s("payload") + unhex("c40178");
+  auto m = ok({i(2), s("server_module_affinity_call"), call});
+  CHECK(std::get<server_module_call_req>(m.body).method == "pkg.echo");
+  CHECK(hex(encode_reply_server_module_call(false, "", "unknown server module method: pkg.echo"))
+          .rfind("83a773756363657373c2a77061796c6f6164c400a56572726f72", 0) == 0);
+  auto old = ok({i(3), i(40)});
+  CHECK(old.op == mp_op::get_experimental);
+  CHECK(old.release == client_release::legacy);
+  CHECK(old.op_frame == i(40));  // echoed as sent
+  CHECK(ok({i(3), i(32)}).release == client_release::unknown);
+  // 0.5.7's reply field, only when asked for by a 0.5.7 payload.
+  CHECK(hex(encode_reply_engine_driven_context("/x", 4096, 0)) ==
+        "83a873686d5f6e616d65a22f78a9706f6f6c5f73697a65cd1000ad6e756c6c5f626c6f636b5f696400");
+}

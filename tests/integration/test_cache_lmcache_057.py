@@ -1,0 +1,272 @@
+"""kvsidecar driven by LMCache 0.5.7's own client classes (the pre-release
+``lmcache==0.5.7rc2``; ``lmcache-cli==0.5.7rc3.dev0`` ships the same source),
+and by a 0.5.6 client on the same endpoint at the same time.
+
+0.5.7 changed the wire without changing the op ids: keys carry
+``token_bytes`` (big-endian uint32) instead of ``token_ids``;
+``free_lookup_locks`` and ``prepare_store`` always send a third argument;
+``negotiate_chunk_size`` is the vLLM adapter's first request; the
+engine-driven registration carries ``group_layouts`` and its reply
+``null_block_id``. Neither LMCache server serves the other release; kvsidecar
+serves both, telling them apart from what each request carries
+(docs/lmcache-mp-compat.md, "Releases served").
+
+Loaded like test_cache_lmcache_client.py loads 0.5.6 (torch stood in for
+the import, device packages bypassed), from build-wheels/ (scripts/
+install-deps.sh downloads the wheel) or ``LMCACHE057_WHEEL``. Its own pytest
+process: ctest runs each file alone, so the two releases never share an
+interpreter.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import os
+import shutil
+import sys
+import tempfile
+import types
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
+
+from conftest_cache import CHUNK, pages_equal, tokens
+from lmcache_client import EVENT_HANDLE, cache_key
+from test_cache_lmcache_client import (BYPASSED_PACKAGES, PAGE, _torch_stand_in, blocks,
+                                       lmcache_wrappers)
+
+pytest_plugins = ["conftest_cache"]
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "test-org/test-model"
+T = 5.0
+
+
+class _Probe(type):
+    """An inert torch attribute whose own attributes are callables answering
+    False: 0.5.7's device detection asks torch.<backend>.is_available()."""
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: False
+
+
+def _torch_stand_in_057() -> types.ModuleType:
+    torch = _torch_stand_in()
+    base_getattr = type(torch).__getattr__
+
+    class Module057(type(torch)):
+        def __getattr__(self, name):
+            v = base_getattr(self, name)
+            if isinstance(v, type) and type(v) is type:
+                v = _Probe(v.__name__, (), {})
+                setattr(self, name, v)
+            return v
+
+    torch.__class__ = Module057
+    return torch
+
+
+def _wheel() -> Path | None:
+    env = os.environ.get("LMCACHE057_WHEEL")
+    if env:
+        return Path(env)
+    found = sorted((ROOT / "build-wheels").glob("lmcache-0.5.7rc2-*.whl"))
+    return found[0] if found else None
+
+
+def _load() -> types.SimpleNamespace:
+    wheel = _wheel()
+    if wheel is None or not wheel.is_file():
+        pytest.skip("lmcache 0.5.7rc2 wheel not in build-wheels/ (scripts/install-deps.sh "
+                    "--with-python downloads it)")
+    src = Path(tempfile.mkdtemp(prefix="lmcache-0.5.7-"))
+    atexit.register(shutil.rmtree, src, True)
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(src)
+    if "lmcache" in sys.modules:
+        pytest.skip("another lmcache is already imported in this process")
+    had_torch = sys.modules.get("torch")
+    sys.modules["torch"] = _torch_stand_in_057()
+    sys.path.insert(0, str(src))
+    try:
+        for pkg in BYPASSED_PACKAGES:
+            m = types.ModuleType(pkg)
+            m.__path__ = [str(src.joinpath(*pkg.split(".")))]
+            sys.modules[pkg] = m
+        ns = types.SimpleNamespace()
+        zmq_impl = importlib.import_module("lmcache.v1.multiprocess.transport.zmq_impl")
+        importlib.import_module("lmcache.v1.multiprocess.transport.zmq_impl.mq")
+        importlib.import_module("lmcache.v1.multiprocess.transport.zmq_impl.client")
+        ns.create_request_client = zmq_impl.create_request_client
+        ct = importlib.import_module("lmcache.v1.multiprocess.custom_types")
+        ns.IPCCacheServerKey = ct.IPCCacheServerKey
+        ns.custom_types = ct
+        ns.server_module = importlib.import_module("lmcache.v1.multiprocess.protocols.server_module")
+        wire = importlib.import_module("lmcache.v1.platform.base.ipc_wire")
+        ns.CpuShmIPCData, ns.TensorMetadata = wire.CpuShmIPCData, wire.TensorMetadata
+        ns.CpuShmTensorWrapper = importlib.import_module(
+            "lmcache.v1.platform.devices.cpu.shm").CpuShmTensorWrapper
+        ns.EngineType = importlib.import_module("lmcache.utils").EngineType
+        ns.version = importlib.import_module("lmcache").__version__ if hasattr(
+            importlib.import_module("lmcache"), "__version__") else "0.5.7rc2"
+        return ns
+    except ImportError as e:
+        pytest.skip(f"LMCache 0.5.7's client does not import here: {e}")
+    finally:
+        if had_torch is None:
+            sys.modules.pop("torch", None)
+        else:
+            sys.modules["torch"] = had_torch
+
+
+@pytest.fixture(scope="module")
+def lmc():
+    return _load()
+
+
+def key057(lmc, toks, start, end, rid, worker=0, readers=0):
+    return lmc.IPCCacheServerKey.from_token_ids(
+        model_name=MODEL, world_size=1, worker_id=worker, token_ids=list(toks), start=start,
+        end=end, request_id=rid, num_kv_readers=readers)
+
+
+def test_057_client_full_flow_and_056_client_hits_its_chunks(lmc, cache_server, kv_pools):
+    """A 0.5.7 engine stores through LMCache 0.5.7's client; a 0.5.6 client
+    on the same endpoint finds and retrieves those chunks (a rolling upgrade
+    keeps its cache); both are answered in their own dialect."""
+    srv = cache_server()
+    client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+    pools = kv_pools("vllm")
+    toks = tuple(tokens(4, salt=57))
+    try:
+        # The vLLM adapter's first request (0.5.7): the chunk size, for its alignment.
+        assert client.negotiate_chunk_size(16).result(timeout=T) == CHUNK
+        mark = srv.mark()
+        # An alignment the fixed chunk size does not meet fails at once, naming both.
+        with pytest.raises(Exception) as bad:
+            client.negotiate_chunk_size(96).result(timeout=T)
+        assert "not a multiple of the required alignment 96" in str(bad.value)
+        srv.wait_log(r"LMCache client 0\.5\.7 \(from its negotiate_chunk_size\)", 0)
+        del mark
+        assert client.get_experimental().result(timeout=T) == ["kv_event_stream"]
+        assert client.register_kv_cache(5700, lmcache_wrappers(lmc, pools), MODEL, 1,
+                                        lmc.EngineType.VLLM, {"kv_layout": "NHD"},
+                                        []).result(timeout=T) is None
+        handle, ok = client.store(key057(lmc, toks, 0, 4 * CHUNK, "w"), 5700, [blocks(0, 4)],
+                                  EVENT_HANDLE).result(timeout=T)
+        assert ok is True
+        srv.wait_stats(lambda s: s["stored"] == 4)
+        sched = key057(lmc, toks, 0, 4 * CHUNK, "r57", worker=None, readers=1)
+        assert client.lookup(sched, 1).result(timeout=T) is None
+        assert client.wait_prefetch_status("r57", 30.0).result(timeout=T) == 4
+        dst = blocks(80, 4)
+        _, ok = client.retrieve(key057(lmc, toks, 0, 4 * CHUNK, "r57"), 5700, [dst],
+                                EVENT_HANDLE, 0).result(timeout=T)
+        assert ok is True
+        assert not pages_equal(pools, dst, pools, blocks(0, 4))
+        # 0.5.7's free_lookup_locks always sends extra_ranges: here the key's
+        # range is empty and only the extra range frees the lookup's locks.
+        empty = key057(lmc, toks, 0, 0, "r57", worker=None, readers=1)
+        assert client.free_lookup_locks(empty, 1, ((0, 4 * CHUNK),)).result(timeout=T) is None
+        srv.wait_locks(0)
+        assert client.end_session("r57").result(timeout=T) is None
+        assert client.end_session("w").result(timeout=T) is None
+
+        # A 0.5.6 engine (its frames: token_ids keys, 2-argument calls).
+        old = srv.client()
+        k56 = cache_key(MODEL, 1, None, toks, 0, 4 * CHUNK, "r56", num_kv_readers=1)
+        assert old.lookup(k56, 1) is None
+        assert old.wait_prefetch_status("r56", 5.0) == 4
+        srv.wait_locks(4)
+        assert old.free_lookup_locks(k56, 1) is None
+        srv.wait_locks(0)
+        old.end_session("r56")
+
+        # No server modules: LMCache's own answer for an unknown method, at once.
+        req = lmc.server_module.ServerModuleCallRequest(method="pkg.echo", payload=b"x")
+        resp = client.server_module_affinity_call(req).result(timeout=T)
+        assert resp.success is False and "unknown server module method: pkg.echo" in resp.error
+        assert client.unregister_kv_cache(5700).result(timeout=T) is None
+        srv.wait_idle()
+    finally:
+        client.close()
+
+
+def test_057_engine_driven_registration_and_prepare_store(lmc, cache_server):
+    """0.5.7's engine-driven payload (group_layouts) gets null_block_id in its
+    reply; prepare_store's third argument (skipped_chunks) is accepted."""
+    srv = cache_server()
+    client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+    ct = lmc.custom_types
+    try:
+        payload = ct.RegisterEngineDrivenContextPayload(
+            instance_id=77, model_name=MODEL, world_size=1, block_size=32, num_layers=2,
+            hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK)
+        reply = client.register_kv_cache_engine_driven_context(payload).result(timeout=T)
+        assert reply.shm_name.startswith("/kvsidecar.") and reply.pool_size > 0
+        assert reply.null_block_id == 0
+        toks = tokens(1, salt=58)
+        prep = client.prepare_store(key057(lmc, toks, 0, CHUNK, "e"), 77).result(timeout=T)
+        assert prep.context["chunk_indices"] == [0]
+        assert prep.context["slots"][0]["shape"] == [2, 2, CHUNK, 64]
+        assert client.commit_store(key057(lmc, toks, 0, CHUNK, "e"), 77, b"").result(timeout=T) is True
+        srv.wait_stats(lambda s: s["stored"] == 1)
+        # A hybrid (multi-group) registration is refused with the reason, at once.
+        gl = ct.GroupLayout(num_layers=2, hidden_dim_size=64, dtype_str="bfloat16",
+                            tokens_per_block=32)
+        hybrid = ct.RegisterEngineDrivenContextPayload(
+            instance_id=78, model_name=MODEL, world_size=1, block_size=32, num_layers=2,
+            hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK,
+            group_layouts=[gl, gl])
+        with pytest.raises(Exception) as refused:
+            client.register_kv_cache_engine_driven_context(hybrid).result(timeout=T)
+        assert "2 group_layouts" in str(refused.value)
+        client.end_session("e").result(timeout=T)
+        assert client.unregister_kv_cache_engine_driven_context(77).result(timeout=T) is None
+        srv.wait_idle()
+    finally:
+        client.close()
+
+
+def test_mixed_releases_in_one_request_are_refused_at_once(cache_server):
+    """A token_ids key (0.5.6) in a 3-argument free_lookup_locks (0.5.7) is
+    no release's request: refused at once, naming why."""
+    srv = cache_server()
+    c = srv.client()
+    k56 = cache_key(MODEL, 1, None, tokens(1), 0, CHUNK, "m", num_kv_readers=1)
+    why = c.failure(c.submit("free_lookup_locks", k56, 1, []))
+    assert "only 0.5.7 sends 3 arguments" in why
+    both = dict(k56, token_bytes=b"\0\0\0\1")
+    why = c.failure(c.submit("lookup", both, 1))
+    assert "both 'token_ids' (0.5.6) and 'token_bytes' (0.5.7)" in why
+    ragged = {k: v for k, v in k56.items() if k != "token_ids"}
+    ragged["token_bytes"] = b"\0\0\1"
+    why = c.failure(c.submit("lookup", ragged, 1))
+    assert "not a whole number of 4-byte token ids" in why
+    assert c.noop() == "OK"
+
+
+def test_053_get_experimental_id_40_and_failures_echo_the_op(cache_server):
+    """LMCache 0.5.3/0.5.4 number get_experimental 40 and decode every echoed
+    op as their own enum: a str op (the failure reply) would end their
+    client's polling thread. So id 40 is served, and a failure on such a
+    connection echoes the request's own op."""
+    srv = cache_server()
+    c = srv.client()
+    import msgspec
+    uid = c.next_uid()
+    c.send_frames([msgspec.msgpack.encode(uid), b"\x28"])
+    r = c._await(uid, T)[0]
+    assert r.op_frame == b"\x28" and msgspec.msgpack.decode(r.body) == ["kv_event_stream"]
+    srv.wait_log(r"LMCache client 0\.5\.3-0\.5\.5 \(from its get_experimental\)", 0)
+    # An undecodable store on the same connection: its own op back, no str op.
+    uid = c.next_uid()
+    c.send_frames([msgspec.msgpack.encode(uid), b"\x06", b"\xc1"])
+    r = c._await(uid, T)[0]
+    assert r.op_frame == b"\x06"
