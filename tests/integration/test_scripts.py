@@ -94,6 +94,19 @@ def test_run_sh_starts_without_apt_when_everything_is_installed(tree):
     assert any(c.startswith("cmake --build") for c in calls), calls
 
 
+def test_run_sh_configures_only_an_unconfigured_tree(tree, tmp_path):
+    """On a tree scripts/test.sh already built, run.sh only brings the binary
+    up to date (configuring again with other options would rebuild)."""
+    r, calls = tree("run.sh", "--version", have=deb_packages())
+    assert r.returncode == 0, r.stderr
+    assert any(c.startswith("cmake -S . -B build") for c in calls), calls
+    (tmp_path / "repo" / "build" / "build.ninja").write_text("")
+    r, calls = tree("run.sh", "--version", have=deb_packages())
+    assert r.returncode == 0, r.stderr
+    assert not any(c.startswith("cmake -S") for c in calls), calls
+    assert any(c.startswith("cmake --build build") for c in calls), calls
+
+
 def test_install_deps_asks_apt_for_the_missing_packages_only(tree):
     pkgs = deb_packages()
     missing = [pkgs[0], pkgs[-1]]
