@@ -17,6 +17,14 @@ namespace kvs {
 
 // -- bridges, as typed handles for typed senders (actor_cast of the bridge) --
 
+/// What every long-lived actor answers besides its own messages (as VAST's
+/// status_client_actor): `stats` writes its stats line (on its own timer),
+/// `metrics, to` sends a stats_snapshot to the /metrics collector. Each
+/// interface below extends it, so the two handlers are declared once.
+using stats_client_actor = caf::typed_actor<
+  caf::reacts_to<stats_atom>,
+  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
+
 /// pub_bridge[dp=r] (actors/pub_bridge.hpp): sends a batch to routers.
 using pub_bridge_actor = caf::typed_actor<caf::reacts_to<publish_atom, encoded_batches>>;
 
@@ -35,9 +43,7 @@ using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>,
 /// kept from before). Fed by the ingest bridges and by the cache store (its
 /// own events). Nothing but this live path runs in it.
 using publisher_actor = caf::typed_actor<
-  caf::reacts_to<publish_atom, kv_event_batches>,
-  caf::reacts_to<stats_atom>,
-  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
+  caf::reacts_to<publish_atom, kv_event_batches>>::extend_with<stats_client_actor>;
 
 /// indexer[dp=r] — one per DP rank, on its own thread (actors/indexer.hpp).
 /// `publish_atom, first_seq, held, batches`: what the publisher published,
@@ -51,9 +57,7 @@ using publisher_actor = caf::typed_actor<
 using indexer_actor = caf::typed_actor<
   caf::reacts_to<publish_atom, uint64_t, int64_t, kv_event_batches>,
   caf::reacts_to<snapshot_request>,
-  caf::reacts_to<snapshot_credit>,
-  caf::reacts_to<stats_atom>,
-  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
+  caf::reacts_to<snapshot_credit>>::extend_with<stats_client_actor>;
 
 /// replay[dp=r] — one per DP rank. Keeps the last buffer_steps encoded
 /// batches; answers a replay request by sending a replay_stream (shared
@@ -61,9 +65,7 @@ using indexer_actor = caf::typed_actor<
 /// the client's pace. Live publishing never waits for a replay.
 using replay_actor = caf::typed_actor<
   caf::reacts_to<record_atom, encoded_batches>,
-  caf::reacts_to<replay_atom, replay_request>,
-  caf::reacts_to<stats_atom>,
-  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
+  caf::reacts_to<replay_atom, replay_request>>::extend_with<stats_client_actor>;
 
 } // namespace kvs
 
@@ -94,9 +96,7 @@ using session_router_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,
   caf::reacts_to<seen_atom, int64_t, bool>, ///< a PING: tells the registry
   caf::reacts_to<reaped_atom, int64_t>, ///< instance gone: end its sessions
-  caf::reacts_to<sweep_atom>,           ///< idle sweep
-  caf::reacts_to<stats_atom>,
-  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
+  caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< idle sweep
 
 /// session[rid=…] — one per request id. Runs LOOKUP (hash, lock the hit
 /// prefix through the store), answers the prefetch queries, drives STORE and
@@ -116,9 +116,7 @@ using session_actor = caf::typed_actor<
 using registry_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,                  ///< register / unregister
   caf::reacts_to<seen_atom, int64_t, bool>, ///< instance seen (true: it pinged)
-  caf::reacts_to<sweep_atom>,               ///< reaper round
-  caf::reacts_to<stats_atom>,
-  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
+  caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< reaper round
 
 /// store — sole owner of the L1 pool and chunk index: lookup-and-lock,
 /// reserve, commit/abort, acquire/release for reads, LRU eviction between
@@ -137,9 +135,7 @@ using store_actor = caf::typed_actor<
   caf::replies_to<store_configure>::with<store_configure_reply>,
   caf::reacts_to<mp_call>, ///< clear
   caf::reacts_to<record_atom, caf::actor>, ///< where kv_event_records go (the engine bridge)
-  caf::reacts_to<sweep_atom>,              ///< lock and reservation expiry
-  caf::reacts_to<stats_atom>,
-  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
+  caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< lock and reservation expiry
 
 /// gpu_transfer — opens engine pools (CUDA IPC or host shared memory) once
 /// per instance and copies pages between them and L1 slots. For
@@ -159,9 +155,7 @@ using gpu_transfer_actor = caf::typed_actor<
   caf::replies_to<gpu_stage_copy>::with<gpu_copy_done>,
   caf::reacts_to<gpu_stage_give>,
   caf::replies_to<drain_atom>::with<uint64_t>,
-  caf::reacts_to<poll_atom>,
-  caf::reacts_to<stats_atom>,
-  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
+  caf::reacts_to<poll_atom>>::extend_with<stats_client_actor>;
 
 /// l2 — the L2 tiers (l2/disk_tier, l2/redis_client) on a thread of its own
 /// (detached: disk and Redis I/O block). Writes committed chunks through

@@ -53,8 +53,7 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
   st.p = std::move(params);
   st.label = log::label(publisher_state::name, "dp=" + std::to_string(st.p.rank), self->id());
   log_lifecycle(self, st.label,
-                fmt::format("started, dialect {}",
-                            st.p.dialect == event_dialect::vllm ? "vllm" : "tokenspeed"));
+                fmt::format("started, dialect {}", to_string(st.p.dialect)));
   arm_stats(self, st.p.stats_interval);
   // The live path: number, encode (or pass through), hand to the PUB bridge
   // and the replay ring. The block index is the indexer's job on its own
