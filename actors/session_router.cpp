@@ -91,39 +91,28 @@ void route_to_session(self_ptr self, mp_call& call, const std::string& rid) {
 void route(self_ptr self, mp_call& call) {
   auto& st = self->state;
   const auto& req = *call.request;
-  switch (req.op) {
-    case mp_op::register_kv_cache:
-    case mp_op::unregister_kv_cache:
-    case mp_op::register_kv_cache_engine_driven_context:
-    case mp_op::unregister_kv_cache_engine_driven_context:
-      // Delegated: the registry answers the bridge, which stays the sender.
+  const mp_route where = route_of(req.op);
+  if (where == mp_route::registry || where == mp_route::store) {
+    // Delegated: the registry / store answers the bridge, which stays the sender.
+    if (where == mp_route::registry)
       self->delegate(st.p.registry, std::move(call));
-      return;
-    case mp_op::clear:
+    else
       self->delegate(st.p.store, std::move(call));
-      return;
-    default:
-      break;
+    return;
   }
   const auto* rid = request_id_of(req);
-  if (!rid) {
-    // Every decoded op is routed; a new one that is not gets a failure,
-    // never silence.
+  if (where == mp_route::bridge || !rid) {
+    // The bridge answers its ops itself; one that reaches here (or a
+    // session op without a request id) gets a failure, never silence.
     KVS_ERROR(st.label, "op {} has no route: answered as failed", hex(req.op_frame));
     reply(self, make_failure_reply(call, "no route for this operation"));
     return;
   }
-  switch (req.op) {
-    case mp_op::lookup:
-    case mp_op::store:
-    case mp_op::retrieve:
-    case mp_op::prepare_store:
-    case mp_op::commit_store:
-    case mp_op::prepare_retrieve:
-    case mp_op::commit_retrieve:
+  switch (where) {
+    case mp_route::new_session:
       route_to_session(self, call, *rid);
       return;
-    case mp_op::end_session: {
+    case mp_route::end_session: {
       auto i = st.sessions.find(*rid);
       if (i == st.sessions.end()) {
         reply(self, make_reply(call, std::nullopt));

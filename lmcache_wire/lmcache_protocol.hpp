@@ -292,6 +292,18 @@ struct mp_request {
   client_release release = client_release::unknown; ///< what this request showed
 };
 
+/// Where an op is served: the one table every actor routes by (adding an op
+/// is its codec entry, this row, and one handler where the row points).
+enum class mp_route : uint8_t {
+  bridge,      ///< answered by the engine bridge at once (no state, or the heartbeat)
+  registry,    ///< (un)registrations
+  store,       ///< clear
+  new_session, ///< the request's session, spawned on demand (lookup, copies)
+  session,     ///< the request's session if it exists; LMCache's unknown-job answer if not
+  end_session, ///< ends the request's session
+};
+mp_route route_of(mp_op op);
+
 /// The request id (session) a request belongs to, or nullptr for the ops
 /// that have none (registration, ping, clear, ...).
 const std::string* request_id_of(const mp_request& r);

@@ -50,6 +50,43 @@ std::optional<int64_t> instance_of(const mp_request& r) {
     r.body);
 }
 
+mp_route route_of(mp_op op) {
+  switch (op) {
+    case mp_op::get_chunk_size:
+    case mp_op::ping:
+    case mp_op::noop:
+    case mp_op::get_experimental:
+    case mp_op::report_block_allocation:
+    case mp_op::negotiate_chunk_size:
+    case mp_op::server_module_call:
+    case mp_op::server_module_affinity_call:
+      return mp_route::bridge;
+    case mp_op::register_kv_cache:
+    case mp_op::unregister_kv_cache:
+    case mp_op::register_kv_cache_engine_driven_context:
+    case mp_op::unregister_kv_cache_engine_driven_context:
+      return mp_route::registry;
+    case mp_op::clear:
+      return mp_route::store;
+    case mp_op::lookup:
+    case mp_op::store:
+    case mp_op::retrieve:
+    case mp_op::prepare_store:
+    case mp_op::commit_store:
+    case mp_op::prepare_retrieve:
+    case mp_op::commit_retrieve:
+      return mp_route::new_session;
+    case mp_op::query_prefetch_status:
+    case mp_op::wait_prefetch_status:
+    case mp_op::query_prefetch_lookup_hits:
+    case mp_op::free_lookup_locks:
+      return mp_route::session;
+    case mp_op::end_session:
+      return mp_route::end_session;
+  }
+  return mp_route::bridge; // not reached: every op is listed (-Wswitch)
+}
+
 std::optional<std::string> failure_body(mp_op op) {
   switch (op) {
     case mp_op::store:

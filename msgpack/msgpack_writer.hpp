@@ -35,6 +35,8 @@ public:
   void finish() { out_.resize(pos_); }
 
   void raw(const void* p, size_t n) {
+    if (n == 0)
+      return; // an empty view may carry a null pointer, which memcpy must not get
     reserve(n);
     std::memcpy(&out_[pos_], p, n);
     pos_ += n;
