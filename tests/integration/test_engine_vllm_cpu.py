@@ -41,10 +41,28 @@ Run alone:
 Logs: the engine's stderr is ``<tmp>/engine*.log``, the sidecar's under
 ``<tmp>/cache*/``.
 
-KV events: ``EngineProcess(kv_events_endpoint=...)`` turns on vLLM's own
-ZeroMQ KV event publisher, so a later check can run the sidecar with
-``events.enabled`` and ``events.ingest_endpoint`` pointing at it and feed a
-Dynamo indexer from the relay (not done here).
+KV events (the same engine, no extra start): vLLM's own ZeroMQ KV event
+publisher is on (``EngineProcess(kv_events_endpoint=...)``), the sidecar
+runs its relay (``events.enabled``, ``events.ingest_endpoint`` connecting
+to that publisher) beside the cache server, whose stored chunks it
+announces itself (``cache.events_rank`` 0, the default). After pass 1 of
+the main prompt a router's SUB on the sidecar's PUB has seen the engine's
+BlockStored (medium "GPU": vLLM's block pool reports its own KV cache as
+GPU even on the CPU build; 9 blocks of 64 tokens for 600 tokens) and the
+sidecar's BlockStored with medium "CPU" for the 2 chunks of 256 tokens it
+stored; Dynamo's indexer (``python -m dynamo.indexer``, when
+ai-dynamo-runtime is installed), registered on the sidecar's PUB and replay
+with the engine's block size, finds the prompt's 9 blocks for the worker
+(576 tokens: the engine's blocks; Dynamo drops the sidecar's 256-token
+chunks, "Block size must be 64 tokens to be published", so the CPU tier is
+invisible to it unless ``cache.chunk_size`` equals the engine's block
+size). After the sidecar's restart (step 3) the relay, on the same ports,
+carries the engine's and the new sidecar's events of the new prompt again
+(checked on the SUB). Dynamo is checked before the outage only: the
+restarted sidecar numbers its batches from 0 again, and Dynamo's listener
+silently drops every batch whose seq is not above the last one it saw (the
+new sidecar's AllBlocksCleared fence included) until the new seq passes
+the old one.
 """
 
 from __future__ import annotations
@@ -64,9 +82,12 @@ sys.path.insert(0, str(HERE.parent / "tools"))
 pytest.register_assert_rewrite("conftest_cache")
 
 from conftest_cache import BASE_OVERRIDES, STATS_RE  # noqa: E402
-from kvsidecar_harness import (Sidecar, binary_path, free_port_range, parse_stats,  # noqa: E402
-                               wait_until)
+from kvsidecar_harness import (Sidecar, Subscriber, binary_path, free_port_range,  # noqa: E402
+                               parse_stats, wait_until)
+import dynamo_indexer  # noqa: E402
 import vllm_cpu_engine as ve  # noqa: E402
+import vllm_structs as vs  # noqa: E402
+import zmq  # noqa: E402
 
 pytest_plugins = ["conftest_cache"]
 
@@ -123,12 +144,22 @@ class Harness:
     def __init__(self, tmp: Path, model: Path, mode: str):
         self.tmp, self.model, self.mode = tmp, model, mode
         self.port = free_port_range(1)
+        # KV events: the engine's publisher (vLLM binds), the sidecar's PUB
+        # and replay ROUTER (the sidecar binds; the same ports after a
+        # restart, so routers reconnect by themselves).
+        self.ingest_port = free_port_range(1)
+        self.pub_port = free_port_range(1)
+        self.replay_port = free_port_range(1)
         o = dict(BASE_OVERRIDES)
         o.update({"cache.endpoint": f"tcp://127.0.0.1:{self.port}",
                   "cache.l1_size": "256MiB",
                   # The adapters ping every 1 s here; a restarted engine's
                   # old registration must not linger for the default 120 s.
-                  "cache.heartbeat_timeout": "5s"})
+                  "cache.heartbeat_timeout": "5s",
+                  "events.enabled": True,
+                  "events.ingest_endpoint": f"tcp://127.0.0.1:{self.ingest_port}",
+                  "events.endpoint": f"tcp://*:{self.pub_port}",
+                  "events.replay_endpoint": f"tcp://*:{self.replay_port}"})
         self.overrides = o
         self.sidecars: list[Sidecar] = []
         self.engines: list[ve.EngineProcess] = []
@@ -147,12 +178,17 @@ class Harness:
         self.sidecar.stop(timeout=10.0)
         self.sidecar = None
 
-    def engine(self) -> ve.EngineProcess:
+    def engine(self, before_ready=None) -> ve.EngineProcess:
+        """Starts an engine (its KV event publisher on ingest_port); calls
+        before_ready() while it starts (~50 s) to overlap other set-up."""
         e = ve.EngineProcess(self.model, self.port, self.mode,
                              self.tmp / f"engine{len(self.engines)}.log",
-                             extra_args=["--extra", _json(EXTRA)])
+                             extra_args=["--extra", _json(EXTRA)],
+                             kv_events_endpoint=f"tcp://*:{self.ingest_port}")
         self.engines.append(e)
         try:
+            if before_ready is not None:
+                before_ready()
             e.wait_ready(timeout=300)
         except AssertionError as err:
             raise AssertionError(f"{err}\n{self.sidecar_tail()}") from None
@@ -181,6 +217,112 @@ class Harness:
 def _json(obj) -> str:
     import json
     return json.dumps(obj)
+
+
+ENGINE_BLOCKS = ve.PROMPT_LEN // ve.BLOCK_SIZE  # 9 full blocks of 64 in 600 tokens
+ENGINE_MEDIUM = "GPU"  # vLLM's block pool names its own KV cache GPU, CPU build too
+
+
+class EventLog:
+    """A router's SUB on the sidecar's PUB: every event, with its batch's seq."""
+
+    def __init__(self, ctx: zmq.Context, port: int):
+        self.sub = Subscriber(ctx, port)
+        self.events: list[tuple[int, object]] = []
+
+    def drain(self, timeout: float = 0.0) -> None:
+        while True:
+            m = self.sub.recv(0, timeout)
+            if m is None:
+                return
+            timeout = 0.0
+            self.events.extend((m.seq, e) for e in vs.decoder.decode(m.payload).events)
+
+    def mark(self) -> int:
+        self.drain()
+        return len(self.events)
+
+    def stored(self, since: int, medium: str) -> list:
+        return [e for _, e in self.events[since:]
+                if isinstance(e, vs.BlockStored) and e.medium == medium]
+
+    def summary(self, since: int) -> str:
+        out = []
+        for seq, e in self.events[since:]:
+            if isinstance(e, vs.BlockStored):
+                out.append(f"seq {seq} BlockStored medium={e.medium} bs={e.block_size} "
+                           f"blocks={len(e.block_hashes)} tokens={len(e.token_ids)}")
+            else:
+                out.append(f"seq {seq} {type(e).__name__}")
+        return "\n".join(out) or "(no events)"
+
+    def close(self) -> None:
+        self.sub.close()
+
+
+def relay_saw(log: EventLog, since: int, p: list[int], what: str, timeout: float = 15.0) -> None:
+    """Since `since`, the relay carried the engine's BlockStored for p's full
+    blocks (its own medium, block_size 64, in order) and the sidecar's
+    BlockStored for the chunks it stored of p (medium CPU, block_size 256,
+    one chunk per event, chained by parent)."""
+    want_engine = p[:ENGINE_BLOCKS * ve.BLOCK_SIZE]
+    want_chunks = [p[i:i + CHUNK] for i in range(0, FULL_CHUNKS, CHUNK)]
+
+    def engine_chain(evs) -> bool:
+        # p's blocks from a chain start (parent None) on, possibly over
+        # several events (one per engine step).
+        toks: list[int] | None = None
+        for e in evs:
+            if e.parent_block_hash is None:
+                toks = []
+            if toks is None:
+                continue
+            toks += e.token_ids
+            if toks[:len(want_engine)] == want_engine:
+                return True
+        return False
+
+    def cpu_chunks(evs):
+        return [e for e in evs if e.token_ids in want_chunks]
+
+    def ok():
+        log.drain(0.05)
+        return (engine_chain(log.stored(since, ENGINE_MEDIUM))
+                and len({tuple(e.token_ids) for e in cpu_chunks(log.stored(since, "CPU"))})
+                == len(want_chunks))
+    try:
+        wait_until(ok, timeout, f"{what}: the engine's and the sidecar's BlockStored",
+                   interval=0.01)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\nevents since the mark:\n{log.summary(since)}") from None
+    for e in log.stored(since, ENGINE_MEDIUM):
+        assert e.block_size == ve.BLOCK_SIZE and len(e.token_ids) == ve.BLOCK_SIZE * len(e.block_hashes)
+    chunks = cpu_chunks(log.stored(since, "CPU"))
+    by_tokens = {tuple(e.token_ids): e for e in chunks}
+    parent = None
+    for toks in want_chunks:
+        e = by_tokens[tuple(toks)]
+        assert e.block_size == CHUNK and len(e.block_hashes) == 1 and e.lora_id is None, e
+        assert e.parent_block_hash == parent, f"{what}: chunk parent {e.parent_block_hash} != {parent}"
+        parent = e.block_hashes[0]
+    others = {e.medium for _, e in log.events[since:] if isinstance(e, vs.BlockStored)}
+    assert others <= {ENGINE_MEDIUM, "CPU"}, f"unexpected media {others}"
+
+
+def dynamo_holds(d, p: list[int], what: str, timeout: float = 20.0) -> int:
+    """Dynamo's /query finds p's full engine blocks for worker 1 (tokens)."""
+    want = ENGINE_BLOCKS * ve.BLOCK_SIZE
+    last = {}
+
+    def ok():
+        last["q"] = d.query(p)
+        return d.matched(p) == want
+    try:
+        wait_until(ok, timeout, f"{what}: Dynamo's /query to match {want} tokens", interval=0.1)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; last answer {last.get('q')}\n"
+                             f"dynamo log tail:\n{d.log_text()[-3000:]}") from None
+    return want
 
 
 @pytest.fixture
@@ -225,9 +367,11 @@ def sidecar_stored(h: Harness) -> int:
     return int(parse_stats(last).get("stored", 0)) if last else 0
 
 
-def store_then_hit(h: Harness, eng: ve.EngineProcess, p: list[int], what: str) -> list[int]:
+def store_then_hit(h: Harness, eng: ve.EngineProcess, p: list[int], what: str,
+                   after_pass1=None) -> list[int]:
     """Pass 1 stores p, the prefix cache is reset, pass 2 must hit >= 512
-    tokens of it and generate the same ids. Returns the ids."""
+    tokens of it and generate the same ids. Returns the ids. after_pass1()
+    runs once the sidecar has the chunks, before the reset."""
     stored0 = sidecar_stored(h)
     r1 = eng.generate([p], timeout=GEN_TIMEOUT)
     ids1, cached1 = out(r1)
@@ -240,6 +384,8 @@ def store_then_hit(h: Harness, eng: ve.EngineProcess, p: list[int], what: str) -
                    "the sidecar's stored counter", interval=0.05)
     except AssertionError:
         pass
+    if after_pass1 is not None:
+        after_pass1()
     reset_prefix_cache(eng)
     deadline = time.monotonic() + 15.0
     while True:
@@ -257,15 +403,53 @@ def store_then_hit(h: Harness, eng: ve.EngineProcess, p: list[int], what: str) -
     return ids1
 
 
-@pytest.mark.parametrize("harness", MODES, indirect=True)
-def test_vllm_cpu_engine_uses_kvsidecar(harness):
-    h = harness
-    h.start_sidecar()
-    eng = h.engine()
+@pytest.fixture
+def router(tmp_path):
+    """(EventLog factory, Dynamo indexer factory or None); closes them."""
+    ctx = zmq.Context()
+    made: list = []
 
-    # 1. store, reset, hit, same ids.
+    def log(port):
+        made.append(EventLog(ctx, port))
+        return made[-1]
+
+    def dynamo():
+        made.append(dynamo_indexer.DynamoIndexer(tmp_path, ve.BLOCK_SIZE, wait=False))
+        return made[-1]
+    yield log, (dynamo if dynamo_indexer.available() else None)
+    for m in made:
+        m.close()
+    ctx.destroy(linger=0)
+
+
+@pytest.mark.parametrize("harness", MODES, indirect=True)
+def test_vllm_cpu_engine_uses_kvsidecar(harness, router):
+    h = harness
+    new_log, new_dynamo = router
+    h.start_sidecar()
+    log = new_log(h.pub_port)
+    d = new_dynamo() if new_dynamo else None
+
+    def dynamo_register():
+        # While the engine starts: Dynamo up and registered on the sidecar
+        # (its first batch has seq > 0: it replays from 0).
+        if d is not None:
+            d.wait_healthy()
+            d.register(h.pub_port, h.replay_port)
+    eng = h.engine(before_ready=dynamo_register)
+
+    # 1. store, reset, hit, same ids; the relay carries the engine's blocks
+    # and the sidecar's chunks of pass 1 (checked before the reset: vLLM's
+    # reset_prefix_cache publishes AllBlocksCleared, which routers apply to
+    # the whole rank, the sidecar's CPU chunks included).
     main = ve.prompt(head=0)
-    ids_main = store_then_hit(h, eng, main, "main prompt")
+    mark = log.mark()
+
+    def events_after_pass1():
+        relay_saw(log, mark, main, "main prompt")
+        if d is not None:
+            dynamo_holds(d, main, "main prompt")
+    ids_main = store_then_hit(h, eng, main, "main prompt", after_pass1=events_after_pass1)
 
     # 2. control: another head, never stored: a miss, other ids.
     r = eng.generate([ve.prompt(head=1)], timeout=GEN_TIMEOUT)
@@ -296,6 +480,7 @@ def test_vllm_cpu_engine_uses_kvsidecar(harness):
 
     # ... and recovers once the sidecar is back on the same port: the
     # heartbeat re-registers the KV caches, new prompts are stored and hit.
+    mark = log.mark()
     h.start_sidecar()
     p3 = ve.prompt(head=3)
     deadline = time.monotonic() + 60.0
@@ -311,6 +496,10 @@ def test_vllm_cpu_engine_uses_kvsidecar(harness):
             # Not re-registered yet: let the heartbeat (1 s) catch up.
             reset_prefix_cache(eng)
             eng.call("sleep", seconds=2.0)
+    # The relay through the restarted sidecar: the engine's blocks and the
+    # new sidecar's chunks of p3. (Not Dynamo: it ignores the new sidecar's
+    # batches while their seq is below the old sidecar's last, see above.)
+    relay_saw(log, mark, p3, "after the sidecar restart")
     eng.close()
 
     # 4. a fresh engine process hits what the first one stored.

