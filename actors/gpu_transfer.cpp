@@ -93,6 +93,10 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
   st.p = std::move(params);
   st.label = log::label(gpu_transfer_state::name, st.p.backend->name(), self->id());
   log_lifecycle(self, st.label, fmt::format("started with the {} backend", st.p.backend->name()));
+  // Staging objects a killed sidecar could not unlink would hold /dev/shm
+  // until reboot.
+  if (auto n = remove_stale_staging_pools(); n > 0)
+    KVS_INFO(st.label, "removed {} engine-driven staging objects of sidecars that are gone", n);
   arm_stats(self, st.p.stats_interval);
   return {
     [self](gpu_open& op) -> caf::result<gpu_status_reply> {

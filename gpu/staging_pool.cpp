@@ -4,6 +4,9 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <dirent.h>
+#include <signal.h>
 #include <cstring>
 #include <fcntl.h>
 #include <random>
@@ -61,6 +64,29 @@ status staging_pool::copy(const std::vector<uint64_t>& offsets, const std::vecto
                                            std::to_string(size_) +
                                            " (the engine truncated it); the copy was abandoned");
   return {};
+}
+
+size_t remove_stale_staging_pools(const std::string& shm_dir) {
+  DIR* d = opendir(shm_dir.c_str());
+  if (d == nullptr)
+    return 0;
+  size_t removed = 0;
+  const std::string prefix = "kvsidecar.";
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0 || name.find(".ed.") == std::string::npos)
+      continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid <= 0 || end == nullptr || std::strncmp(end, ".ed.", 4) != 0)
+      continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)
+      continue; // alive (or not ours to judge)
+    if (shm_unlink(("/" + name).c_str()) == 0)
+      ++removed;
+  }
+  closedir(d);
+  return removed;
 }
 
 std::string staging_pool_name(int64_t instance_id) {

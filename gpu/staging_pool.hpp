@@ -77,4 +77,10 @@ private:
 /// "/kvsidecar.<pid>.ed.<instance>.<16 hex>".
 std::string staging_pool_name(int64_t instance_id);
 
+/// Unlinks the staging objects of sidecars that are gone: names of the form
+/// above whose pid is no live process (a sidecar killed before it could
+/// unlink). `shm_dir` is where the kernel shows POSIX shared memory. Returns
+/// how many were removed; objects of live processes are left alone.
+size_t remove_stale_staging_pools(const std::string& shm_dir = "/dev/shm");
+
 } // namespace kvs

@@ -13,6 +13,7 @@
 #include <set>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 using namespace kvs;
@@ -113,4 +114,27 @@ TEST_CASE("staging pool: refused sizes and names") {
   REQUIRE_FALSE(again.has_value());
   CHECK(again.error_value().detail.find("File exists") != std::string::npos);
   CHECK(shm_exists(name));  // the failed create did not unlink the first one's object
+}
+
+TEST_CASE("staging pool: objects of sidecars that are gone are removed, live ones kept") {
+  // A pid that surely is no process any more: a child that has exited.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(0);
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  const std::string dead = "/kvsidecar." + std::to_string(child) + ".ed.9.00000000deadbeef";
+  const int fd = shm_open(dead.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  REQUIRE(fd >= 0);
+  close(fd);
+  const std::string other = "/kvsidecar_not_ours_" + std::to_string(child);
+  const int fd2 = shm_open(other.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  REQUIRE(fd2 >= 0);
+  close(fd2);
+  auto live = staging_pool::create(staging_pool_name(10), 4096, 1, std::nullopt);
+  REQUIRE(live.has_value());
+  CHECK(remove_stale_staging_pools() >= 1);
+  CHECK_FALSE(shm_exists(dead));
+  CHECK(shm_exists(live.value()->name()));  // ours: alive
+  CHECK(shm_exists(other));                 // not a staging name: never touched
+  shm_unlink(other.c_str());
 }
