@@ -51,6 +51,7 @@ publisher_actor::behavior_type
 publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_params params) {
   auto& st = self->state;
   st.p = std::move(params);
+  st.next_seq = st.p.first_seq;
   st.label = log::label(publisher_state::name, "dp=" + std::to_string(st.p.rank), self->id());
   log_lifecycle(self, st.label,
                 fmt::format("started, dialect {}", to_string(st.p.dialect)));

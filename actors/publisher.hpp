@@ -21,6 +21,7 @@ struct publisher_params {
   /// buffers (the ingest bridge's pool; null: each its own).
   payload_pool_ptr pool;
   std::chrono::nanoseconds stats_interval{};
+  uint64_t first_seq = 0; ///< events.seq_start: 0, or the start time in microseconds
 };
 
 struct publisher_state {

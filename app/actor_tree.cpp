@@ -8,6 +8,7 @@
 #include "actors/replay.hpp"
 #include "actors/replay_bridge.hpp"
 
+#include <chrono>
 #include <caf/actor_cast.hpp>
 #include <fmt/format.h>
 
@@ -28,6 +29,15 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
   auto& ev = cfg.events;
   auto interval = cfg.sidecar.stats_interval;
   auto dialect = ev.format;
+  // One start for every rank: microseconds since the epoch stay above any
+  // earlier run's seq (a rank publishing a batch per microsecond for years
+  // would be needed to catch up), so a restart never makes the seq go back.
+  const uint64_t first_seq =
+    ev.seq_start_clock
+      ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count())
+      : 0;
   std::vector<payload_pool_ptr> pools; // one per rank: its ingest bridge's and publisher's
   for (int64_t r = 0; r < ev.dp_size; ++r) {
     auto queue = std::make_shared<relay_queue>(ev.max_queue_size,
@@ -80,6 +90,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     ppp.queue = queue;
     ppp.pool = pool;
     ppp.stats_interval = interval;
+    ppp.first_seq = first_seq;
     auto p = sys.spawn(publisher, ppp);
     publishers.push_back(p);
     if (rep) {

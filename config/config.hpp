@@ -34,6 +34,10 @@ struct sidecar_config {
 struct events_config {
   bool enabled = true;
   event_dialect format = event_dialect::vllm; // vllm|tokenspeed
+  /// events.seq_start: "zero" (as vLLM's publisher) or "clock" (microseconds
+  /// since the epoch at start: a restarted sidecar's seq is above every seq
+  /// its predecessor published, for routers that drop a seq that went back).
+  bool seq_start_clock = false;
   int64_t dp_size = 1;
   std::string ingest_endpoint;
   std::string ingest_replay_endpoint;

@@ -127,3 +127,50 @@ def test_dynamo_drops_a_restarted_engines_blocks(rig, dynamo):
         assert d.matched(old_tokens) == 0, "Dynamo still routes to the dead engine's blocks"
     finally:
         pub.shutdown()
+
+
+def test_dynamo_after_a_sidecar_restart_with_seq_start_clock(tmp_path, dynamo):
+    """The sidecar itself restarts (same ports, the engine keeps running).
+    Dynamo's indexer drops every batch whose seq is not above the last one
+    it saw, the new sidecar's fence included: with events.seq_start = "zero"
+    it would keep the old blocks (and miss new ones until the new seq passed
+    the old); with "clock" the new seq is above the old at once, so the fence
+    clears the stale blocks and the new ones arrive."""
+    seq_start = "clock"
+    from kvsidecar_harness import Sidecar, free_port_range
+    v = real_engines.vllm_kv_events()
+    ingest, pub_port, rep = free_port_range(1), free_port_range(1), free_port_range(1)
+    o = {"cache.enabled": False, "sidecar.stats_interval": "200ms",
+         "events.seq_start": seq_start,
+         "events.ingest_endpoint": f"tcp://127.0.0.1:{ingest}",
+         "events.endpoint": f"tcp://*:{pub_port}", "events.replay_endpoint": f"tcp://*:{rep}"}
+    pub = v.ZmqEventPublisher(0, endpoint=f"tcp://*:{ingest}")
+    s1 = Sidecar(tmp_path / "s1", o, name="s1").start()
+    s2 = None
+    try:
+        d = dynamo()
+        d.register(pub_port, rep)
+        old_tokens, old = chain(v, 1000, 3)
+        deadline = time.monotonic() + 20
+        while d.matched(old_tokens) != 3 * BS:
+            assert time.monotonic() < deadline, "Dynamo never got the first blocks"
+            pub.publish(v.KVEventBatch(ts=time.time(), events=[old]))
+            time.sleep(0.1)
+        for _ in range(20):  # the first sidecar's seq runs on a while
+            pub.publish(v.KVEventBatch(ts=time.time(), events=[]))
+        s1.wait_stats("ingest", lambda s: s.get("received", 0) >= 21)
+        s1.stop(timeout=10)
+        s2 = Sidecar(tmp_path / "s2", o, name="s2").start()
+        new_tokens, new = chain(v, 5000, 2, first_hash=100)
+        deadline = time.monotonic() + 20
+        while d.matched(new_tokens) != 2 * BS:
+            assert time.monotonic() < deadline, "Dynamo never got the new sidecar's blocks"
+            pub.publish(v.KVEventBatch(ts=time.time(), events=[new]))
+            time.sleep(0.1)
+        # The fence went out before the new blocks, and Dynamo applied it.
+        assert d.matched(old_tokens) == 0, "the new sidecar's fence did not clear them"
+    finally:
+        pub.shutdown()
+        for s in (s1, s2):
+            if s is not None and s.proc is not None and s.proc.poll() is None:
+                s.stop(timeout=10)
