@@ -235,6 +235,25 @@ gpu_copy copy_of(const session_state& st, const copy_job& job, int64_t instance_
   return cp;
 }
 
+/// What a store commits (or aborts): who it is for, and per chunk its hash,
+/// tokens and parent (the BlockStored events and the L2 objects).
+store_finish finish_for(const cache_key& key, int32_t rank) {
+  store_finish fin;
+  fin.rank = rank;
+  fin.model = key.model_name; // names the L2 objects
+  fin.salt = key.cache_salt;
+  return fin;
+}
+
+/// Adds chunk `abs` (counted from the key's token 0) of `key` to `fin`.
+void add_chunk(store_finish& fin, const cache_key& key, const std::vector<uint64_t>& hashes,
+               size_t abs, size_t cs) {
+  fin.hashes.push_back(hashes[abs]);
+  fin.tokens.emplace_back(key.token_ids.begin() + static_cast<ptrdiff_t>(abs * cs),
+                          key.token_ids.begin() + static_cast<ptrdiff_t>((abs + 1) * cs));
+  fin.parents.push_back(abs == 0 ? std::nullopt : std::optional<uint64_t>{hashes[abs - 1]});
+}
+
 /// STORE step 1 done: copy into the reserved slots (what L1 already holds
 /// is not copied twice), and remember what to commit.
 void reserved(self_ptr self, uint64_t id, store_reserve_reply& res) {
@@ -242,19 +261,12 @@ void reserved(self_ptr self, uint64_t id, store_reserve_reply& res) {
   auto& job = st.jobs.at(id);
   const auto& r = std::get<store_req>(job.call.request->body);
   auto cp = copy_of(st, job, r.instance_id, r.block_ids, r.event_ipc_handle, res.slot_bytes);
-  store_finish fin;
-  fin.rank = job.rank;
-  fin.model = r.key.model_name; // names the L2 objects
-  fin.salt = r.key.cache_salt;
+  store_finish fin = finish_for(r.key, job.rank);
   auto cs = static_cast<size_t>(st.p.chunk_size);
   for (auto& c : res.chunks) {
     cp.chunk_positions.push_back(c.position);
     cp.slots.push_back(c.slot);
-    size_t abs = job.begin + c.position;
-    fin.hashes.push_back(job.hashes[abs]);
-    fin.tokens.emplace_back(r.key.token_ids.begin() + static_cast<ptrdiff_t>(abs * cs),
-                            r.key.token_ids.begin() + static_cast<ptrdiff_t>((abs + 1) * cs));
-    fin.parents.push_back(abs == 0 ? std::nullopt : std::optional<uint64_t>{job.hashes[abs - 1]});
+    add_chunk(fin, r.key, job.hashes, job.begin + c.position, cs);
   }
   job.reserved = std::move(fin);
   start_copy(self, id, std::move(cp));
@@ -433,27 +445,18 @@ void on_prepare_store(self_ptr self, mp_call& call) {
               const size_t n = std::min(res.chunks.size(), taken.offsets.size());
               staged_transfer t;
               t.instance_id = r.instance_id;
-              t.to_l1 = true;
               t.offsets.assign(taken.offsets.begin(), taken.offsets.begin() + static_cast<ptrdiff_t>(n));
               std::vector<uint64_t> spare(taken.offsets.begin() + static_cast<ptrdiff_t>(n),
                                           taken.offsets.end());
               if (!spare.empty())
                 self->send(st.p.gpu, gpu_stage_give{r.instance_id, std::move(spare)});
-              store_finish fin;
-              fin.rank = static_cast<int32_t>(*r.key.worker_id);
-              fin.model = r.key.model_name;
-              fin.salt = r.key.cache_salt;
+              store_finish fin = finish_for(r.key, static_cast<int32_t>(*r.key.worker_id));
               std::vector<uint64_t> indices;
               for (size_t i = 0; i < n; ++i) {
                 const auto& c = res.chunks[i];
-                const size_t abs = begin + c.position;
                 indices.push_back(c.position);
                 t.l1.push_back(c.slot);
-                fin.hashes.push_back(hashes[abs]);
-                fin.tokens.emplace_back(r.key.token_ids.begin() + static_cast<ptrdiff_t>(abs * cs),
-                                        r.key.token_ids.begin() + static_cast<ptrdiff_t>((abs + 1) * cs));
-                fin.parents.push_back(abs == 0 ? std::nullopt
-                                               : std::optional<uint64_t>{hashes[abs - 1]});
+                add_chunk(fin, r.key, hashes, begin + c.position, cs);
               }
               auto slots = slot_descs(taken, n);
               if (n > 0) {
@@ -585,7 +588,6 @@ void on_prepare_retrieve(self_ptr self, mp_call& call) {
                     self->send(st.p.store, store_release{ticket});
                     staged_transfer t;
                     t.instance_id = std::get<0>(key);
-                    t.to_l1 = false;
                     t.offsets = taken.offsets;
                     st.staged[key] = std::move(t);
                     reply(self, call,

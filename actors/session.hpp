@@ -42,7 +42,6 @@ struct copy_job {
 /// they stand for in the store.
 struct staged_transfer {
   int64_t instance_id = 0;
-  bool to_l1 = true;
   std::vector<uint64_t> offsets;        ///< staging slots, in the reply's order
   std::vector<uint8_t*> l1;             ///< store: the reserved L1 slots they go to
   std::optional<store_finish> reserved; ///< store: committed or aborted at commit_store
