@@ -17,7 +17,7 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
       build-essential cmake ninja-build pkg-config dpkg-dev file \
       libcaf-dev cppzmq-dev libzmq3-dev libmsgpack-cxx-dev libtomlplusplus-dev \
       doctest-dev libspdlog-dev libfmt-dev libxxhash-dev libcli11-dev \
-      prometheus-cpp-dev libhiredis-dev \
+      prometheus-cpp-dev libhiredis-dev libgrpc++-dev libprotobuf-dev protobuf-compiler \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -87,6 +87,13 @@ caf::behavior engine_bridge::handlers() {
                  to_string(p_.heartbeat_timeout));
       arm_sweep();
     },
+    [this](grpc_atom, caf::actor& grpc) { grpc_ = std::move(grpc); },
+    [this](lmcache_frames& f) {
+      ++requests_;
+      ++grpc_requests_;
+      std::vector<std::string_view> args(f.frames.begin(), f.frames.end());
+      serve(std::move(f.identity), args, f.received, nullptr);
+    },
     [this](reaped_atom, int64_t instance) {
       owners_.erase(instance);
       streams_.drop_instance(instance);
@@ -149,11 +156,15 @@ bool engine_bridge::foreign(const mp_call& call, int64_t instance) {
 void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
   ++requests_;
   auto received = clock::now();
-  auto identity = frames[0].to_string();
-  std::vector<std::string_view> args;
-  args.reserve(frames.size() - 1);
+  auto& args = args_;
+  args.clear();
   for (size_t i = 1; i < frames.size(); ++i)
     args.emplace_back(static_cast<const char*>(frames[i].data()), frames[i].size());
+  serve(frames[0].to_string(), args, received, frames.size() > 1 ? &frames[1] : nullptr);
+}
+
+void engine_bridge::serve(std::string identity, const std::vector<std::string_view>& args,
+                          clock::time_point received, zmq::message_t* first_frame) {
   // subscribe_kv_events and its stream control frames (lmcache_wire/lmcache_kv_events.hpp).
   if (args.size() == 3 && args[1].empty() && streams_.control(identity, args[0], args[2]))
     return;
@@ -193,11 +204,14 @@ void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
   mp_call call{std::move(identity), std::move(req), std::nullopt, received};
   if (auto known = releases_.find(call.identity); known != releases_.end())
     call.legacy_client = known->second == client_release::legacy;
-  if (ipc_ && (call.request->op == mp_op::register_kv_cache
+  // Over ipc:// the peer's uid comes with its frames; a gRPC client has
+  // none (first_frame null): its endpoint's own rule applies (a 0600 unix
+  // socket, or the sidecar's uid as over tcp://).
+  if (ipc_ && first_frame && (call.request->op == mp_op::register_kv_cache
                || call.request->op == mp_op::register_kv_cache_engine_driven_context)) {
     // The identity frame is made up by the ROUTER; the peer's metadata
     // travels on the frames it sent.
-    call.peer_uid = peer_uid(frames[1]);
+    call.peer_uid = peer_uid(*first_frame);
     if (!call.peer_uid) {
       reject(hex(call.identity), hex(call.request->uid_frame), to_string(call.request->op),
              error{"no_peer_credentials", "the ipc:// peer's uid is unknown; registration "
@@ -339,6 +353,16 @@ void engine_bridge::route(mp_call call) {
 }
 
 void engine_bridge::send_reply(const mp_reply& r) {
+  if (is_grpc_identity(r.identity)) {
+    // Its RPC is the gRPC bridge's (lmcache_frames).
+    if (grpc_) {
+      ++replies_;
+      if (r.received != clock::time_point{})
+        latency_[r.op].observe(std::chrono::duration<double>(clock::now() - r.received).count());
+      send(grpc_, r);
+    }
+    return;
+  }
   try {
     // The identity frame decides for the whole message (the HWM counts
     // whole messages): not sent means nothing of it went out.
@@ -368,6 +392,7 @@ void engine_bridge::send_reply(const mp_reply& r) {
 stats_snapshot engine_bridge::snapshot() {
   stats_snapshot s;
   s.counter("requests", "kvsidecar_cache_requests_total", requests_)
+    .counter("grpc_requests", "kvsidecar_cache_grpc_requests_total", grpc_requests_)
     .counter("replies", "kvsidecar_cache_replies_total", replies_)
     .log_only("rejected", rejected_.total());
   rejected_.add_to(s);

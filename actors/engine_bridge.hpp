@@ -1,5 +1,6 @@
 // engine_bridge: the ROUTER LMCache engine connectors talk to (see
-// actors/interfaces.hpp). Simple ops are answered here (get_chunk_size,
+// actors/interfaces.hpp), and the server of the requests the gRPC bridge
+// hands it (lmcache_frames: the same frames, the same path). Simple ops are answered here (get_chunk_size,
 // noop, ping's reply); the rest go to the session router
 // (actors/session_router.hpp). A bad request is logged with peer, uid, op
 // and reason, counted, answered with the failure reply when it has a uid
@@ -52,6 +53,11 @@ private:
 
   void arm_sweep();
   void on_request(std::vector<zmq::message_t>& frames);
+  /// One request from either transport: `args` are the frames after the
+  /// identity; `first_frame` the ZeroMQ frame carrying the peer's metadata
+  /// (nullptr for gRPC).
+  void serve(std::string identity, const std::vector<std::string_view>& args,
+             clock::time_point received, zmq::message_t* first_frame);
   void route(mp_call call);
   void send_reply(const mp_reply& r);
   void on_subscribe(const std::string& identity, const std::vector<std::string_view>& args);
@@ -63,6 +69,10 @@ private:
   engine_bridge_params p_;
   zmq::socket_t router_;
   std::vector<zmq::message_t> frames_; ///< the request being read (reused)
+  std::vector<std::string_view> args_; ///< its frames after the identity (reused)
+  /// The gRPC bridge (cache.grpc_endpoint), once it introduced itself: the
+  /// replies of requests with a grpc_identity() go there.
+  caf::actor grpc_;
   /// instance id -> ROUTER identity of the connection that registered it.
   /// Only that connection may re-register, unregister, store or retrieve
   /// through it, or keep it alive with pings; the binding ends when the
@@ -78,6 +88,7 @@ private:
   kv_event_streams streams_;
 
   uint64_t requests_ = 0;
+  uint64_t grpc_requests_ = 0; ///< of requests_, those that came over gRPC
   uint64_t replies_ = 0;
   uint64_t reply_drops_ = 0;      ///< client's reply queue at cache.hwm: reply dropped
   uint64_t reply_unroutable_ = 0; ///< client gone before its reply

@@ -1,6 +1,7 @@
 #include "app/cache_tree.hpp"
 
 #include "actors/engine_bridge.hpp"
+#include "actors/grpc_bridge.hpp"
 #include "actors/gpu_transfer.hpp"
 #include "actors/l1_prefault.hpp"
 #include "actors/l2_tier.hpp"
@@ -117,8 +118,19 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   ep.router = router;
   ep.store = st;
   ep.curve_secret_key = cfg.security.curve_secret_key;
-  out.input_bridges.push_back(
-    sys.spawn<engine_bridge, caf::detached>(ctx, supervisor, interval, ep));
+  auto engine = sys.spawn<engine_bridge, caf::detached>(ctx, supervisor, interval, ep);
+  out.input_bridges.push_back(engine);
+  if (!c.grpc_endpoint.empty()) {
+    grpc_bridge_params gp;
+    gp.server.endpoint = c.grpc_endpoint;
+    gp.server.max_inflight = c.hwm;
+    gp.server.tls_cert_file = c.grpc_tls_cert_file;
+    gp.server.tls_key_file = c.grpc_tls_key_file;
+    gp.server.tls_client_ca_file = c.grpc_tls_client_ca_file;
+    gp.engine = caf::actor_cast<engine_bridge_actor>(engine);
+    out.input_bridges.push_back(
+      sys.spawn<grpc_bridge, caf::detached>(ctx, supervisor, interval, gp));
+  }
   for (auto& a : {caf::actor_cast<caf::actor>(router), caf::actor_cast<caf::actor>(reg),
                   caf::actor_cast<caf::actor>(st), caf::actor_cast<caf::actor>(gpu)})
     out.workers.push_back(a);
@@ -127,6 +139,9 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   out.summary.push_back(fmt::format("engine_bridge {} -> session_router -> registry, "
                                     "session[rid] (on demand), store (L1 {} MiB, chunk {} tokens)",
                                     c.endpoint, c.l1_size >> 20, c.chunk_size));
+  if (!c.grpc_endpoint.empty())
+    out.summary.push_back(fmt::format("grpc_bridge {} -> engine_bridge (LMCache's gRPC transport)",
+                                      c.grpc_endpoint));
   out.summary.push_back(fmt::format("gpu_transfer ({} backend){}", backend->name(),
                                     events ? fmt::format(" ; store events -> publisher[dp={}]",
                                                          c.events_rank)

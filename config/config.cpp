@@ -153,6 +153,30 @@ long tcp_port(const std::string& ep) {
 
 } // namespace
 
+status check_grpc_endpoint(const std::string& ep) {
+  if (ep.empty())
+    return {};
+  if (ep.rfind("grpc+unix://", 0) == 0) {
+    auto path = ep.substr(12);
+    if (path.size() < 2 || path[0] != '/')
+      return make_error("bad_value", "expected an absolute socket path after grpc+unix:// (like "
+                                     "\"grpc+unix:///run/kvsidecar/lmcache.sock\"), got \"" + ep + "\"");
+    if (path.size() > 107)
+      return make_error("bad_value", "socket path longer than 107 bytes (sun_path): \"" + ep + "\"");
+    return {};
+  }
+  if (ep.rfind("grpc://", 0) == 0) {
+    auto port = tcp_port("tcp://" + ep.substr(7));
+    auto colon = ep.rfind(':');
+    if (port < 0 || port > 65535 || colon <= 7)
+      return make_error("bad_value", "expected grpc://host:port (like \"grpc://127.0.0.1:5556\"), got \""
+                                     + ep + "\"");
+    return {};
+  }
+  return make_error("bad_value", "expected \"\" (off), grpc://host:port or grpc+unix:///path, got \""
+                                 + ep + "\"");
+}
+
 expected<std::string> offset_endpoint(const std::string& ep, int64_t rank) {
   if (ep.empty() || rank == 0)
     return ep;
@@ -604,6 +628,21 @@ expected<config> finish(const toml::table& t, loader& l) {
                                      + std::to_string(k.events_rank));
 
   k.shm_allow_prefixes = r.strings("cache.shm_allow_prefixes", check_shm_prefix);
+  k.grpc_endpoint = r.str("cache.grpc_endpoint");
+  if (auto ok = check_grpc_endpoint(k.grpc_endpoint); !ok && !l.error)
+    l.fail_at("cache.grpc_endpoint", ok.error_value().detail);
+  k.grpc_tls_cert_file = r.str("cache.grpc_tls_cert_file");
+  k.grpc_tls_key_file = r.str("cache.grpc_tls_key_file");
+  k.grpc_tls_client_ca_file = r.str("cache.grpc_tls_client_ca_file");
+  if (!l.error && k.grpc_tls_cert_file.empty() != k.grpc_tls_key_file.empty())
+    l.fail_at(k.grpc_tls_cert_file.empty() ? "cache.grpc_tls_key_file" : "cache.grpc_tls_cert_file",
+              "TLS needs both cache.grpc_tls_cert_file and cache.grpc_tls_key_file (set both, or "
+              "neither)");
+  if (!l.error && !k.grpc_tls_client_ca_file.empty() && k.grpc_tls_cert_file.empty())
+    l.fail_at("cache.grpc_tls_client_ca_file",
+              "client certificates need TLS: set cache.grpc_tls_cert_file and cache.grpc_tls_key_file");
+  if (!l.error && !k.grpc_tls_cert_file.empty() && k.grpc_endpoint.rfind("grpc://", 0) != 0)
+    l.fail_at("cache.grpc_tls_cert_file", "TLS is for a grpc://host:port cache.grpc_endpoint");
 
   c.gpu.backend = r.one_of<gpu_backend>(
     "gpu.backend",

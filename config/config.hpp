@@ -85,6 +85,12 @@ struct cache_config {
   int64_t hwm = 0; ///< cache ROUTER send/receive HWM per client
   /// Chunks each engine-driven instance's staging pool holds (gpu/staging_pool.hpp).
   int64_t engine_driven_slots = 0;
+  /// LMCache's gRPC transport (actors/grpc_bridge.hpp): "" = off,
+  /// grpc://host:port or grpc+unix:///abs/path.
+  std::string grpc_endpoint;
+  std::string grpc_tls_cert_file;      ///< PEM; with the key: TLS on grpc://
+  std::string grpc_tls_key_file;
+  std::string grpc_tls_client_ca_file; ///< PEM; clients must present a certificate it signed
 };
 
 /// L2 tiers behind the L1 pool (l2/, actors/l2_tier.hpp).
@@ -177,6 +183,10 @@ status check_listen_address(const std::string& listen);
 /// vLLM's bind-or-connect rule: bind when the endpoint has `*` or `::` or is
 /// ipc:// or inproc://.
 bool endpoint_binds(const std::string& endpoint);
+
+/// cache.grpc_endpoint: "" (off), grpc://host:port (port 0-65535; 0 picks
+/// one) or grpc+unix:///absolute/path. Error kind "bad_value".
+status check_grpc_endpoint(const std::string& endpoint);
 
 /// True when only this machine can reach `endpoint`: ipc://, inproc://, or
 /// tcp:// on a loopback host (127.x.x.x, localhost, ::1).

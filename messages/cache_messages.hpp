@@ -51,6 +51,30 @@ struct mp_reply {
   uint8_t op = 0;                                   ///< the call's mp_op
 };
 
+/// An LMCache request or stream control that came over gRPC (actors/
+/// grpc_bridge.hpp), as the frames a ZeroMQ client of the same release
+/// sends after its identity (uid · op · args, or uid · "" · ack|cancel):
+/// the engine bridge serves it on the path every ZeroMQ request takes, so no
+/// op is implemented twice. Its replies go back to the gRPC bridge.
+struct lmcache_frames {
+  std::string identity; ///< grpc_identity(client id): never a ZeroMQ identity
+  std::vector<std::string> frames;
+  std::chrono::steady_clock::time_point received{};
+};
+
+/// The engine bridge's identity of a gRPC client: a 0 byte, "grpc", then
+/// the client's id (LMCache's lmcache-client-id-bin, or its peer address).
+/// ZeroMQ ROUTER identities never start with a 0 byte except its own
+/// 5-byte ones, so the two can never collide.
+inline std::string grpc_identity(std::string_view client) {
+  std::string id{"\0grpc", 5};
+  id.append(client);
+  return id;
+}
+inline bool is_grpc_identity(std::string_view identity) {
+  return identity.size() > 5 && identity.substr(0, 5) == std::string_view{"\0grpc", 5};
+}
+
 /// Builds the reply to `call` with `body` (nullopt = None).
 mp_reply make_reply(const mp_call& call, std::optional<std::string> body);
 /// The reply that makes the client's call fail at once with `why` (for a

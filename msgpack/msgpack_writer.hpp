@@ -152,6 +152,12 @@ public:
     sized(s.size(), 0xc4, 0xc5, 0xc6);
     raw(s.data(), s.size());
   }
+  /// ext8/16/32 (never fixext: every reader takes these for any length).
+  void ext(int8_t type, std::string_view s) {
+    sized(s.size(), 0xc7, 0xc8, 0xc9);
+    byte(static_cast<uint8_t>(type));
+    raw(s.data(), s.size());
+  }
 
 private:
   static void be(char* p, uint64_t v, int n) {

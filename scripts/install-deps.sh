@@ -11,6 +11,7 @@ DEB_PACKAGES=(
   prometheus-cpp-dev
   clang libclang-rt-14-dev python3 python3-pip
   libhiredis-dev redis-server redis-tools
+  libgrpc++-dev libprotobuf-dev protobuf-compiler
 )
 
 # One dpkg-query for all of them (a dpkg -s per package takes seconds on

@@ -9,6 +9,7 @@
 #   config, l2                core log
 #   gpu                       core log messages
 #   metrics                   core log messages
+#   lmcache_grpc              core msgpack lmcache_wire messages
 #   actors                    everything above except metrics
 #   app                       everything
 # Run: cmake -DSRC=<repo> -P tests/layering.cmake (ctest: layering).
@@ -25,11 +26,12 @@ set(allowed_config "core;log;config")
 set(allowed_l2 "core;log;l2")
 set(allowed_gpu "core;log;messages;gpu")
 set(allowed_metrics "core;log;messages;metrics")
-set(allowed_actors "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;actors")
-set(allowed_app "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;metrics;actors;app")
+set(allowed_lmcache_grpc "core;cache;msgpack;lmcache_wire;messages;lmcache_grpc")
+set(allowed_actors "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;lmcache_grpc;actors")
+set(allowed_app "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;metrics;lmcache_grpc;actors;app")
 
 set(violations "")
-foreach(folder log core msgpack cache events_wire lmcache_wire messages relay config l2 gpu metrics actors app)
+foreach(folder log core msgpack cache events_wire lmcache_wire messages relay config l2 gpu metrics lmcache_grpc actors app)
   file(GLOB files ${SRC}/${folder}/*.hpp ${SRC}/${folder}/*.cpp ${SRC}/${folder}/*.cu)
   foreach(f ${files})
     file(STRINGS ${f} lines REGEX "^#include \"[a-z0-9_]+/")

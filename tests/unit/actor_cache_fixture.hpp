@@ -94,7 +94,9 @@ inline engine_bridge_actor::behavior_type fake_bridge(engine_bridge_actor::point
                                                       bridge_log* log) {
   return {[log](mp_reply& r) { log->replies.push_back(std::move(r)); },
           [log](kv_event_records& r) { log->records += r.records.size(); },
-          [log](reaped_atom, int64_t id) { log->reaped.push_back(id); }};
+          [log](reaped_atom, int64_t id) { log->reaped.push_back(id); },
+          // The gRPC transport's messages: nothing in these tests sends them.
+          [](lmcache_frames&) {}, [](grpc_atom, caf::actor&) {}};
 }
 
 /// A reply or the error a request failed with.

@@ -1,0 +1,71 @@
+#include "actors/grpc_bridge.hpp"
+
+#include "config/config.hpp"
+#include "log/log.hpp"
+
+#include <caf/send.hpp>
+
+namespace kvs {
+
+grpc_bridge::grpc_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor supervisor,
+                         std::chrono::nanoseconds stats_interval, grpc_bridge_params params)
+  : zmq_bridge(cfg, ctx, "grpc_bridge", "", std::move(supervisor), stats_interval),
+    p_(std::move(params)) {}
+
+std::optional<std::string> grpc_bridge::open() {
+  // First, so the engine bridge knows where replies go before any request.
+  send(p_.engine, grpc_atom_v, caf::actor_cast<caf::actor>(this));
+  auto self = caf::actor_cast<caf::actor>(this);
+  auto engine = p_.engine;
+  // Called on the completion queue's thread: a send, nothing else.
+  server_ = std::make_unique<grpc_server>(p_.server, [self, engine](lmcache_frames f) {
+    caf::send_as(self, engine, std::move(f));
+  });
+  if (auto err = server_->start())
+    return err;
+  KVS_INFO(label(), "bound {} (cache.grpc_endpoint): serving LMCache's gRPC transport (0.5.6 "
+                    "and 0.5.7 services){}",
+           server_->bound(), p_.server.tls_cert_file.empty() ? "" : " over TLS");
+  const auto& ep = p_.server.endpoint;
+  if (ep.rfind("grpc://", 0) == 0 && !endpoint_is_local("tcp://" + ep.substr(7))
+      && p_.server.tls_client_ca_file.empty())
+    KVS_WARN(label(), "cache.grpc_endpoint = \"{}\" is reachable from the network: any client "
+                      "that reaches it can register shared memory the sidecar's user may open "
+                      "(bind 127.0.0.1 or a grpc+unix:// path, or require client certificates "
+                      "with cache.grpc_tls_client_ca_file)",
+             ep);
+  return std::nullopt;
+}
+
+caf::behavior grpc_bridge::handlers() {
+  return {
+    [this](mp_reply& r) { server_->deliver(std::move(r)); },
+  };
+}
+
+void grpc_bridge::close_sockets() {
+  // The server's shutdown handshake: in-flight calls cancelled, its queue
+  // drained and its thread joined before this bridge's thread ends.
+  if (server_)
+    server_->stop();
+  zmq_bridge::close_sockets();
+}
+
+stats_snapshot grpc_bridge::snapshot() {
+  stats_snapshot s;
+  if (!server_)
+    return s;
+  const auto& c = server_->counters();
+  auto get = [](const auto& a) { return a.load(std::memory_order_relaxed); };
+  s.counter("calls", "kvsidecar_grpc_calls_total", get(c.calls))
+    .counter("replies", "kvsidecar_grpc_replies_total", get(c.replies))
+    .counter("failed", "kvsidecar_grpc_failed_total", get(c.failed))
+    .counter("bad_requests", "kvsidecar_grpc_bad_requests_total", get(c.bad_requests))
+    .counter("unimplemented", "kvsidecar_grpc_unimplemented_total", get(c.unimplemented))
+    .counter("overloaded", "kvsidecar_grpc_overloaded_total", get(c.overloaded))
+    .counter("cancelled", "kvsidecar_grpc_cancelled_total", get(c.cancelled))
+    .gauge("streams", "kvsidecar_grpc_kv_event_streams", get(c.streams));
+  return s;
+}
+
+} // namespace kvs

@@ -1,0 +1,293 @@
+// LMCache's gRPC messages <-> ZeroMQ frames (lmcache_grpc/grpc_transcode.hpp):
+// the frames a gRPC request becomes decode, with the shared decoder, to the
+// request a ZeroMQ client of the same release sends; replies come back as
+// the RPC's response messages, parsed here with the protos' own classes.
+#include <doctest/doctest.h>
+
+#include "lmcache_grpc/grpc_methods.hpp"
+#include "lmcache_grpc/grpc_transcode.hpp"
+#include "lmcache_wire/lmcache_failure.hpp"
+#include "lmcache_wire/lmcache_kv_events.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
+
+#include "engine_driven_service.pb.h"
+#include "kv_event_service.pb.h"
+#include "lmcache_driven_service.pb.h"
+#include "lookup_service.pb.h"
+#include "management_service.pb.h"
+
+#include <string>
+#include <vector>
+
+using namespace kvs;
+namespace pb = lmcache::mp;
+
+namespace {
+
+std::string bytes(std::initializer_list<int> b) {
+  std::string s;
+  for (int v : b)
+    s.push_back(static_cast<char>(v));
+  return s;
+}
+
+/// The frames of `path` for `msg`, decoded as the engine bridge decodes a
+/// ZeroMQ request.
+template <class Message>
+mp_request decoded(std::string_view path, const Message& msg,
+                   client_release dialect = client_release::unknown) {
+  const auto* m = find_grpc_method(path);
+  REQUIRE(m != nullptr);
+  auto frames = grpc_request_frames(*m, msg.SerializeAsString(), dialect, 7);
+  REQUIRE_MESSAGE(frames, (frames ? "" : frames.error_value().detail));
+  std::vector<std::string_view> views(frames->begin(), frames->end());
+  auto req = decode_mp_request(views);
+  REQUIRE_MESSAGE(req, (req ? "" : req.error_value().detail));
+  CHECK(grpc_call_id(req->uid_frame) == 7u);
+  return std::move(*req);
+}
+
+pb::IpcCacheServerKey key(std::string tokens_field, int64_t end) {
+  pb::IpcCacheServerKey k;
+  k.set_model_name("m");
+  k.set_world_size(1);
+  k.set_token_bytes(std::move(tokens_field));
+  k.set_end(end);
+  k.set_request_id("r");
+  k.set_num_kv_readers(1);
+  return k;
+}
+
+// Tokens [1, 2, 3, 300, 70000] as each release's generated client encodes
+// them (LMCache's common_pb2, field 4: 0.5.6 packed varints, 0.5.7 BE uint32).
+const std::string tokens_056 = bytes({0x01, 0x02, 0x03, 0xac, 0x02, 0xf0, 0xa2, 0x04});
+const std::string tokens_057 = bytes({0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 1, 0x2c, 0, 1, 0x11, 0x70});
+const std::vector<uint32_t> tokens_expected{1, 2, 3, 300, 70000};
+
+} // namespace
+
+TEST_CASE("grpc methods: both releases' services, one table") {
+  const auto* a = find_grpc_method("/lmcache.mp.ControllerService/GetChunkSize");
+  const auto* b = find_grpc_method("/lmcache.mp.ManagementService/GetChunkSize");
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->op == mp_op::get_chunk_size);
+  CHECK(a->release == client_release::v0_5_6);
+  CHECK(b->release == client_release::v0_5_7);
+  const auto* l = find_grpc_method("/lmcache.mp.LookupService/Lookup");
+  REQUIRE(l);
+  CHECK(l->release == client_release::unknown);
+  const auto* s = find_grpc_method("/lmcache.mp.KVEventService/SubscribeKvEvents");
+  REQUIRE(s);
+  CHECK(s->subscribe);
+  CHECK(op_name(*s) == "subscribe_kv_events");
+  CHECK(find_grpc_method("/lmcache.mp.BlendService/CbRegisterRope") == nullptr);
+  CHECK(find_grpc_method("") == nullptr);
+  CHECK(find_grpc_method("/lmcache.mp.LookupService/Lookup/") == nullptr);
+}
+
+TEST_CASE("grpc lookup: each release's token field decodes to the same tokens") {
+  pb::LookupRequest r56;
+  *r56.mutable_key() = key(tokens_056, 5);
+  r56.set_tp_size(1);
+  auto q56 = decoded("/lmcache.mp.LookupService/Lookup", r56, client_release::v0_5_6);
+  CHECK(q56.op == mp_op::lookup);
+  CHECK(q56.release == client_release::v0_5_6);
+  const auto& k56 = std::get<lookup_req>(q56.body).key;
+  CHECK(k56.token_ids == tokens_expected);
+  CHECK(k56.model_name == "m");
+  CHECK(k56.end == 5);
+  CHECK(k56.request_id == "r");
+  CHECK(k56.num_kv_readers == 1);
+  CHECK_FALSE(k56.worker_id.has_value());
+
+  pb::LookupRequest r57;
+  *r57.mutable_key() = key(tokens_057, 5);
+  r57.mutable_key()->set_worker_id(3);
+  r57.set_tp_size(1);
+  auto q57 = decoded("/lmcache.mp.LookupService/Lookup", r57, client_release::v0_5_7);
+  CHECK(q57.release == client_release::v0_5_7);
+  const auto& k57 = std::get<lookup_req>(q57.body).key;
+  CHECK(k57.token_ids == tokens_expected);
+  CHECK(k57.worker_id == 3);
+}
+
+TEST_CASE("grpc: an unlatched client's token field is told apart by its shape") {
+  CHECK(guess_token_release(tokens_057) == client_release::v0_5_7);
+  CHECK(guess_token_release(tokens_056) == client_release::v0_5_6);
+  CHECK(guess_token_release("") == client_release::v0_5_6);
+  // A multiple of 4 bytes with a word above 2^24: varints, not a token word.
+  CHECK(guess_token_release(bytes({0x81, 0x01, 0x02, 0x03})) == client_release::v0_5_6);
+  pb::LookupRequest r;
+  *r.mutable_key() = key(tokens_057, 5);
+  auto q = decoded("/lmcache.mp.LookupService/Lookup", r);
+  CHECK(std::get<lookup_req>(q.body).key.token_ids == tokens_expected);
+}
+
+TEST_CASE("grpc: bad fields are refused, naming the message and the field") {
+  const auto* m = find_grpc_method("/lmcache.mp.LookupService/Lookup");
+  REQUIRE(m);
+  pb::LookupRequest r;
+  // 2^33 as a varint: not a token id.
+  *r.mutable_key() = key(bytes({0x80, 0x80, 0x80, 0x80, 0x20}), 1);
+  auto f = grpc_request_frames(*m, r.SerializeAsString(), client_release::v0_5_6, 1);
+  REQUIRE_FALSE(f);
+  CHECK(f.error_value().kind == "bad_request");
+  CHECK(f.error_value().detail.find("LookupRequest.key: token_ids[0]") != std::string::npos);
+  // Truncated varint.
+  *r.mutable_key() = key(bytes({0x01, 0x80}), 1);
+  f = grpc_request_frames(*m, r.SerializeAsString(), client_release::v0_5_6, 1);
+  REQUIRE_FALSE(f);
+  CHECK(f.error_value().detail.find("truncated varint") != std::string::npos);
+  // Not a protobuf message at all.
+  f = grpc_request_frames(*m, bytes({0xff, 0xff, 0xff}), client_release::v0_5_6, 1);
+  REQUIRE_FALSE(f);
+  CHECK(f.error_value().detail.find("LookupRequest: not a valid protobuf message") !=
+        std::string::npos);
+  // request_configs that are not one msgpack value.
+  *r.mutable_key() = key(tokens_056, 5);
+  r.mutable_key()->set_encoded_request_configs(bytes({0x81}));
+  f = grpc_request_frames(*m, r.SerializeAsString(), client_release::v0_5_6, 1);
+  REQUIRE_FALSE(f);
+  CHECK(f.error_value().detail.find("encoded_request_configs") != std::string::npos);
+}
+
+TEST_CASE("grpc free_lookup_locks and prepare_store carry 0.5.7's third argument") {
+  pb::FreeLookupLocksRequest r;
+  *r.mutable_key() = key(tokens_057, 0);
+  r.set_tp_size(1);
+  auto* e = r.add_extra_ranges();
+  e->set_start(0);
+  e->set_end(256);
+  auto q = decoded("/lmcache.mp.LookupService/FreeLookupLocks", r, client_release::v0_5_7);
+  const auto& b = std::get<free_lookup_locks_req>(q.body);
+  REQUIRE(b.extra_ranges.size() == 1);
+  CHECK(b.extra_ranges[0] == std::pair<int64_t, int64_t>{0, 256});
+  CHECK(q.release == client_release::v0_5_7);
+  // 0.5.6: two arguments (an empty extra_ranges is not on the wire).
+  pb::FreeLookupLocksRequest r56;
+  *r56.mutable_key() = key(tokens_056, 5);
+  auto q56 = decoded("/lmcache.mp.LookupService/FreeLookupLocks", r56, client_release::v0_5_6);
+  CHECK(q56.release == client_release::v0_5_6);
+  CHECK(std::get<free_lookup_locks_req>(q56.body).extra_ranges.empty());
+
+  pb::PrepareStoreRequest p;
+  *p.mutable_key() = key(tokens_057, 5);
+  p.set_instance_id(9);
+  auto qp = decoded("/lmcache.mp.EngineDrivenService/PrepareStore", p, client_release::v0_5_7);
+  CHECK(qp.release == client_release::v0_5_7);
+  CHECK(std::get<prepare_store_req>(qp.body).instance_id == 9);
+}
+
+TEST_CASE("grpc engine-driven registration: 0.5.7's group_layouts even when empty") {
+  pb::RegisterKvCacheEngineDrivenContextRequest r;
+  r.set_instance_id(42);
+  r.set_model_name("m");
+  r.set_world_size(1);
+  r.set_block_size(16);
+  r.set_num_layers(2);
+  r.set_hidden_dim_size(512);
+  r.set_dtype_str("bfloat16");
+  auto q57 = decoded("/lmcache.mp.EngineDrivenService/RegisterKvCacheEngineDrivenContext", r,
+                     client_release::v0_5_7);
+  const auto& b57 = std::get<register_engine_driven_req>(q57.body);
+  CHECK(b57.group_layouts == 0u);
+  CHECK(q57.release == client_release::v0_5_7);
+  CHECK_FALSE(b57.num_physical_slots.has_value());
+  auto q56 = decoded("/lmcache.mp.EngineDrivenService/RegisterKvCacheEngineDrivenContext", r,
+                     client_release::v0_5_6);
+  CHECK_FALSE(std::get<register_engine_driven_req>(q56.body).group_layouts.has_value());
+  CHECK(q56.release == client_release::v0_5_6);
+}
+
+TEST_CASE("grpc replies: msgpack bodies become the RPC's response messages") {
+  auto m = [](std::string_view p) { return *find_grpc_method(p); };
+  // store: (event_handle, ok)
+  auto store = grpc_response(m("/lmcache.mp.LMCacheDrivenService/Store"),
+                             encode_reply_event_ok("ev", true));
+  REQUIRE(store);
+  pb::StoreResponse sr;
+  REQUIRE(sr.ParseFromString(*store));
+  CHECK(sr.result().event_ipc_handle() == "ev");
+  CHECK(sr.result().success());
+  // get_chunk_size: int
+  auto cs = grpc_response(m("/lmcache.mp.ManagementService/GetChunkSize"), encode_reply_int(256));
+  REQUIRE(cs);
+  pb::GetChunkSizeResponse c;
+  REQUIRE(c.ParseFromString(*cs));
+  CHECK(c.chunk_size() == 256);
+  // wait_prefetch_status: int | None
+  auto w = grpc_response(m("/lmcache.mp.LookupService/WaitPrefetchStatus"), encode_reply_int(4));
+  REQUIRE(w);
+  pb::WaitPrefetchStatusResponse wr;
+  REQUIRE(wr.ParseFromString(*w));
+  CHECK(wr.has_chunk_count());
+  CHECK(wr.chunk_count() == 4);
+  auto none = grpc_response(m("/lmcache.mp.LookupService/QueryPrefetchStatus"), std::nullopt);
+  REQUIRE(none);
+  CHECK(none->empty());
+  // get_experimental: list[str]
+  auto ge = grpc_response(m("/lmcache.mp.ControllerService/GetExperimental"),
+                          encode_reply_str_list({"kv_event_stream"}));
+  REQUIRE(ge);
+  pb::GetExperimentalResponse g;
+  REQUIRE(g.ParseFromString(*ge));
+  REQUIRE(g.names_size() == 1);
+  CHECK(g.names(0) == "kv_event_stream");
+  // engine-driven context: a map; prepare_store's context travels as msgpack bytes.
+  auto ctx = grpc_response(m("/lmcache.mp.EngineDrivenService/RegisterKvCacheEngineDrivenContext"),
+                           encode_reply_engine_driven_context("/kvs_x", 1 << 20, 0));
+  REQUIRE(ctx);
+  pb::RegisterKvCacheEngineDrivenContextResponse cr;
+  REQUIRE(cr.ParseFromString(*ctx));
+  CHECK(cr.shm_name() == "/kvs_x");
+  CHECK(cr.pool_size() == (1 << 20));
+  shm_slot_desc slot{4096, 1024, {2, 2, 16, 8}, "bfloat16"};
+  auto ps = grpc_response(m("/lmcache.mp.EngineDrivenService/PrepareStore"),
+                          encode_reply_prepare_store({slot}, {0}));
+  REQUIRE(ps);
+  pb::PrepareStoreResponse pr;
+  REQUIRE(pr.ParseFromString(*ps));
+  // The context is the "context" value of the ZeroMQ body, byte for byte.
+  const auto zmq_body = encode_reply_prepare_store({slot}, {0});
+  CHECK(zmq_body.find(pr.encoded_context()) != std::string::npos);
+  CHECK(static_cast<uint8_t>(pr.encoded_context()[0]) == 0x82); // {slots, chunk_indices}
+  // A body of the wrong shape is a bug, reported, not sent.
+  auto bad = grpc_response(m("/lmcache.mp.LMCacheDrivenService/Store"), encode_reply_int(1));
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error_value().kind == "bad_reply");
+}
+
+TEST_CASE("grpc: failure replies' reason, and kv event batches") {
+  CHECK(grpc_failure_text(encode_mp_failure_op("negotiate_chunk_size: no")) ==
+        "kvsidecar: negotiate_chunk_size: no");
+  CHECK(grpc_failure_text("") == "the server refused the request");
+
+  kv_event_record rec;
+  rec.seq = 3;
+  rec.model_name = "m";
+  rec.block_hashes = {0x0102030405060708ULL};
+  rec.parent_block_hash = 9;
+  rec.token_ids = {1, 2};
+  kv_event_batch_out out;
+  out.enabled = true;
+  out.incarnation = 11;
+  out.next_cursor = 4;
+  out.events = {&rec};
+  auto b = grpc_kv_event_batch(encode_kv_event_batch(out));
+  REQUIRE(b);
+  pb::KVEventBatch batch;
+  REQUIRE(batch.ParseFromString(*b));
+  CHECK(batch.enabled());
+  CHECK(batch.incarnation() == 11);
+  CHECK(batch.next_cursor() == 4);
+  REQUIRE(batch.events_size() == 1);
+  const auto& e = batch.events(0);
+  CHECK(e.seq() == 3);
+  CHECK(e.kind() == "stored");
+  CHECK(e.medium() == "CPU");
+  REQUIRE(e.block_hashes_size() == 1);
+  CHECK(e.block_hashes(0) == bytes({1, 2, 3, 4, 5, 6, 7, 8}));
+  CHECK(e.has_parent_block_hash());
+  CHECK(e.token_ids_size() == 2);
+}
