@@ -36,7 +36,7 @@ from kvsidecar_harness import (FakeEngine, Sidecar, Subscriber, free_port_range,
 from lmcache_client import MPClient  # noqa: E402
 
 CHUNK = 256
-STATS_RE = re.compile(r"\s(store|engine_bridge|session_router|registry|l2|gpu_transfer(?:\[\w+\])?)#\d+ stats: (.*)$")
+STATS_RE = re.compile(r"\s(store|engine_bridge|grpc_bridge|session_router|registry|l2|gpu_transfer(?:\[\w+\])?)#\d+ stats: (.*)$")
 SLOTS_RE = re.compile(r"store#\d+ chunk slots of (\d+) KiB: (\d+) slots in L1")
 
 BASE_OVERRIDES: dict[str, Any] = {

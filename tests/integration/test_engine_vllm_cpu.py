@@ -141,9 +141,12 @@ def model_dir(tmp_path_factory) -> Path:
 class Harness:
     """One kvsidecar (restartable on its port) and the engines pointed at it."""
 
-    def __init__(self, tmp: Path, model: Path, mode: str):
+    def __init__(self, tmp: Path, model: Path, mode: str, grpc: bool = False):
         self.tmp, self.model, self.mode = tmp, model, mode
         self.port = free_port_range(1)
+        # With grpc the engine's connector talks to cache.grpc_endpoint
+        # (LMCache's gRPC transport) instead of cache.endpoint.
+        self.grpc_port = free_port_range(1) if grpc else 0
         # KV events: the engine's publisher (vLLM binds), the sidecar's PUB
         # and replay ROUTER (the sidecar binds; the same ports after a
         # restart, so routers reconnect by themselves).
@@ -160,6 +163,8 @@ class Harness:
                   "events.ingest_endpoint": f"tcp://127.0.0.1:{self.ingest_port}",
                   "events.endpoint": f"tcp://*:{self.pub_port}",
                   "events.replay_endpoint": f"tcp://*:{self.replay_port}"})
+        if grpc:
+            o["cache.grpc_endpoint"] = f"grpc://127.0.0.1:{self.grpc_port}"
         self.overrides = o
         self.sidecars: list[Sidecar] = []
         self.engines: list[ve.EngineProcess] = []
@@ -181,9 +186,10 @@ class Harness:
     def engine(self, before_ready=None) -> ve.EngineProcess:
         """Starts an engine (its KV event publisher on ingest_port); calls
         before_ready() while it starts (~50 s) to overlap other set-up."""
-        e = ve.EngineProcess(self.model, self.port, self.mode,
+        e = ve.EngineProcess(self.model, self.grpc_port or self.port, self.mode,
                              self.tmp / f"engine{len(self.engines)}.log",
                              extra_args=["--extra", _json(EXTRA)],
+                             host="grpc://127.0.0.1" if self.grpc_port else "tcp://127.0.0.1",
                              kv_events_endpoint=f"tcp://*:{self.ingest_port}")
         self.engines.append(e)
         try:
@@ -354,17 +360,22 @@ def reset_prefix_cache(eng: ve.EngineProcess, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
-def sidecar_stored(h: Harness) -> int:
-    """The sidecar's latest `store` stats `stored` counter (0 before any)."""
+def sidecar_stats(h: Harness, actor: str) -> dict:
+    """The sidecar's latest stats line of `actor`, parsed ({} before any)."""
     sc = h.sidecar
     if sc is None:
-        return 0
+        return {}
     last = None
     for line in sc.lines():
         m = STATS_RE.search(line)
-        if m and m.group(1) == "store":
+        if m and m.group(1) == actor:
             last = m.group(2)
-    return int(parse_stats(last).get("stored", 0)) if last else 0
+    return parse_stats(last) if last else {}
+
+
+def sidecar_stored(h: Harness) -> int:
+    """The sidecar's latest `store` stats `stored` counter (0 before any)."""
+    return int(sidecar_stats(h, "store").get("stored", 0))
 
 
 def store_then_hit(h: Harness, eng: ve.EngineProcess, p: list[int], what: str,
@@ -510,3 +521,24 @@ def test_vllm_cpu_engine_uses_kvsidecar(harness, router):
     assert ids == ids3
     print(f"[{h.mode}] engine start {eng.ready['start_seconds']} s / "
           f"{eng2.ready['start_seconds']} s; outage prompt answered in {down_s:.1f} s")
+
+
+def test_vllm_cpu_engine_over_grpc(tmp_path, model_dir):
+    """vLLM's own LMCacheMPConnector with a grpc:// server URL (LMCache
+    0.5.6's gRPC client, picked by RequestClientFactory from the scheme):
+    registration, store, a prefix-cache reset and the hit, all over
+    kvsidecar's gRPC transport; the same ids; nothing on cache.endpoint."""
+    h = Harness(tmp_path, model_dir, "lmcache_driven", grpc=True)
+    try:
+        h.start_sidecar()
+        eng = h.engine()
+        store_then_hit(h, eng, ve.prompt(head=5), "over gRPC")
+        wait_until(lambda: sidecar_stats(h, "grpc_bridge").get("calls", 0) > 0, 15.0,
+                   "the grpc_bridge stats line")
+        g, eb = sidecar_stats(h, "grpc_bridge"), sidecar_stats(h, "engine_bridge")
+        # Every request the engine sent came over gRPC (registration, lookups, stores, pings).
+        assert eb.get("requests", 0) > 0 and eb.get("grpc_requests") == eb.get("requests"), eb
+        assert g.get("bad_requests", 0) == 0 and g.get("unimplemented", 0) == 0, g
+        assert g.get("failed", 0) == 0, g
+    finally:
+        h.close()
