@@ -8,8 +8,12 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <deque>
 #include <fstream>
@@ -33,6 +37,21 @@ constexpr size_t max_known_clients = 65536;
 /// Unanswered requests in the whole server at most.
 constexpr size_t max_calls = 65536;
 constexpr std::string_view client_id_key = "lmcache-client-id-bin";
+
+/// Whether a process accepts connections on the unix socket at `path`.
+bool unix_socket_answers(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path))
+    return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return false;
+  const bool live = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return live;
+}
 
 std::optional<std::string> read_file(const std::string& path, std::string& out) {
   std::ifstream in(path, std::ios::binary);
@@ -312,7 +331,13 @@ struct grpc_server::impl {
   void on_wrote(call* c, bool ok) {
     c->writing = false;
     if (!ok) {
-      unsubmit(c); // the client is gone; the done notification follows
+      // The client is gone (a write held by flow control fails when it
+      // dies): end its subscription now, as its done notification would.
+      if (c->id != 0) {
+        counters.cancelled.fetch_add(1, std::memory_order_relaxed);
+        control(c, "cancel");
+        unsubmit(c);
+      }
       return;
     }
     counters.replies.fetch_add(1, std::memory_order_relaxed);
@@ -404,12 +429,16 @@ std::optional<std::string> grpc_server::start() {
     if (unix_path.empty() || unix_path[0] != '/')
       return "cache.grpc_endpoint = \"" + ep + "\": expected an absolute path after grpc+unix://";
     address = "unix:" + unix_path;
-    // A socket left by a process that is gone; anything else is not ours.
+    // A socket left by a process that is gone is replaced; one a live
+    // server answers on, or anything else, is not ours to take.
     struct stat st {};
     if (::lstat(unix_path.c_str(), &st) == 0) {
       if (!S_ISSOCK(st.st_mode))
         return "cache.grpc_endpoint = \"" + ep + "\": " + unix_path
                + " exists and is not a socket";
+      if (unix_socket_answers(unix_path))
+        return "cache.grpc_endpoint = \"" + ep + "\": another server is listening on "
+               + unix_path;
       ::unlink(unix_path.c_str());
     }
   } else {

@@ -170,7 +170,8 @@ expected<std::string> mapping_frame(const std::string& bytes, std::string_view w
 
 /// Chooses the release for a shared-service request of an unlatched client.
 client_release key_release(client_release dialect, const pb::IpcCacheServerKey& k) {
-  return dialect != client_release::unknown ? dialect : guess_token_release(k.token_bytes());
+  return dialect != client_release::unknown ? dialect
+                                            : guess_token_release(k.token_bytes(), k.end());
 }
 
 using frames_t = std::vector<std::string>;
@@ -985,7 +986,7 @@ std::string grpc_failure_text(std::string_view op_frame) {
   return "the server refused the request";
 }
 
-client_release guess_token_release(std::string_view token_field) {
+client_release guess_token_release(std::string_view token_field, int64_t end) {
   const auto* p = reinterpret_cast<const uint8_t*>(token_field.data());
   const size_t n = token_field.size();
   if (n == 0 || n % 4 != 0)
@@ -993,6 +994,14 @@ client_release guess_token_release(std::string_view token_field) {
   for (size_t i = 0; i < n; i += 4)
     if (p[i] != 0)
       return client_release::v0_5_6;
+  // Words too few for the key's range: varints (e.g. token 0 repeated).
+  if (end > 0 && n / 4 < static_cast<uint64_t>(end)) {
+    size_t varints = 0;
+    for (size_t i = 0; i < n; ++i)
+      varints += (p[i] & 0x80) == 0;
+    if (varints >= static_cast<uint64_t>(end))
+      return client_release::v0_5_6;
+  }
   return client_release::v0_5_7;
 }
 

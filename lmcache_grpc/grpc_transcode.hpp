@@ -50,9 +50,10 @@ std::optional<uint64_t> grpc_call_id(std::string_view uid_frame);
 /// ..."; lmcache_wire/lmcache_failure.hpp).
 std::string grpc_failure_text(std::string_view op_frame);
 
-/// For a client whose release is not latched: v0_5_7 when `token_bytes` can
-/// only be 0.5.7's big-endian words (a multiple of 4 bytes, each word below
-/// 2^24 as every vocabulary is), else v0_5_6 (varints).
-client_release guess_token_release(std::string_view token_field);
+/// For a client whose release is not latched: v0_5_7 when the key's token
+/// field can only be 0.5.7's big-endian words (a multiple of 4 bytes, each
+/// word below 2^24 as every vocabulary is, and enough words for the key's
+/// `end` when varints would be), else v0_5_6 (varints).
+client_release guess_token_release(std::string_view token_field, int64_t end = 0);
 
 } // namespace kvs

