@@ -87,7 +87,7 @@ caf::behavior engine_bridge::handlers() {
                  to_string(p_.heartbeat_timeout));
       arm_sweep();
     },
-    [this](grpc_atom, caf::actor& grpc) { grpc_ = std::move(grpc); },
+    [this](grpc_atom, lmcache_reply_sink_ptr& sink) { grpc_ = std::move(sink); },
     [this](lmcache_frames& f) {
       ++requests_;
       ++grpc_requests_;
@@ -359,7 +359,7 @@ void engine_bridge::send_reply(const mp_reply& r) {
       ++replies_;
       if (r.received != clock::time_point{})
         latency_[r.op].observe(std::chrono::duration<double>(clock::now() - r.received).count());
-      send(grpc_, r);
+      grpc_->deliver(r);
     }
     return;
   }

@@ -70,9 +70,10 @@ private:
   zmq::socket_t router_;
   std::vector<zmq::message_t> frames_; ///< the request being read (reused)
   std::vector<std::string_view> args_; ///< its frames after the identity (reused)
-  /// The gRPC bridge (cache.grpc_endpoint), once it introduced itself: the
-  /// replies of requests with a grpc_identity() go there.
-  caf::actor grpc_;
+  /// The gRPC bridge's server (cache.grpc_endpoint), once it introduced
+  /// itself: the replies of requests with a grpc_identity() go there,
+  /// delivered on this thread.
+  lmcache_reply_sink_ptr grpc_;
   /// instance id -> ROUTER identity of the connection that registered it.
   /// Only that connection may re-register, unregister, store or retrieve
   /// through it, or keep it alive with pings; the binding ends when the

@@ -13,14 +13,15 @@ grpc_bridge::grpc_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor
     p_(std::move(params)) {}
 
 std::optional<std::string> grpc_bridge::open() {
-  // First, so the engine bridge knows where replies go before any request.
-  send(p_.engine, grpc_atom_v, caf::actor_cast<caf::actor>(this));
   auto self = caf::actor_cast<caf::actor>(this);
   auto engine = p_.engine;
   // Called on the completion queue's thread: a send, nothing else.
-  server_ = std::make_unique<grpc_server>(p_.server, [self, engine](lmcache_frames f) {
+  server_ = std::make_shared<grpc_server>(p_.server, [self, engine](lmcache_frames f) {
     caf::send_as(self, engine, std::move(f));
   });
+  // Where the replies go, in the engine bridge's mailbox before the server
+  // accepts its first call.
+  send(p_.engine, grpc_atom_v, lmcache_reply_sink_ptr{server_});
   if (auto err = server_->start())
     return err;
   KVS_INFO(label(), "bound {} (cache.grpc_endpoint): serving LMCache's gRPC transport (0.5.6 "
@@ -38,9 +39,7 @@ std::optional<std::string> grpc_bridge::open() {
 }
 
 caf::behavior grpc_bridge::handlers() {
-  return {
-    [this](mp_reply& r) { server_->deliver(std::move(r)); },
-  };
+  return {}; // replies go to the server directly (lmcache_reply_sink)
 }
 
 void grpc_bridge::close_sockets() {

@@ -7,7 +7,8 @@
 // (lmcache_grpc/grpc_server.hpp). Each RPC becomes the frames a ZeroMQ
 // client of the same LMCache release sends, handed to the engine bridge,
 // which decodes, checks (owners, limits, dialects) and routes it exactly as
-// a ZeroMQ request; the replies come back here and go out on their RPCs.
+// a ZeroMQ request, and hands each reply straight to the server
+// (lmcache_reply_sink), which writes it on its RPC.
 // So no op is implemented twice, and the tenant rules are the same.
 #pragma once
 
@@ -38,7 +39,7 @@ protected:
 
 private:
   grpc_bridge_params p_;
-  std::unique_ptr<grpc_server> server_;
+  std::shared_ptr<grpc_server> server_; ///< shared with the engine bridge (its reply sink)
 };
 
 } // namespace kvs

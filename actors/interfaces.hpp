@@ -83,13 +83,13 @@ using engine_bridge_actor = caf::typed_actor<
   caf::reacts_to<kv_event_records>,         ///< for subscribe_kv_events streams
   caf::reacts_to<reaped_atom, int64_t>,     ///< instance gone: free its binding
   caf::reacts_to<lmcache_frames>,           ///< a request that came over gRPC
-  caf::reacts_to<grpc_atom, caf::actor>>;   ///< where the gRPC replies go
+  caf::reacts_to<grpc_atom, lmcache_reply_sink_ptr>>; ///< where the gRPC replies go
 
-/// grpc_bridge (actors/grpc_bridge.hpp) — LMCache's gRPC transport
-/// (cache.grpc_endpoint): turns each RPC into the frames a ZeroMQ client
-/// sends and hands them to the engine bridge, which serves them as it serves
-/// ZeroMQ; sends the replies the engine bridge forwards back on their RPCs.
-using grpc_bridge_actor = caf::typed_actor<caf::reacts_to<mp_reply>>;
+// grpc_bridge (actors/grpc_bridge.hpp) — LMCache's gRPC transport
+// (cache.grpc_endpoint): turns each RPC into the frames a ZeroMQ client
+// sends and hands them to the engine bridge, which serves them as it serves
+// ZeroMQ and hands each reply to the bridge's server (lmcache_reply_sink).
+// It takes no messages of its own besides the bridges' stop / stats / metrics.
 
 /// session_router (actors/session_router.hpp) — routes decoded requests:
 /// registrations to the registry, CLEAR to the store, request-id ops to a

@@ -3,7 +3,6 @@
 #include "lmcache_grpc/grpc_methods.hpp"
 #include "lmcache_grpc/grpc_transcode.hpp"
 
-#include <grpcpp/alarm.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
@@ -66,7 +65,7 @@ std::optional<std::string> read_file(const std::string& path, std::string& out) 
 } // namespace
 
 struct grpc_server::impl {
-  enum class ev : uint8_t { accepted, read, wrote, finished, done, wake };
+  enum class ev : uint8_t { accepted, read, wrote, finished, done };
 
   struct call;
   struct tag {
@@ -105,27 +104,23 @@ struct grpc_server::impl {
   std::unique_ptr<grpc::Server> server;
   std::thread thread;
 
-  // Shared with deliver() and stop(); never held across a blocking call.
+  // Everything below is shared by the queue's thread (handle()) and the
+  // thread a reply is delivered on (the engine bridge's): one mutex, never
+  // held across a blocking call (posting an operation does not block).
   std::mutex mu;
-  std::deque<mp_reply> inbox;
-  grpc::Alarm wake;
-  tag t_wake{nullptr, ev::wake};
-  bool wake_set = false;
   bool stopping = false; ///< the queue is (being) shut down: post nothing
   bool stopped = false;
 
-  // Queue thread only.
   std::unordered_set<call*> all;                 ///< every live call object
   std::unordered_map<uint64_t, call*> submitted; ///< by uid: awaiting the reply
   std::unordered_map<std::string, client_release> releases;
   std::unordered_map<std::string, int64_t> inflight; ///< per client identity
   uint64_t next_id = 1;
 
-  // -- posting (under mu, never after the queue shut down) ----------------------
+  // -- posting (mu held; never after the queue shut down) ----------------------
 
   template <class Post>
   bool post(call* c, Post&& op) {
-    std::lock_guard<std::mutex> lock{mu};
     if (stopping)
       return false;
     ++c->pending;
@@ -361,17 +356,7 @@ struct grpc_server::impl {
   }
 
   void handle(tag* t, bool ok) {
-    if (t->e == ev::wake) {
-      std::deque<mp_reply> replies;
-      {
-        std::lock_guard<std::mutex> lock{mu};
-        replies.swap(inbox);
-        wake_set = false;
-      }
-      for (auto& r : replies)
-        on_reply(r);
-      return;
-    }
+    std::lock_guard<std::mutex> lock{mu};
     call* c = t->c;
     --c->pending;
     switch (t->e) {
@@ -380,7 +365,6 @@ struct grpc_server::impl {
       case ev::wrote: on_wrote(c, ok); break;
       case ev::finished: break;
       case ev::done: on_done(c); break;
-      case ev::wake: break;
     }
     // Gone when nothing posted for it is left to return (the done
     // notification included, once it started).
@@ -488,22 +472,23 @@ std::optional<std::string> grpc_server::start() {
     auto colon = address.rfind(':');
     d.bound = "grpc://" + address.substr(0, colon) + ":" + std::to_string(port);
   }
-  for (int i = 0; i < accept_ahead; ++i)
-    d.accept_one();
+  {
+    std::lock_guard<std::mutex> lock{d.mu};
+    for (int i = 0; i < accept_ahead; ++i)
+      d.accept_one();
+  }
   d.thread = std::thread([&d] { d.run(); });
   return std::nullopt;
 }
 
 void grpc_server::deliver(mp_reply r) {
+  // On the caller's thread: the write is posted from here, so a reply
+  // never waits for the queue's thread to wake up first.
   auto& d = *impl_;
   std::lock_guard<std::mutex> lock{d.mu};
-  if (d.stopping)
+  if (d.stopping || !d.server)
     return;
-  d.inbox.push_back(std::move(r));
-  if (!d.wake_set) {
-    d.wake_set = true;
-    d.wake.Set(d.cq.get(), gpr_now(GPR_CLOCK_MONOTONIC), &d.t_wake);
-  }
+  d.on_reply(r);
 }
 
 void grpc_server::stop() {
@@ -517,17 +502,15 @@ void grpc_server::stop() {
   {
     std::lock_guard<std::mutex> lock{d.mu};
     d.stopping = true;
-    if (d.wake_set)
-      d.wake.Cancel();
     d.cq->Shutdown();
   }
   if (d.thread.joinable())
     d.thread.join();
+  std::lock_guard<std::mutex> lock{d.mu};
   for (auto* c : d.all)
     delete c;
   d.all.clear();
   d.submitted.clear();
-  d.server.reset();
 }
 
 } // namespace kvs

@@ -6,8 +6,8 @@
 // releases' service names (grpc_methods.hpp) reach one table. A request is
 // turned into the frames a ZeroMQ client sends (grpc_transcode.hpp) and
 // handed to `submit` (the gRPC bridge actor forwards it to the engine
-// bridge); the reply comes back through deliver(), from any thread, and
-// wakes the queue with an alarm.
+// bridge); the reply comes back through deliver(), on the engine bridge's
+// thread, which posts its write at once.
 //
 // Limits as on the ZeroMQ endpoint: requests of at most 64 MiB; at most
 // `max_inflight` unanswered requests per client (cache.hwm; past it the
@@ -51,12 +51,12 @@ struct grpc_server_counters {
   std::atomic<int64_t> streams{0};         ///< open subscribe_kv_events streams
 };
 
-class grpc_server {
+class grpc_server final : public lmcache_reply_sink {
 public:
   using submit_fn = std::function<void(lmcache_frames)>;
 
   grpc_server(grpc_server_params params, submit_fn submit);
-  ~grpc_server(); ///< stop()
+  ~grpc_server() override; ///< stop()
   grpc_server(const grpc_server&) = delete;
   grpc_server& operator=(const grpc_server&) = delete;
 
@@ -64,8 +64,9 @@ public:
   std::optional<std::string> start();
   /// What it listens on: "grpc://127.0.0.1:40123", "grpc+unix:///run/kvs.sock".
   const std::string& bound() const;
-  /// The reply to a request this server submitted (any thread).
-  void deliver(mp_reply r);
+  /// The reply to a request this server submitted (any thread; the write
+  /// is posted on the caller's).
+  void deliver(mp_reply r) override;
   /// The shutdown handshake (idempotent).
   void stop();
   const grpc_server_counters& counters() const;

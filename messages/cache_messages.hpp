@@ -75,6 +75,17 @@ inline bool is_grpc_identity(std::string_view identity) {
   return identity.size() > 5 && identity.substr(0, 5) == std::string_view{"\0grpc", 5};
 }
 
+/// Where the engine bridge hands the replies of gRPC requests: the gRPC
+/// server (lmcache_grpc/grpc_server.hpp), whose deliver() is thread-safe
+/// and posts the write on the caller's thread, so a reply takes no further
+/// actor or thread hop. Shared: deliver() after the server stopped is a no-op.
+class lmcache_reply_sink {
+public:
+  virtual ~lmcache_reply_sink() = default;
+  virtual void deliver(mp_reply r) = 0;
+};
+using lmcache_reply_sink_ptr = std::shared_ptr<lmcache_reply_sink>;
+
 /// Builds the reply to `call` with `body` (nullopt = None).
 mp_reply make_reply(const mp_call& call, std::optional<std::string> body);
 /// The reply that makes the client's call fail at once with `why` (for a
