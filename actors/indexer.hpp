@@ -35,6 +35,7 @@ constexpr std::chrono::seconds min_trim_interval{1};
 struct indexer_params {
   int64_t rank = 0;
   size_t max_blocks = 0; ///< events.index_max_blocks
+  std::optional<int64_t> published_rank; ///< the dp_rank snapshots say when set (publisher_params)
   relay_queue_ptr queue; ///< its `indexing` count is released here
   std::chrono::nanoseconds stats_interval{};
 };

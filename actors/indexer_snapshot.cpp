@@ -25,7 +25,7 @@ void send_part(self_ptr self) {
   for (size_t k = 0; k < snapshot_batches_per_part && !part.last; ++k) {
     kv_event_batch b;
     b.ts = now_seconds();
-    b.dp_rank = st.p.rank;
+    b.dp_rank = st.p.published_rank.value_or(st.p.rank);
     part.last = st.index.snapshot_next(snapshot_blocks_per_batch, b.events);
     // The first batch always goes (it tells the router S even when the
     // rank holds no block); later empty ones are not worth a message.

@@ -66,7 +66,12 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
     encoded_batches out;
     out.items.reserve(in.items.size());
     for (auto& batch : in.items) {
-      if (!batch.dp_rank)
+      // A router may want every rank's endpoint to say 0
+      // (events.published_dp_rank = "zero"); pass-through bytes then get
+      // only their rank rewritten.
+      if (st.p.published_rank)
+        batch.dp_rank = st.p.published_rank;
+      else if (!batch.dp_rank)
         batch.dp_rank = st.p.rank;
       out.items.push_back(
         encoded_batch{st.next_seq++, encode(batch, st.p.dialect, st.p.pool.get())});

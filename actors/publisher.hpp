@@ -6,6 +6,7 @@
 #include "events_wire/kv_event_payload_pool.hpp"
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 namespace kvs {
@@ -22,6 +23,9 @@ struct publisher_params {
   payload_pool_ptr pool;
   std::chrono::nanoseconds stats_interval{};
   uint64_t first_seq = 0; ///< events.seq_start: 0, or the start time in microseconds
+  /// events.published_dp_rank = "zero": every batch says this (0); unset:
+  /// the batch's own rank (this rank where it has none).
+  std::optional<int64_t> published_rank;
 };
 
 struct publisher_state {

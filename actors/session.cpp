@@ -82,9 +82,12 @@ void answer_waiters(self_ptr self) {
 void on_lookup(self_ptr self, const lookup_req& r) {
   auto& st = self->state;
   auto cs = static_cast<size_t>(st.p.chunk_size);
-  // Lookups count the hit prefix from chunk 0 (LMCache's adapters look up
-  // from token 0), so the ledger's chunk indices are absolute.
-  auto hashes = key_hashes(r.key, cs, chunk_range(r.key, cs).second);
+  // The hit is counted from chunk 0 and the ledger's chunk indices are
+  // absolute. LMCache 0.5.7 sends key.start > 0 when the engine's own prefix
+  // cache holds the chunks below it: those are not looked for
+  // (store_lookup::begin). 0.5.6 looks up from chunk 0 whatever start says.
+  auto [begin, end] = chunk_range(r.key, cs);
+  auto hashes = key_hashes(r.key, cs, end);
   st.lookup_running = true;
   st.matched.reset();
   auto gen = ++st.lookup_generation;
@@ -93,7 +96,8 @@ void on_lookup(self_ptr self, const lookup_req& r) {
   auto world = static_cast<int32_t>(std::max<int64_t>(r.key.world_size, 1));
   self->request(st.p.store, caf::infinite,
                 store_lookup{st.p.request_id, std::move(hashes), world, 1, r.key.model_name,
-                             r.key.cache_salt})
+                             r.key.cache_salt,
+                             r.key.release == client_release::v0_5_7 ? std::min(begin, end) : 0})
     .then(
       [self, gen](uint64_t n) {
         auto& st = self->state;

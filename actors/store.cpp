@@ -145,11 +145,23 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
   return {
     [self](store_lookup& q) -> caf::result<uint64_t> {
       auto& st = self->state;
+      auto now = cache_clock::now();
+      // LMCache 0.5.7: the engine holds the chunks below key.start. They
+      // keep their recency; the lookup (locks, L2) covers only the rest,
+      // and the hit counts them (q.begin + what is found after them).
+      const size_t base = std::min(q.begin, q.hashes.size());
+      if (base > 0) {
+        for (size_t c = 0; c < base; ++c)
+          for (int32_t r = 0; r < std::max(q.world_size, 1); ++r)
+            st.index->touch(chunk_key{q.hashes[c], r});
+        q.hashes.erase(q.hashes.begin(), q.hashes.begin() + static_cast<ptrdiff_t>(base));
+      }
+      q.begin = base;
       auto hits = st.ledger->lookup(q.session, q.hashes.data(), q.hashes.size(), q.world_size,
-                                    q.readers_per_key, cache_clock::now());
+                                    q.readers_per_key, now, base);
       if (l2_wants_prefetch(self, q, hits)) // L2 hook: the rest of the prefix from L2
         return l2_prefetch(self, std::move(q), hits);
-      return static_cast<uint64_t>(hits);
+      return static_cast<uint64_t>(base + hits);
     },
     [self](store_release_range& q) {
       auto& ledger = *self->state.ledger;

@@ -136,14 +136,14 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
           rp.deliver(uint64_t{0}); // ended or superseded: nobody reads this
           return;
         }
-        rp.deliver(static_cast<uint64_t>(st.ledger->lookup(
-          q.session, q.hashes.data(), q.hashes.size(), q.world_size, q.readers_per_key,
-          cache_clock::now())));
+        rp.deliver(static_cast<uint64_t>(
+          q.begin + st.ledger->lookup(q.session, q.hashes.data(), q.hashes.size(), q.world_size,
+                                      q.readers_per_key, cache_clock::now(), q.begin)));
       },
       [self, q, l1_hits, rp, current](caf::error&) mutable {
         ++self->state.p.l2.prefetch_failures;
         current(q.session);
-        rp.deliver(l1_hits); // what L1 had, still locked
+        rp.deliver(q.begin + l1_hits); // what L1 had, still locked
       });
   return rp;
 }

@@ -64,6 +64,8 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     indexer_params xp;
     xp.rank = r;
     xp.max_blocks = static_cast<size_t>(ev.index_max_blocks);
+    if (ev.published_dp_rank_zero)
+      xp.published_rank = 0;
     xp.queue = queue;
     xp.stats_interval = interval;
     auto idx = sys.spawn<caf::detached>(indexer, xp);
@@ -91,6 +93,8 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     ppp.pool = pool;
     ppp.stats_interval = interval;
     ppp.first_seq = first_seq;
+    if (ev.published_dp_rank_zero)
+      ppp.published_rank = 0;
     auto p = sys.spawn(publisher, ppp);
     publishers.push_back(p);
     if (rep) {

@@ -9,12 +9,13 @@ lock_ledger::lock_ledger(chunk_index& index, ledger_options opts)
 
 size_t lock_ledger::lookup(const std::string& session, const uint64_t* hashes,
                            size_t n, int world_size, uint32_t readers_per_key,
-                           cache_clock::time_point now) {
+                           cache_clock::time_point now, size_t base) {
   session_locks& s = sessions_[session];
   // A repeated lookup replaces the earlier one: its locks must not leak.
   release_all(s);
   s.hashes.clear();
   s.holds.clear();
+  s.base = base;
   s.world_size = std::max(world_size, 0);
   s.last_active = now;
   if (world_size < 1 || readers_per_key == 0) return 0;
@@ -40,7 +41,7 @@ size_t lock_ledger::lookup(const std::string& session, const uint64_t* hashes,
   if (locked < hit) {
     // Cannot happen single-threaded right after lookup_prefix; if it ever
     // does, keep the invariant: hand back the partial chunk, shorten the hit.
-    for (int r = 0; r < world_size; ++r) release(s, locked, r, UINT32_MAX);
+    for (int r = 0; r < world_size; ++r) release(s, base + locked, r, UINT32_MAX);
     s.hashes.resize(locked);
     s.holds.resize(locked * ws);
   }
@@ -49,6 +50,8 @@ size_t lock_ledger::lookup(const std::string& session, const uint64_t* hashes,
 
 size_t lock_ledger::release(session_locks& s, size_t chunk, int rank,
                             uint32_t readers) {
+  if (chunk < s.base || chunk - s.base >= s.hashes.size()) return 0;
+  chunk -= s.base;
   hold& h = s.holds[chunk * static_cast<size_t>(s.world_size) + rank];
   const uint32_t n = std::min(readers, h.remaining);
   if (n == 0) return 0;
@@ -62,7 +65,7 @@ size_t lock_ledger::release(session_locks& s, size_t chunk, int rank,
 
 size_t lock_ledger::release_all(session_locks& s) {
   size_t n = 0;
-  for (size_t c = 0; c < s.hashes.size(); ++c)
+  for (size_t c = s.base; c < s.base + s.hashes.size(); ++c)
     for (int r = 0; r < s.world_size; ++r) n += release(s, c, r, UINT32_MAX);
   return n;
 }
@@ -75,7 +78,8 @@ size_t lock_ledger::release_rank(const std::string& session, int rank,
   session_locks& s = it->second;
   s.last_active = now;
   if (rank < 0 || rank >= s.world_size) return 0;
-  chunk_end = std::min(chunk_end, s.hashes.size());
+  chunk_begin = std::max(chunk_begin, s.base);
+  chunk_end = std::min(chunk_end, s.base + s.hashes.size());
   size_t n = 0;
   for (size_t c = chunk_begin; c < chunk_end; ++c) n += release(s, c, rank, readers);
   return n;
@@ -87,7 +91,8 @@ size_t lock_ledger::release_range(const std::string& session, size_t chunk_begin
   if (it == sessions_.end()) return 0;
   session_locks& s = it->second;
   s.last_active = now;
-  chunk_end = std::min(chunk_end, s.hashes.size());
+  chunk_begin = std::max(chunk_begin, s.base);
+  chunk_end = std::min(chunk_end, s.base + s.hashes.size());
   size_t n = 0;
   for (size_t c = chunk_begin; c < chunk_end; ++c)
     for (int r = 0; r < s.world_size; ++r) n += release(s, c, r, UINT32_MAX);
@@ -122,7 +127,7 @@ bool lock_ledger::has_session(const std::string& session) const {
 
 size_t lock_ledger::locked_chunks(const std::string& session) const {
   auto it = sessions_.find(session);
-  return it == sessions_.end() ? 0 : it->second.hashes.size();
+  return it == sessions_.end() ? 0 : it->second.base + it->second.hashes.size();
 }
 
 void lock_ledger::for_each_held(

@@ -39,10 +39,13 @@ public:
   /// an earlier lookup, finds the prefix committed on every rank
   /// 0..world_size-1, and read-locks each (chunk, rank) of it with
   /// readers_per_key readers (LMCache's num_kv_readers: 1 when every rank
-  /// reads its own shard). Returns the hit length in chunks.
+  /// reads its own shard). Returns the hit length in chunks, counted from
+  /// hashes[0]. `base` is the chunk index of hashes[0] (LMCache 0.5.7's
+  /// key.start: the engine holds the chunks below it): the other calls take
+  /// absolute chunk indices, and chunks below base are never held.
   size_t lookup(const std::string& session, const uint64_t* hashes, size_t n,
                 int world_size, uint32_t readers_per_key,
-                cache_clock::time_point now);
+                cache_clock::time_point now, size_t base = 0);
 
   /// A worker's RETRIEVE of chunks [chunk_begin, chunk_end) is over (copied,
   /// or failed): release `readers` of that rank's remaining readers on each.
@@ -67,7 +70,8 @@ public:
 
   bool has_session(const std::string& session) const;
   size_t session_count() const { return sessions_.size(); }
-  /// Chunks the session's last lookup hit and locked (0 if unknown).
+  /// The end (absolute chunk index) of what the session's last lookup hit
+  /// and locked: its base plus the chunks locked (0 if unknown).
   size_t locked_chunks(const std::string& session) const;
   /// Readers the ledger still holds, summed over sessions (including ones the
   /// index has since expired: they are dropped when released).
@@ -85,12 +89,14 @@ private:
     uint32_t remaining = 0;
   };
   struct session_locks {
-    std::vector<uint64_t> hashes;  // the locked prefix
+    std::vector<uint64_t> hashes;  // the locked prefix, from chunk `base` on
+    size_t base = 0;
     int world_size = 0;
     std::vector<hold> holds;       // [chunk * world_size + rank]
     cache_clock::time_point last_active{};
   };
 
+  /// `chunk` absolute; outside [base, base + hashes.size()): nothing held.
   size_t release(session_locks& s, size_t chunk, int rank, uint32_t readers);
   size_t release_all(session_locks& s);
 

@@ -563,6 +563,8 @@ expected<config> finish(const toml::table& t, loader& l) {
   e.format = r.one_of<event_dialect>(
     "events.format", {{"vllm", event_dialect::vllm}, {"tokenspeed", event_dialect::tokenspeed}});
   e.seq_start_clock = r.one_of<bool>("events.seq_start", {{"zero", false}, {"clock", true}});
+  e.published_dp_rank_zero =
+    r.one_of<bool>("events.published_dp_rank", {{"engine", false}, {"zero", true}});
   e.dp_size = r.integer("events.dp_size", 1, 1024);
   e.ingest_endpoint = r.endpoint("events.ingest_endpoint", false);
   e.ingest_replay_endpoint = r.endpoint("events.ingest_replay_endpoint", true);

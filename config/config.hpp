@@ -38,6 +38,10 @@ struct events_config {
   /// since the epoch at start: a restarted sidecar's seq is above every seq
   /// its predecessor published, for routers that drop a seq that went back).
   bool seq_start_clock = false;
+  /// events.published_dp_rank: "engine" (each batch says the rank it came
+  /// from) or "zero" (every rank's endpoint says 0: for a router that takes
+  /// one worker URL per rank and reads only rank 0 from each, vllm-router).
+  bool published_dp_rank_zero = false;
   int64_t dp_size = 1;
   std::string ingest_endpoint;
   std::string ingest_replay_endpoint;

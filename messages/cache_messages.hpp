@@ -103,6 +103,10 @@ struct store_lookup {
   uint32_t readers_per_key = 1;
   std::string model; ///< names L2 objects (l2/object_header.hpp)
   std::string salt;
+  /// LMCache 0.5.7's key.start in chunks: chunks [0, begin) are the
+  /// engine's own (its prefix cache). They are touched (LRU), never locked
+  /// or fetched from L2, and counted in the hit, which stays absolute.
+  size_t begin = 0;
 };
 
 /// FREE_LOOKUP_LOCKS: release the session's locks on chunks [begin, end):

@@ -234,6 +234,56 @@ def test_057_engine_driven_registration_and_prepare_store(lmc, cache_server):
         client.close()
 
 
+def test_057_lookup_from_key_start_counts_the_engines_prefix(lmc, cache_server, kv_pools):
+    """LMCache 0.5.7 sends key.start > 0 when the engine's prefix cache holds
+    the chunks below it: those are not looked for (nor locked), and the hit
+    is absolute. Only chunks 2..3 of a 4-chunk prompt are stored: from 0 the
+    lookup hits nothing, from start = 2 chunks it hits all 4 and locks 2; a
+    retrieve of chunks 2..3 then reads them. A 0.5.6 key's start is ignored,
+    as LMCache 0.5.6 ignores it."""
+    srv = cache_server()
+    client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+    pools = kv_pools("vllm")
+    toks = tuple(tokens(4, salt=59))
+    try:
+        assert client.register_kv_cache(5900, lmcache_wrappers(lmc, pools), MODEL, 1,
+                                        lmc.EngineType.VLLM, {"kv_layout": "NHD"},
+                                        []).result(timeout=T) is None
+        _, ok = client.store(key057(lmc, toks, 2 * CHUNK, 4 * CHUNK, "w"), 5900, [blocks(0, 2)],
+                             EVENT_HANDLE).result(timeout=T)
+        assert ok is True
+        srv.wait_stats(lambda s: s["stored"] == 2)
+        # From chunk 0: chunk 0 is missing, so nothing.
+        assert client.lookup(key057(lmc, toks, 0, 4 * CHUNK, "a", worker=None, readers=1),
+                             1).result(timeout=T) is None
+        assert client.wait_prefetch_status("a", 10.0).result(timeout=T) == 0
+        srv.wait_locks(0)
+        client.end_session("a").result(timeout=T)
+        # From key.start = 2 chunks: 2 engine-covered + 2 found, 2 locked.
+        assert client.lookup(key057(lmc, toks, 2 * CHUNK, 4 * CHUNK, "b", worker=None,
+                                    readers=1), 1).result(timeout=T) is None
+        assert client.wait_prefetch_status("b", 10.0).result(timeout=T) == 4
+        srv.wait_locks(2)
+        dst = blocks(40, 2)
+        _, ok = client.retrieve(key057(lmc, toks, 2 * CHUNK, 4 * CHUNK, "b"), 5900, [dst],
+                                EVENT_HANDLE, 0).result(timeout=T)
+        assert ok is True
+        assert not pages_equal(pools, dst, pools, blocks(0, 2))
+        srv.wait_locks(0)
+        client.end_session("b").result(timeout=T)
+        # A 0.5.6 key with the same start: looked up from chunk 0 (a miss).
+        old = srv.client()
+        k56 = cache_key(MODEL, 1, None, toks, 2 * CHUNK, 4 * CHUNK, "c", num_kv_readers=1)
+        assert old.lookup(k56, 1) is None
+        assert old.wait_prefetch_status("c", 5.0) == 0
+        old.end_session("c")
+        client.end_session("w").result(timeout=T)
+        assert client.unregister_kv_cache(5900).result(timeout=T) is None
+        srv.wait_idle()
+    finally:
+        client.close()
+
+
 def test_mixed_releases_in_one_request_are_refused_at_once(cache_server):
     """A token_ids key (0.5.6) in a 3-argument free_lookup_locks (0.5.7) is
     no release's request: refused at once, naming why."""

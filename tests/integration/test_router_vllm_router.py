@@ -21,9 +21,12 @@ A wins (64 vs 32 credited tokens) and B wins once A lost them.
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import msgspec
 import pytest
+import zmq
 
 import router_common as rc
 from kvsidecar_harness import free_port_range, wait_until
@@ -291,3 +294,99 @@ def test_vllm_router_started_late_replays_the_engines_state(setup):
     served, credited = router.route(OTHER + [7])
     assert credited == 0, f"{served} was credited {credited} tokens of a removed chain"
     assert router.lookups("miss") == misses + 1
+
+
+class _RankSide:
+    """One DP rank of an engine behind a shared sidecar, as VllmRouter sees
+    a worker's event source: that rank's PUB and replay ports (+r)."""
+
+    def __init__(self, rig, rank: int):
+        self.rig, self.rank = rig, rank
+
+    @property
+    def pub_endpoint(self) -> str:
+        return f"tcp://127.0.0.1:{self.rig.pub_port + self.rank}"
+
+    @property
+    def replay_endpoint(self) -> str:
+        return f"tcp://127.0.0.1:{self.rig.replay_port + self.rank}"
+
+
+def test_vllm_router_two_workers_from_one_sidecar_with_two_dp_ranks(rig, tmp_path):
+    """One engine with two DP ranks behind one sidecar (events.dp_size = 2),
+    each rank a worker of vllm-router (--kv-event-source at the rank's port,
+    +r). vllm-router reads only rank 0 from a source, so rank 1's batches
+    (data_parallel_rank 1) would be dropped without a word; with
+    events.published_dp_rank = "zero" every rank's endpoint says 0 (checked
+    on the wire) and rank 1's blocks are credited to its worker."""
+    v = rc.vllm()
+    r = rig(engine=False, start=False, dp_size=2,
+            overrides={"events.published_dp_rank": "zero"})
+    pubs = []
+
+    def make(rank):
+        def bind():
+            try:
+                # vLLM's publisher offsets the port by its rank itself.
+                return v.ZmqEventPublisher(rank, endpoint=f"tcp://*:{r.ingest_port}")
+            except zmq.ZMQError as e:
+                if e.errno != zmq.EADDRINUSE:
+                    raise
+                return None
+        return wait_until(bind, rc.DEADLINE, f"rank {rank}'s port free", interval=0.05)
+    pubs = [make(0), make(1)]
+    r.start(sync=False)
+    ts = [0.0]
+
+    def publish(rank, *events) -> int:
+        """Publishes one batch on `rank`; the seq the sidecar gave it, read
+        back on our subscriber (which also checks the dp_rank it carries)."""
+        ts[0] += 1
+        mine = ts[0]
+        deadline = time.monotonic() + rc.DEADLINE
+        while True:
+            pubs[rank].publish(v.KVEventBatch(ts=mine, events=list(events)))
+            got_deadline = time.monotonic() + 0.3
+            while time.monotonic() < got_deadline:
+                m = r.sub.recv(rank, 0.1)
+                if m is None:
+                    continue
+                body = msgspec.msgpack.decode(m.payload)
+                if body[0] == mine:
+                    assert body[2] == 0, f"rank {rank} published with data_parallel_rank {body[2]}"
+                    return m.seq
+            # Not joined yet (slow joiner): send it again, under a new ts.
+            assert time.monotonic() < deadline, r.sidecar.tail()
+            ts[0] += 1
+            mine = ts[0]
+
+    publish(0)
+    publish(1)
+    a, b = StubWorker("A"), StubWorker("B")
+    router = None
+    try:
+        router = VllmRouter(tmp_path, {a: _RankSide(r, 0), b: _RankSide(r, 1)})
+
+        def sync_rank(stub, rank):
+            seq = publish(rank)
+            deadline = time.monotonic() + rc.DEADLINE
+            while router.applied_seq(stub) < seq:
+                assert time.monotonic() < deadline, (
+                    f"vllm-router never applied seq {seq} of rank {rank}:\n{router.proc.tail()}")
+                seq = max(seq, publish(rank))
+        publish(0, rc.stored(v, PROMPT, 1))                # rank 0 (A): all 4 blocks
+        publish(1, rc.stored(v, PROMPT[:2 * rc.BS], 101))  # rank 1 (B): the first 2
+        sync_rank(a, 0)
+        sync_rank(b, 1)
+        assert router.route(PROMPT + [7]) == ("A", 64)
+        publish(0, rc.removed(v, [1, 2, 3, 4]))
+        sync_rank(a, 0)
+        # Rank 1's blocks are B's: credited although its batches come from rank 1.
+        assert router.route(PROMPT + [7]) == ("B", 32)
+    finally:
+        if router is not None:
+            router.close()
+        a.close()
+        b.close()
+        for p in pubs:
+            p.shutdown()

@@ -150,6 +150,35 @@ TEST_CASE_FIXTURE(fixture, "publisher: gapless seq, rank filled in, same bytes t
   sched.run();
 }
 
+TEST_CASE_FIXTURE(fixture, "publisher: events.published_dp_rank = zero: every batch says rank 0") {
+  std::vector<encoded_batch> sent;
+  auto pub = sys.spawn(fake_pub, &sent);
+  auto queue = std::make_shared<relay_queue>(100);
+  auto pp = publisher_with(1, pub, replay_actor{}, queue);
+  pp.published_rank = 0;
+  auto p = sys.spawn(publisher, pp);
+  sched.run();
+  REQUIRE(queue->admit());
+  kv_event_batches one;
+  one.items.push_back(batch_with(7, 1)); // the engine's rank 1
+  caf::anon_send(p, publish_atom_v, std::move(one));
+  sched.run();
+  REQUIRE(sent.size() == 2);
+  for (auto& e : sent) {
+    auto res = decode_event_batch(reinterpret_cast<const uint8_t*>(e.payload->data()),
+                                  e.payload->size());
+    REQUIRE(res.has_value());
+    CHECK(res.value().batch.dp_rank == std::optional<int64_t>{0});
+  }
+  // The same bytes the codec writes for that batch with rank 0.
+  std::string bytes;
+  encode_event_batch(batch_with(7, 0), event_dialect::vllm, bytes);
+  CHECK(*sent[1].payload == bytes);
+  caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(pub, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
 TEST_CASE_FIXTURE(fixture, "publisher: a snapshot is the state at its seq, live batches between parts") {
   std::vector<encoded_batch> sent;
   auto pub = sys.spawn(fake_pub, &sent);

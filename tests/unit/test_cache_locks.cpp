@@ -67,6 +67,31 @@ TEST_CASE("lookup locks the hit prefix on every rank") {
   CHECK(w.ledger->session_count() == 2);
 }
 
+TEST_CASE("a lookup from chunk `base` (LMCache 0.5.7's key.start): absolute indices") {
+  world w(32);
+  // Chunks 2 and 3 stored; 0 and 1 are the engine's own (never stored here).
+  w.put_all({3, 4}, 1);
+  const std::vector<uint64_t> suffix{3, 4, 5};
+  CHECK(w.ledger->lookup("r", suffix.data(), suffix.size(), 1, 1, t0, 2) == 2);
+  // The end of the locked range, absolute: a retrieve of chunks 2..3 is allowed.
+  CHECK(w.ledger->locked_chunks("r") == 4);
+  CHECK(w.ledger->held_readers() == 2);
+  // Below base nothing is held; releases there count nothing.
+  CHECK(w.ledger->release_range("r", 0, 2, t0) == 0);
+  CHECK(w.ledger->release_rank("r", 0, 0, 3, t0) == 1); // chunk 2 only
+  CHECK(w.readers(3, 0) == 0);
+  CHECK(w.readers(4, 0) == 1);
+  CHECK(w.ledger->release_range("r", 3, 10, t0) == 1);
+  CHECK(w.ledger->held_readers() == 0);
+  CHECK(w.index->outstanding_readers() == 0);
+  // A repeated lookup from 0 replaces it and releases what it held.
+  CHECK(w.ledger->lookup("r", suffix.data(), suffix.size(), 1, 1, t0, 2) == 2);
+  CHECK(w.ledger->lookup("r", suffix.data(), suffix.size(), 1, 1, t0) == 2);
+  CHECK(w.ledger->locked_chunks("r") == 2);
+  CHECK(w.ledger->end_session("r") == 2);
+  CHECK(w.index->outstanding_readers() == 0);
+}
+
 TEST_CASE("each rank's retrieve releases its own share") {
   world w(32);
   const std::vector<uint64_t> h{1, 2, 3};
