@@ -13,12 +13,23 @@ grpc_bridge::grpc_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor
     p_(std::move(params)) {}
 
 std::optional<std::string> grpc_bridge::open() {
-  auto self = caf::actor_cast<caf::actor>(this);
-  auto engine = p_.engine;
-  // Called on the completion queue's thread: a send, nothing else.
-  server_ = std::make_shared<grpc_server>(p_.server, [self, engine](lmcache_frames f) {
-    caf::send_as(self, engine, std::move(f));
-  });
+  // Weak handles: the server is shared with the engine bridge, and strong
+  // ones here would keep both actors alive through it.
+  caf::actor_addr self = address();
+  caf::actor_addr engine = p_.engine.address();
+  // Both called on the completion queue's thread (one call at a time).
+  server_ = std::make_shared<grpc_server>(
+    p_.server,
+    [self, engine](lmcache_frames f) {
+      auto from = caf::actor_cast<caf::actor>(self);
+      auto to = caf::actor_cast<caf::actor>(engine);
+      if (from && to)
+        caf::send_as(from, to, std::move(f));
+    },
+    [label = label(), rejected = rejected_](const std::string& peer, std::string_view op,
+                                            std::string_view kind, const std::string& why) {
+      rejected->note(label, peer, "-", std::string(op), std::string(kind), why);
+    });
   // Where the replies go, in the engine bridge's mailbox before the server
   // accepts its first call.
   send(p_.engine, grpc_atom_v, lmcache_reply_sink_ptr{server_});

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
+#include "actors/rejected_requests.hpp"
 #include "actors/zmq_bridge.hpp"
 #include "lmcache_grpc/grpc_server.hpp"
 
@@ -40,6 +41,8 @@ protected:
 private:
   grpc_bridge_params p_;
   std::shared_ptr<grpc_server> server_; ///< shared with the engine bridge (its reply sink)
+  /// Calls the server refused itself, logged rate-limited (on its thread).
+  std::shared_ptr<rejected_requests> rejected_ = std::make_shared<rejected_requests>();
 };
 
 } // namespace kvs

@@ -5,6 +5,7 @@
 
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 
 #include <sys/socket.h>
@@ -28,6 +29,10 @@ namespace {
 
 /// As the ZeroMQ endpoint's ZMQ_MAXMSGSIZE.
 constexpr int max_message_bytes = 64 << 20;
+/// HTTP/2 streams (calls) one connection may have open at once.
+constexpr int max_streams_per_connection = 4096;
+/// Memory gRPC's core may hold for requests and replies in flight.
+constexpr size_t max_buffered_bytes = size_t{2} << 30;
 /// Calls accepted ahead of time, so a burst of new RPCs does not wait for
 /// the queue to post the next accept one by one.
 constexpr int accept_ahead = 8;
@@ -96,6 +101,7 @@ struct grpc_server::impl {
 
   grpc_server_params p;
   submit_fn submit;
+  reject_fn reject;
   std::string bound;
   grpc_server_counters counters;
 
@@ -173,6 +179,9 @@ struct grpc_server::impl {
     c->method = find_grpc_method(c->ctx.method());
     if (!c->method) {
       counters.unimplemented.fetch_add(1, std::memory_order_relaxed);
+      if (reject)
+        reject(c->ctx.peer(), c->ctx.method().substr(0, 128), "unimplemented",
+               "no such LMCache method");
       finish(c, grpc::Status{grpc::StatusCode::UNIMPLEMENTED,
                              c->ctx.method() + " is not served by kvsidecar (LMCache MP ops "
                                                "only; docs/lmcache-mp-compat.md)"});
@@ -222,6 +231,9 @@ struct grpc_server::impl {
       if (n == 0)
         inflight.erase(c->identity);
       counters.overloaded.fetch_add(1, std::memory_order_relaxed);
+      if (reject)
+        reject(c->ctx.peer(), op_name(m), "overloaded",
+               "more than cache.hwm (" + std::to_string(p.max_inflight) + ") unanswered");
       finish(c, grpc::Status{grpc::StatusCode::RESOURCE_EXHAUSTED,
                              std::string(op_name(m)) + ": more than cache.hwm ("
                                + std::to_string(p.max_inflight)
@@ -234,6 +246,8 @@ struct grpc_server::impl {
       if (n == 0)
         inflight.erase(c->identity);
       counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      if (reject)
+        reject(c->ctx.peer(), op_name(m), frames.error_value().kind, frames.error_value().detail);
       finish(c, grpc::Status{grpc::StatusCode::INVALID_ARGUMENT,
                              std::string(op_name(m)) + ": " + frames.error_value().detail});
       return;
@@ -383,10 +397,11 @@ struct grpc_server::impl {
   }
 };
 
-grpc_server::grpc_server(grpc_server_params params, submit_fn submit)
+grpc_server::grpc_server(grpc_server_params params, submit_fn submit, reject_fn reject)
   : impl_(std::make_unique<impl>()) {
   impl_->p = std::move(params);
   impl_->submit = std::move(submit);
+  impl_->reject = std::move(reject);
 }
 
 grpc_server::~grpc_server() {
@@ -449,6 +464,13 @@ std::optional<std::string> grpc_server::start() {
   b.AddListeningPort(address, creds, unix_path.empty() ? &port : nullptr);
   b.SetMaxReceiveMessageSize(max_message_bytes);
   b.SetMaxSendMessageSize(max_message_bytes);
+  // What one client can make the server hold: calls at once per connection
+  // (each may carry a 64 MiB message), and the memory gRPC's core buffers
+  // for all of them together (past it, new calls are refused, not queued).
+  b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, max_streams_per_connection);
+  grpc::ResourceQuota quota{"kvsidecar-grpc"};
+  quota.Resize(max_buffered_bytes);
+  b.SetResourceQuota(quota);
   b.RegisterAsyncGenericService(&d.service);
   d.cq = b.AddCompletionQueue();
   d.server = b.BuildAndStart();

@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace kvs {
 
@@ -54,8 +55,13 @@ struct grpc_server_counters {
 class grpc_server final : public lmcache_reply_sink {
 public:
   using submit_fn = std::function<void(lmcache_frames)>;
+  /// A call refused here, before the engine bridge saw it (bad message,
+  /// unknown path, over the in-flight limit): peer, op, kind, why. Called
+  /// on the completion queue's thread, one call at a time.
+  using reject_fn = std::function<void(const std::string& peer, std::string_view op,
+                                       std::string_view kind, const std::string& why)>;
 
-  grpc_server(grpc_server_params params, submit_fn submit);
+  grpc_server(grpc_server_params params, submit_fn submit, reject_fn reject = {});
   ~grpc_server() override; ///< stop()
   grpc_server(const grpc_server&) = delete;
   grpc_server& operator=(const grpc_server&) = delete;

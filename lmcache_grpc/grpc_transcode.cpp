@@ -176,6 +176,35 @@ client_release key_release(client_release dialect, const pb::IpcCacheServerKey& 
 
 using frames_t = std::vector<std::string>;
 
+/// free_lookup_locks / prepare_store: (key, int) in 0.5.6; 0.5.7 always adds
+/// a third argument, a list (proto3 drops it when empty, so its presence
+/// shows 0.5.7 only when it has entries; the latch decides otherwise).
+template <class Message, class Items, class WriteItem>
+expected<frames_t> with_057_argument(const Message& r, const std::string& name, const char* field,
+                                     int64_t second, const Items& items, client_release dialect,
+                                     WriteItem&& write_item) {
+  auto d = items.size() > 0 && dialect == client_release::unknown ? client_release::v0_5_7
+                                                                  : dialect;
+  auto rel = key_release(d, r.key());
+  auto k = key_frame(r.key(), rel, name + ".key");
+  if (!k)
+    return k.error_value();
+  frames_t a;
+  a.push_back(std::move(*k));
+  a.push_back(int_frame(second));
+  if (rel != client_release::v0_5_7) {
+    if (items.size() > 0)
+      return bad(name + "." + field, "0.5.7's field from a client that showed 0.5.6");
+    return a;
+  }
+  a.push_back(frame([&](writer& w) {
+    w.array(static_cast<uint32_t>(items.size()));
+    for (const auto& item : items)
+      write_item(w, item);
+  }));
+  return a;
+}
+
 /// The argument frames of `m` (after uid and op).
 expected<frames_t> args_of(const grpc_method& m, std::string_view bytes, client_release dialect) {
   frames_t a;
@@ -295,29 +324,12 @@ expected<frames_t> args_of(const grpc_method& m, std::string_view bytes, client_
       auto r = parse<pb::FreeLookupLocksRequest>(bytes, "FreeLookupLocksRequest");
       if (!r)
         return r.error_value();
-      // extra_ranges is 0.5.7's field: its presence shows the release.
-      auto d = r->extra_ranges_size() > 0 && dialect == client_release::unknown
-                 ? client_release::v0_5_7
-                 : dialect;
-      rel = key_release(d, r->key());
-      auto k = key_frame(r->key(), rel, "FreeLookupLocksRequest.key");
-      if (!k)
-        return k.error_value();
-      a.push_back(std::move(*k));
-      a.push_back(int_frame(r->tp_size()));
-      if (rel == client_release::v0_5_7)
-        a.push_back(frame([&](writer& w) {
-          w.array(static_cast<uint32_t>(r->extra_ranges_size()));
-          for (const auto& e : r->extra_ranges()) {
-            w.array(2);
-            w.sint(e.start());
-            w.sint(e.end());
-          }
-        }));
-      else if (r->extra_ranges_size() > 0)
-        return bad("FreeLookupLocksRequest.extra_ranges",
-                   "0.5.7's field from a client that showed 0.5.6");
-      return a;
+      return with_057_argument(*r, "FreeLookupLocksRequest", "extra_ranges", r->tp_size(),
+                               r->extra_ranges(), dialect, [](writer& w, const auto& e) {
+                                 w.array(2);
+                                 w.sint(e.start());
+                                 w.sint(e.end());
+                               });
     }
     case mp_op::end_session: {
       auto r = parse<pb::EndSessionRequest>(bytes, "EndSessionRequest");
@@ -394,28 +406,12 @@ expected<frames_t> args_of(const grpc_method& m, std::string_view bytes, client_
       auto r = parse<pb::PrepareStoreRequest>(bytes, "PrepareStoreRequest");
       if (!r)
         return r.error_value();
-      auto d = r->skipped_chunks_size() > 0 && dialect == client_release::unknown
-                 ? client_release::v0_5_7
-                 : dialect;
-      rel = key_release(d, r->key());
-      auto k = key_frame(r->key(), rel, "PrepareStoreRequest.key");
-      if (!k)
-        return k.error_value();
-      a.push_back(std::move(*k));
-      a.push_back(int_frame(r->instance_id()));
-      if (rel == client_release::v0_5_7)
-        a.push_back(frame([&](writer& w) {
-          w.array(static_cast<uint32_t>(r->skipped_chunks_size()));
-          for (const auto& g : r->skipped_chunks()) {
-            w.array(static_cast<uint32_t>(g.indices_size()));
-            for (auto i : g.indices())
-              w.sint(i);
-          }
-        }));
-      else if (r->skipped_chunks_size() > 0)
-        return bad("PrepareStoreRequest.skipped_chunks",
-                   "0.5.7's field from a client that showed 0.5.6");
-      return a;
+      return with_057_argument(*r, "PrepareStoreRequest", "skipped_chunks", r->instance_id(),
+                               r->skipped_chunks(), dialect, [](writer& w, const auto& g) {
+                                 w.array(static_cast<uint32_t>(g.indices_size()));
+                                 for (auto i : g.indices())
+                                   w.sint(i);
+                               });
     }
     case mp_op::commit_store: {
       auto r = parse<pb::CommitStoreRequest>(bytes, "CommitStoreRequest");
