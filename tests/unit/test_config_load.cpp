@@ -169,6 +169,31 @@ TEST_CASE("enums, ranges and cross-key rules") {
         != std::string::npos);
 }
 
+TEST_CASE("cache.grpc_endpoint and its TLS keys; events.published_dp_rank") {
+  CHECK(ok("").cache.grpc_endpoint.empty()); // off by default
+  CHECK(ok("[cache]\ngrpc_endpoint = \"grpc://127.0.0.1:5556\"\n").cache.grpc_endpoint ==
+        "grpc://127.0.0.1:5556");
+  CHECK(ok("[cache]\ngrpc_endpoint = \"grpc+unix:///run/kvs.sock\"\n").cache.grpc_endpoint ==
+        "grpc+unix:///run/kvs.sock");
+  for (const char* bad : {"tcp://127.0.0.1:5556", "grpc://127.0.0.1", "grpc://:5556",
+                          "grpc://h:70000", "grpc+unix://relative.sock", "grpc+unix://"}) {
+    auto e = error_of(std::string("[cache]\ngrpc_endpoint = \"") + bad + "\"\n");
+    CHECK_MESSAGE(e.key == "cache.grpc_endpoint", bad);
+    CHECK_MESSAGE(e.line == 2, bad);
+  }
+  auto tls = error_of("[cache]\ngrpc_endpoint = \"grpc://127.0.0.1:1\"\ngrpc_tls_cert_file = \"c.pem\"\n");
+  CHECK(tls.key == "cache.grpc_tls_cert_file");
+  CHECK(tls.what.find("both cache.grpc_tls_cert_file and cache.grpc_tls_key_file") != std::string::npos);
+  auto ca = error_of("[cache]\ngrpc_endpoint = \"grpc://127.0.0.1:1\"\ngrpc_tls_client_ca_file = \"ca.pem\"\n");
+  CHECK(ca.key == "cache.grpc_tls_client_ca_file");
+  auto unix_tls = error_of("[cache]\ngrpc_endpoint = \"grpc+unix:///x.sock\"\n"
+                           "grpc_tls_cert_file = \"c\"\ngrpc_tls_key_file = \"k\"\n");
+  CHECK(unix_tls.key == "cache.grpc_tls_cert_file");
+  CHECK_FALSE(ok("").events.published_dp_rank_zero);
+  CHECK(ok("[events]\npublished_dp_rank = \"zero\"\n").events.published_dp_rank_zero);
+  CHECK(error_of("[events]\npublished_dp_rank = \"one\"\n").key == "events.published_dp_rank");
+}
+
 TEST_CASE("sidecar.worker_threads: auto is 1 for the relay alone, 2 with the cache server") {
   CHECK(ok("").sidecar.worker_threads == 0);
   CHECK(scheduler_threads(ok("")) == (ok("").cache.enabled ? 2 : 1));
