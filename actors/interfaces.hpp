@@ -41,9 +41,13 @@ using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>,
 /// bridge and to the rank's replay actor, and the batch itself to the
 /// rank's indexer. Seq 0 is its own AllBlocksCleared (routers drop blocks
 /// kept from before). Fed by the ingest bridges and by the cache store (its
-/// own events). Nothing but this live path runs in it.
+/// own events). Nothing but this live path runs in it. With
+/// events.keepalive_interval, a rank that published nothing for that long
+/// publishes an empty batch (a new seq: a router can tell a quiet engine
+/// from a dead sidecar, and sees a gap at once).
 using publisher_actor = caf::typed_actor<
-  caf::reacts_to<publish_atom, kv_event_batches>>::extend_with<stats_client_actor>;
+  caf::reacts_to<publish_atom, kv_event_batches>,
+  caf::reacts_to<tick_atom>>::extend_with<stats_client_actor>; ///< keep-alive check
 
 /// indexer[dp=r] — one per DP rank, on its own thread (actors/indexer.hpp).
 /// `publish_atom, first_seq, held, batches`: what the publisher published,

@@ -39,6 +39,7 @@ stats_snapshot snapshot(const publisher_state& st) {
   s.labels = {{"dp_rank", std::to_string(st.p.rank)}};
   s.counter("batches", "kvsidecar_events_published_total", st.batches)
     .counter("events", "kvsidecar_events_published_events_total", st.events)
+    .counter("keepalives", "kvsidecar_events_keepalives_total", st.keepalives)
     .gauge("next_seq", "kvsidecar_events_seq", st.next_seq)
     .gauge("queued", "kvsidecar_events_queued", st.p.queue->queued.load())
     // Counted where the batch was refused: kvsidecar_events_dropped_total
@@ -65,6 +66,7 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
     const uint64_t first_seq = st.next_seq;
     encoded_batches out;
     out.items.reserve(in.items.size());
+    st.quiet = false;
     for (auto& batch : in.items) {
       // A router may want every rank's endpoint to say 0
       // (events.published_dp_rank = "zero"); pass-through bytes then get
@@ -98,8 +100,27 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
     first.items.push_back(fence_batch(st.p.rank));
     emit(first);
   }
+  if (st.p.keepalive.count() > 0)
+    self->delayed_send(self, st.p.keepalive, tick_atom_v);
   return {
     [emit](publish_atom, kv_event_batches& in) { emit(in); },
+    [self, emit](tick_atom) {
+      // Checked every keepalive interval: a rank that was quiet for a whole
+      // interval says so with an empty batch (at most one interval late).
+      auto& st = self->state;
+      if (st.quiet && st.p.queue->admit()) {
+        kv_event_batches one;
+        kv_event_batch b;
+        b.ts = std::chrono::duration<double>(
+                 std::chrono::system_clock::now().time_since_epoch()).count();
+        b.dp_rank = st.p.rank;
+        one.items.push_back(std::move(b));
+        emit(one);
+        ++st.keepalives;
+      }
+      st.quiet = true;
+      self->delayed_send(self, st.p.keepalive, tick_atom_v);
+    },
     [self](stats_atom) { log_stats(self, snapshot(self->state), self->state.p.stats_interval); },
     [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },
   };

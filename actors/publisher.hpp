@@ -26,6 +26,9 @@ struct publisher_params {
   /// events.published_dp_rank = "zero": every batch says this (0); unset:
   /// the batch's own rank (this rank where it has none).
   std::optional<int64_t> published_rank;
+  /// events.keepalive_interval: an empty batch after this long without one
+  /// (0: never).
+  std::chrono::nanoseconds keepalive{};
 };
 
 struct publisher_state {
@@ -38,6 +41,8 @@ struct publisher_state {
   // stats since start
   uint64_t batches = 0;
   uint64_t events = 0;
+  uint64_t keepalives = 0; ///< empty batches published for events.keepalive_interval
+  bool quiet = true;       ///< nothing published since the last keep-alive check
 };
 
 /// The stats line's and /metrics' view of the publisher.

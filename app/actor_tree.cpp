@@ -93,6 +93,7 @@ void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
     ppp.pool = pool;
     ppp.stats_interval = interval;
     ppp.first_seq = first_seq;
+    ppp.keepalive = ev.keepalive_interval;
     if (ev.published_dp_rank_zero)
       ppp.published_rank = 0;
     auto p = sys.spawn(publisher, ppp);

@@ -563,6 +563,7 @@ expected<config> finish(const toml::table& t, loader& l) {
   e.format = r.one_of<event_dialect>(
     "events.format", {{"vllm", event_dialect::vllm}, {"tokenspeed", event_dialect::tokenspeed}});
   e.seq_start_clock = r.one_of<bool>("events.seq_start", {{"zero", false}, {"clock", true}});
+  e.keepalive_interval = r.dur("events.keepalive_interval", true);
   e.published_dp_rank_zero =
     r.one_of<bool>("events.published_dp_rank", {{"engine", false}, {"zero", true}});
   e.dp_size = r.integer("events.dp_size", 1, 1024);

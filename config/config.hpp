@@ -42,6 +42,9 @@ struct events_config {
   /// from) or "zero" (every rank's endpoint says 0: for a router that takes
   /// one worker URL per rank and reads only rank 0 from each, vllm-router).
   bool published_dp_rank_zero = false;
+  /// events.keepalive_interval: an empty batch from a rank quiet this long
+  /// (0 = off).
+  duration keepalive_interval{};
   int64_t dp_size = 1;
   std::string ingest_endpoint;
   std::string ingest_replay_endpoint;

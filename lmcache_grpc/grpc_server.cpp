@@ -459,6 +459,7 @@ std::optional<std::string> grpc_server::start() {
     }
     creds = grpc::SslServerCredentials(opts);
   }
+  silence_protobuf_log();
   grpc::ServerBuilder b;
   int port = 0;
   b.AddListeningPort(address, creds, unix_path.empty() ? &port : nullptr);

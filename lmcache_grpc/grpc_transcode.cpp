@@ -11,6 +11,8 @@
 #include "lookup_service.pb.h"
 #include "management_service.pb.h"
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <cmath>
 
 namespace kvs {
@@ -964,6 +966,14 @@ expected<std::string> grpc_kv_event_batch(std::string_view body) {
   if (!s)
     return s.error_value();
   return out.SerializeAsString();
+}
+
+namespace {
+void drop_protobuf_log(google::protobuf::LogLevel, const char*, int, const std::string&) {}
+} // namespace
+
+void silence_protobuf_log() {
+  google::protobuf::SetLogHandler(&drop_protobuf_log);
 }
 
 std::optional<uint64_t> grpc_call_id(std::string_view uid_frame) {

@@ -43,6 +43,13 @@ expected<std::string> grpc_response(const grpc_method& m, const std::optional<st
 /// One KVEventBatch message for a subscribe_kv_events batch body.
 expected<std::string> grpc_kv_event_batch(std::string_view body);
 
+/// Turns off libprotobuf's own log lines (e.g. "String field ... contains
+/// invalid UTF-8 data when parsing"): they go straight to stderr, once per
+/// bad message, so a client could flood the log with them. Every such
+/// message is refused here with its reason, and logged rate-limited by the
+/// caller. Call once at start-up, before any thread parses (not thread-safe).
+void silence_protobuf_log();
+
 /// The uid a request's frames were given (the msgpack int of frame 0).
 std::optional<uint64_t> grpc_call_id(std::string_view uid_frame);
 

@@ -47,6 +47,11 @@ constexpr std::array<std::string_view, 24> paths{
 
 } // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  kvs::silence_protobuf_log(); // as the server does: bad messages are answered, not logged by libprotobuf
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2)
     return 0;

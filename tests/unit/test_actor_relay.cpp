@@ -179,6 +179,48 @@ TEST_CASE_FIXTURE(fixture, "publisher: events.published_dp_rank = zero: every ba
   sched.run();
 }
 
+TEST_CASE_FIXTURE(fixture, "publisher: events.keepalive_interval: an empty batch after a quiet interval") {
+  std::vector<encoded_batch> sent;
+  auto pub = sys.spawn(fake_pub, &sent);
+  auto queue = std::make_shared<relay_queue>(100);
+  auto pp = publisher_with(0, pub, replay_actor{}, queue);
+  pp.keepalive = std::chrono::seconds(1);
+  auto p = sys.spawn(publisher, pp);
+  sched.run();
+  REQUIRE(sent.size() == 1); // the start fence
+  // The interval that saw the fence was not quiet: nothing yet.
+  sched.trigger_timeouts();
+  sched.run();
+  CHECK(sent.size() == 1);
+  // A quiet interval: one empty batch with the next seq.
+  sched.trigger_timeouts();
+  sched.run();
+  REQUIRE(sent.size() == 2);
+  CHECK(sent[1].seq == 1);
+  auto res = decode_event_batch(reinterpret_cast<const uint8_t*>(sent[1].payload->data()),
+                                sent[1].payload->size());
+  REQUIRE(res.has_value());
+  CHECK(res.value().batch.events.empty());
+  CHECK(res.value().batch.dp_rank == std::optional<int64_t>{0});
+  // A real batch resets it: the next check stays silent, the one after speaks.
+  REQUIRE(queue->admit());
+  kv_event_batches one;
+  one.items.push_back(batch_with(9, 0));
+  caf::anon_send(p, publish_atom_v, std::move(one));
+  sched.run();
+  REQUIRE(sent.size() == 3);
+  sched.trigger_timeouts();
+  sched.run();
+  CHECK(sent.size() == 3);
+  sched.trigger_timeouts();
+  sched.run();
+  REQUIRE(sent.size() == 4);
+  CHECK(sent[3].seq == 3);
+  caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(pub, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
 TEST_CASE_FIXTURE(fixture, "publisher: a snapshot is the state at its seq, live batches between parts") {
   std::vector<encoded_batch> sent;
   auto pub = sys.spawn(fake_pub, &sent);

@@ -169,7 +169,7 @@ TEST_CASE("enums, ranges and cross-key rules") {
         != std::string::npos);
 }
 
-TEST_CASE("cache.grpc_endpoint and its TLS keys; events.published_dp_rank") {
+TEST_CASE("cache.grpc_endpoint and its TLS keys; events.published_dp_rank and keepalive_interval") {
   CHECK(ok("").cache.grpc_endpoint.empty()); // off by default
   CHECK(ok("[cache]\ngrpc_endpoint = \"grpc://127.0.0.1:5556\"\n").cache.grpc_endpoint ==
         "grpc://127.0.0.1:5556");
@@ -192,6 +192,10 @@ TEST_CASE("cache.grpc_endpoint and its TLS keys; events.published_dp_rank") {
   CHECK_FALSE(ok("").events.published_dp_rank_zero);
   CHECK(ok("[events]\npublished_dp_rank = \"zero\"\n").events.published_dp_rank_zero);
   CHECK(error_of("[events]\npublished_dp_rank = \"one\"\n").key == "events.published_dp_rank");
+  CHECK(ok("").events.keepalive_interval.count() == 0); // off by default
+  CHECK(ok("[events]\nkeepalive_interval = \"2s\"\n").events.keepalive_interval ==
+        std::chrono::seconds(2));
+  CHECK(error_of("[events]\nkeepalive_interval = \"soon\"\n").key == "events.keepalive_interval");
 }
 
 TEST_CASE("sidecar.worker_threads: auto is 1 for the relay alone, 2 with the cache server") {
