@@ -27,7 +27,6 @@ are skipped with the reason when it is missing. Everything here needs the
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import importlib.util
 import os
@@ -44,7 +43,6 @@ import threading
 import time
 import types
 import uuid
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -56,7 +54,8 @@ pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
 from conftest_cache import CHUNK, changed_pages, pages_equal, snapshot_pages, tokens
 from kvsidecar_harness import free_port_range, parse_stats, wait_until
 from lmcache_client import EVENT_HANDLE, cache_key
-from test_cache_lmcache_client import (BYPASSED_PACKAGES, MODEL, PAGE, _lmcache_src,
+from lmcache_wheels import client_namespace, unpack, wheel_imports
+from test_cache_lmcache_client import (MODEL, PAGE, _lmcache_src,
                                        _torch_stand_in, blocks, lmcache_wrappers)
 from test_cache_server import STORE_OK, committed, lookup_wait, register, store
 
@@ -86,11 +85,7 @@ def _src056() -> tuple[Path | None, str]:
     if not found:
         return None, ("LMCache 0.5.6 not available: no build-wheels/lmcache-0.5.6-*.whl "
                       "(scripts/install-deps.sh --with-python), LMCACHE_SRC or LMCACHE_WHEEL")
-    out = Path(tempfile.mkdtemp(prefix="lmcache-0.5.6-"))
-    atexit.register(shutil.rmtree, out, True)
-    with zipfile.ZipFile(found[0]) as z:
-        z.extractall(out)
-    return out, ""
+    return unpack(found[0], "lmcache-0.5.6-"), ""
 
 
 def _load_grpc056() -> types.SimpleNamespace:
@@ -99,45 +94,10 @@ def _load_grpc056() -> types.SimpleNamespace:
         pytest.skip(why)
     if importlib.util.find_spec("cachetools") is None:
         pytest.skip("lmcache.utils (0.5.6) imports cachetools: pip install cachetools")
-    had_torch = sys.modules.get("torch")
-    sys.modules["torch"] = _torch_stand_in()
-    sys.path.insert(0, str(src))
-    try:
-        import lmcache
-        if not str(Path(lmcache.__file__).resolve()).startswith(str(src.resolve())):
-            pytest.skip(f"another lmcache is imported ({lmcache.__file__}), not {src}")
-        for pkg in BYPASSED_PACKAGES:
-            if pkg not in sys.modules:
-                m = types.ModuleType(pkg)
-                m.__path__ = [str(src.joinpath(*pkg.split(".")))]
-                sys.modules[pkg] = m
-        ns = types.SimpleNamespace()
-        grpc_impl = importlib.import_module("lmcache.v1.multiprocess.transport.grpc_impl")
-        # Imported lazily by create_request_client and at the first client:
-        # all of it while torch stands in (proto_codec imports torch).
-        importlib.import_module("lmcache.v1.multiprocess.transport.grpc_impl.client")
-        importlib.import_module(
-            "lmcache.v1.multiprocess.transport.grpc_impl.method_registry"
-        ).get_method_codec_registry()
-        ns.factory = importlib.import_module(
-            "lmcache.v1.multiprocess.transport.factory").RequestClientFactory
-        ns.create_request_client = grpc_impl.create_request_client
-        ct = importlib.import_module("lmcache.v1.multiprocess.custom_types")
-        ns.IPCCacheServerKey, ns.KVEventBatch = ct.IPCCacheServerKey, ct.KVEventBatch
-        wire = importlib.import_module("lmcache.v1.platform.base.ipc_wire")
-        ns.CpuShmIPCData, ns.TensorMetadata = wire.CpuShmIPCData, wire.TensorMetadata
-        ns.CpuShmTensorWrapper = importlib.import_module(
-            "lmcache.v1.platform.devices.cpu.shm").CpuShmTensorWrapper
-        ns.EngineType = importlib.import_module("lmcache.utils").EngineType
+    with wheel_imports(src, _torch_stand_in(), "LMCache 0.5.6's gRPC client"):
+        ns = client_namespace("grpc")
         ns.src = src
         return ns
-    except ImportError as e:
-        pytest.skip(f"LMCache 0.5.6's gRPC client does not import here: {e}")
-    finally:
-        if had_torch is None:
-            sys.modules.pop("torch", None)
-        else:
-            sys.modules["torch"] = had_torch
 
 
 @pytest.fixture(scope="module")

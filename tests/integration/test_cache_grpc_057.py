@@ -15,15 +15,10 @@ in its own pytest process (ctest runs each file alone).
 
 from __future__ import annotations
 
-import atexit
 import importlib
-import shutil
-import sys
-import tempfile
 import time
 import types
 import uuid
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -36,8 +31,9 @@ from conftest_cache import CHUNK, pages_equal, tokens
 from lmcache_client import EVENT_HANDLE, cache_key
 from test_cache_grpc import (CHUNK_SIZE_REPLY, CTRL, LOOKUP, _batch, grpc_server, key056,
                              md, pb_bytes, pb_int, streams_gone, unary, wait_grpc, wait_request)
-from test_cache_lmcache_057 import MODEL, _torch_stand_in_057, _wheel, key057
-from test_cache_lmcache_client import BYPASSED_PACKAGES, blocks, lmcache_wrappers
+from lmcache_wheels import client_namespace, wheel_imports
+from test_cache_lmcache_057 import MODEL, _src057, _torch_stand_in_057, key057
+from test_cache_lmcache_client import blocks, lmcache_wrappers
 from test_cache_server import lookup_wait, register
 
 pytest_plugins = ["conftest_cache"]
@@ -46,53 +42,12 @@ T = 5.0
 
 
 def _load_grpc057() -> types.SimpleNamespace:
-    wheel = _wheel()
-    if wheel is None or not wheel.is_file():
-        pytest.skip("lmcache 0.5.7rc2 wheel not in build-wheels/ (scripts/install-deps.sh "
-                    "--with-python downloads it)")
-    if "lmcache" in sys.modules:
-        pytest.skip("another lmcache is already imported in this process")
-    src = Path(tempfile.mkdtemp(prefix="lmcache-0.5.7-"))
-    atexit.register(shutil.rmtree, src, True)
-    with zipfile.ZipFile(wheel) as z:
-        z.extractall(src)
-    had_torch = sys.modules.get("torch")
-    sys.modules["torch"] = _torch_stand_in_057()
-    sys.path.insert(0, str(src))
-    try:
-        for pkg in BYPASSED_PACKAGES:
-            m = types.ModuleType(pkg)
-            m.__path__ = [str(src.joinpath(*pkg.split(".")))]
-            sys.modules[pkg] = m
-        ns = types.SimpleNamespace()
-        grpc_impl = importlib.import_module("lmcache.v1.multiprocess.transport.grpc_impl")
-        # All of it while torch stands in (proto_codec and the P2P codec import
-        # torch; the codec registry is built from their type hints).
-        importlib.import_module("lmcache.v1.multiprocess.transport.grpc_impl.client")
-        importlib.import_module(
-            "lmcache.v1.multiprocess.transport.grpc_impl.method_registry"
-        ).get_method_codec_registry()
-        ns.factory = importlib.import_module(
-            "lmcache.v1.multiprocess.transport.factory").RequestClientFactory
-        ns.create_request_client = grpc_impl.create_request_client
-        ct = importlib.import_module("lmcache.v1.multiprocess.custom_types")
-        ns.IPCCacheServerKey = ct.IPCCacheServerKey
-        ns.custom_types = ct
+    src = _src057()
+    with wheel_imports(src, _torch_stand_in_057(), "LMCache 0.5.7's gRPC client"):
+        ns = client_namespace("grpc")
         ns.server_module = importlib.import_module(
             "lmcache.v1.multiprocess.protocols.server_module")
-        wire = importlib.import_module("lmcache.v1.platform.base.ipc_wire")
-        ns.CpuShmIPCData, ns.TensorMetadata = wire.CpuShmIPCData, wire.TensorMetadata
-        ns.CpuShmTensorWrapper = importlib.import_module(
-            "lmcache.v1.platform.devices.cpu.shm").CpuShmTensorWrapper
-        ns.EngineType = importlib.import_module("lmcache.utils").EngineType
         return ns
-    except ImportError as e:
-        pytest.skip(f"LMCache 0.5.7's gRPC client does not import here: {e}")
-    finally:
-        if had_torch is None:
-            sys.modules.pop("torch", None)
-        else:
-            sys.modules["torch"] = had_torch
 
 
 @pytest.fixture(scope="module")

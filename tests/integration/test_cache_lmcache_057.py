@@ -20,14 +20,9 @@ interpreter.
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import os
-import shutil
-import sys
-import tempfile
 import types
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -36,7 +31,8 @@ pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
 
 from conftest_cache import CHUNK, pages_equal, tokens
 from lmcache_client import EVENT_HANDLE, cache_key
-from test_cache_lmcache_client import (BYPASSED_PACKAGES, PAGE, _torch_stand_in, blocks,
+from lmcache_wheels import client_namespace, unpack, wheel_imports
+from test_cache_lmcache_client import (PAGE, _torch_stand_in, blocks,
                                        lmcache_wrappers)
 
 pytest_plugins = ["conftest_cache"]
@@ -80,49 +76,20 @@ def _wheel() -> Path | None:
     return found[0] if found else None
 
 
-def _load() -> types.SimpleNamespace:
+def _src057() -> Path:
     wheel = _wheel()
     if wheel is None or not wheel.is_file():
         pytest.skip("lmcache 0.5.7rc2 wheel not in build-wheels/ (scripts/install-deps.sh "
                     "--with-python downloads it)")
-    src = Path(tempfile.mkdtemp(prefix="lmcache-0.5.7-"))
-    atexit.register(shutil.rmtree, src, True)
-    with zipfile.ZipFile(wheel) as z:
-        z.extractall(src)
-    if "lmcache" in sys.modules:
-        pytest.skip("another lmcache is already imported in this process")
-    had_torch = sys.modules.get("torch")
-    sys.modules["torch"] = _torch_stand_in_057()
-    sys.path.insert(0, str(src))
-    try:
-        for pkg in BYPASSED_PACKAGES:
-            m = types.ModuleType(pkg)
-            m.__path__ = [str(src.joinpath(*pkg.split(".")))]
-            sys.modules[pkg] = m
-        ns = types.SimpleNamespace()
-        zmq_impl = importlib.import_module("lmcache.v1.multiprocess.transport.zmq_impl")
-        importlib.import_module("lmcache.v1.multiprocess.transport.zmq_impl.mq")
-        importlib.import_module("lmcache.v1.multiprocess.transport.zmq_impl.client")
-        ns.create_request_client = zmq_impl.create_request_client
-        ct = importlib.import_module("lmcache.v1.multiprocess.custom_types")
-        ns.IPCCacheServerKey = ct.IPCCacheServerKey
-        ns.custom_types = ct
+    return unpack(wheel, "lmcache-0.5.7-")
+
+
+def _load() -> types.SimpleNamespace:
+    src = _src057()
+    with wheel_imports(src, _torch_stand_in_057(), "LMCache 0.5.7's client"):
+        ns = client_namespace("zmq")
         ns.server_module = importlib.import_module("lmcache.v1.multiprocess.protocols.server_module")
-        wire = importlib.import_module("lmcache.v1.platform.base.ipc_wire")
-        ns.CpuShmIPCData, ns.TensorMetadata = wire.CpuShmIPCData, wire.TensorMetadata
-        ns.CpuShmTensorWrapper = importlib.import_module(
-            "lmcache.v1.platform.devices.cpu.shm").CpuShmTensorWrapper
-        ns.EngineType = importlib.import_module("lmcache.utils").EngineType
-        ns.version = importlib.import_module("lmcache").__version__ if hasattr(
-            importlib.import_module("lmcache"), "__version__") else "0.5.7rc2"
         return ns
-    except ImportError as e:
-        pytest.skip(f"LMCache 0.5.7's client does not import here: {e}")
-    finally:
-        if had_torch is None:
-            sys.modules.pop("torch", None)
-        else:
-            sys.modules["torch"] = had_torch
 
 
 @pytest.fixture(scope="module")

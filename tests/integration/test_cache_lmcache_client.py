@@ -38,17 +38,12 @@ Without the wheel or cachetools every test here is skipped with that reason.
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import importlib.util
 import os
-import shutil
-import sys
-import tempfile
 import threading
 import time
 import types
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -58,6 +53,7 @@ pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
 
 from conftest_cache import CHUNK, pages_equal, tokens
 from lmcache_client import EVENT_HANDLE, MPClient, cache_key, pool_wrappers
+from lmcache_wheels import BYPASSED_PACKAGES, client_namespace, unpack, wheel_imports  # noqa: F401
 
 pytest_plugins = ["conftest_cache"]  # the cache_server and kv_pools fixtures
 
@@ -65,8 +61,6 @@ MODEL = "test-org/test-model"
 PAGE = 16
 DTYPE_SIZES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "uint8": 1,
                "int8": 1, "int32": 4, "int64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}
-BYPASSED_PACKAGES = ["lmcache.v1.distributed", "lmcache.v1.distributed.transfer_channel",
-                     "lmcache.v1.gpu_connector", "lmcache.v1.gpu_connector.kv_format"]
 
 
 def _lmcache_src() -> tuple[Path | None, str]:
@@ -78,11 +72,7 @@ def _lmcache_src() -> tuple[Path | None, str]:
     if wheel:
         if not Path(wheel).is_file():
             return None, f"LMCACHE_WHEEL={wheel} does not exist"
-        out = Path(tempfile.mkdtemp(prefix="lmcache-0.5.6-"))
-        atexit.register(shutil.rmtree, out, True)
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(out)
-        return out, ""
+        return unpack(Path(wheel), "lmcache-0.5.6-"), ""
     return None, ("LMCache 0.5.6 not available: set LMCACHE_SRC to an unpacked "
                   "lmcache-0.5.6 wheel or LMCACHE_WHEEL to the wheel "
                   "(pip download --no-deps lmcache==0.5.6)")
@@ -124,46 +114,13 @@ def _load_lmcache() -> types.SimpleNamespace:
         pytest.skip(why)
     if importlib.util.find_spec("cachetools") is None:
         pytest.skip("lmcache.utils (0.5.6) imports cachetools: pip install cachetools")
-    had_torch = sys.modules.get("torch")
-    sys.modules["torch"] = _torch_stand_in()
-    sys.path.insert(0, str(src))
-    try:
-        import lmcache
-        if not str(Path(lmcache.__file__).resolve()).startswith(str(src.resolve())):
-            pytest.skip(f"another lmcache is imported ({lmcache.__file__}), not {src}")
-        for pkg in BYPASSED_PACKAGES:
-            if pkg not in sys.modules:
-                m = types.ModuleType(pkg)
-                m.__path__ = [str(src.joinpath(*pkg.split(".")))]
-                sys.modules[pkg] = m
-        ns = types.SimpleNamespace()
-        zmq_impl = importlib.import_module("lmcache.v1.multiprocess.transport.zmq_impl")
-        # create_request_client imports these lazily: import them while torch stands in.
-        importlib.import_module("lmcache.v1.multiprocess.transport.zmq_impl.mq")
-        importlib.import_module("lmcache.v1.multiprocess.transport.zmq_impl.client")
-        ns.create_request_client = zmq_impl.create_request_client
-        custom_types = importlib.import_module("lmcache.v1.multiprocess.custom_types")
-        ns.IPCCacheServerKey = custom_types.IPCCacheServerKey
-        ns.KVEventBatch = custom_types.KVEventBatch
-        wire = importlib.import_module("lmcache.v1.platform.base.ipc_wire")
-        ns.CpuShmIPCData, ns.TensorMetadata = wire.CpuShmIPCData, wire.TensorMetadata
-        ns.CpuShmTensorWrapper = importlib.import_module(
-            "lmcache.v1.platform.devices.cpu.shm").CpuShmTensorWrapper
-        lm_utils = importlib.import_module("lmcache.utils")
-        ns.EngineType = lm_utils.EngineType
-        ns.CacheStoreEvent, ns.CacheRemoveEvent = lm_utils.CacheStoreEvent, lm_utils.CacheRemoveEvent
-        ns.custom_types = custom_types
+    with wheel_imports(src, _torch_stand_in(), "LMCache 0.5.6's client"):
+        ns = client_namespace("zmq")
+        ns.CacheStoreEvent, ns.CacheRemoveEvent = ns.utils.CacheStoreEvent, ns.utils.CacheRemoveEvent
         ns.src = src
         ns.legacy_ids = importlib.import_module(
             "lmcache.v1.multiprocess.transport.zmq_impl.wire").LEGACY_OPERATION_IDS
         return ns
-    except ImportError as e:
-        pytest.skip(f"LMCache 0.5.6's client does not import here: {e}")
-    finally:
-        if had_torch is None:
-            sys.modules.pop("torch", None)
-        else:
-            sys.modules["torch"] = had_torch
 
 
 @pytest.fixture(scope="module")
