@@ -46,6 +46,11 @@ if [ "${1:-}" = "--with-python" ]; then
   # the wheel (tests/tools/engine_wheels.py), for the event goldens and the
   # integration tests that run the engines' own publishers.
   python3 tests/tools/engine_wheels.py --download >/dev/null
+  # vLLM 0.34.0's too, beside 0.33's (test_events_vllm034.py; skipped without it).
+  if ! ls build-wheels/vllm-0.34.0-*.whl >/dev/null 2>&1; then
+    python3 -m pip download -q --no-deps vllm==0.34.0 -d build-wheels \
+      || echo "warning: could not download vllm==0.34.0; test_events_vllm034.py will be skipped"
+  fi
   # LMCache 0.5.6's own client classes drive the cache server in one test
   # file; the wheel is only read (never installed: it needs a GPU stack).
   wheels=build-wheels

@@ -42,8 +42,10 @@ class WheelMissing(RuntimeError):
     pass
 
 
-def wheel_path(engine: str) -> Path:
-    pkg, version, _ = ENGINES[engine]
+def wheel_path(engine: str, version: str | None = None) -> Path:
+    """The cached wheel of `engine` at `version` (default: ENGINES')."""
+    pkg, default, _ = ENGINES[engine]
+    version = version or default
     found = sorted(WHEELS.glob(f"{pkg}-{version}-*.whl"))
     if not found:
         raise WheelMissing(
@@ -65,9 +67,9 @@ def download(engines=tuple(ENGINES)) -> None:
                         "-d", str(WHEELS), *specs], check=True)
 
 
-def module_source(engine: str) -> tuple[str, str]:
+def module_source(engine: str, version: str | None = None) -> tuple[str, str]:
     """(source, path shown in tracebacks) of the engine's event module."""
-    whl = wheel_path(engine)
+    whl = wheel_path(engine, version)
     inner = ENGINES[engine][2]
     with zipfile.ZipFile(whl) as z:
         return z.read(inner).decode("utf-8"), f"{whl.name}/{inner}"
@@ -139,18 +141,25 @@ def _sglang_stubs() -> None:
 _STUBS = {"vllm": _vllm_stubs, "sglang": _sglang_stubs, "tokenspeed": lambda: None}
 
 
-def load(engine: str) -> types.ModuleType:
+def load(engine: str, version: str | None = None) -> types.ModuleType:
     """The engine's event module, executed standalone as
     `kvs_wheel_<engine>_kv_events` (registered in sys.modules so msgspec and
-    pickling resolve its classes). Raises WheelMissing without the wheel."""
-    name = f"kvs_wheel_{engine}_kv_events"
+    pickling resolve its classes). Raises WheelMissing without the wheel.
+
+    `version` loads another release of the same engine (its wheel must be in
+    build-wheels/) as `kvs_wheel_<engine>_<version>_kv_events`, beside the
+    default one; the module-file path and the stubs are ENGINES'."""
+    default = ENGINES[engine][1]
+    version = version or default
+    name = (f"kvs_wheel_{engine}_kv_events" if version == default
+            else f"kvs_wheel_{engine}_{version.replace('.', '_')}_kv_events")
     if name in sys.modules:
         return sys.modules[name]
-    src, shown = module_source(engine)
+    src, shown = module_source(engine, version)
     _STUBS[engine]()
     mod = types.ModuleType(name)
     mod.__file__ = shown
-    mod.ENGINE_VERSION = ENGINES[engine][1]
+    mod.ENGINE_VERSION = version
     sys.modules[name] = mod
     try:
         exec(compile(src, shown, "exec"), mod.__dict__)
