@@ -87,55 +87,55 @@ private:
                  (e.ownership ? 1 : 0) + (e.session_id ? 1 : 0) +
                  (e.lookahead_token_ids ? 1 : 0);
     w_.map_for(n, stored_max_entries);
-    w_.key("type");
-    w_.key("BlockStored");
-    w_.key("block_hashes");
+    name(type_key);
+    name(tag_stored);
+    name(stored_names[sf_block_hashes]);
     hashes(e.block_hashes);
-    w_.key("parent_block_hash");
+    name(stored_names[sf_parent_block_hash]);
     opt_hash(e.parent_block_hash);
-    w_.key("token_ids");
+    name(stored_names[sf_token_ids]);
     tokens(e.token_ids);
-    w_.key("block_size");
+    name(stored_names[sf_block_size]);
     w_.sint(e.block_size);
-    w_.key("lora_id");
+    name(stored_names[sf_lora_id]);
     opt_int(e.lora_id);
-    w_.key("medium");
+    name(stored_names[sf_medium]);
     opt_str(e.medium);
-    w_.key("lora_name");
+    name(stored_names[sf_lora_name]);
     opt_str(e.lora_name);
     if (e.extra_keys_msgpack) {
-      w_.key("extra_keys");
+      name(stored_names[sf_extra_keys]);
       w_.raw(e.extra_keys_msgpack->data(), e.extra_keys_msgpack->size());
     } else if (salt) {
-      w_.key("extra_keys");
+      name(stored_names[sf_extra_keys]);
       salt_extra_keys(e);
     }
     if (e.group_idx) {
-      w_.key("group_idx");
+      name(stored_names[sf_group_idx]);
       w_.sint(*e.group_idx);
     }
     if (e.kv_cache_spec_kind) {
-      w_.key("kv_cache_spec_kind");
+      name(stored_names[sf_kv_cache_spec_kind]);
       w_.str(*e.kv_cache_spec_kind);
     }
     if (e.kv_cache_spec_sliding_window) {
-      w_.key("kv_cache_spec_sliding_window");
+      name(stored_names[sf_kv_cache_spec_sliding_window]);
       w_.sint(*e.kv_cache_spec_sliding_window);
     }
     if (e.locality) {
-      w_.key("locality");
+      name(stored_names[sf_locality]);
       w_.str(*e.locality);
     }
     if (e.ownership) {
-      w_.key("ownership");
+      name(stored_names[sf_ownership]);
       w_.str(*e.ownership);
     }
     if (e.session_id) {
-      w_.key("session_id");
+      name(stored_names[sf_session_id]);
       w_.str(*e.session_id);
     }
     if (e.lookahead_token_ids) {
-      w_.key("lookahead_token_ids");
+      name(stored_names[sf_lookahead_token_ids]);
       w_.array(static_cast<uint32_t>(e.lookahead_token_ids->size()));
       for (const auto& ts : *e.lookahead_token_ids)
         tokens(ts);
@@ -146,36 +146,36 @@ private:
     uint32_t n = 1 + removed_always + (e.group_idx ? 1 : 0) + (e.locality ? 1 : 0) +
                  (e.ownership ? 1 : 0);
     w_.map_for(n, removed_max_entries);
-    w_.key("type");
-    w_.key("BlockRemoved");
-    w_.key("block_hashes");
+    name(type_key);
+    name(tag_removed);
+    name(removed_names[rf_block_hashes]);
     hashes(e.block_hashes);
-    w_.key("medium");
+    name(removed_names[rf_medium]);
     opt_str(e.medium);
     if (e.group_idx) {
-      w_.key("group_idx");
+      name(removed_names[rf_group_idx]);
       w_.sint(*e.group_idx);
     }
     if (e.locality) {
-      w_.key("locality");
+      name(removed_names[rf_locality]);
       w_.str(*e.locality);
     }
     if (e.ownership) {
-      w_.key("ownership");
+      name(removed_names[rf_ownership]);
       w_.str(*e.ownership);
     }
   }
 
   void vllm(const all_blocks_cleared&) {
     w_.map_for(1, 1);
-    w_.key("type");
-    w_.key("AllBlocksCleared");
+    name(type_key);
+    name(tag_cleared);
   }
 
   // -- tokenspeed positional arrays ----------------------------------------
   void tokenspeed(const block_stored& e) {
     w_.array(5);
-    w_.key("BlockStored");
+    name(tag_stored);
     hashes(e.block_hashes);
     opt_hash(e.parent_block_hash);
     tokens(e.token_ids);
@@ -184,14 +184,17 @@ private:
 
   void tokenspeed(const block_removed& e) {
     w_.array(2);
-    w_.key("BlockRemoved");
+    name(tag_removed);
     hashes(e.block_hashes);
   }
 
   void tokenspeed(const all_blocks_cleared&) {
     w_.array(1);
-    w_.key("AllBlocksCleared");
+    name(tag_cleared);
   }
+
+  /// A field name or tag, from the one table the decoder reads too.
+  void name(name_ref n) { w_.str(std::string_view{n.s, n.n}); }
 
   msgpack_io::writer w_;
 };

@@ -1,6 +1,7 @@
 // The KV event structs' field names, in vLLM's declaration order, shared by
-// the event decoder, the encoder and the pass-through check. Internal to
-// messages/ (callers use kv_event_codec.hpp).
+// the event decoder, the encoder and the pass-through check: one table of
+// names for reading and writing. Internal to events_wire/ (callers use
+// kv_event_codec.hpp).
 #pragma once
 
 #include "msgpack/msgpack_reader.hpp"
