@@ -205,5 +205,6 @@ def test_vllm034_mamba_checkpoint_in_snapshot(rig034, zctx):
     snap = snapshot_hashes(zctx, r.replay_port)
     assert (M, "CPU", 1, (), None) in snap, snap
     assert len(snap) == 4, snap
-    ing = r.sidecar.stats("ingest")
+    # The ingest's stats line that counts this batch (it may not be written yet).
+    ing = r.sidecar.wait_stats("ingest", lambda s: s["published"] >= r.ingested[0] + 1)
     assert ing["dropped_events"] == 0 and ing["bad_payloads"] == 0, ing
