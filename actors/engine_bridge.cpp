@@ -91,8 +91,8 @@ caf::behavior engine_bridge::handlers() {
     [this](lmcache_frames& f) {
       ++requests_;
       ++grpc_requests_;
-      std::vector<std::string_view> args(f.frames.begin(), f.frames.end());
-      serve(std::move(f.identity), args, f.received, nullptr);
+      args_.assign(f.frames.begin(), f.frames.end());
+      serve(std::move(f.identity), args_, f.received, nullptr);
     },
     [this](reaped_atom, int64_t instance) {
       owners_.erase(instance);
@@ -356,10 +356,8 @@ void engine_bridge::send_reply(const mp_reply& r) {
   if (is_grpc_identity(r.identity)) {
     // Its RPC is the gRPC bridge's (lmcache_frames).
     if (grpc_) {
-      ++replies_;
-      if (r.received != clock::time_point{})
-        latency_[r.op].observe(std::chrono::duration<double>(clock::now() - r.received).count());
       grpc_->deliver(r);
+      count_reply(r);
     }
     return;
   }
@@ -377,9 +375,7 @@ void engine_bridge::send_reply(const mp_reply& r) {
                  r.body ? zmq::send_flags::sndmore : zmq::send_flags::none);
     if (r.body)
       router_.send(zmq::buffer(*r.body), zmq::send_flags::none);
-    ++replies_;
-    if (r.received != clock::time_point{})
-      latency_[r.op].observe(std::chrono::duration<double>(clock::now() - r.received).count());
+    count_reply(r);
   } catch (const zmq::error_t& e) {
     if (e.num() == EHOSTUNREACH) {
       ++reply_unroutable_; // the client left before its answer: normal
@@ -387,6 +383,12 @@ void engine_bridge::send_reply(const mp_reply& r) {
     }
     KVS_WARN(label(), "reply to peer {} failed: {}", hex(r.identity), e.what());
   }
+}
+
+void engine_bridge::count_reply(const mp_reply& r) {
+  ++replies_;
+  if (r.received != clock::time_point{})
+    latency_[r.op].observe(std::chrono::duration<double>(clock::now() - r.received).count());
 }
 
 stats_snapshot engine_bridge::snapshot() {

@@ -60,6 +60,7 @@ private:
              clock::time_point received, zmq::message_t* first_frame);
   void route(mp_call call);
   void send_reply(const mp_reply& r);
+  void count_reply(const mp_reply& r); ///< replies_ and the op's latency
   void on_subscribe(const std::string& identity, const std::vector<std::string_view>& args);
   void reject(const std::string& peer, const std::string& uid, const std::string& op,
               const error& err);

@@ -37,10 +37,10 @@ std::optional<std::string> grpc_bridge::open() {
     return err;
   KVS_INFO(label(), "bound {} (cache.grpc_endpoint): serving LMCache's gRPC transport (0.5.6 "
                     "and 0.5.7 services){}",
-           server_->bound(), p_.server.tls_cert_file.empty() ? "" : " over TLS");
+           server_->bound(), p_.server.tls_cert_pem.empty() ? "" : " over TLS");
   const auto& ep = p_.server.endpoint;
   if (ep.rfind("grpc://", 0) == 0 && !endpoint_is_local("tcp://" + ep.substr(7))
-      && p_.server.tls_client_ca_file.empty())
+      && p_.server.tls_client_ca_pem.empty())
     KVS_WARN(label(), "cache.grpc_endpoint = \"{}\" is reachable from the network: any client "
                       "that reaches it can register shared memory the sidecar's user may open "
                       "(bind 127.0.0.1 or a grpc+unix:// path, or require client certificates "

@@ -110,11 +110,7 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
       auto& st = self->state;
       if (st.quiet && st.p.queue->admit()) {
         kv_event_batches one;
-        kv_event_batch b;
-        b.ts = std::chrono::duration<double>(
-                 std::chrono::system_clock::now().time_since_epoch()).count();
-        b.dp_rank = st.p.rank;
-        one.items.push_back(std::move(b));
+        one.items.push_back(empty_batch(st.p.rank));
         emit(one);
         ++st.keepalives;
       }

@@ -97,7 +97,7 @@ void on_lookup(self_ptr self, const lookup_req& r) {
   self->request(st.p.store, caf::infinite,
                 store_lookup{st.p.request_id, std::move(hashes), world, 1, r.key.model_name,
                              r.key.cache_salt,
-                             r.key.release == client_release::v0_5_7 ? std::min(begin, end) : 0})
+                             r.key.release == client_release::v0_5_7 ? begin : 0})
     .then(
       [self, gen](uint64_t n) {
         auto& st = self->state;

@@ -256,7 +256,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       auto now = cache_clock::now();
       // Like LMCache 0.5.6 (its read needs the request's own lookup locks):
       // a RETRIEVE reads only chunks a LOOKUP of the same request found.
-      if (auto found = st.ledger->locked_chunks(q.session); found < t.end) {
+      if (auto found = st.ledger->locked_end(q.session); found < t.end) {
         // What the lookup did lock in this range is given back all the same.
         st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
         return to_caf_error(

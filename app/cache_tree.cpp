@@ -124,9 +124,9 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
     grpc_bridge_params gp;
     gp.server.endpoint = c.grpc_endpoint;
     gp.server.max_inflight = c.hwm;
-    gp.server.tls_cert_file = c.grpc_tls_cert_file;
-    gp.server.tls_key_file = c.grpc_tls_key_file;
-    gp.server.tls_client_ca_file = c.grpc_tls_client_ca_file;
+    gp.server.tls_cert_pem = c.grpc_tls_cert_pem;
+    gp.server.tls_key_pem = c.grpc_tls_key_pem;
+    gp.server.tls_client_ca_pem = c.grpc_tls_client_ca_pem;
     gp.engine = caf::actor_cast<engine_bridge_actor>(engine);
     out.input_bridges.push_back(
       sys.spawn<grpc_bridge, caf::detached>(ctx, supervisor, interval, gp));

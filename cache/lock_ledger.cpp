@@ -125,7 +125,7 @@ bool lock_ledger::has_session(const std::string& session) const {
   return sessions_.count(session) != 0;
 }
 
-size_t lock_ledger::locked_chunks(const std::string& session) const {
+size_t lock_ledger::locked_end(const std::string& session) const {
   auto it = sessions_.find(session);
   return it == sessions_.end() ? 0 : it->second.base + it->second.hashes.size();
 }

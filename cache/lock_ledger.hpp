@@ -72,7 +72,7 @@ public:
   size_t session_count() const { return sessions_.size(); }
   /// The end (absolute chunk index) of what the session's last lookup hit
   /// and locked: its base plus the chunks locked (0 if unknown).
-  size_t locked_chunks(const std::string& session) const;
+  size_t locked_end(const std::string& session) const;
   /// Readers the ledger still holds, summed over sessions (including ones the
   /// index has since expired: they are dropped when released).
   uint64_t held_readers() const { return held_readers_; }

@@ -2,14 +2,15 @@
 
 #include "config/curve_keys.hpp"
 #include "core/listen_address.hpp"
+#include "core/text_file.hpp"
 
 #include <toml++/toml.h>
 
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <map>
+#include <tuple>
 #include <sstream>
 
 namespace kvs {
@@ -646,6 +647,18 @@ expected<config> finish(const toml::table& t, loader& l) {
               "client certificates need TLS: set cache.grpc_tls_cert_file and cache.grpc_tls_key_file");
   if (!l.error && !k.grpc_tls_cert_file.empty() && k.grpc_endpoint.rfind("grpc://", 0) != 0)
     l.fail_at("cache.grpc_tls_cert_file", "TLS is for a grpc://host:port cache.grpc_endpoint");
+  for (auto [key, file, pem] : {std::tuple{"cache.grpc_tls_cert_file", &k.grpc_tls_cert_file, &k.grpc_tls_cert_pem},
+                                std::tuple{"cache.grpc_tls_key_file", &k.grpc_tls_key_file, &k.grpc_tls_key_pem},
+                                std::tuple{"cache.grpc_tls_client_ca_file", &k.grpc_tls_client_ca_file,
+                                           &k.grpc_tls_client_ca_pem}}) {
+    if (l.error || file->empty())
+      continue;
+    auto text = read_text_file(*file);
+    if (!text)
+      l.fail_at(key, text.error_value().detail);
+    else
+      *pem = std::move(*text);
+  }
 
   c.gpu.backend = r.one_of<gpu_backend>(
     "gpu.backend",
@@ -736,12 +749,10 @@ expected<config> load_config_text(std::string_view text, const std::string& sour
 expected<config> load_config(const std::string& file, const std::vector<std::string>& overrides) {
   if (file.empty())
     return load_config_text({}, "<default>", overrides);
-  std::ifstream in{file, std::ios::binary};
-  if (!in)
+  auto read = read_text_file(file);
+  if (!read)
     return make_error("io", config_error{file, "", 0, "cannot read the file"}.to_string());
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  auto text = buf.str();
+  auto text = std::move(*read);
   if (text.empty())
     text = "\n"; // an empty file is a valid config: all defaults
   return load_config_text(text, file, overrides);

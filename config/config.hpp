@@ -98,6 +98,9 @@ struct cache_config {
   std::string grpc_tls_cert_file;      ///< PEM; with the key: TLS on grpc://
   std::string grpc_tls_key_file;
   std::string grpc_tls_client_ca_file; ///< PEM; clients must present a certificate it signed
+  /// The three files' contents, read when the config is loaded (as the
+  /// CURVE keys), so a missing file is a config error naming its key.
+  std::string grpc_tls_cert_pem, grpc_tls_key_pem, grpc_tls_client_ca_pem;
 };
 
 /// L2 tiers behind the L1 pool (l2/, actors/l2_tier.hpp).

@@ -1,11 +1,12 @@
 #include "config/curve_keys.hpp"
 
+#include "core/text_file.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstring>
 #include <dirent.h>
-#include <fstream>
 #include <sstream>
 #include <sys/stat.h>
 
@@ -66,12 +67,10 @@ std::optional<std::string> z85_decode_key(const std::string& z85) {
 }
 
 expected<std::string> read_curve_key(const std::string& path, bool secret) {
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    return make_error("io", "cannot read \"" + path + "\"");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  auto text = buf.str();
+  auto read = read_text_file(path);
+  if (!read)
+    return read.error_value();
+  const std::string& text = *read;
   auto z85 = trim(text);
   if (z85.size() != 40) { // not a raw key: zcert
     auto v = zcert_value(text, secret ? "secret-key" : "public-key");

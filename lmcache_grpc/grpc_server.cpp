@@ -16,9 +16,7 @@
 #include <cstring>
 
 #include <deque>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -55,16 +53,6 @@ bool unix_socket_answers(const std::string& path) {
   const bool live = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
   return live;
-}
-
-std::optional<std::string> read_file(const std::string& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return "cannot read " + path;
-  std::ostringstream s;
-  s << in.rdbuf();
-  out = s.str();
-  return std::nullopt;
 }
 
 } // namespace
@@ -163,6 +151,18 @@ struct grpc_server::impl {
     });
   }
 
+  /// A call refused here, before the engine bridge sees it: counted,
+  /// logged (rate-limited by the bridge) and answered `code`, "<op>: <why>"
+  /// (or `text`).
+  void refuse(call* c, std::atomic<uint64_t>& counter, grpc::StatusCode code,
+              std::string_view op, std::string_view kind, const std::string& why,
+              std::string text = {}) {
+    counter.fetch_add(1, std::memory_order_relaxed);
+    if (reject)
+      reject(c->ctx.peer(), op, kind, why);
+    finish(c, grpc::Status{code, text.empty() ? std::string(op) + ": " + why : std::move(text)});
+  }
+
   static grpc::ByteBuffer to_buffer(const std::string& s) {
     grpc::Slice slice{s.data(), s.size()};
     return grpc::ByteBuffer{&slice, 1};
@@ -178,13 +178,11 @@ struct grpc_server::impl {
     accept_one();
     c->method = find_grpc_method(c->ctx.method());
     if (!c->method) {
-      counters.unimplemented.fetch_add(1, std::memory_order_relaxed);
-      if (reject)
-        reject(c->ctx.peer(), c->ctx.method().substr(0, 128), "unimplemented",
-               "no such LMCache method");
-      finish(c, grpc::Status{grpc::StatusCode::UNIMPLEMENTED,
-                             c->ctx.method() + " is not served by kvsidecar (LMCache MP ops "
-                                               "only; docs/lmcache-mp-compat.md)"});
+      refuse(c, counters.unimplemented, grpc::StatusCode::UNIMPLEMENTED,
+             std::string_view{c->ctx.method()}.substr(0, 128), "unimplemented",
+             "no such LMCache method",
+             c->ctx.method() + " is not served by kvsidecar (LMCache MP ops only; "
+                               "docs/lmcache-mp-compat.md)");
       return;
     }
     post(c, [&] { c->stream.Read(&c->in, &c->t_read); });
@@ -226,33 +224,22 @@ struct grpc_server::impl {
     } else if (auto r = releases.find(c->identity); r != releases.end()) {
       dialect = r->second;
     }
-    auto& n = inflight[c->identity];
-    if (n >= p.max_inflight || submitted.size() >= max_calls) {
-      if (n == 0)
-        inflight.erase(c->identity);
-      counters.overloaded.fetch_add(1, std::memory_order_relaxed);
-      if (reject)
-        reject(c->ctx.peer(), op_name(m), "overloaded",
-               "more than cache.hwm (" + std::to_string(p.max_inflight) + ") unanswered");
-      finish(c, grpc::Status{grpc::StatusCode::RESOURCE_EXHAUSTED,
-                             std::string(op_name(m)) + ": more than cache.hwm ("
-                               + std::to_string(p.max_inflight)
-                               + ") requests of this client are unanswered"});
+    auto busy = inflight.find(c->identity);
+    if ((busy != inflight.end() && busy->second >= p.max_inflight) || submitted.size() >= max_calls) {
+      refuse(c, counters.overloaded, grpc::StatusCode::RESOURCE_EXHAUSTED, op_name(m),
+             "overloaded",
+             "more than cache.hwm (" + std::to_string(p.max_inflight)
+               + ") requests of this client are unanswered");
       return;
     }
     const uint64_t id = next_id++;
     auto frames = grpc_request_frames(m, bytes, dialect, id);
     if (!frames) {
-      if (n == 0)
-        inflight.erase(c->identity);
-      counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-      if (reject)
-        reject(c->ctx.peer(), op_name(m), frames.error_value().kind, frames.error_value().detail);
-      finish(c, grpc::Status{grpc::StatusCode::INVALID_ARGUMENT,
-                             std::string(op_name(m)) + ": " + frames.error_value().detail});
+      refuse(c, counters.bad_requests, grpc::StatusCode::INVALID_ARGUMENT, op_name(m),
+             frames.error_value().kind, frames.error_value().detail);
       return;
     }
-    ++n;
+    ++inflight[c->identity];
     c->id = id;
     c->uid_frame = (*frames)[0];
     c->op_frame = (*frames)[1];
@@ -444,17 +431,11 @@ std::optional<std::string> grpc_server::start() {
     return "cache.grpc_endpoint = \"" + ep + "\": expected grpc://host:port or grpc+unix:///path";
   }
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  if (!d.p.tls_cert_file.empty()) {
+  if (!d.p.tls_cert_pem.empty()) {
     grpc::SslServerCredentialsOptions opts;
-    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-    if (auto e = read_file(d.p.tls_cert_file, pair.cert_chain))
-      return "cache.grpc_tls_cert_file: " + *e;
-    if (auto e = read_file(d.p.tls_key_file, pair.private_key))
-      return "cache.grpc_tls_key_file: " + *e;
-    opts.pem_key_cert_pairs.push_back(std::move(pair));
-    if (!d.p.tls_client_ca_file.empty()) {
-      if (auto e = read_file(d.p.tls_client_ca_file, opts.pem_root_certs))
-        return "cache.grpc_tls_client_ca_file: " + *e;
+    opts.pem_key_cert_pairs.push_back({d.p.tls_key_pem, d.p.tls_cert_pem});
+    if (!d.p.tls_client_ca_pem.empty()) {
+      opts.pem_root_certs = d.p.tls_client_ca_pem;
       opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
     }
     creds = grpc::SslServerCredentials(opts);

@@ -35,9 +35,9 @@ namespace kvs {
 struct grpc_server_params {
   std::string endpoint;   ///< grpc://host:port or grpc+unix:///abs/path
   int64_t max_inflight = 0; ///< unanswered requests per client (cache.hwm)
-  std::string tls_cert_file; ///< PEM; with tls_key_file: TLS on grpc://
-  std::string tls_key_file;
-  std::string tls_client_ca_file; ///< PEM; set: clients must present a certificate it signed
+  std::string tls_cert_pem; ///< PEM certificate chain; with tls_key_pem: TLS on grpc://
+  std::string tls_key_pem;
+  std::string tls_client_ca_pem; ///< PEM; set: clients must present a certificate it signed
 };
 
 /// Counters, read from any thread (the bridge's stats line, /metrics).

@@ -210,15 +210,14 @@ expected<frames_t> with_057_argument(const Message& r, const std::string& name, 
 /// The argument frames of `m` (after uid and op).
 expected<frames_t> args_of(const grpc_method& m, std::string_view bytes, client_release dialect) {
   frames_t a;
-  auto keyed = [&](const auto& msg, const char* name, client_release& rel) -> status {
-    rel = key_release(dialect, msg.key());
-    auto k = key_frame(msg.key(), rel, std::string(name) + ".key");
+  // The key frame first, in the release the client showed (or its shape says).
+  auto keyed = [&](const auto& msg, const char* name) -> status {
+    auto k = key_frame(msg.key(), key_release(dialect, msg.key()), std::string(name) + ".key");
     if (!k)
       return k.error_value();
     a.push_back(std::move(*k));
     return {};
   };
-  client_release rel = dialect;
   if (m.subscribe) {
     auto r = parse<pb::SubscribeKvEventsRequest>(bytes, "SubscribeKvEventsRequest");
     if (!r)
@@ -279,7 +278,7 @@ expected<frames_t> args_of(const grpc_method& m, std::string_view bytes, client_
       auto r = parse<pb::StoreRequest>(bytes, "StoreRequest");
       if (!r)
         return r.error_value();
-      if (auto k = keyed(*r, "StoreRequest", rel); !k)
+      if (auto k = keyed(*r, "StoreRequest"); !k)
         return k.error_value();
       a.push_back(int_frame(r->instance_id()));
       a.push_back(block_groups_frame(r->gpu_block_ids()));
@@ -290,7 +289,7 @@ expected<frames_t> args_of(const grpc_method& m, std::string_view bytes, client_
       auto r = parse<pb::RetrieveRequest>(bytes, "RetrieveRequest");
       if (!r)
         return r.error_value();
-      if (auto k = keyed(*r, "RetrieveRequest", rel); !k)
+      if (auto k = keyed(*r, "RetrieveRequest"); !k)
         return k.error_value();
       a.push_back(int_frame(r->instance_id()));
       a.push_back(block_groups_frame(r->gpu_block_ids()));
@@ -302,7 +301,7 @@ expected<frames_t> args_of(const grpc_method& m, std::string_view bytes, client_
       auto r = parse<pb::LookupRequest>(bytes, "LookupRequest");
       if (!r)
         return r.error_value();
-      if (auto k = keyed(*r, "LookupRequest", rel); !k)
+      if (auto k = keyed(*r, "LookupRequest"); !k)
         return k.error_value();
       a.push_back(int_frame(r->tp_size()));
       return a;
@@ -419,7 +418,7 @@ expected<frames_t> args_of(const grpc_method& m, std::string_view bytes, client_
       auto r = parse<pb::CommitStoreRequest>(bytes, "CommitStoreRequest");
       if (!r)
         return r.error_value();
-      if (auto k = keyed(*r, "CommitStoreRequest", rel); !k)
+      if (auto k = keyed(*r, "CommitStoreRequest"); !k)
         return k.error_value();
       a.push_back(int_frame(r->instance_id()));
       a.push_back(bin_frame(r->data()));
@@ -429,7 +428,7 @@ expected<frames_t> args_of(const grpc_method& m, std::string_view bytes, client_
       auto r = parse<pb::PrepareRetrieveRequest>(bytes, "PrepareRetrieveRequest");
       if (!r)
         return r.error_value();
-      if (auto k = keyed(*r, "PrepareRetrieveRequest", rel); !k)
+      if (auto k = keyed(*r, "PrepareRetrieveRequest"); !k)
         return k.error_value();
       a.push_back(int_frame(r->instance_id()));
       return a;
@@ -438,7 +437,7 @@ expected<frames_t> args_of(const grpc_method& m, std::string_view bytes, client_
       auto r = parse<pb::CommitRetrieveRequest>(bytes, "CommitRetrieveRequest");
       if (!r)
         return r.error_value();
-      if (auto k = keyed(*r, "CommitRetrieveRequest", rel); !k)
+      if (auto k = keyed(*r, "CommitRetrieveRequest"); !k)
         return k.error_value();
       a.push_back(int_frame(r->instance_id()));
       return a;

@@ -13,11 +13,18 @@
 
 namespace kvs {
 
-inline kv_event_batch fence_batch(int64_t rank) {
+/// A batch of the sidecar's own for `rank`, stamped now, with no events
+/// (events.keepalive_interval's keep-alive).
+inline kv_event_batch empty_batch(int64_t rank) {
   kv_event_batch b;
   b.ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  b.events.emplace_back(all_blocks_cleared{});
   b.dp_rank = rank;
+  return b;
+}
+
+inline kv_event_batch fence_batch(int64_t rank) {
+  kv_event_batch b = empty_batch(rank);
+  b.events.emplace_back(all_blocks_cleared{});
   return b;
 }
 

@@ -54,7 +54,7 @@ TEST_CASE("lookup locks the hit prefix on every rank") {
   const std::vector<uint64_t> h{1, 2, 3, 4};
   w.put_all({1, 2, 3}, 2);
   CHECK(w.ledger->lookup("r1", h.data(), h.size(), 2, 1, t0) == 3);
-  CHECK(w.ledger->locked_chunks("r1") == 3);
+  CHECK(w.ledger->locked_end("r1") == 3);
   CHECK(w.index->outstanding_readers() == 6);
   CHECK(w.ledger->held_readers() == 6);
   CHECK(w.readers(1, 0) == 1);
@@ -74,7 +74,7 @@ TEST_CASE("a lookup from chunk `base` (LMCache 0.5.7's key.start): absolute indi
   const std::vector<uint64_t> suffix{3, 4, 5};
   CHECK(w.ledger->lookup("r", suffix.data(), suffix.size(), 1, 1, t0, 2) == 2);
   // The end of the locked range, absolute: a retrieve of chunks 2..3 is allowed.
-  CHECK(w.ledger->locked_chunks("r") == 4);
+  CHECK(w.ledger->locked_end("r") == 4);
   CHECK(w.ledger->held_readers() == 2);
   // Below base nothing is held; releases there count nothing.
   CHECK(w.ledger->release_range("r", 0, 2, t0) == 0);
@@ -87,7 +87,7 @@ TEST_CASE("a lookup from chunk `base` (LMCache 0.5.7's key.start): absolute indi
   // A repeated lookup from 0 replaces it and releases what it held.
   CHECK(w.ledger->lookup("r", suffix.data(), suffix.size(), 1, 1, t0, 2) == 2);
   CHECK(w.ledger->lookup("r", suffix.data(), suffix.size(), 1, 1, t0) == 2);
-  CHECK(w.ledger->locked_chunks("r") == 2);
+  CHECK(w.ledger->locked_end("r") == 2);
   CHECK(w.ledger->end_session("r") == 2);
   CHECK(w.index->outstanding_readers() == 0);
 }
@@ -156,7 +156,7 @@ TEST_CASE("a repeated lookup releases the earlier locks first") {
   CHECK(w.readers(3, 0) == 0);
   CHECK(w.readers(5, 0) == 1);
   CHECK(w.index->outstanding_readers() == 2);
-  CHECK(w.ledger->locked_chunks("r") == 2);
+  CHECK(w.ledger->locked_end("r") == 2);
 }
 
 TEST_CASE("end_session releases everything; sessions are independent") {

@@ -189,6 +189,12 @@ TEST_CASE("cache.grpc_endpoint and its TLS keys; events.published_dp_rank and ke
   auto unix_tls = error_of("[cache]\ngrpc_endpoint = \"grpc+unix:///x.sock\"\n"
                            "grpc_tls_cert_file = \"c\"\ngrpc_tls_key_file = \"k\"\n");
   CHECK(unix_tls.key == "cache.grpc_tls_cert_file");
+  // The PEM files are read with the config: a missing one names its key.
+  auto missing = error_of("[cache]\ngrpc_endpoint = \"grpc://127.0.0.1:1\"\n"
+                          "grpc_tls_cert_file = \"/nonexistent/c.pem\"\n"
+                          "grpc_tls_key_file = \"/nonexistent/k.pem\"\n");
+  CHECK(missing.key == "cache.grpc_tls_cert_file");
+  CHECK(missing.what.find("cannot read \"/nonexistent/c.pem\"") != std::string::npos);
   CHECK_FALSE(ok("").events.published_dp_rank_zero);
   CHECK(ok("[events]\npublished_dp_rank = \"zero\"\n").events.published_dp_rank_zero);
   CHECK(error_of("[events]\npublished_dp_rank = \"one\"\n").key == "events.published_dp_rank");
