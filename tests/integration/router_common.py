@@ -269,3 +269,42 @@ def overrun_stalled_router(side: EngineSide, what: str, max_batches: int = 3000)
         side.drain()
         # Until our subscription is back in force at the sidecar's PUB.
         side.publish_until(lambda: side._drain_one(0.0), "our subscriber to rejoin the sidecar")
+
+
+def stall_until_gap(side: EngineSide, proc, what: str, converged: Callable[[int, int], None],
+                    gapped: Callable[[], bool], first: int = 5000, attempts: int = 3) -> list[int]:
+    """A stalled router misses the changes that matter and must repair them
+    from the sidecar's replay. Each attempt k: freeze `proc` (SIGSTOP),
+    overrun it (overrun_stalled_router), publish "A's chain gone, a new one
+    stored" while it is frozen (k == 0 removes hashes 1..4 and stores
+    tokens(first, 3) at 201; attempt k removes what k-1 stored and stores
+    tokens(first, 3 + k) at 201 + 100k, so each attempt's end state differs
+    in its block count), resume it, `converged(k, last_seq)` waits until it
+    applied the attempt's last batch; stops once `gapped()` says it replayed.
+    Returns the hashes the router's worker holds at the end.
+
+    Why attempts: the sidecar counts high-water-mark drops per PUB, not per
+    subscriber, so on a loaded machine the drop that ends a burst can be a
+    transient one of another pipe (our own subscriber's, before its
+    UNSUBSCRIBE reaches the sidecar) while the frozen router's buffers still
+    held everything. Then the router sees no gap: the attempt proved
+    nothing, and another, longer stall is made. A sidecar that failed to
+    repair a gap fails `converged` (the router ends with the wrong state)."""
+    held = [1, 2, 3, 4]
+    for k in range(attempts):
+        n = 3 + k
+        new = list(range(201 + 100 * k, 201 + 100 * k + n))
+        proc.stop_process()
+        try:
+            overrun_stalled_router(side, what, max_batches=3000 * (k + 1))
+            side.publish_raw(removed(side.v, held))
+            side.publish_raw(stored(side.v, tokens(first, n), new[0]))
+            last = side.publish()
+        finally:
+            proc.cont()
+        held = new
+        converged(k, last)
+        if gapped():
+            return held
+    raise AssertionError(f"{what}: {attempts} stalls, and the router caught up without "
+                         "replaying each time: no stall made a gap")

@@ -103,6 +103,8 @@ FULL_CHUNKS = (ve.PROMPT_LEN // CHUNK) * CHUNK  # 512 of 600 tokens
 # timeout that bounds any call to a dead server.
 EXTRA = {"lmcache.mp.heartbeat_interval": 1.0, "lmcache.mp.mq_timeout": 20.0}
 GEN_TIMEOUT = 120.0
+# conftest.py's hang watchdog: one test here starts up to two engines.
+HANG_S = 600
 DEGRADED = "LMCache server is unhealthy"
 
 
