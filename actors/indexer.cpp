@@ -20,7 +20,7 @@ stats_snapshot snapshot(const indexer_state& st) {
     .log_only("batches", st.batches)
     .log_text("seq", st.last_seq ? std::to_string(*st.last_seq) : std::string{"-"})
     .log_only("behind", static_cast<uint64_t>(
-                          std::max<int64_t>(st.p.queue->indexing.load(), 0)));
+                          std::max<int64_t>(st.p.queue->indexing(), 0)));
   return s;
 }
 
@@ -42,12 +42,10 @@ indexer(indexer_actor::stateful_pointer<indexer_state> self, indexer_params para
       auto& st = self->state;
       for (auto& batch : in.items)
         st.index.apply(batch);
-      st.p.queue->indexing_bytes.fetch_sub(held, std::memory_order_acq_rel);
       st.batches += in.items.size();
       if (!in.items.empty())
         st.last_seq = first_seq + in.items.size() - 1;
-      const auto behind = st.p.queue->indexing.fetch_sub(static_cast<int64_t>(in.items.size()),
-                                                         std::memory_order_acq_rel)
+      const auto behind = st.p.queue->indexed(static_cast<int64_t>(in.items.size()), held)
                           - static_cast<int64_t>(in.items.size());
       st.backlog_peak = std::max(st.backlog_peak, behind + static_cast<int64_t>(in.items.size()));
       if (behind == 0 && st.backlog_peak >= trim_after_backlog) {

@@ -44,9 +44,13 @@ using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>,
 /// own events). Nothing but this live path runs in it. With
 /// events.keepalive_interval, a rank that published nothing for that long
 /// publishes an empty batch (a new seq: a router can tell a quiet engine
-/// from a dead sidecar, and sees a gap at once).
+/// from a dead sidecar, and sees a gap at once). `cleared, a`: after each
+/// AllBlocksCleared this rank publishes (the engine's, or the restart
+/// fence), `a` (the store) gets `cleared`: routers have just dropped the
+/// rank's CPU chunks too.
 using publisher_actor = caf::typed_actor<
   caf::reacts_to<publish_atom, kv_event_batches>,
+  caf::reacts_to<cleared_atom, caf::actor>, ///< who to tell after an AllBlocksCleared
   caf::reacts_to<tick_atom>>::extend_with<stats_client_actor>; ///< keep-alive check
 
 /// indexer[dp=r] — one per DP rank, on its own thread (actors/indexer.hpp).
@@ -136,6 +140,11 @@ using registry_actor = caf::typed_actor<
 /// Announces committed and evicted
 /// chunks as BlockStored / BlockRemoved through a publisher, and as
 /// kv_event_records (per model) to the engine bridge's subscribe_kv_events log.
+/// When that publisher's rank publishes an AllBlocksCleared (`cleared`:
+/// vLLM's reset_prefix_cache, an engine restart's fence), routers drop
+/// every block of the rank, L1's chunks with them; the store announces
+/// every rank-0 chunk it still holds again, oldest first (a chunk after
+/// its parent).
 using store_actor = caf::typed_actor<
   caf::replies_to<store_lookup>::with<uint64_t>,
   caf::reacts_to<store_release_range>,
@@ -147,6 +156,7 @@ using store_actor = caf::typed_actor<
   caf::replies_to<store_configure>::with<store_configure_reply>,
   caf::reacts_to<mp_call>, ///< clear
   caf::reacts_to<record_atom, caf::actor>, ///< where kv_event_records go (the engine bridge)
+  caf::reacts_to<cleared_atom>,            ///< routers dropped L1's chunks: announce them again
   caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< lock and reservation expiry
 
 /// gpu_transfer — opens engine pools (CUDA IPC or host shared memory) once

@@ -121,7 +121,7 @@ void on_write(self_ptr self, l2_write& w) {
     note_redis_error(self);
   }
   st.written_chunks += w.hashes.size();
-  st.p.queue->release(w.queued_bytes);
+  st.p.queue->release(static_cast<int64_t>(w.queued_bytes));
   announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
   announce_disk_removals(self);
 }
@@ -264,51 +264,10 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
       KVS_INFO(st.label, "stats: written={} fetched_disk={} fetched_redis={} queued={}B "
                          "events_dropped={} buffers_reused={} spare={}B",
                st.written_chunks, st.fetched_disk, st.fetched_redis,
-               st.p.queue->queued.load(), st.events_dropped, st.buffers_reused, st.spare_bytes);
+               st.p.queue->in_flight(), st.events_dropped, st.buffers_reused, st.spare_bytes);
       self->delayed_send(self, st.p.stats_interval, stats_atom_v);
     },
   };
-}
-
-store_l2_link spawn_l2(caf::actor_system& sys, const config& cfg, publisher_actor events,
-                       relay_queue_ptr events_queue, std::string* error) {
-  store_l2_link link;
-  auto& c = cfg.l2;
-  if (!c.enabled())
-    return link;
-  l2_params p;
-  if (c.disk.enabled) {
-    disk_tier_options o;
-    o.path = c.disk.path;
-    o.size = c.disk.size;
-    auto disk = disk_tier::open(o);
-    if (!disk) {
-      *error = "l2.disk.path = \"" + c.disk.path + "\": " + disk.error_value().detail;
-      return link;
-    }
-    p.disk = std::move(*disk);
-  }
-  if (c.redis.enabled) {
-    redis_options o;
-    o.endpoints = c.redis.endpoints;
-    o.cluster = c.redis.cluster;
-    o.password = c.redis.password;
-    o.ttl = std::chrono::duration_cast<std::chrono::milliseconds>(c.redis.ttl);
-    o.connections = static_cast<int>(c.redis.connections);
-    o.timeout = std::max(std::chrono::milliseconds{1},
-                         std::chrono::duration_cast<std::chrono::milliseconds>(c.redis.timeout));
-    o.retry_after = o.timeout;
-    p.redis = o;
-    p.key_prefix = c.redis.key_prefix;
-  }
-  link.queue = std::make_shared<l2_queue>(c.queue_bytes);
-  p.queue = link.queue;
-  p.chunk_size = cfg.cache.chunk_size;
-  p.events = std::move(events);
-  p.events_queue = std::move(events_queue);
-  p.stats_interval = cfg.sidecar.stats_interval;
-  link.actor = sys.spawn<caf::detached>(l2_tier, std::move(p));
-  return link;
 }
 
 } // namespace kvs

@@ -4,37 +4,18 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
-#include "relay/relay_queue.hpp"
-#include "actors/store_l2.hpp"
-#include "config/config.hpp"
+#include "core/admit_budget.hpp"
 #include "l2/disk_tier.hpp"
 #include "l2/redis_client.hpp"
+#include "relay/relay_queue.hpp"
 
-#include <caf/actor_system.hpp>
-
-#include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace kvs {
-
-/// Bytes of chunk copies on their way to L2: the store admits before sending
-/// an l2_write, the L2 actor releases after writing it. Over the limit, the
-/// store skips the chunk (counted) instead of waiting.
-struct l2_queue {
-  explicit l2_queue(uint64_t limit) : max_bytes(limit) {}
-  bool admit(uint64_t n) {
-    if (queued.fetch_add(n, std::memory_order_acq_rel) + n > max_bytes) {
-      queued.fetch_sub(n, std::memory_order_acq_rel);
-      return false;
-    }
-    return true;
-  }
-  void release(uint64_t n) { queued.fetch_sub(n, std::memory_order_acq_rel); }
-  const uint64_t max_bytes;
-  std::atomic<uint64_t> queued{0};
-};
 
 /// Media announced for chunks held in L2 (see README, "L2 tiers").
 inline constexpr const char* l2_disk_medium = "DISK";
@@ -52,7 +33,7 @@ struct l2_params {
   std::shared_ptr<disk_tier> disk;    ///< opened before spawning (null: no disk tier)
   std::optional<redis_options> redis; ///< nullopt: no Redis tier
   std::string key_prefix;
-  std::shared_ptr<l2_queue> queue;
+  std::shared_ptr<admit_budget> queue; ///< the store admits, this actor releases (store_l2.hpp)
   int64_t chunk_size = 0;             ///< cache.chunk_size (BlockStored's block_size)
   publisher_actor events;             ///< may be null
   relay_queue_ptr events_queue;
@@ -77,12 +58,7 @@ struct l2_state {
   uint64_t seen_no_space = 0, seen_io_errors = 0, seen_rejected = 0; ///< disk faults logged once
 };
 
+/// Spawned detached by app/cache_tree.cpp (spawn_l2), which opens the tiers.
 l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_params params);
-
-/// Opens the tiers `cfg.l2` enables and spawns the L2 actor (detached).
-/// Returns an empty link when no tier is enabled; *error says why it could
-/// not start (the disk path is unusable).
-store_l2_link spawn_l2(caf::actor_system& sys, const config& cfg, publisher_actor events,
-                       relay_queue_ptr events_queue, std::string* error);
 
 } // namespace kvs

@@ -36,7 +36,7 @@ caf::behavior pub_bridge::handlers() {
     [this](publish_atom, encoded_batches& bs) {
       for (auto& b : bs.items)
         send_batch(b);
-      p_.queue->release(static_cast<int64_t>(bs.items.size()));
+      p_.queue->sent(static_cast<int64_t>(bs.items.size()));
     },
   };
 }
@@ -102,7 +102,7 @@ stats_snapshot pub_bridge::snapshot() {
     .counter("hwm_drops", "kvsidecar_events_dropped_total", hwm_drops_, "reason",
              "subscriber_hwm")
     .gauge("topics", "kvsidecar_events_subscribers", topics_)
-    .log_only("queued", p_.queue->queued.load());
+    .log_only("queued", p_.queue->queued());
   return s;
 }
 

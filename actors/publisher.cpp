@@ -4,6 +4,8 @@
 #include "relay/fence.hpp"
 #include "events_wire/kv_event_codec.hpp"
 
+#include <caf/actor_cast.hpp>
+
 namespace kvs {
 
 namespace {
@@ -40,11 +42,12 @@ stats_snapshot snapshot(const publisher_state& st) {
   s.counter("batches", "kvsidecar_events_published_total", st.batches)
     .counter("events", "kvsidecar_events_published_events_total", st.events)
     .counter("keepalives", "kvsidecar_events_keepalives_total", st.keepalives)
+    .log_only("clears", st.clears)
     .gauge("next_seq", "kvsidecar_events_seq", st.next_seq)
-    .gauge("queued", "kvsidecar_events_queued", st.p.queue->queued.load())
+    .gauge("queued", "kvsidecar_events_queued", st.p.queue->queued())
     // Counted where the batch was refused: kvsidecar_events_dropped_total
     // {reason="queue_full"} of the ingest rank.
-    .log_only("dropped_queue_full", st.p.queue->dropped_full.load());
+    .log_only("dropped_queue_full", st.p.queue->dropped_full());
   return s;
 }
 
@@ -67,7 +70,10 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
     encoded_batches out;
     out.items.reserve(in.items.size());
     st.quiet = false;
+    bool cleared = false;
     for (auto& batch : in.items) {
+      if (!st.clear_listeners.empty() && !cleared)
+        cleared = clears_all_blocks(batch);
       // A router may want every rank's endpoint to say 0
       // (events.published_dp_rank = "zero"); pass-through bytes then get
       // only their rank rewritten.
@@ -87,10 +93,15 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
       int64_t bytes = 0;
       for (const auto& batch : in.items)
         bytes += held_bytes(batch);
-      st.p.queue->indexing_bytes.fetch_add(bytes, std::memory_order_acq_rel);
-      st.p.queue->indexing.fetch_add(static_cast<int64_t>(in.items.size()),
-                                     std::memory_order_acq_rel);
+      st.p.queue->to_indexer(static_cast<int64_t>(in.items.size()), bytes);
       self->send(st.p.indexer, publish_atom_v, first_seq, bytes, std::move(in));
+    }
+    // After the clear is numbered: what the listener publishes in answer
+    // comes through this mailbox, so it gets a later seq.
+    if (cleared) {
+      ++st.clears;
+      for (auto& a : st.clear_listeners)
+        self->send(caf::actor_cast<store_actor>(a), cleared_atom_v);
     }
   };
   // Seq 0 of every rank: a router that kept blocks from a previous sidecar
@@ -104,6 +115,9 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
     self->delayed_send(self, st.p.keepalive, tick_atom_v);
   return {
     [emit](publish_atom, kv_event_batches& in) { emit(in); },
+    [self](cleared_atom, caf::actor& listener) {
+      self->state.clear_listeners.push_back(std::move(listener));
+    },
     [self, emit](tick_atom) {
       // Checked every keepalive interval: a rank that was quiet for a whole
       // interval says so with an empty batch (at most one interval late).

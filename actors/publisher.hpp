@@ -8,6 +8,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kvs {
 
@@ -43,6 +44,9 @@ struct publisher_state {
   uint64_t events = 0;
   uint64_t keepalives = 0; ///< empty batches published for events.keepalive_interval
   bool quiet = true;       ///< nothing published since the last keep-alive check
+  uint64_t clears = 0;     ///< AllBlocksCleared published while someone listens
+  /// Told after each AllBlocksCleared (the store, cache.events_rank's).
+  std::vector<caf::actor> clear_listeners;
 };
 
 /// The stats line's and /metrics' view of the publisher.

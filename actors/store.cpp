@@ -3,7 +3,6 @@
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
 #include "actors/event_announce.hpp"
-#include "actors/l2_tier.hpp"
 #include "actors/sweep.hpp"
 #include "config/config.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
@@ -20,6 +19,12 @@ using self_ptr = store_actor::stateful_pointer<store_state>;
 
 /// Locks and reservations are swept at least this often (lock_ttl/4 below).
 constexpr std::chrono::seconds max_lock_sweep_interval{1};
+
+/// BlockStored events per batch when L1 is announced again after an
+/// AllBlocksCleared: batches of a few hundred KB at 256-token chunks, so a
+/// large L1 goes out as many small batches (each one seq, each one slot of
+/// the relay queue) rather than one frame of megabytes.
+constexpr size_t reannounce_batch_events = 64;
 
 /// Hands a batch of our own events to the configured publisher (if any),
 /// through the same bounded queue as the engine's batches.
@@ -53,6 +58,10 @@ void announce_removed(self_ptr self, const std::vector<chunk_key>& keys) {
     ++st.evicted;
     if (k.rank != 0)
       continue;
+    if (auto a = st.announced.find(k.hash); a != st.announced.end()) {
+      st.announce_order.erase(a->second.order);
+      st.announced.erase(a);
+    }
     block_removed e;
     e.block_hashes.push_back(k.hash);
     e.medium = "CPU";
@@ -82,6 +91,287 @@ size_t distinct_sizes(const std::unordered_map<int64_t, size_t>& m) {
   return static_cast<size_t>(std::unique(v.begin(), v.end()) - v.begin());
 }
 
+// The store's handlers, one per message (store() below lists them).
+
+/// LOOKUP: locks the prefix found in L1 (and asks L2 for the rest).
+caf::result<uint64_t> on_lookup(self_ptr self, store_lookup& q) {
+  auto& st = self->state;
+  auto now = cache_clock::now();
+  // LMCache 0.5.7: the engine holds the chunks below key.start. They
+  // keep their recency; the lookup (locks, L2) covers only the rest,
+  // and the hit counts them (q.begin + what is found after them).
+  const size_t base = std::min(q.begin, q.hashes.size());
+  if (base > 0) {
+    for (size_t c = 0; c < base; ++c)
+      for (int32_t r = 0; r < std::max(q.world_size, 1); ++r)
+        st.index->touch(chunk_key{q.hashes[c], r});
+    q.hashes.erase(q.hashes.begin(), q.hashes.begin() + static_cast<ptrdiff_t>(base));
+  }
+  q.begin = base;
+  auto hits = st.ledger->lookup(q.session, q.hashes.data(), q.hashes.size(), q.world_size,
+                                q.readers_per_key, now, base);
+  if (l2_wants_prefetch(self, q, hits)) // L2 hook: the rest of the prefix from L2
+    return l2_prefetch(self, std::move(q), hits);
+  return static_cast<uint64_t>(base + hits);
+}
+
+/// FREE_LOOKUP_LOCKS: gives back a request's lookup locks on a range.
+void on_release_range(self_ptr self, store_release_range& q) {
+  auto& ledger = *self->state.ledger;
+  if (q.rank)
+    ledger.release_rank(q.session, *q.rank, q.begin, q.end, cache_clock::now(), UINT32_MAX);
+  else
+    ledger.release_range(q.session, q.begin, q.end, cache_clock::now());
+}
+
+/// END_SESSION: every lock the request still holds.
+uint64_t on_end_session(self_ptr self, store_end_session& q) {
+  self->state.p.l2.fetches.erase(q.session); // L2 hook: a late prefetch takes no locks
+  return self->state.ledger->end_session(q.session);
+}
+
+/// STORE, step 1: a slot for each chunk not in L1 yet (evicting to make room).
+caf::result<store_reserve_reply> on_reserve(self_ptr self, store_reserve& q) {
+  auto& st = self->state;
+  store_reserve_reply out;
+  auto refuse = [&](error e) {
+    ++st.refused;
+    KVS_WARN(st.label, "store of {} chunks on rank {} refused: {}", q.hashes.size(), q.rank,
+             e.detail);
+    return to_caf_error(e);
+  };
+  auto sized = st.chunk_bytes.find(q.instance_id);
+  if (sized == st.chunk_bytes.end())
+    return refuse({"not_registered",
+                   "instance " + std::to_string(q.instance_id) + " is not registered"});
+  out.slot_bytes = sized->second;
+  auto now = cache_clock::now();
+  std::vector<chunk_key> reserved;
+  for (size_t i = 0; i < q.hashes.size(); ++i) {
+    if (q.max_chunks != 0 && reserved.size() >= q.max_chunks)
+      break;
+    chunk_key k{q.hashes[i], q.rank};
+    auto r = st.index->reserve(k, out.slot_bytes, now, q.format);
+    announce_removed(self, r.evicted);
+    if (r.status == reserve_status::already_present)
+      continue;
+    if (r.status == reserve_status::no_space) {
+      for (auto& rk : reserved)
+        st.index->abort(rk);
+      return refuse({"no_space", std::string{"no space in L1: "} + to_string(r.reason)
+                                   + (r.detail.empty() ? "" : " (" + r.detail + ")")});
+    }
+    reserved.push_back(k);
+    out.chunks.push_back(reserved_chunk{i, reinterpret_cast<uint8_t*>(r.data)});
+  }
+  return out;
+}
+
+/// STORE, step 2: commits (or aborts) the reserved chunks once copied; announces them.
+void on_finish(self_ptr self, store_finish& f) {
+  auto& st = self->state;
+  std::vector<kv_event> events;
+  std::vector<kv_event_record> records;
+  for (size_t i = 0; i < f.hashes.size(); ++i) {
+    chunk_key k{f.hashes[i], f.rank};
+    if (!f.commit) {
+      st.index->abort(k);
+      continue;
+    }
+    if (!st.index->commit(k))
+      continue;
+    ++st.stored;
+    l2_stage(self, f, i); // L2 hook: write-through
+    if (f.rank != 0)
+      continue;
+    st.chunk_model[k.hash] = model_id(st, f.model);
+    kv_event_record rec;
+    rec.model_name = f.model;
+    rec.block_hashes.push_back(k.hash);
+    rec.parent_block_hash = f.parents[i];
+    rec.token_ids = f.tokens[i];
+    records.push_back(std::move(rec));
+    if (st.p.events) {
+      auto [a, fresh] = st.announced.try_emplace(k.hash);
+      if (!fresh) // not expected: a chunk is committed once while in L1
+        st.announce_order.erase(a->second.order);
+      a->second.order = st.next_order++;
+      a->second.parent = f.parents[i];
+      a->second.tokens = f.tokens[i];
+      st.announce_order[a->second.order] = k.hash;
+    }
+    block_stored e;
+    e.block_hashes.push_back(k.hash);
+    e.parent_block_hash = f.parents[i];
+    e.token_ids = std::move(f.tokens[i]);
+    e.block_size = st.p.chunk_size;
+    e.medium = "CPU";
+    events.emplace_back(std::move(e));
+  }
+  l2_flush(self); // L2 hook
+  announce(self, std::move(events));
+  record(self, std::move(records));
+}
+
+/// RETRIEVE, step 1: pins the chunks the request's lookup found, for the copy.
+caf::result<store_acquire_reply> on_acquire(self_ptr self, store_acquire& q) {
+  auto& st = self->state;
+  store_acquire_reply out;
+  out.slot_bytes = SIZE_MAX;
+  store_state::read_ticket t;
+  t.session = q.session;
+  t.rank = q.rank;
+  t.begin = q.begin;
+  t.end = q.begin + q.hashes.size();
+  auto now = cache_clock::now();
+  // Like LMCache 0.5.6 (its read needs the request's own lookup locks):
+  // a RETRIEVE reads only chunks a LOOKUP of the same request found.
+  if (auto found = st.ledger->locked_end(q.session); found < t.end) {
+    // What the lookup did lock in this range is given back all the same.
+    st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
+    return to_caf_error(
+      "not_looked_up",
+      found == 0 ? "no lookup of this request found chunks to retrieve"
+                 : "chunks " + std::to_string(found) + ".." + std::to_string(t.end - 1)
+                     + " are past the " + std::to_string(found) + " its lookup found");
+  }
+  for (size_t i = 0; i < q.hashes.size(); ++i) {
+    chunk_key k{q.hashes[i], q.rank};
+    auto e = st.index->find(k);
+    std::optional<lock_token> tok;
+    if (e && e->state == entry_state::committed && e->format != q.format) {
+      for (auto& l : t.locks)
+        st.index->unlock(l);
+      st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
+      return to_caf_error("other_format",
+                          "chunk " + std::to_string(q.begin + i) + " of rank "
+                            + std::to_string(q.rank) + " was stored in another chunk format ("
+                            + (e->format == chunk_format_single_plane ? "one plane, engine-driven"
+                                                                      : "KV_2LTD")
+                            + ")");
+    }
+    if (e && e->state == entry_state::committed)
+      tok = st.index->lock(k, 1, now);
+    if (!tok) {
+      for (auto& l : t.locks)
+        st.index->unlock(l);
+      // The lookup's locks on this range are consumed all the same.
+      st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
+      return to_caf_error("not_in_l1", "chunk " + std::to_string(q.begin + i) + " of rank "
+                                         + std::to_string(q.rank) + " is not in L1");
+    }
+    t.locks.push_back(*tok);
+    out.slots.push_back(reinterpret_cast<uint8_t*>(e->data));
+    out.slot_bytes = std::min(out.slot_bytes, e->bytes);
+  }
+  if (out.slots.empty())
+    out.slot_bytes = 0;
+  out.ticket = st.next_ticket++;
+  st.tickets.emplace(out.ticket, std::move(t));
+  return out;
+}
+
+/// RETRIEVE, step 2: the copy is over; unpins and consumes the lookup locks.
+void on_release_ticket(self_ptr self, store_release& r) {
+  auto& st = self->state;
+  auto i = st.tickets.find(r.ticket);
+  if (i == st.tickets.end())
+    return;
+  auto now = cache_clock::now();
+  for (auto& l : i->second.locks)
+    st.index->unlock(l);
+  st.ledger->release_rank(i->second.session, i->second.rank, i->second.begin, i->second.end,
+                          now);
+  st.tickets.erase(i);
+}
+
+/// REGISTER: the slot size of an instance (0: it unregistered).
+caf::result<store_configure_reply> on_configure(self_ptr self, store_configure& c) {
+  // Every instance gets slots of its own chunk size from the one L1
+  // region (slot_pool.hpp); chunks it stored before re-registering with
+  // another layout keep theirs (a RETRIEVE checks the size it gets).
+  auto& st = self->state;
+  store_configure_reply out;
+  auto usable = st.p.pool->capacity_bytes();
+  if (c.slot_bytes == 0) {
+    st.chunk_bytes.erase(c.instance_id);
+  } else if (st.p.pool->stride_for(c.slot_bytes) == 0
+             || st.p.pool->stride_for(c.slot_bytes) > usable) {
+    return to_caf_error("l1_too_small", "chunks of " + std::to_string(c.slot_bytes)
+                                          + " bytes per rank do not fit in the L1 region of "
+                                          + std::to_string(usable) + " bytes (cache.l1_size)");
+  } else {
+    st.chunk_bytes[c.instance_id] = c.slot_bytes;
+    out.slot_bytes = c.slot_bytes;
+    // "N slots": how many chunks of this size alone would fill L1.
+    KVS_INFO(st.label, "chunk slots of {} KiB: {} slots in L1 for instance {} ({} instances, "
+                       "{} chunk sizes share L1)",
+             c.slot_bytes >> 10, usable / st.p.pool->stride_for(c.slot_bytes), c.instance_id,
+             st.chunk_bytes.size(), distinct_sizes(st.chunk_bytes));
+  }
+  return out;
+}
+
+/// The rank the store announces on published an AllBlocksCleared: routers
+/// dropped L1's chunks with the engine's blocks. Every rank-0 chunk L1 still
+/// holds is announced again, oldest first (a parent before its child), in
+/// batches of reannounce_batch_events through the rank's relay queue (a
+/// full queue drops a batch and counts it, as for any announcement).
+void on_cleared(self_ptr self) {
+  auto& st = self->state;
+  std::vector<kv_event> events;
+  const uint64_t dropped_before = st.events_dropped;
+  auto flush = [&] {
+    announce(self, std::move(events));
+    events.clear();
+  };
+  for (const auto& [order, hash] : st.announce_order) {
+    const auto& a = st.announced.at(hash);
+    block_stored e;
+    e.block_hashes.push_back(hash);
+    e.parent_block_hash = a.parent;
+    e.token_ids = a.tokens;
+    e.block_size = st.p.chunk_size;
+    e.medium = "CPU";
+    events.emplace_back(std::move(e));
+    if (events.size() == reannounce_batch_events)
+      flush();
+  }
+  flush();
+  st.reannounced += st.announce_order.size();
+  if (!st.announce_order.empty())
+    KVS_INFO(st.label, "AllBlocksCleared on the events rank: {} chunks of L1 announced again{}",
+             st.announce_order.size(),
+             st.events_dropped > dropped_before
+               ? fmt::format(" ({} batches dropped: relay queue full)",
+                             st.events_dropped - dropped_before)
+               : std::string{});
+}
+
+/// CLEAR: drops every unlocked chunk.
+void on_clear(self_ptr self, mp_call& call) {
+  // CLEAR: drop every unlocked chunk.
+  auto& st = self->state;
+  auto removed = st.index->clear();
+  KVS_INFO(st.label, "clear: {} chunks dropped", removed.size());
+  announce_removed(self, removed);
+  auto bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
+  self->send(bridge, make_reply(call, std::nullopt));
+}
+
+/// Lock TTLs are enforced here, whatever sessions do (idle sessions are
+/// ended by the session router, which releases their locks).
+void on_sweep(self_ptr self, std::chrono::nanoseconds expiry) {
+  auto& st = self->state;
+  auto now = cache_clock::now();
+  auto locks = st.index->expire_locks(now);
+  auto stale = st.index->expire_reservations(now);
+  if (locks + stale.size() > 0)
+    KVS_WARN(st.label, "expired: {} read locks past lock_ttl, {} reservations never "
+                       "committed", locks, stale.size());
+  self->delayed_send(self, expiry, sweep_atom_v);
+}
+
 } // namespace
 
 stats_snapshot snapshot(const store_state& st) {
@@ -105,6 +395,7 @@ stats_snapshot snapshot(const store_state& st) {
     .counter("stored", "kvsidecar_cache_stored_chunks_total", st.stored)
     .counter("evicted", "kvsidecar_cache_evictions_total", st.evicted, "tier", "l1")
     .counter("refused", "kvsidecar_cache_store_refused_total", st.refused)
+    .counter("reannounced", "kvsidecar_cache_reannounced_chunks_total", st.reannounced)
     .counter("events_dropped", "kvsidecar_cache_events_dropped_total", st.events_dropped);
   if (st.p.l2.actor) {
     auto& l2 = st.p.l2;
@@ -112,7 +403,7 @@ stats_snapshot snapshot(const store_state& st) {
       .counter("", "kvsidecar_cache_lookup_hit_chunks_total", l2.prefetched_chunks, "tier", "l2")
       .counter("", "kvsidecar_cache_l2_prefetch_failures_total", l2.prefetch_failures)
       .counter("", "kvsidecar_cache_l2_write_skipped_total", l2.queued_skipped)
-      .gauge("", "kvsidecar_cache_l2_queued_bytes", l2.queue->queued.load());
+      .gauge("", "kvsidecar_cache_l2_queued_bytes", l2.queue->in_flight());
   }
   return s;
 }
@@ -138,227 +429,26 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
                             st.p.pool->mapped_bytes() >> 20, st.p.evict_high * 100,
                             st.p.evict_low * 100, to_string(st.p.lock_ttl)));
   arm_stats(self, st.p.stats_interval);
-  // Lock TTLs are enforced here, whatever sessions do (idle sessions are
-  // ended by the session router, which releases their locks).
+  // The lock and reservation sweep (on_sweep).
   auto expiry = sweep_interval(st.p.lock_ttl, max_lock_sweep_interval);
   self->delayed_send(self, expiry, sweep_atom_v);
   return {
-    [self](store_lookup& q) -> caf::result<uint64_t> {
-      auto& st = self->state;
-      auto now = cache_clock::now();
-      // LMCache 0.5.7: the engine holds the chunks below key.start. They
-      // keep their recency; the lookup (locks, L2) covers only the rest,
-      // and the hit counts them (q.begin + what is found after them).
-      const size_t base = std::min(q.begin, q.hashes.size());
-      if (base > 0) {
-        for (size_t c = 0; c < base; ++c)
-          for (int32_t r = 0; r < std::max(q.world_size, 1); ++r)
-            st.index->touch(chunk_key{q.hashes[c], r});
-        q.hashes.erase(q.hashes.begin(), q.hashes.begin() + static_cast<ptrdiff_t>(base));
-      }
-      q.begin = base;
-      auto hits = st.ledger->lookup(q.session, q.hashes.data(), q.hashes.size(), q.world_size,
-                                    q.readers_per_key, now, base);
-      if (l2_wants_prefetch(self, q, hits)) // L2 hook: the rest of the prefix from L2
-        return l2_prefetch(self, std::move(q), hits);
-      return static_cast<uint64_t>(base + hits);
-    },
-    [self](store_release_range& q) {
-      auto& ledger = *self->state.ledger;
-      if (q.rank)
-        ledger.release_rank(q.session, *q.rank, q.begin, q.end, cache_clock::now(), UINT32_MAX);
-      else
-        ledger.release_range(q.session, q.begin, q.end, cache_clock::now());
-    },
-    [self](store_end_session& q) -> uint64_t {
-      self->state.p.l2.fetches.erase(q.session); // L2 hook: a late prefetch takes no locks
-      return self->state.ledger->end_session(q.session);
-    },
-    [self](store_reserve& q) -> caf::result<store_reserve_reply> {
-      auto& st = self->state;
-      store_reserve_reply out;
-      auto refuse = [&](error e) {
-        ++st.refused;
-        KVS_WARN(st.label, "store of {} chunks on rank {} refused: {}", q.hashes.size(), q.rank,
-                 e.detail);
-        return to_caf_error(e);
-      };
-      auto sized = st.chunk_bytes.find(q.instance_id);
-      if (sized == st.chunk_bytes.end())
-        return refuse({"not_registered",
-                       "instance " + std::to_string(q.instance_id) + " is not registered"});
-      out.slot_bytes = sized->second;
-      auto now = cache_clock::now();
-      std::vector<chunk_key> reserved;
-      for (size_t i = 0; i < q.hashes.size(); ++i) {
-        if (q.max_chunks != 0 && reserved.size() >= q.max_chunks)
-          break;
-        chunk_key k{q.hashes[i], q.rank};
-        auto r = st.index->reserve(k, out.slot_bytes, now, q.format);
-        announce_removed(self, r.evicted);
-        if (r.status == reserve_status::already_present)
-          continue;
-        if (r.status == reserve_status::no_space) {
-          for (auto& rk : reserved)
-            st.index->abort(rk);
-          return refuse({"no_space", std::string{"no space in L1: "} + to_string(r.reason)
-                                       + (r.detail.empty() ? "" : " (" + r.detail + ")")});
-        }
-        reserved.push_back(k);
-        out.chunks.push_back(reserved_chunk{i, reinterpret_cast<uint8_t*>(r.data)});
-      }
-      return out;
-    },
-    [self](store_finish& f) {
-      auto& st = self->state;
-      std::vector<kv_event> events;
-      std::vector<kv_event_record> records;
-      for (size_t i = 0; i < f.hashes.size(); ++i) {
-        chunk_key k{f.hashes[i], f.rank};
-        if (!f.commit) {
-          st.index->abort(k);
-          continue;
-        }
-        if (!st.index->commit(k))
-          continue;
-        ++st.stored;
-        l2_stage(self, f, i); // L2 hook: write-through
-        if (f.rank != 0)
-          continue;
-        st.chunk_model[k.hash] = model_id(st, f.model);
-        kv_event_record rec;
-        rec.model_name = f.model;
-        rec.block_hashes.push_back(k.hash);
-        rec.parent_block_hash = f.parents[i];
-        rec.token_ids = f.tokens[i];
-        records.push_back(std::move(rec));
-        block_stored e;
-        e.block_hashes.push_back(k.hash);
-        e.parent_block_hash = f.parents[i];
-        e.token_ids = std::move(f.tokens[i]);
-        e.block_size = st.p.chunk_size;
-        e.medium = "CPU";
-        events.emplace_back(std::move(e));
-      }
-      l2_flush(self); // L2 hook
-      announce(self, std::move(events));
-      record(self, std::move(records));
-    },
-    [self](store_acquire& q) -> caf::result<store_acquire_reply> {
-      auto& st = self->state;
-      store_acquire_reply out;
-      out.slot_bytes = SIZE_MAX;
-      store_state::read_ticket t;
-      t.session = q.session;
-      t.rank = q.rank;
-      t.begin = q.begin;
-      t.end = q.begin + q.hashes.size();
-      auto now = cache_clock::now();
-      // Like LMCache 0.5.6 (its read needs the request's own lookup locks):
-      // a RETRIEVE reads only chunks a LOOKUP of the same request found.
-      if (auto found = st.ledger->locked_end(q.session); found < t.end) {
-        // What the lookup did lock in this range is given back all the same.
-        st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
-        return to_caf_error(
-          "not_looked_up",
-          found == 0 ? "no lookup of this request found chunks to retrieve"
-                     : "chunks " + std::to_string(found) + ".." + std::to_string(t.end - 1)
-                         + " are past the " + std::to_string(found) + " its lookup found");
-      }
-      for (size_t i = 0; i < q.hashes.size(); ++i) {
-        chunk_key k{q.hashes[i], q.rank};
-        auto e = st.index->find(k);
-        std::optional<lock_token> tok;
-        if (e && e->state == entry_state::committed && e->format != q.format) {
-          for (auto& l : t.locks)
-            st.index->unlock(l);
-          st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
-          return to_caf_error("other_format",
-                              "chunk " + std::to_string(q.begin + i) + " of rank "
-                                + std::to_string(q.rank) + " was stored in another chunk format ("
-                                + (e->format == chunk_format_single_plane ? "one plane, engine-driven"
-                                                                          : "KV_2LTD")
-                                + ")");
-        }
-        if (e && e->state == entry_state::committed)
-          tok = st.index->lock(k, 1, now);
-        if (!tok) {
-          for (auto& l : t.locks)
-            st.index->unlock(l);
-          // The lookup's locks on this range are consumed all the same.
-          st.ledger->release_rank(q.session, q.rank, t.begin, t.end, now);
-          return to_caf_error("not_in_l1", "chunk " + std::to_string(q.begin + i) + " of rank "
-                                             + std::to_string(q.rank) + " is not in L1");
-        }
-        t.locks.push_back(*tok);
-        out.slots.push_back(reinterpret_cast<uint8_t*>(e->data));
-        out.slot_bytes = std::min(out.slot_bytes, e->bytes);
-      }
-      if (out.slots.empty())
-        out.slot_bytes = 0;
-      out.ticket = st.next_ticket++;
-      st.tickets.emplace(out.ticket, std::move(t));
-      return out;
-    },
-    [self](store_release& r) {
-      auto& st = self->state;
-      auto i = st.tickets.find(r.ticket);
-      if (i == st.tickets.end())
-        return;
-      auto now = cache_clock::now();
-      for (auto& l : i->second.locks)
-        st.index->unlock(l);
-      st.ledger->release_rank(i->second.session, i->second.rank, i->second.begin, i->second.end,
-                              now);
-      st.tickets.erase(i);
-    },
+    [self](store_lookup& q) -> caf::result<uint64_t> { return on_lookup(self, q); },
+    [self](store_release_range& q) { on_release_range(self, q); },
+    [self](store_end_session& q) -> uint64_t { return on_end_session(self, q); },
+    [self](store_reserve& q) -> caf::result<store_reserve_reply> { return on_reserve(self, q); },
+    [self](store_finish& f) { on_finish(self, f); },
+    [self](store_acquire& q) -> caf::result<store_acquire_reply> { return on_acquire(self, q); },
+    [self](store_release& r) { on_release_ticket(self, r); },
     [self](store_configure& c) -> caf::result<store_configure_reply> {
-      // Every instance gets slots of its own chunk size from the one L1
-      // region (slot_pool.hpp); chunks it stored before re-registering with
-      // another layout keep theirs (a RETRIEVE checks the size it gets).
-      auto& st = self->state;
-      store_configure_reply out;
-      auto usable = st.p.pool->capacity_bytes();
-      if (c.slot_bytes == 0) {
-        st.chunk_bytes.erase(c.instance_id);
-      } else if (st.p.pool->stride_for(c.slot_bytes) == 0
-                 || st.p.pool->stride_for(c.slot_bytes) > usable) {
-        return to_caf_error("l1_too_small", "chunks of " + std::to_string(c.slot_bytes)
-                                              + " bytes per rank do not fit in the L1 region of "
-                                              + std::to_string(usable) + " bytes (cache.l1_size)");
-      } else {
-        st.chunk_bytes[c.instance_id] = c.slot_bytes;
-        out.slot_bytes = c.slot_bytes;
-        // "N slots": how many chunks of this size alone would fill L1.
-        KVS_INFO(st.label, "chunk slots of {} KiB: {} slots in L1 for instance {} ({} instances, "
-                           "{} chunk sizes share L1)",
-                 c.slot_bytes >> 10, usable / st.p.pool->stride_for(c.slot_bytes), c.instance_id,
-                 st.chunk_bytes.size(), distinct_sizes(st.chunk_bytes));
-      }
-      return out;
+      return on_configure(self, c);
     },
-    [self](mp_call& call) {
-      // CLEAR: drop every unlocked chunk.
-      auto& st = self->state;
-      auto removed = st.index->clear();
-      KVS_INFO(st.label, "clear: {} chunks dropped", removed.size());
-      announce_removed(self, removed);
-      auto bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
-      self->send(bridge, make_reply(call, std::nullopt));
-    },
+    [self](mp_call& call) { on_clear(self, call); },
+    [self](cleared_atom) { on_cleared(self); },
     [self](record_atom, caf::actor& sink) {
       self->state.records_sink = caf::actor_cast<engine_bridge_actor>(std::move(sink));
     },
-    [self, expiry](sweep_atom) {
-      auto& st = self->state;
-      auto now = cache_clock::now();
-      auto locks = st.index->expire_locks(now);
-      auto stale = st.index->expire_reservations(now);
-      if (locks + stale.size() > 0)
-        KVS_WARN(st.label, "expired: {} read locks past lock_ttl, {} reservations never "
-                           "committed", locks, stale.size());
-      self->delayed_send(self, expiry, sweep_atom_v);
-    },
+    [self, expiry](sweep_atom) { on_sweep(self, expiry); },
     [self](stats_atom) {
       l2_log_stats(self); // L2 hook
       log_stats(self, snapshot(self->state), self->state.p.stats_interval);

@@ -9,7 +9,9 @@
 #include "cache/slot_pool.hpp"
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -55,6 +57,21 @@ struct store_state {
   std::unordered_map<std::string, uint32_t> model_ids;
   std::unordered_map<uint64_t, uint32_t> chunk_model;
   uint64_t next_ticket = 1;
+
+  /// What each rank-0 chunk in L1 was announced with (kept only with a
+  /// publisher), to announce it again after the rank's AllBlocksCleared:
+  /// its place in commit order (a parent was committed before its child),
+  /// its parent and its token ids (8 bytes a token: 2 KiB for a 256-token
+  /// chunk, beside the chunk's own hundreds of KiB).
+  struct announced_chunk {
+    uint64_t order = 0;
+    std::optional<uint64_t> parent;
+    std::vector<int64_t> tokens;
+  };
+  std::unordered_map<uint64_t, announced_chunk> announced;
+  std::map<uint64_t, uint64_t> announce_order; ///< order -> hash, oldest first
+  uint64_t next_order = 0;
+  uint64_t reannounced = 0; ///< chunks announced again after an AllBlocksCleared
 
   uint64_t stored = 0;
   uint64_t evicted = 0;

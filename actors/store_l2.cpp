@@ -1,7 +1,6 @@
 #include "actors/store_l2.hpp"
 
 #include "actors/actor_logging.hpp"
-#include "actors/l2_tier.hpp"
 #include "actors/store.hpp"
 
 #include <cstring>
@@ -19,7 +18,7 @@ void l2_stage(store_self self, const store_finish& f, size_t i) {
   // chunk stays in L1.
   if (!e || e->format != chunk_format_kv_2ltd)
     return;
-  if (!l2.queue->admit(e->bytes)) {
+  if (!l2.queue->admit(static_cast<int64_t>(e->bytes))) {
     ++l2.queued_skipped;
     return;
   }
@@ -156,7 +155,7 @@ void l2_log_stats(store_self self) {
   KVS_INFO(st.label, "stats l2: prefetches={} prefetched_chunks={} prefetch_failures={} "
                      "write_skipped_queue_full={} queued={}B",
            l2.prefetches, l2.prefetched_chunks, l2.prefetch_failures, l2.queued_skipped,
-           l2.queue->queued.load());
+           l2.queue->in_flight());
 }
 
 } // namespace kvs

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
+#include "core/admit_budget.hpp"
 
 #include <caf/typed_response_promise.hpp>
 
@@ -14,14 +15,16 @@
 
 namespace kvs {
 
-struct l2_queue;
 struct store_state;
 using store_self = store_actor::stateful_pointer<store_state>;
 
 /// What the store keeps for L2 (empty actor: no L2 configured).
 struct store_l2_link {
   l2_actor actor;
-  std::shared_ptr<l2_queue> queue;
+  /// Bytes of chunk copies on their way to L2: admitted by l2_stage before
+  /// the l2_write, released by the L2 actor once written. Past
+  /// l2.queue_bytes a chunk is skipped (queued_skipped), never waited for.
+  std::shared_ptr<admit_budget> queue;
   l2_write pending;           ///< chunks of the current store_finish, sent by l2_flush
   uint64_t queued_skipped = 0;   ///< chunks not written through: queue full
   uint64_t prefetches = 0;

@@ -1,156 +1,24 @@
 #include "app/actor_tree.hpp"
 
 #include "app/cache_tree.hpp"
-#include "actors/indexer.hpp"
-#include "actors/ingest_bridge.hpp"
-#include "actors/pub_bridge.hpp"
-#include "actors/publisher.hpp"
-#include "actors/replay.hpp"
-#include "actors/replay_bridge.hpp"
-
-#include <chrono>
-#include <caf/actor_cast.hpp>
-#include <fmt/format.h>
+#include "app/relay_tree.hpp"
 
 namespace kvs {
-
-namespace {
-
-/// Upper bound of a PUB socket's linger (how long closing it flushes queued
-/// batches to slow subscribers). It is also at most a quarter of
-/// sidecar.shutdown_timeout, so the outputs close within the deadline; past a
-/// second a subscriber is stalled, not slow, and replays what it missed.
-constexpr std::chrono::seconds max_pub_linger{1};
-
-void spawn_event_relay(caf::actor_system& sys, zmq::context_t& ctx,
-                       zmq::context_t& replay_ctx, const config& cfg,
-                       caf::actor supervisor, actor_tree& t,
-                       std::vector<publisher_actor>& publishers) {
-  auto& ev = cfg.events;
-  auto interval = cfg.sidecar.stats_interval;
-  auto dialect = ev.format;
-  // One start for every rank: microseconds since the epoch stay above any
-  // earlier run's seq (a rank publishing a batch per microsecond for years
-  // would be needed to catch up), so a restart never makes the seq go back.
-  const uint64_t first_seq =
-    ev.seq_start_clock
-      ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                std::chrono::system_clock::now().time_since_epoch())
-                                .count())
-      : 0;
-  std::vector<payload_pool_ptr> pools; // one per rank: its ingest bridge's and publisher's
-  for (int64_t r = 0; r < ev.dp_size; ++r) {
-    auto queue = std::make_shared<relay_queue>(ev.max_queue_size,
-                                               static_cast<int64_t>(ev.max_queue_bytes));
-    t.queues.push_back(queue);
-    // Large payloads' memory, kept for reuse up to what the rank's replay
-    // buffer holds at most anyway.
-    auto pool = payload_pool::make(static_cast<size_t>(ev.buffer_bytes));
-    pools.push_back(pool);
-
-    replay_actor rep;
-    if (!ev.replay_endpoint.empty()) {
-      replay_params rpp;
-      rpp.rank = r;
-      rpp.buffer_steps = static_cast<size_t>(ev.buffer_steps);
-      rpp.buffer_bytes = static_cast<size_t>(ev.buffer_bytes);
-      rpp.stats_interval = interval;
-      rep = sys.spawn(replay, rpp);
-      t.workers.push_back(caf::actor_cast<caf::actor>(rep));
-    }
-
-    // On its own thread: index updates and snapshot walks never hold up a
-    // CAF worker the publisher needs.
-    indexer_params xp;
-    xp.rank = r;
-    xp.max_blocks = static_cast<size_t>(ev.index_max_blocks);
-    if (ev.published_dp_rank_zero)
-      xp.published_rank = 0;
-    xp.queue = queue;
-    xp.stats_interval = interval;
-    auto idx = sys.spawn<caf::detached>(indexer, xp);
-    t.workers.push_back(caf::actor_cast<caf::actor>(idx));
-
-    pub_bridge_params pp;
-    pp.rank = r;
-    pp.endpoint = offset_endpoint(ev.endpoint, r).value();
-    pp.config_key = "events.endpoint";
-    pp.topic = ev.topic;
-    pp.hwm = ev.hwm;
-    pp.queue = queue;
-    pp.linger = std::min<std::chrono::nanoseconds>(cfg.sidecar.shutdown_timeout / 4, max_pub_linger);
-    pp.curve_secret_key = cfg.security.curve_secret_key;
-    auto pub = sys.spawn<pub_bridge, caf::detached>(ctx, supervisor, interval, pp);
-    t.output_bridges.push_back(pub);
-
-    publisher_params ppp;
-    ppp.rank = r;
-    ppp.dialect = dialect;
-    ppp.pub_bridge = caf::actor_cast<pub_bridge_actor>(pub);
-    ppp.replay = rep;
-    ppp.indexer = idx;
-    ppp.queue = queue;
-    ppp.pool = pool;
-    ppp.stats_interval = interval;
-    ppp.first_seq = first_seq;
-    ppp.keepalive = ev.keepalive_interval;
-    if (ev.published_dp_rank_zero)
-      ppp.published_rank = 0;
-    auto p = sys.spawn(publisher, ppp);
-    publishers.push_back(p);
-    if (rep) {
-      replay_bridge_params rp;
-      rp.rank = r;
-      rp.endpoint = offset_endpoint(ev.replay_endpoint, r).value();
-      rp.config_key = "events.replay_endpoint";
-      rp.topic = ev.topic;
-      rp.dialect = dialect;
-      rp.replay = rep;
-      rp.indexer = idx;
-      rp.rate = ev.replay_rate;
-      rp.curve_secret_key = cfg.security.curve_secret_key;
-      rp.hwm = ev.replay_hwm;
-      rp.nice = static_cast<int>(ev.replay_nice);
-      t.output_bridges.push_back(
-        sys.spawn<replay_bridge, caf::detached>(replay_ctx, supervisor, interval, rp));
-      t.summary.push_back(fmt::format("dp={}: replay (last {} batches) <- replay_bridge {}", r,
-                                      ev.buffer_steps, rp.endpoint));
-    }
-    t.workers.push_back(caf::actor_cast<caf::actor>(p));
-    t.summary.push_back(fmt::format("dp={}: publisher ({}) -> pub_bridge {}", r, to_string(ev.format),
-                                    pp.endpoint));
-  }
-  for (int64_t r = 0; r < ev.dp_size; ++r) {
-    ingest_bridge_params ip;
-    ip.rank = r;
-    ip.endpoint = offset_endpoint(ev.ingest_endpoint, r).value();
-    ip.replay_endpoint = ev.ingest_replay_endpoint.empty()
-                           ? std::string{}
-                           : offset_endpoint(ev.ingest_replay_endpoint, r).value();
-    ip.gap_timeout = ev.ingest_gap_timeout;
-    ip.hwm = ev.ingest_hwm;
-    ip.max_message_size = static_cast<int64_t>(ev.ingest_max_message_size);
-    // A seq jump past what our own replay keeps is treated as a new stream.
-    ip.jump_limit = static_cast<uint64_t>(std::max<int64_t>(ev.buffer_steps, 1));
-    ip.dialect = dialect;
-    ip.publishers = publishers;
-    ip.queues = t.queues;
-    ip.pool = pools[static_cast<size_t>(r)];
-    t.input_bridges.push_back(
-      sys.spawn<ingest_bridge, caf::detached>(ctx, supervisor, interval, ip));
-    t.summary.push_back(fmt::format("dp={}: ingest_bridge {} -> publisher", r, ip.endpoint));
-  }
-}
-
-} // namespace
 
 actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx,
                             zmq::context_t& replay_ctx, const config& cfg,
                             caf::actor supervisor) {
   actor_tree t;
   std::vector<publisher_actor> publishers;
-  if (cfg.events.enabled)
-    spawn_event_relay(sys, ctx, replay_ctx, cfg, supervisor, t, publishers);
+  if (cfg.events.enabled) {
+    auto relay = spawn_relay_tree(sys, ctx, replay_ctx, cfg, supervisor);
+    t.input_bridges = std::move(relay.input_bridges);
+    t.output_bridges = std::move(relay.output_bridges);
+    t.workers = std::move(relay.workers);
+    t.queues = std::move(relay.queues);
+    t.summary = std::move(relay.summary);
+    publishers = std::move(relay.publishers);
+  }
   if (cfg.cache.enabled) {
     publisher_actor events_pub;
     relay_queue_ptr events_queue;

@@ -8,9 +8,13 @@
 #include "actors/registry.hpp"
 #include "actors/session_router.hpp"
 #include "actors/store.hpp"
+#include "actors/store_l2.hpp"
 #include "log/log.hpp"
 
 #include <caf/actor_cast.hpp>
+#include <caf/send.hpp>
+
+#include <algorithm>
 
 namespace kvs {
 
@@ -35,6 +39,49 @@ std::shared_ptr<transfer_backend> pick_backend(gpu_backend wanted, std::string& 
   }
   KVS_INFO(who, "gpu.backend = \"auto\": no usable GPU ({}), using the host backend", why);
   return make_host_backend();
+}
+
+/// Opens the tiers `cfg.l2` enables and spawns the L2 actor (detached): an
+/// empty link when no tier is enabled, an error naming the key when a tier
+/// cannot start (the disk path is unusable).
+expected<store_l2_link> spawn_l2(caf::actor_system& sys, const config& cfg,
+                                 publisher_actor events, relay_queue_ptr events_queue) {
+  store_l2_link link;
+  auto& c = cfg.l2;
+  if (!c.enabled())
+    return link;
+  l2_params p;
+  if (c.disk.enabled) {
+    disk_tier_options o;
+    o.path = c.disk.path;
+    o.size = c.disk.size;
+    auto disk = disk_tier::open(o);
+    if (!disk)
+      return make_error(disk.error_value().kind,
+                        "l2.disk.path = \"" + c.disk.path + "\": " + disk.error_value().detail);
+    p.disk = std::move(*disk);
+  }
+  if (c.redis.enabled) {
+    redis_options o;
+    o.endpoints = c.redis.endpoints;
+    o.cluster = c.redis.cluster;
+    o.password = c.redis.password;
+    o.ttl = std::chrono::duration_cast<std::chrono::milliseconds>(c.redis.ttl);
+    o.connections = static_cast<int>(c.redis.connections);
+    o.timeout = std::max(std::chrono::milliseconds{1},
+                         std::chrono::duration_cast<std::chrono::milliseconds>(c.redis.timeout));
+    o.retry_after = o.timeout;
+    p.redis = o;
+    p.key_prefix = c.redis.key_prefix;
+  }
+  link.queue = std::make_shared<admit_budget>(static_cast<int64_t>(c.queue_bytes));
+  p.queue = link.queue;
+  p.chunk_size = cfg.cache.chunk_size;
+  p.events = std::move(events);
+  p.events_queue = std::move(events_queue);
+  p.stats_interval = cfg.sidecar.stats_interval;
+  link.actor = sys.spawn<caf::detached>(l2_tier, std::move(p));
+  return link;
 }
 
 } // namespace
@@ -79,12 +126,17 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   sp.events = events;
   sp.events_queue = events_queue;
   sp.stats_interval = interval;
-  sp.l2 = spawn_l2(sys, cfg, events, events_queue, &out.error); // L2 tiers (none by default)
-  if (!out.error.empty()) {
+  auto l2 = spawn_l2(sys, cfg, events, events_queue); // L2 tiers (none by default)
+  if (!l2) {
+    out.error = l2.error_value().detail;
     caf::anon_send_exit(gpu, caf::exit_reason::user_shutdown);
     return out;
   }
+  sp.l2 = std::move(*l2);
   auto st = sys.spawn(store, sp);
+  // After each AllBlocksCleared of its rank, the store announces L1 again.
+  if (events)
+    caf::anon_send(events, cleared_atom_v, caf::actor_cast<caf::actor>(st));
   if (c.l1_prefault == l1_prefault_mode::background)
     sys.spawn<caf::detached>(l1_prefault, pool, st); // linked to the store: ends with it
 

@@ -89,7 +89,7 @@ bool stop_bridges(caf::scoped_actor& self, const std::vector<caf::actor>& bridge
 
 bool queues_empty(const actor_tree& t) {
   for (auto& q : t.queues)
-    if (q->queued.load() > 0)
+    if (q->queued() > 0)
       return false;
   return true;
 }
@@ -134,7 +134,7 @@ void stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready, su
       self->receive(caf::after(drain_check_every) >> [] {});
     int64_t left = 0;
     for (auto& q : t.queues)
-      left += q->queued.load();
+      left += q->queued();
     if (left > 0)
       KVS_WARN(me, "shutdown deadline reached with {} batches not yet published", left);
     else

@@ -119,6 +119,11 @@ std::optional<canonical_batch> check_canonical_event_batch(const uint8_t* data, 
 /// decode_event_batch would keep.
 expected<kv_event> decode_one_event(const uint8_t* data, size_t size);
 
+/// The batch holds an AllBlocksCleared (a pass-through batch's own events
+/// are read from its record: only those that are not a BlockStored are
+/// decoded, and they are a few bytes each).
+bool clears_all_blocks(const kv_event_batch& batch);
+
 /// Turns a pass-through batch (kv_event_batch::wire, events left as bytes)
 /// into an ordinary one: decodes its events and drops `wire`. dp_rank and ts
 /// keep their values. No-op for a batch without `wire`.

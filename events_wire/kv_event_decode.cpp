@@ -594,6 +594,25 @@ expected<kv_event> decode_one_event(const uint8_t* data, size_t size) {
   return error{"bad_event", r.error()};
 }
 
+bool clears_all_blocks(const kv_event_batch& batch) {
+  auto is_clear = [](const kv_event& e) { return std::holds_alternative<all_blocks_cleared>(e); };
+  if (!batch.wire)
+    return std::any_of(batch.events.begin(), batch.events.end(), is_clear);
+  const auto& bytes = *batch.wire->bytes;
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (!batch.wire->events) { // no record of the check: decode it whole
+    auto res = decode_event_batch(data, bytes.size());
+    return res && std::any_of(res->batch.events.begin(), res->batch.events.end(), is_clear);
+  }
+  for (const auto& ev : batch.wire->events->events) {
+    if (ev.stored || ev.at + static_cast<size_t>(ev.size) > bytes.size())
+      continue;
+    if (auto one = decode_one_event(data + ev.at, ev.size); one && is_clear(*one))
+      return true;
+  }
+  return false;
+}
+
 void decode_wire_events(kv_event_batch& batch) {
   if (!batch.wire)
     return;

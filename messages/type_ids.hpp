@@ -106,5 +106,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   CAF_ADD_ATOM(kvsidecar, kvs, prefault_atom, "prefault")
   /// The gRPC bridge introduces itself to the engine bridge (its replies' way back).
   CAF_ADD_ATOM(kvsidecar, kvs, grpc_atom, "grpc")
+  /// A rank published an AllBlocksCleared: the store announces its L1 again.
+  CAF_ADD_ATOM(kvsidecar, kvs, cleared_atom, "cleared")
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)

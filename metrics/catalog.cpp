@@ -87,6 +87,8 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_cache_stored_chunks_total", "Chunks committed to L1"},
   {"kvsidecar_cache_evictions_total", "Chunks evicted, by tier"},
   {"kvsidecar_cache_store_refused_total", "STOREs refused (no space, all chunks locked)"},
+  {"kvsidecar_cache_reannounced_chunks_total",
+   "L1 chunks announced again (BlockStored CPU) after an AllBlocksCleared on cache.events_rank"},
   {"kvsidecar_cache_events_dropped_total",
    "BlockStored/BlockRemoved announcements dropped (publisher queue full)"},
   {"kvsidecar_cache_instances", "Registered engine instances"},

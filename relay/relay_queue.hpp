@@ -12,9 +12,11 @@
 // off the live path, on its own thread; these bounds are what keep a slower
 // indexer from growing without limit: past max_queue_size batches or
 // max_indexing_bytes behind, new batches are dropped and counted here as
-// for a full queue. Shared between threads, so atomics and nothing else.
+// for a full queue. Shared between threads, so atomics and nothing else;
+// every count moves through one named call per step (relay_queue below).
 #pragma once
 
+#include "core/admit_budget.hpp"
 #include "events_wire/kv_events.hpp"
 
 #include <atomic>
@@ -40,44 +42,62 @@ inline int64_t held_bytes(const kv_event_batch& b) {
   return static_cast<int64_t>(n);
 }
 
-struct relay_queue {
+/// Every counter of a rank's relay, changed only through the calls below,
+/// one per step a batch takes (who calls each is named): the counts balance
+/// because no other code touches them.
+class relay_queue {
+public:
   explicit relay_queue(int64_t max, int64_t max_bytes = INT64_MAX)
-      : max_size(max), max_indexing_bytes(max_bytes) {}
+      : max_size(max), max_indexing_bytes(max_bytes), queued_(max) {}
 
-  /// Reserves room for one batch; false (and counted) when full.
+  /// Producers (ingest bridge, the store's and L2's announcements, the
+  /// publisher's keep-alive): room for one batch; false, and counted, when
+  /// the queue or the indexer behind it is full.
   bool admit() {
-    if (indexing.load(std::memory_order_acquire) >= max_size ||
-        indexing_bytes.load(std::memory_order_acquire) >= max_indexing_bytes) {
-      dropped_full.fetch_add(1, std::memory_order_relaxed);
-      return false;
-    }
-    if (queued.fetch_add(1, std::memory_order_acq_rel) >= max_size) {
-      queued.fetch_sub(1, std::memory_order_acq_rel);
-      dropped_full.fetch_add(1, std::memory_order_relaxed);
+    if (indexing_.load(std::memory_order_acquire) >= max_size ||
+        indexing_bytes_.load(std::memory_order_acquire) >= max_indexing_bytes ||
+        !queued_.admit()) {
+      dropped_full_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
     return true;
   }
-
-  /// Room for a batch that must get through (the restart fence): admitted
+  /// The ingest bridge's restart fence, which must get through: admitted
   /// even past max_size, so routers always learn a stream ended. One small
-  /// batch per engine restart; counted in `forced`.
+  /// batch per engine restart; counted in forced().
   void admit_always() {
-    queued.fetch_add(1, std::memory_order_acq_rel);
-    forced.fetch_add(1, std::memory_order_relaxed);
+    queued_.force();
+    forced_.fetch_add(1, std::memory_order_relaxed);
   }
-  /// `n` batches left the queue (sent, or dropped downstream).
-  void release(int64_t n = 1) {
-    queued.fetch_sub(n, std::memory_order_acq_rel);
+  /// The PUB bridge: `n` batches left the queue (sent, or dropped by libzmq).
+  void sent(int64_t n = 1) { queued_.release(n); }
+  /// The publisher handed `n` batches holding `bytes` (held_bytes) to the
+  /// rank's indexer.
+  void to_indexer(int64_t n, int64_t bytes) {
+    indexing_bytes_.fetch_add(bytes, std::memory_order_acq_rel);
+    indexing_.fetch_add(n, std::memory_order_acq_rel);
   }
+  /// The indexer applied them; returns how many were behind before these.
+  int64_t indexed(int64_t n, int64_t bytes) {
+    indexing_bytes_.fetch_sub(bytes, std::memory_order_acq_rel);
+    return indexing_.fetch_sub(n, std::memory_order_acq_rel);
+  }
+
+  int64_t queued() const { return queued_.in_flight(); }
+  int64_t indexing() const { return indexing_.load(std::memory_order_acquire); }
+  int64_t indexing_bytes() const { return indexing_bytes_.load(std::memory_order_acquire); }
+  uint64_t dropped_full() const { return dropped_full_.load(std::memory_order_relaxed); }
+  uint64_t forced() const { return forced_.load(std::memory_order_relaxed); }
 
   const int64_t max_size;
   const int64_t max_indexing_bytes;
-  std::atomic<int64_t> queued{0};
-  std::atomic<int64_t> indexing{0}; ///< handed to the indexer, not applied yet
-  std::atomic<int64_t> indexing_bytes{0}; ///< what those hold (held_bytes)
-  std::atomic<uint64_t> dropped_full{0};
-  std::atomic<uint64_t> forced{0}; ///< fences admitted past max_size or not (admit_always)
+
+private:
+  admit_budget queued_;                  ///< accepted, not yet on the wire
+  std::atomic<int64_t> indexing_{0};     ///< handed to the indexer, not applied yet
+  std::atomic<int64_t> indexing_bytes_{0}; ///< what those hold (held_bytes)
+  std::atomic<uint64_t> dropped_full_{0};
+  std::atomic<uint64_t> forced_{0};      ///< fences admitted past max_size or not
 };
 
 using relay_queue_ptr = std::shared_ptr<relay_queue>;

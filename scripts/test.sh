@@ -81,10 +81,10 @@ if [ -z "${KVS_SKIP_FUZZ:-}" ]; then
   for f in "${fuzzers[@]}"; do
     corpus=build-fuzz/corpus/$f
     mkdir -p "$corpus"
-    echo "-- $f (${KVS_FUZZ_SECONDS:-20}s)"
+    echo "-- $f (${KVS_FUZZ_SECONDS:-15}s)"
     # New inputs go to the first folder (build-fuzz/); the committed seeds
     # (tests/tools/make_fuzz_seeds.py: real engine inputs) are only read.
-    build-fuzz/tests/$f -max_total_time="${KVS_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 \
+    build-fuzz/tests/$f -max_total_time="${KVS_FUZZ_SECONDS:-15}" -rss_limit_mb=2048 \
       -print_final_stats=1 "$corpus" "tests/fuzz/seeds/$f" 2>&1 | tail -3
   done
 fi

@@ -1011,3 +1011,42 @@ def test_sigterm_with_open_sessions_exits_promptly(cache_server, kv_pools):
         raise AssertionError("kvsidecar did not exit within 7 s of SIGTERM (shutdown_timeout 5 s) "
                              "with two sessions open:\n" + srv.tail()) from None
     assert rc == 0
+
+
+def test_l1_is_announced_again_after_an_all_blocks_cleared(cache_server, kv_pools):
+    """vLLM's reset_prefix_cache publishes AllBlocksCleared on the rank the
+    cache server announces on: a router drops every block of the rank, the
+    sidecar's CPU chunks with them, though L1 still serves them. Right after
+    it the store announces what L1 holds again (same hashes, parents and
+    tokens, oldest first); so it does after the restart fence of an engine
+    that restarted."""
+    srv = cache_server(events=True)
+    pools = kv_pools("sglang")
+    c = srv.client()
+    register(c, pools, 4400)
+    toks = tokens(3, salt=400)
+    assert store(c, 4400, toks, "sA", blocks(0, 3)) == STORE_OK
+    first = srv.events(3, kind=vs.BlockStored)
+    assert [e.medium for e in first] == ["CPU"] * 3
+    c.end_session("sA")
+
+    # The engine's own AllBlocksCleared (reset_prefix_cache): the clear, then
+    # L1's three chunks again, before anything else.
+    srv.engine.send(0, vs.encoder.encode(vs.KVEventBatch(ts=time.time(),
+                                                          events=[vs.AllBlocksCleared()])))
+    evs = srv.events(4)
+    assert isinstance(evs[0], vs.AllBlocksCleared), evs
+    assert evs[1:] == first, evs
+    srv.wait_stats(lambda s: s.get("reannounced") == 3)
+    assert srv.sidecar.find(r"store#\d+ AllBlocksCleared on the events rank: 3 chunks of L1 "
+                            r"announced again")
+
+    # The engine restarts (its seq starts over): the sidecar's fence, then
+    # the chunks again; the new engine's own batch is relayed as well.
+    srv.engine.next_seq[0] = 0
+    srv.engine.send(0, vs.encoder.encode(vs.KVEventBatch(ts=time.time(), events=[])))
+    evs = srv.events(4)
+    assert isinstance(evs[0], vs.AllBlocksCleared), evs
+    assert evs[1:] == first, evs
+    srv.wait_stats(lambda s: s.get("reannounced") == 6)
+    srv.assert_no_events()

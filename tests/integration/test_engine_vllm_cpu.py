@@ -50,7 +50,10 @@ the main prompt a router's SUB on the sidecar's PUB has seen the engine's
 BlockStored (medium "GPU": vLLM's block pool reports its own KV cache as
 GPU even on the CPU build; 9 blocks of 64 tokens for 600 tokens) and the
 sidecar's BlockStored with medium "CPU" for the 2 chunks of 256 tokens it
-stored; Dynamo's indexer (``python -m dynamo.indexer``, when
+stored; after the prefix-cache reset (vLLM publishes AllBlocksCleared,
+which routers apply to the whole rank) the sidecar's BlockStored "CPU" for
+those chunks come again, right after the clear (the store announces L1
+again); Dynamo's indexer (``python -m dynamo.indexer``, when
 ai-dynamo-runtime is installed), registered on the sidecar's PUB and replay
 with the engine's block size, finds the prompt's 9 blocks for the worker
 (576 tokens: the engine's blocks; Dynamo drops the sidecar's 256-token
@@ -321,6 +324,30 @@ def relay_saw(log: EventLog, since: int, p: list[int], what: str, timeout: float
     assert others <= {ENGINE_MEDIUM, "CPU"}, f"unexpected media {others}"
 
 
+def announced_after_clear(log: EventLog, since: int, p: list[int], what: str,
+                          timeout: float = 15.0) -> None:
+    """After the last AllBlocksCleared since `since` (vLLM's
+    reset_prefix_cache: routers drop every block of the rank, the sidecar's
+    CPU chunks too), the relay carried the sidecar's BlockStored "CPU" for
+    p's chunks again (the store announces L1 once more)."""
+    want = {tuple(p[i:i + CHUNK]) for i in range(0, FULL_CHUNKS, CHUNK)}
+
+    def ok():
+        log.drain(0.05)
+        evs = [e for _, e in log.events[since:]]
+        clears = [i for i, e in enumerate(evs) if isinstance(e, vs.AllBlocksCleared)]
+        if not clears:
+            return False
+        got = {tuple(e.token_ids) for e in evs[clears[-1] + 1:]
+               if isinstance(e, vs.BlockStored) and e.medium == "CPU"}
+        return want <= got
+    try:
+        wait_until(ok, timeout, f"{what}: the sidecar's chunks announced after AllBlocksCleared",
+                   interval=0.01)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\nevents since the mark:\n{log.summary(since)}") from None
+
+
 def dynamo_holds(d, p: list[int], what: str, timeout: float = 20.0) -> int:
     """Dynamo's /query finds p's full engine blocks for worker 1 (tokens)."""
     want = ENGINE_BLOCKS * ve.BLOCK_SIZE
@@ -467,6 +494,9 @@ def test_vllm_cpu_engine_uses_kvsidecar(harness, router):
         if d is not None:
             dynamo_holds(d, main, "main prompt")
     ids_main = store_then_hit(h, eng, main, "main prompt", after_pass1=events_after_pass1)
+    # reset_prefix_cache published AllBlocksCleared: right after it the
+    # sidecar announced the main prompt's chunks in L1 again.
+    announced_after_clear(log, mark, main, "main prompt")
 
     # 2. control: another head, never stored: a miss, other ids.
     r = eng.generate([ve.prompt(head=1)], timeout=GEN_TIMEOUT)
@@ -536,32 +566,40 @@ def _lmcache_057_env() -> dict[str, str] | None:
     return {"PYTHONPATH": str(d)} if (d / "lmcache" / "__init__.py").is_file() else None
 
 
-@pytest.mark.parametrize("release", ["0.5.6", "0.5.7"])
-def test_vllm_cpu_engine_over_grpc(tmp_path, model_dir, release):
-    """vLLM's LMCacheMPConnector with a grpc:// server URL (LMCache's gRPC
-    client, picked by RequestClientFactory from the scheme; 0.5.7: LMCache
-    0.5.7rc2's own connector and adapter, which vLLM delegates to):
-    registration, store, a prefix-cache reset and the hit, all over
-    kvsidecar's gRPC transport; the same ids; nothing on cache.endpoint."""
+@pytest.mark.parametrize("transport,release", [("grpc", "0.5.6"), ("grpc", "0.5.7"),
+                                               ("zmq", "0.5.7")])
+def test_vllm_cpu_engine_lmcache_release(tmp_path, model_dir, transport, release):
+    """vLLM's LMCacheMPConnector with LMCache 0.5.6 over a grpc:// server URL
+    (LMCache's gRPC client, picked by RequestClientFactory from the scheme),
+    and with LMCache 0.5.7rc2's own connector and adapter (which vLLM
+    delegates to) over gRPC and over ZeroMQ: registration, store, a
+    prefix-cache reset and the hit, the same ids; every request on the one
+    transport; the release the sidecar latched is the engine's."""
     env = None
     if release == "0.5.7":
         env = _lmcache_057_env()
         if env is None:
             pytest.skip("LMCache 0.5.7rc2 not unpacked into build-venv-engine/lmcache-0.5.7 "
                         "(scripts/install-deps.sh --with-python does it)")
-    h = Harness(tmp_path, model_dir, "lmcache_driven", grpc=True, engine_env=env)
+    h = Harness(tmp_path, model_dir, "lmcache_driven", grpc=transport == "grpc", engine_env=env)
     try:
         h.start_sidecar()
         eng = h.engine()
-        store_then_hit(h, eng, ve.prompt(head=5), "over gRPC")
-        wait_until(lambda: sidecar_stats(h, "grpc_bridge").get("calls", 0) > 0, 15.0,
-                   "the grpc_bridge stats line")
-        g, eb = sidecar_stats(h, "grpc_bridge"), sidecar_stats(h, "engine_bridge")
-        # Every request the engine sent came over gRPC (registration, lookups, stores, pings).
-        assert eb.get("requests", 0) > 0 and eb.get("grpc_requests") == eb.get("requests"), eb
-        assert g.get("bad_requests", 0) == 0 and g.get("unimplemented", 0) == 0, g
-        assert g.get("failed", 0) == 0, g
-        # The release the sidecar saw (latched from the first management call).
+        store_then_hit(h, eng, ve.prompt(head=5), f"LMCache {release} over {transport}")
+        wait_until(lambda: sidecar_stats(h, "engine_bridge").get("requests", 0) > 0, 15.0,
+                   "the engine_bridge stats line")
+        eb = sidecar_stats(h, "engine_bridge")
+        if transport == "grpc":
+            wait_until(lambda: sidecar_stats(h, "grpc_bridge").get("calls", 0) > 0, 15.0,
+                       "the grpc_bridge stats line")
+            g, eb = sidecar_stats(h, "grpc_bridge"), sidecar_stats(h, "engine_bridge")
+            # Every request the engine sent came over gRPC (registration, lookups, stores, pings).
+            assert eb.get("requests", 0) > 0 and eb.get("grpc_requests") == eb.get("requests"), eb
+            assert g.get("bad_requests", 0) == 0 and g.get("unimplemented", 0) == 0, g
+            assert g.get("failed", 0) == 0, g
+        else:
+            assert eb.get("grpc_requests", 0) == 0, eb
+        # The release the sidecar saw (latched from the client's first release-specific call).
         assert h.sidecar.find(rf"LMCache client {re.escape(release)} \(from its "), h.sidecar_tail()
     finally:
         h.close()

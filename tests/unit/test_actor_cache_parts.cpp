@@ -262,3 +262,98 @@ TEST_CASE_FIXTURE(fixture, "registry: registers through the transfer actor and t
   CHECK(state_of<gpu_transfer_state>(gpu).instances.empty());
   CHECK(state_of<store_state>(st).chunk_bytes.empty());
 }
+
+namespace {
+
+/// Stands in for cache.events_rank's publisher: records every batch the
+/// store announces.
+publisher_actor::behavior_type fake_events(publisher_actor::pointer,
+                                           std::vector<kv_event_batch>* got) {
+  return {[got](publish_atom, kv_event_batches& in) {
+            for (auto& b : in.items)
+              got->push_back(std::move(b));
+          },
+          [](cleared_atom, caf::actor&) {}, [](tick_atom) {}, [](stats_atom) {},
+          [](metrics_atom, const caf::actor&) {}};
+}
+
+/// The BlockStored events of `batches`, in order: (hash, parent, tokens).
+std::vector<std::tuple<uint64_t, std::optional<uint64_t>, std::vector<int64_t>>>
+stored_of(const std::vector<kv_event_batch>& batches) {
+  std::vector<std::tuple<uint64_t, std::optional<uint64_t>, std::vector<int64_t>>> out;
+  for (auto& b : batches)
+    for (auto& ev : b.events)
+      if (auto* s = std::get_if<block_stored>(&ev)) {
+        REQUIRE(s->block_hashes.size() == 1);
+        CHECK(s->medium == std::optional<std::string>{"CPU"});
+        out.emplace_back(s->block_hashes[0], s->parent_block_hash, s->token_ids);
+      }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "store: after its rank's AllBlocksCleared, L1's rank-0 chunks are "
+                           "announced again, oldest first, evicted ones not") {
+  auto l1 = make_l1();
+  std::vector<kv_event_batch> got;
+  store_params p;
+  p.pool = l1;
+  p.chunk_size = chunk;
+  p.evict_high = cfg.cache.evict_high;
+  p.evict_low = cfg.cache.evict_low;
+  p.lock_ttl = cfg.cache.lock_ttl;
+  p.events = sys.spawn(fake_events, &got);
+  p.events_queue = std::make_shared<relay_queue>(1000);
+  auto st = spawn(store, std::move(p));
+  sched.run();
+  auto& state = state_of<store_state>(st);
+  // Chunks of 512 KiB: 8 fit in the 4 MiB L1 (eviction starts above 90%).
+  const size_t slot = size_t{512} << 10;
+  REQUIRE(ask<store_configure_reply>(st, store_configure{7, slot}).value);
+  auto commit = [&](int32_t rank, const std::vector<uint64_t>& hs) {
+    auto res = ask<store_reserve_reply>(st, store_reserve{7, rank, hs});
+    REQUIRE(res.value);
+    REQUIRE(res.value->chunks.size() == hs.size());
+    store_finish f = finish_of(true, hs);
+    f.rank = rank;
+    for (size_t i = 0; i < hs.size(); ++i) {
+      f.tokens[i] = {int64_t(hs[i]) * 10, int64_t(hs[i]) * 10 + 1};
+      f.parents[i] = i == 0 ? std::nullopt : std::optional<uint64_t>{hs[i - 1]};
+    }
+    caf::anon_send(st, f);
+    sched.run();
+  };
+  commit(0, hashes(100, 3));
+  commit(1, hashes(100, 1)); // rank 1's copy of chunk 100: never announced
+  const auto first = stored_of(got);
+  REQUIRE(first.size() == 3);
+  CHECK(std::get<0>(first[0]) == 100);
+  CHECK(std::get<1>(first[1]) == std::optional<uint64_t>{100});
+  CHECK(std::get<2>(first[2]) == std::vector<int64_t>{1020, 1021});
+
+  got.clear();
+  caf::anon_send(st, cleared_atom_v);
+  sched.run();
+  CHECK(stored_of(got) == first); // the same events again, in commit order
+  CHECK(state.reannounced == 3);
+
+  // Five more chunks evict the oldest (LRU): what L1 no longer holds is
+  // announced removed, and not announced again after the next clear.
+  got.clear();
+  commit(0, hashes(200, 5));
+  REQUIRE(state.evicted >= 1);
+  std::vector<uint64_t> held;
+  for (uint64_t h : {100, 101, 102, 200, 201, 202, 203, 204})
+    if (auto e = state.index->find(chunk_key{h, 0}); e && e->state == entry_state::committed)
+      held.push_back(h);
+  REQUIRE(held.size() < 8);
+  REQUIRE(!held.empty());
+  got.clear();
+  caf::anon_send(st, cleared_atom_v);
+  sched.run();
+  std::vector<uint64_t> again;
+  for (auto& [h, parent, tokens] : stored_of(got))
+    again.push_back(h);
+  CHECK(again == held);
+}

@@ -7,10 +7,12 @@
 #include "actors/publisher.hpp"
 #include "actors/replay.hpp"
 #include "events_wire/kv_event_codec.hpp"
+#include "relay/fence.hpp"
 #include "caf_test_fixture.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/send.hpp>
 #include <doctest/doctest.h>
@@ -133,7 +135,7 @@ TEST_CASE_FIXTURE(fixture, "publisher: gapless seq, rank filled in, same bytes t
     CHECK(*sent[i + 1].payload == bytes);
   }
   // The PUB bridge releases the queue; the fake does not, so all 6 are queued.
-  CHECK(queue->queued.load() == 6);
+  CHECK(queue->queued() == 6);
 
   // The replay actor kept the last 3 and serves from a start seq.
   std::vector<uint64_t> from0, from4, from9;
@@ -270,7 +272,7 @@ TEST_CASE_FIXTURE(fixture, "publisher: a snapshot is the state at its seq, live 
   sched.run();
   // The snapshot starts, then seq 2 removes every block: the parts keep
   // coming with what the rank held at seq 1.
-  CHECK(queue->indexing.load() == 0); // the indexer applied all three
+  CHECK(queue->indexing() == 0); // the indexer applied all three
   std::vector<snapshot_part> parts;
   sys.spawn(fake_snapshot_client, idx, &parts);
   sched.run_once(); // the client asks
@@ -315,17 +317,17 @@ TEST_CASE("relay queue: admits up to max, then drops and counts") {
   CHECK(q.admit());
   CHECK(q.admit());
   CHECK_FALSE(q.admit());
-  CHECK(q.dropped_full.load() == 1);
-  q.release();
+  CHECK(q.dropped_full() == 1);
+  q.sent();
   CHECK(q.admit());
-  CHECK(q.queued.load() == 2);
+  CHECK(q.queued() == 2);
   // A restart fence gets through a full queue (routers must learn the
   // stream ended), counted apart from the drops.
   q.admit_always();
-  CHECK(q.queued.load() == 3);
-  CHECK(q.forced.load() == 1);
-  CHECK(q.dropped_full.load() == 1);
-  q.release(3);
+  CHECK(q.queued() == 3);
+  CHECK(q.forced() == 1);
+  CHECK(q.dropped_full() == 1);
+  q.sent(3);
   CHECK(q.admit());
 }
 
@@ -404,12 +406,12 @@ TEST_CASE_FIXTURE(fixture, "publisher: a live batch goes out before the indexer 
   sched.run_once();
   REQUIRE(sent.size() == 1);
   CHECK(sent[0].seq == 1);
-  CHECK(queue->indexing.load() == 1);
+  CHECK(queue->indexing() == 1);
   // What the waiting batch holds: its frame, at least, and its record.
-  CHECK(queue->indexing_bytes.load() > static_cast<int64_t>(sent[0].payload->size()));
+  CHECK(queue->indexing_bytes() > static_cast<int64_t>(sent[0].payload->size()));
   sched.run();
-  CHECK(queue->indexing.load() == 0);
-  CHECK(queue->indexing_bytes.load() == 0);
+  CHECK(queue->indexing() == 0);
+  CHECK(queue->indexing_bytes() == 0);
   // And the indexer got it: a snapshot now holds block 42 at seq 1.
   std::vector<snapshot_part> parts;
   sys.spawn(fake_snapshot_client, idx, &parts);
@@ -428,11 +430,11 @@ TEST_CASE_FIXTURE(fixture, "publisher: a live batch goes out before the indexer 
 
 TEST_CASE("relay queue: an indexer holding max_indexing_bytes makes it drop, too") {
   relay_queue q{100, 1 << 20};
-  q.indexing.store(1);
-  q.indexing_bytes.store(1 << 20);
+  q.to_indexer(1, 1 << 20);
   CHECK_FALSE(q.admit());
-  CHECK(q.dropped_full.load() == 1);
-  q.indexing_bytes.store((1 << 20) - 1);
+  CHECK(q.dropped_full() == 1);
+  CHECK(q.indexed(0, 1) == 1); // one byte applied: the indexer holds just under the bound
+  CHECK(q.indexing_bytes() == (1 << 20) - 1);
   CHECK(q.admit());
   // held_bytes counts a pass-through batch's frame and record, a decoded
   // batch's events.
@@ -444,10 +446,52 @@ TEST_CASE("relay queue: an indexer holding max_indexing_bytes makes it drop, too
 
 TEST_CASE("relay queue: an indexer max_size batches behind makes it drop, too") {
   relay_queue q{2};
-  q.indexing.store(2);
+  q.to_indexer(2, 0);
   CHECK_FALSE(q.admit());
-  CHECK(q.dropped_full.load() == 1);
-  CHECK(q.queued.load() == 0);
-  q.indexing.store(1);
+  CHECK(q.dropped_full() == 1);
+  CHECK(q.queued() == 0);
+  CHECK(q.indexed(1, 0) == 2); // it was 2 behind before this one
   CHECK(q.admit());
+}
+
+TEST_CASE_FIXTURE(fixture, "publisher: tells its listeners after each AllBlocksCleared it publishes") {
+  std::vector<encoded_batch> sent;
+  auto pub = sys.spawn(fake_pub, &sent);
+  auto queue = std::make_shared<relay_queue>(100);
+  auto p = sys.spawn(publisher, publisher_with(0, pub, replay_actor{}, queue));
+  // The listener (the store, in the sidecar) records how many batches had
+  // been sent when it was told: the clear must already be numbered.
+  std::vector<size_t> told;
+  auto listener = sys.spawn([&told, &sent](caf::event_based_actor*) -> caf::behavior {
+    return {[&told, &sent](cleared_atom) { told.push_back(sent.size()); }};
+  });
+  caf::anon_send(p, cleared_atom_v, caf::actor_cast<caf::actor>(listener));
+  sched.run();
+  REQUIRE(sent.size() == 1); // the seq-0 fence, before anyone listened
+  CHECK(told.empty());
+
+  auto publish = [&](kv_event_batch b) {
+    kv_event_batches one;
+    one.items.push_back(std::move(b));
+    caf::anon_send(p, publish_atom_v, std::move(one));
+    sched.run();
+  };
+  publish(batch_with(5, 0)); // a BlockStored: nothing to tell
+  CHECK(told.empty());
+  kv_event_batch removed = batch_with(6, 0);
+  block_removed rm;
+  rm.block_hashes = {6};
+  rm.medium = "GPU";
+  removed.events = {rm};
+  publish(pass_through(removed, event_dialect::vllm)); // a pass-through BlockRemoved: neither
+  CHECK(told.empty());
+  publish(fence_batch(0)); // decoded (the ingest's restart fence)
+  REQUIRE(told.size() == 1);
+  CHECK(told[0] == sent.size()); // told after the clear went to the PUB bridge
+  kv_event_batch mixed = batch_with(7, 0);
+  mixed.events.emplace_back(all_blocks_cleared{});
+  mixed.events.emplace_back(batch_with(8, 0).events[0]);
+  publish(pass_through(mixed, event_dialect::vllm)); // an engine's, its bytes passed through
+  REQUIRE(told.size() == 2);
+  CHECK(told[1] == sent.size());
 }
