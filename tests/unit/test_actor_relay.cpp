@@ -454,6 +454,19 @@ TEST_CASE("relay queue: an indexer max_size batches behind makes it drop, too") 
   CHECK(q.admit());
 }
 
+namespace {
+
+/// Stands in for the store: records how many batches the PUB bridge had
+/// been handed when it was told of a clear. (A function with arguments:
+/// CAF 0.17 spawns an argument-less lambda through a null tuple, which
+/// UBSan reports.)
+caf::behavior clear_listener(caf::event_based_actor*, std::vector<size_t>* told,
+                             const std::vector<encoded_batch>* sent) {
+  return {[told, sent](cleared_atom) { told->push_back(sent->size()); }};
+}
+
+} // namespace
+
 TEST_CASE_FIXTURE(fixture, "publisher: tells its listeners after each AllBlocksCleared it publishes") {
   std::vector<encoded_batch> sent;
   auto pub = sys.spawn(fake_pub, &sent);
@@ -462,9 +475,7 @@ TEST_CASE_FIXTURE(fixture, "publisher: tells its listeners after each AllBlocksC
   // The listener (the store, in the sidecar) records how many batches had
   // been sent when it was told: the clear must already be numbered.
   std::vector<size_t> told;
-  auto listener = sys.spawn([&told, &sent](caf::event_based_actor*) -> caf::behavior {
-    return {[&told, &sent](cleared_atom) { told.push_back(sent.size()); }};
-  });
+  auto listener = sys.spawn(clear_listener, &told, &sent);
   caf::anon_send(p, cleared_atom_v, caf::actor_cast<caf::actor>(listener));
   sched.run();
   REQUIRE(sent.size() == 1); // the seq-0 fence, before anyone listened
