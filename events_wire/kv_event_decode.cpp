@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 namespace kvs {
@@ -604,8 +605,13 @@ bool clears_all_blocks(const kv_event_batch& batch) {
     auto res = decode_event_batch(data, bytes.size());
     return res && std::any_of(res->batch.events.begin(), res->batch.events.end(), is_clear);
   }
+  // On the live path: an event whose bytes do not hold the tag is not
+  // decoded (BlockRemoved is the common one), the rest are confirmed.
+  static constexpr std::string_view tag = "AllBlocksCleared";
   for (const auto& ev : batch.wire->events->events) {
     if (ev.stored || ev.at + static_cast<size_t>(ev.size) > bytes.size())
+      continue;
+    if (std::string_view{bytes.data() + ev.at, ev.size}.find(tag) == std::string_view::npos)
       continue;
     if (auto one = decode_one_event(data + ev.at, ev.size); one && is_clear(*one))
       return true;
