@@ -26,10 +26,13 @@ using stats_client_actor = caf::typed_actor<
   caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
 /// pub_bridge[dp=r] (actors/pub_bridge.hpp): sends a batch to routers.
+/// join_bridge[dp=r] (actors/join_bridge.hpp, events.join_endpoint) takes
+/// the same message: the rank's state first, then live, for one router.
 using pub_bridge_actor = caf::typed_actor<caf::reacts_to<publish_atom, encoded_batches>>;
 
 /// replay_bridge[dp=r] (actors/replay_bridge.hpp): streams a replay, or a
-/// snapshot part by part, to a client.
+/// snapshot part by part, to a client. The join bridge takes snapshot parts
+/// the same way (the indexer answers whichever bridge asked).
 using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>,
                                              caf::reacts_to<snapshot_part>>;
 
@@ -68,9 +71,11 @@ using indexer_actor = caf::typed_actor<
   caf::reacts_to<snapshot_credit>>::extend_with<stats_client_actor>;
 
 /// replay[dp=r] — one per DP rank. Keeps the last buffer_steps encoded
-/// batches; answers a replay request by sending a replay_stream (shared
-/// payloads, no copies) to the replay bridge that asked, which streams it at
-/// the client's pace. Live publishing never waits for a replay.
+/// batches; answers each part of a replay (replay_request: from a seq, up
+/// to the newest when the replay began, a part at most) with a
+/// replay_stream (shared payloads, no copies) to the replay bridge that
+/// asked, which streams it at the client's pace. Live publishing never
+/// waits for a replay.
 using replay_actor = caf::typed_actor<
   caf::reacts_to<record_atom, encoded_batches>,
   caf::reacts_to<replay_atom, replay_request>>::extend_with<stats_client_actor>;

@@ -51,6 +51,11 @@ void pub_bridge::send_batch(const encoded_batch& b) {
     auto first = pub_.send(zmq::buffer(p_.topic),
                            zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     if (!first) {
+      take_pending_commands(pub_);
+      first = pub_.send(zmq::buffer(p_.topic),
+                        zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    }
+    if (!first) {
       if (hwm_drops_++ == 0)
         KVS_WARN(label(), "a subscriber reached the high-water mark ({}): it misses seq {} "
                           "and later ones until it has read half its backlog (it can replay "
@@ -107,13 +112,7 @@ stats_snapshot pub_bridge::snapshot() {
 }
 
 void pub_bridge::close_sockets() {
-  // Give what was accepted a moment to leave: messages still in ZeroMQ's
-  // pipes are flushed for up to `linger` when the socket closes.
-  if (pub_.handle() != nullptr) {
-    pub_.set(zmq::sockopt::linger,
-             static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(p_.linger).count()));
-    pub_.close();
-  }
+  close_with_linger(pub_, p_.linger);
 }
 
 } // namespace kvs

@@ -21,6 +21,10 @@
 // are full at the same instant, one episode covers all of them. The number
 // of batches inside a gap is not observable here; routers know it from the
 // seq and recover those batches through replay (events.replay_endpoint).
+// A refusal is checked once more after libzmq's pending commands are taken
+// (pub_bridge.cpp: a reader that has drained its pipe is only known to the
+// sender through one), so an episode is counted only for a pipe that is
+// full when the batch goes.
 #pragma once
 
 #include "relay/relay_queue.hpp"

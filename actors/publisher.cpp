@@ -88,6 +88,8 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
     }
     if (st.p.replay)
       self->send(st.p.replay, record_atom_v, out);
+    if (st.p.join_bridge)
+      self->send(st.p.join_bridge, publish_atom_v, out);
     self->send(st.p.pub_bridge, publish_atom_v, std::move(out));
     if (st.p.indexer) {
       int64_t bytes = 0;

@@ -16,6 +16,7 @@ struct publisher_params {
   int64_t rank = 0;
   event_dialect dialect = event_dialect::vllm; ///< events.format
   pub_bridge_actor pub_bridge;
+  pub_bridge_actor join_bridge; ///< may be null (events.join_endpoint off)
   replay_actor replay;   ///< may be null (replay off)
   indexer_actor indexer; ///< may be null (no block index: tests)
   relay_queue_ptr queue;

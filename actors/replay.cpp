@@ -36,10 +36,25 @@ replay(replay_actor::stateful_pointer<replay_state> self, replay_params params) 
     },
     [self](replay_atom, replay_request& req) {
       auto& st = self->state;
-      ++st.requests;
-      replay_stream out{std::move(req.client), st.ring.from(req.start_seq)};
+      replay_stream out;
+      out.client = std::move(req.client);
+      out.id = req.id;
+      auto& ring = st.ring;
+      if (req.end_seq == replay_request::first_part) {
+        ++st.requests;
+        out.end_seq = ring.empty() ? 0 : ring.newest_seq();
+      } else {
+        out.end_seq = req.end_seq;
+        // The client read slower than the buffer turned over: what it
+        // needs next is gone. The replay ends here rather than skipping.
+        out.fell_behind = ring.empty() || req.start_seq < ring.oldest_seq();
+      }
+      if (!out.fell_behind)
+        out.batches = ring.from(req.start_seq, out.end_seq, req.max_batches);
+      out.last = out.fell_behind || out.batches.empty() || out.batches.back().seq >= out.end_seq;
       st.batches_served += out.batches.size();
-      KVS_DEBUG(st.label, "replay from seq {}: {} batches", req.start_seq, out.batches.size());
+      KVS_DEBUG(st.label, "replay {} from seq {}: {} batches{}", req.id, req.start_seq,
+                out.batches.size(), out.fell_behind ? " (fell behind the buffer: ends)" : "");
       // The bridge that asked gets the stream; it paces the client.
       self->send(caf::actor_cast<replay_bridge_actor>(self->current_sender()), std::move(out));
     },

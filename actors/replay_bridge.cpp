@@ -10,6 +10,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 namespace kvs {
 
@@ -29,6 +32,23 @@ const std::string snapshot_verb = "snapshot/1";
 constexpr size_t max_snapshots = 16;
 // A snapshot's next part is asked for when fewer batches than this are left.
 constexpr size_t snapshot_low_water = 8;
+// A replay is fetched from the replay actor this many batches at a time,
+// the next part asked for when fewer than replay_low_water are left: a
+// client that stops reading pins at most ~one part of the buffer's
+// payloads (plus what its pipe holds, events.replay_hwm messages).
+constexpr size_t replay_part = 1024;
+constexpr size_t replay_low_water = 256;
+// Batches streamed since the last trim before the next (see below).
+constexpr uint64_t trim_after_batches = 10000;
+
+/// A replay storm leaves many small freed blocks (pipes, parts) that glibc
+/// keeps in its arenas: RSS would stay at the storm's peak. Once the last
+/// stream has ended, their pages go back to the system.
+void release_free_memory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
 } // namespace
 
 replay_bridge::replay_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
@@ -109,20 +129,25 @@ void replay_bridge::on_socket(size_t, short revents) {
       continue;
     }
     ++requests_;
-    replay_request req{frames[0].to_string(), get_be64(frames[2].data())};
-    KVS_DEBUG(label(), "replay request from seq {}", req.start_seq);
+    replay_request req;
+    req.client = frames[0].to_string();
+    req.start_seq = get_be64(frames[2].data());
+    req.id = ++replay_ids_;
+    req.max_batches = replay_part;
+    KVS_DEBUG(label(), "replay request {} from seq {}", req.id, req.start_seq);
+    pending s;
+    s.stream.client = req.client;
+    s.replay = req.id;
+    s.complete = false;
+    s.awaiting = true;
+    streams_.push_back(std::move(s));
     send(p_.replay, replay_atom_v, std::move(req));
   }
 }
 
 caf::behavior replay_bridge::handlers() {
   return {
-    [this](replay_stream& s) {
-      pending p;
-      p.stream = std::move(s);
-      streams_.push_back(std::move(p));
-      pump();
-    },
+    [this](replay_stream& s) { on_replay_part(s); },
     [this](snapshot_part& part) { on_snapshot_part(part); },
   };
 }
@@ -147,11 +172,47 @@ void replay_bridge::on_snapshot_part(snapshot_part& part) {
   pump();
 }
 
+void replay_bridge::on_replay_part(replay_stream& part) {
+  auto it = std::find_if(streams_.begin(), streams_.end(),
+                         [&](const pending& s) { return s.replay == part.id; });
+  if (it == streams_.end())
+    return; // its client left meanwhile
+  auto& bs = it->stream.batches;
+  bs.erase(bs.begin(), bs.begin() + static_cast<std::ptrdiff_t>(it->next));
+  it->next = 0;
+  for (auto& b : part.batches)
+    bs.push_back(std::move(b));
+  it->end_seq = part.end_seq;
+  it->complete = part.last;
+  it->awaiting = false;
+  if (part.fell_behind) {
+    ++fell_behind_;
+    KVS_DEBUG(label(), "replay {} fell behind the buffer: it ends early", part.id);
+  }
+  pump();
+}
+
 void replay_bridge::credit(pending& s) {
-  if (s.complete || s.awaiting || s.stream.batches.size() - s.next >= snapshot_low_water)
+  if (s.complete || s.awaiting)
+    return;
+  auto left = s.stream.batches.size() - s.next;
+  if (s.snapshot != 0) {
+    if (left >= snapshot_low_water)
+      return;
+    s.awaiting = true;
+    send(p_.indexer, snapshot_credit{s.snapshot, false});
+    return;
+  }
+  if (left >= replay_low_water || s.stream.batches.empty())
     return;
   s.awaiting = true;
-  send(p_.indexer, snapshot_credit{s.snapshot, false});
+  replay_request req;
+  req.client = s.stream.client;
+  req.start_seq = s.stream.batches.back().seq + 1;
+  req.id = s.replay;
+  req.end_seq = s.end_seq;
+  req.max_batches = replay_part;
+  send(p_.replay, replay_atom_v, std::move(req));
 }
 
 bool replay_bridge::send_batch(const std::string& client, const encoded_batch* b) {
@@ -189,6 +250,7 @@ size_t replay_bridge::allowance() {
 }
 
 void replay_bridge::pump() {
+  const bool streaming = !streams_.empty();
   const auto allowed = allowance();
   auto budget = allowed;
   // Round-robin over clients so one big replay never starves another.
@@ -221,17 +283,22 @@ void replay_bridge::pump() {
       KVS_DEBUG(label(), "replay client gone ({}), {} batches not sent", e.what(),
                 cur.stream.batches.size() - cur.next);
       finished = true;
-      if (!cur.complete)
+      if (!cur.complete && cur.snapshot != 0)
         send(p_.indexer, snapshot_credit{cur.snapshot, true});
     }
     if (!finished) {
-      if (cur.snapshot != 0)
-        credit(cur);
+      credit(cur);
       streams_.push_back(std::move(cur));
     }
   }
   if (p_.rate > 0)
     tokens_ -= static_cast<double>(allowed - budget);
+  // Only after a storm's worth (a small gap replay leaves nothing to give
+  // back, and trimming takes the allocator's locks for a moment).
+  if (streaming && streams_.empty() && sent_ - trimmed_at_ >= trim_after_batches) {
+    trimmed_at_ = sent_;
+    release_free_memory();
+  }
 }
 
 std::chrono::milliseconds replay_bridge::poll_timeout() {
@@ -267,7 +334,8 @@ stats_snapshot replay_bridge::snapshot() {
     .counter("rejected", "kvsidecar_events_replay_rejected_total", rejected_)
     .counter("batches_sent", "kvsidecar_events_replay_batches_total", sent_)
     .gauge("streaming", "kvsidecar_events_replay_streams", streams_.size())
-    .counter("abandoned", "kvsidecar_events_replay_abandoned_total", abandoned_);
+    .counter("abandoned", "kvsidecar_events_replay_abandoned_total", abandoned_)
+    .counter("fell_behind", "kvsidecar_events_replay_fell_behind_total", fell_behind_);
   return s;
 }
 

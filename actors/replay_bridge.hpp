@@ -2,7 +2,11 @@
 //
 // Two requests:
 //   replay:   [identity, "", start_seq (8 bytes BE)] -> every kept batch with
-//             seq >= start_seq (from the rank's replay actor);
+//             seq >= start_seq, up to the newest at the request (from the
+//             rank's replay actor, a part of 1,024 batches at a time, so a
+//             client that stops reading pins one part, not the buffer; one
+//             that reads slower than the buffer turns over gets the end
+//             marker where its next batch left the buffer, `fell_behind`);
 //   snapshot: [identity, "", "snapshot/1"] -> the rank's current blocks as
 //             BlockStored batches, each carrying the seq S they are
 //             consistent with (from the rank's indexer, part by part; no
@@ -34,7 +38,7 @@ struct replay_bridge_params {
   indexer_actor indexer; ///< serves snapshots
   int64_t rate = 0; ///< batches/s streamed at most, all clients together (0 = unlimited)
   std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
-  int64_t hwm = 10000; ///< per-client send (and request receive) HWM: events.replay_hwm
+  int64_t hwm = 1000; ///< per-client send (and request receive) HWM: events.replay_hwm
   /// events.replay_nice: this thread's (and the replay context's I/O
   /// thread's) nice value, so streaming yields the CPU to the live relay.
   int nice = 0;
@@ -59,8 +63,10 @@ private:
     size_t next = 0;       ///< next batch to send
     bool blocked = false;  ///< last send hit the client's HWM
     uint64_t snapshot = 0; ///< snapshot id (0: a replay)
-    bool complete = true;  ///< all batches are here (a snapshot: last part came)
-    bool awaiting = false; ///< a snapshot's next part was asked for
+    uint64_t replay = 0;   ///< replay id (0: a snapshot)
+    uint64_t end_seq = 0;  ///< a replay's last seq (the newest when it was asked)
+    bool complete = true;  ///< all batches are here (the last part came)
+    bool awaiting = false; ///< the next part was asked for
     /// Nothing to send until the indexer's next part arrives.
     bool idle() const {
       return !complete && next == stream.batches.size();
@@ -74,7 +80,9 @@ private:
   bool send_batch(const std::string& client, const encoded_batch* b);
   void reject(const std::string& kind, const std::string& detail);
   void on_snapshot_part(snapshot_part& part);
-  /// Asks the indexer for a snapshot's next part when little is left.
+  void on_replay_part(replay_stream& part);
+  /// Asks for the next part (of the indexer for a snapshot, of the replay
+  /// actor for a replay) when little is left.
   void credit(pending& s);
 
   replay_bridge_params p_;
@@ -86,6 +94,9 @@ private:
   uint64_t sent_ = 0;
   uint64_t abandoned_ = 0;
   uint64_t snapshots_ = 0; ///< snapshot requests (also the last id given)
+  uint64_t replay_ids_ = 0; ///< the last replay id given
+  uint64_t trimmed_at_ = 0; ///< sent_ when free memory was last given back
+  uint64_t fell_behind_ = 0; ///< replays ended early: the client read slower than the buffer turned over
   double tokens_ = 0;
   std::chrono::steady_clock::time_point refilled_ = std::chrono::steady_clock::now();
 };

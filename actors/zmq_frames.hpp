@@ -3,6 +3,7 @@
 
 #include <zmq.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,6 +48,26 @@ inline zmq::message_t be64_frame(uint64_t v) {
   zmq::message_t m{8};
   put_be64(v, static_cast<unsigned char*>(m.data()));
   return m;
+}
+
+/// libzmq learns that a subscriber has read on through a command its I/O
+/// thread posts to the socket (every low-water-mark messages), and a send
+/// looks at pending commands only about once a millisecond (a CPU-tick
+/// throttle). So a send can be refused for a pipe whose reader has already
+/// drained it. Reading ZMQ_EVENTS processes every pending command at once,
+/// unthrottled: a send refused after it is refused for a pipe full now.
+inline void take_pending_commands(zmq::socket_t& s) {
+  (void)s.get(zmq::sockopt::events);
+}
+
+/// Closes `s` (if open) after giving what was accepted up to `linger` to
+/// leave: messages still in ZeroMQ's pipes are flushed meanwhile.
+inline void close_with_linger(zmq::socket_t& s, std::chrono::nanoseconds linger) {
+  if (s.handle() == nullptr)
+    return;
+  s.set(zmq::sockopt::linger,
+        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(linger).count()));
+  s.close();
 }
 
 /// A frame that points into a shared payload without copying it; the

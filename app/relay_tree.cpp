@@ -2,6 +2,7 @@
 
 #include "actors/indexer.hpp"
 #include "actors/ingest_bridge.hpp"
+#include "actors/join_bridge.hpp"
 #include "actors/pub_bridge.hpp"
 #include "actors/publisher.hpp"
 #include "actors/replay.hpp"
@@ -88,6 +89,23 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
     t.output_bridges.push_back(pub);
 
     publisher_params ppp;
+    if (!ev.join_endpoint.empty()) {
+      join_bridge_params jp;
+      jp.rank = r;
+      jp.endpoint = offset_endpoint(ev.join_endpoint, r).value();
+      jp.config_key = "events.join_endpoint";
+      jp.topic = ev.topic;
+      jp.dialect = dialect;
+      jp.hwm = ev.hwm;
+      jp.indexer = idx;
+      jp.linger = pp.linger;
+      jp.curve_secret_key = cfg.security.curve_secret_key;
+      auto join = sys.spawn<join_bridge, caf::detached>(ctx, supervisor, interval, jp);
+      t.output_bridges.push_back(join);
+      ppp.join_bridge = caf::actor_cast<pub_bridge_actor>(join);
+      t.summary.push_back(fmt::format("dp={}: publisher -> join_bridge {} (state, then live)", r,
+                                      jp.endpoint));
+    }
     ppp.rank = r;
     ppp.dialect = dialect;
     ppp.pub_bridge = caf::actor_cast<pub_bridge_actor>(pub);

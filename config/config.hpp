@@ -51,6 +51,9 @@ struct events_config {
   duration ingest_gap_timeout{};
   std::string endpoint;
   std::string replay_endpoint;
+  /// events.join_endpoint: a PUB for one router that only replays on a gap
+  /// (smg's relay): the rank's state first, then live ("" = off).
+  std::string join_endpoint;
   int64_t buffer_steps = 0;
   uint64_t buffer_bytes = 0;
   int64_t replay_rate = 0;

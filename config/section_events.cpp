@@ -18,6 +18,10 @@ void read_events_section(reader& r, loader& l, config& c) {
   e.ingest_gap_timeout = r.dur("events.ingest_gap_timeout", false);
   e.endpoint = r.endpoint("events.endpoint", false);
   e.replay_endpoint = r.endpoint("events.replay_endpoint", true);
+  e.join_endpoint = r.endpoint("events.join_endpoint", true);
+  if (!l.error && !e.join_endpoint.empty() && e.replay_endpoint.empty())
+    l.fail_at("events.join_endpoint", "needs events.replay_endpoint: its router fills the "
+                                      "gap after the snapshot from the replay ROUTER");
   e.buffer_steps = r.integer("events.buffer_steps", 0, 100000000);
   e.buffer_bytes = r.size("events.buffer_bytes", 0);
   e.replay_rate = r.integer("events.replay_rate", 0, 1000000000);
@@ -36,7 +40,7 @@ void read_events_section(reader& r, loader& l, config& c) {
   e.topic = r.str("events.topic");
   // Every rank's endpoints must be derivable (vLLM's offset rule).
   for (auto key : {"events.ingest_endpoint", "events.ingest_replay_endpoint",
-                   "events.endpoint", "events.replay_endpoint"}) {
+                   "events.endpoint", "events.replay_endpoint", "events.join_endpoint"}) {
     auto ep = r.str(key);
     if (l.error || ep.empty())
       continue;

@@ -63,16 +63,22 @@ public:
     bytes_ = 0;
   }
 
-  /// Every kept batch with seq >= start, oldest first. A start older than
-  /// the oldest kept batch starts at the oldest; one beyond the newest
-  /// yields nothing.
-  std::vector<encoded_batch> from(uint64_t start) const {
+  /// Kept batches with start <= seq <= last, oldest first, at most `max`
+  /// (0: no bound). A start older than the oldest kept batch starts at the
+  /// oldest; one beyond the newest (or past `last`) yields nothing.
+  std::vector<encoded_batch> from(uint64_t start, uint64_t last = ~uint64_t{0},
+                                  size_t max = 0) const {
     std::vector<encoded_batch> out;
-    if (size_ == 0 || start > newest_seq())
+    if (size_ == 0 || start > newest_seq() || start > last)
       return out;
     size_t first = start <= oldest_seq() ? 0 : static_cast<size_t>(start - oldest_seq());
-    out.reserve(size_ - first);
-    for (size_t i = first; i < size_; ++i)
+    if (last < oldest_seq())
+      return out;
+    size_t end = last >= newest_seq() ? size_ : static_cast<size_t>(last - oldest_seq()) + 1;
+    if (max > 0 && end - first > max)
+      end = first + max;
+    out.reserve(end - first);
+    for (size_t i = first; i < end; ++i)
       out.push_back(at(i));
     return out;
   }

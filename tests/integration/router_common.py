@@ -24,7 +24,7 @@ import msgspec
 import zmq
 
 import real_engines
-from kvsidecar_harness import EventsRig, parse_metrics, wait_until
+from kvsidecar_harness import EventsRig, free_port_range, parse_metrics, wait_until
 
 BS = 16
 # Deadlines are generous: the suite runs on a loaded 2-core CI machine with a
@@ -63,10 +63,17 @@ class EngineSide:
     """vLLM's publisher -> kvsidecar, for one worker. `rig.sub` is our own
     subscriber on the sidecar's PUB (to learn the seq a batch got)."""
 
-    def __init__(self, rig_factory, overrides: dict[str, Any] | None = None):
+    def __init__(self, rig_factory, overrides: dict[str, Any] | None = None,
+                 join: bool = False):
         self.v = vllm()
         self._ts = 0
-        self.rig: EventsRig = rig_factory(engine=False, start=False, overrides=overrides or {})
+        o = dict(overrides or {})
+        # events.join_endpoint: the rank's state first, then live (for a
+        # router that only replays on a gap, smg's relay).
+        self.join_port = free_port_range(1) if join else None
+        if join:
+            o["events.join_endpoint"] = f"tcp://*:{self.join_port}"
+        self.rig: EventsRig = rig_factory(engine=False, start=False, overrides=o)
         self.pub = self._new_publisher()
         self.rig.start(sync=False)
         # Until the sidecar's SUB has joined the engine's PUB (slow joiner):
@@ -76,6 +83,11 @@ class EngineSide:
     @property
     def pub_endpoint(self) -> str:
         return f"tcp://127.0.0.1:{self.rig.pub_port}"
+
+    @property
+    def join_endpoint(self) -> str:
+        assert self.join_port is not None, "EngineSide(join=True) has a join endpoint"
+        return f"tcp://127.0.0.1:{self.join_port}"
 
     @property
     def replay_endpoint(self) -> str:

@@ -341,3 +341,111 @@ def test_replay_threads_run_at_replay_nice(rig, zctx, nice):
               if not n.startswith("2/ZMQbg/") and n != "replay_bridge:0"}
     assert {"ZMQbg/IO/0", "ingest:0", "pub:0", "index:0"} <= others.keys(), threads
     assert all(v == 0 for vs in others.values() for v in vs), sorted(threads.items())
+
+
+# --- events.join_endpoint: the state, then live, for a router that replays only on a gap ----
+
+
+def join_sub(ctx: zmq.Context, port: int) -> zmq.Socket:
+    s = ctx.socket(zmq.SUB)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVHWM, 0)
+    s.subscribe(b"")
+    s.connect(f"tcp://127.0.0.1:{port}")
+    return s
+
+
+def follow_as_smg_relay(r, sub: zmq.Socket, until: int, state: dict) -> list[int]:
+    """What smg-grpc-servicer's relay does with a stream: the first batch is
+    its cursor, a seq going back is fatal, a gap is filled from the replay
+    ROUTER from cursor + 1. Applies everything to `state` until seq `until`;
+    returns the seqs that came on `sub` (not the replayed ones)."""
+    cursor, seen = None, []
+    while cursor is None or cursor < until:
+        assert sub.poll(10_000), f"nothing on the join endpoint after seq {cursor}"
+        _, seqb, payload = sub.recv_multipart()
+        seq = int.from_bytes(seqb, "big")
+        seen.append(seq)
+        if cursor is not None:
+            assert seq > cursor, f"seq went back from {cursor} to {seq}: the relay would resync"
+            if seq > cursor + 1:
+                for sq, p in replay_batches(r.replay(cursor + 1)):
+                    if sq >= seq:
+                        break
+                    apply(state, p)
+                    cursor = sq
+                assert cursor == seq - 1, f"replay did not fill the gap before {seq}"
+        apply(state, payload)
+        cursor = seq
+    return seen
+
+
+def test_join_endpoint_gives_a_late_router_the_state_then_live(rig, zctx):
+    """A router that subscribes to events.join_endpoint first gets the
+    rank's blocks as BlockStored batches numbered up to the seq S they are
+    consistent with, then the live batches; following it as smg's relay
+    does (gap -> replay) ends with exactly the state of a router that saw
+    everything, also while the engine keeps publishing. A second router on
+    the same endpoint gets live only; once both left, the next one gets the
+    state again."""
+    from kvsidecar_harness import free_port_range
+    port = free_port_range(1)
+    r = rig(overrides={"events.join_endpoint": f"tcp://*:{port}"})
+    live: dict = {}
+    for b in range(30):  # 3,000 blocks: several snapshot batches
+        base = 1_000_000 * (b + 1)
+        send(r, stored(list(range(base, base + 100)), None, bs=2), ts=float(b))
+    send(r, vs.BlockRemoved(block_hashes=[1_000_000 + 5, 2_000_000 + 99], medium="GPU"))
+    last = received_state(r, 31, live)
+
+    stop, sent = threading.Event(), [0]
+
+    def traffic():
+        k = 0
+        while not stop.is_set() and k < 400:
+            k += 1
+            if k % 3 == 0:
+                send(r, vs.BlockRemoved(block_hashes=[1_000_000 * (k % 30 + 1) + k % 100],
+                                        medium="GPU"))
+            else:
+                send(r, stored([500_000_000 + k * 2, 500_000_000 + k * 2 + 1], None, bs=2))
+            sent[0] += 1
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=traffic, daemon=True)
+    t.start()
+    sub = join_sub(zctx, port)
+    assert sub.poll(10_000), "nothing on the join endpoint"
+    t.join()
+    last = received_state(r, sent[0], live)
+    snap: dict = {}
+    seqs = follow_as_smg_relay(r, sub, last, snap)
+    assert snap == live
+    j = r.sidecar.wait_stats("join", lambda s: s["joins"] == 1 and s["subscribers"] == 1)
+    k = j["snapshot_batches"]
+    assert k > 1 and j["snapshot_blocks"] > 0, j
+    assert seqs[:k] == list(range(seqs[0], seqs[0] + k)), "snapshot batches not contiguous"
+
+    # A second router on the same endpoint: live only.
+    other = join_sub(zctx, port)
+    r.sidecar.wait_stats("join", lambda s: s["subscribers"] == 2)
+    send(r, stored([777], None, bs=2), ts=9.0)
+    new = received_state(r, 1, live)
+    for s in (sub, other):
+        assert s.poll(10_000)
+        assert int.from_bytes(s.recv_multipart()[1], "big") == new
+    assert r.sidecar.stats("join")["joins"] == 1
+
+    # Both leave; the next router gets the state again.
+    sub.close(linger=0)
+    other.close(linger=0)
+    r.sidecar.wait_stats("join", lambda s: s["subscribers"] == 0)
+    again = join_sub(zctx, port)
+    r.sidecar.wait_stats("join", lambda s: s["joins"] == 2)
+    send(r, stored([778], None, bs=2), ts=10.0)
+    newest = received_state(r, 1, live)
+    state: dict = {}
+    follow_as_smg_relay(r, again, newest, state)
+    assert state == live
+    assert r.sidecar.wait_stats("join", lambda s: s["joins"] == 2)["dropped"] == 0
+    again.close(linger=0)

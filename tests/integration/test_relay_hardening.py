@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 import vllm_structs as vs
-from kvsidecar_harness import (FakeEngine, Subscriber, free_port_range, is_fence,
+from kvsidecar_harness import (FakeEngine, Subscriber, free_port_range, is_fence, read_replay,
                                parse_stats, replay_batches, wait_until)
 from test_events_relay import big_batch, burst_with_fast_reader, join_stalled_subscriber
 
@@ -463,3 +463,79 @@ def test_connections_that_never_handshake_do_not_lock_new_routers_out(rig):
     finally:
         for s in held:
             s.close()
+
+
+# --- issue 26 item 4: replay clients that never read -------------------------------------
+
+
+def stalled_replay_client(zctx, port: int, start: int) -> zmq.Socket:
+    """A replay client that asks and then reads nothing (its own pipe and
+    TCP buffer as small as they go, so the sidecar's side fills)."""
+    d = zctx.socket(zmq.DEALER)
+    d.setsockopt(zmq.LINGER, 0)
+    d.setsockopt(zmq.RCVHWM, 1)
+    d.setsockopt(zmq.RCVBUF, 4096)
+    d.connect(f"tcp://127.0.0.1:{port}")
+    d.send_multipart([b"", start.to_bytes(8, "big")])
+    return d
+
+
+def test_replay_clients_that_never_read_hold_bounded_memory(rig, zctx):
+    """20 replay clients ask for the whole buffer, at different times, and
+    never read, while the engine turns the buffer over. Each holds at most
+    its pipe (events.replay_hwm messages) and one part of 1,024 batches of
+    the buffer (README: "Replay"), so RSS grows by at most that, and returns
+    when they leave. A client that reads slower than the buffer turns over
+    gets a contiguous replay that ends early (fell_behind), then the end
+    marker; a replay asked afterwards returns exactly what the buffer
+    holds."""
+    steps, hwm, clients = 20_000, 1000, 20
+    r = rig(overrides={"events.buffer_steps": steps})  # events.replay_hwm: its default, 1000
+    pid = r.sidecar.proc.pid
+    start = r.base[0]
+
+    def publish(n: int, at: int) -> None:
+        for k in range(at, at + n):
+            r.engine.send(0, batch_at(float(k)))
+        r.sub.recv_n(n, 0, timeout=30)
+
+    publish(steps, 0)
+    assert len(replay_batches(r.replay(start, timeout=30))) == steps  # warms the allocators
+    rss0 = rss_kib(pid)
+    slow = stalled_replay_client(zctx, r.replay_port, start)
+    assert slow.poll(5000)
+    stalled, peak = [], rss0
+    for i in range(clients):
+        stalled.append(stalled_replay_client(zctx, r.replay_port, start + i * 1000))
+        publish(1000, steps + i * 1000)  # each asks for another window of the buffer
+        peak = max(peak, rss_kib(pid))
+    s = r.sidecar.wait_stats("replay_bridge", lambda s: s["requests"] == clients + 2,
+                             timeout=10, what="every replay request to arrive")
+    peak = max(peak, rss_kib(pid))
+    print(f"replay storm: RSS {rss0} -> peak {peak} KiB with {clients} stalled replay clients; {s}")
+    # Per client: its pipe (hwm messages of 5 frames, ~350 B each beside the
+    # payload they share with the buffer) and up to two parts of 1,024
+    # batches (~150 B each with these small payloads); 8 MiB slack. Before
+    # replays went part by part (and events.replay_hwm was 10,000), 20 such
+    # clients grew RSS by 18-24 MiB here.
+    bound = (clients * (hwm * 350 + 2 * 1024 * 150)) // 1024 + 8 * 1024
+    assert sanitized(pid) or peak - rss0 < bound, f"RSS grew {rss0} -> {peak} KiB (bound {bound})"
+
+    # The slow client reads on: the buffer has turned over under it.
+    got = read_replay(slow, "vllm", 30)
+    seqs = [sq for sq, _ in replay_batches(got)]
+    assert seqs == list(range(start, start + len(seqs))), "a replay that fell behind has a hole"
+    assert len(seqs) < steps, f"the slow replay got {len(seqs)} batches: it never fell behind"
+    s = r.sidecar.stats("replay_bridge")
+    assert s["fell_behind"] >= 1, s
+
+    for d in stalled + [slow]:
+        d.close(linger=0)
+    r.sidecar.wait_stats("replay_bridge", lambda s: s["streaming"] == 0, timeout=20,
+                         what="the stalled replays to end when their clients left")
+    rss2 = rss_kib(pid)
+    print(f"replay storm: RSS {rss2} KiB after the clients left")
+    assert sanitized(pid) or rss2 - rss0 < 16 * 1024, f"RSS {rss0} -> {peak} -> {rss2} KiB"
+    kept = replay_batches(r.replay(0, timeout=30))
+    newest = start + steps + clients * 1000 - 1
+    assert [sq for sq, _ in kept] == list(range(newest - steps + 1, newest + 1))

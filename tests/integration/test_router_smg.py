@@ -42,14 +42,15 @@ def text(toks: list[int]) -> str:
 
 
 class Worker:
-    def __init__(self, tmp_path: Path, name: str, side: rc.EngineSide, tokenizer: Path):
+    def __init__(self, tmp_path: Path, name: str, side: rc.EngineSide, tokenizer: Path,
+                 events: str | None = None):
         self.name = name
         self.port = free_port_range(1)
         self.url = f"grpc://127.0.0.1:{self.port}"
         self.record = tmp_path / f"smg-worker-{name}.jsonl"
         self.record.touch()
         self.proc = rc.Proc([sys.executable, str(WORKER_SCRIPT), "--port", str(self.port),
-                             "--name", name, "--events", side.pub_endpoint,
+                             "--name", name, "--events", events or side.pub_endpoint,
                              "--replay", side.replay_endpoint, "--record", str(self.record),
                              "--tokenizer", str(tokenizer)],
                             tmp_path / f"smg-worker-{name}.log")
@@ -116,13 +117,16 @@ class Smg:
         self.proc.close()
 
 
-@pytest.fixture
-def setup(rig, tmp_path):
+def gateway_setup(rig, tmp_path, join: bool):
+    """Two engines behind their sidecars, a stub worker on each and a
+    factory of gateways. With `join` the workers' relays subscribe to the
+    sidecars' join endpoint (events.join_endpoint) instead of the PUB."""
     tok = write_tokenizer(tmp_path / "tokenizer")
     # A small PUB high-water mark on A's sidecar, so that a stalled relay
     # misses batches (and must replay them) after a short burst.
-    ea, eb = rc.EngineSide(rig, {"events.hwm": 20}), rc.EngineSide(rig)
-    a, b = Worker(tmp_path, "A", ea, tok), Worker(tmp_path, "B", eb, tok)
+    ea, eb = rc.EngineSide(rig, {"events.hwm": 20}, join=join), rc.EngineSide(rig, join=join)
+    a, b = (Worker(tmp_path, n, e, tok, e.join_endpoint if join else None)
+            for n, e in (("A", ea), ("B", eb)))
     made = []
 
     def gateway():
@@ -130,11 +134,21 @@ def setup(rig, tmp_path):
         made.append(g)
         return g
 
-    yield gateway, (a, ea), (b, eb)
-    for g in made:
-        g.close()
-    for x in (a, b, ea, eb):
-        x.close()
+    return gateway, (a, ea), (b, eb), lambda: [x.close() for x in made + [a, b, ea, eb]]
+
+
+@pytest.fixture
+def setup(rig, tmp_path):
+    *parts, close = gateway_setup(rig, tmp_path, join=False)
+    yield parts
+    close()
+
+
+@pytest.fixture
+def join_setup(rig, tmp_path):
+    *parts, close = gateway_setup(rig, tmp_path, join=True)
+    yield parts
+    close()
 
 
 def wait_blocks(g: Smg, w: Worker, side: rc.EngineSide, n: int, timeout: float = rc.DEADLINE):
@@ -225,25 +239,28 @@ def test_smg_stalled_relay_repairs_the_gap_from_the_sidecar_replay(setup):
     assert g.route(PROMPT + [7]) == "B"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "smg-grpc-servicer 0.14.1's relay is live-only: SubscribeKvEvents from 0 takes the "
-    "first batch it sees as its cursor and never asks the replay ROUTER for what came "
-    "before, and the gateway has no snapshot request; a late smg holds only what is "
-    "published after it joined (see /tmp/router_notes.md)"))
-def test_smg_started_late_gets_the_engines_state(setup):
-    gateway, (a, ea), (b, eb) = setup
+def test_smg_started_late_gets_the_engines_state(join_setup):
+    """smg-grpc-servicer 0.14.1's relay is live-only: it takes the first
+    batch it sees as its cursor and replays only what it misses after it,
+    so on the plain PUB a late smg never learns what came before. Its relay
+    on the sidecar's join endpoint gets the rank's state first (a snapshot
+    numbered up to the seq it is consistent with), then live, and fills the
+    gap between them from the replay ROUTER: the late gateway routes on the
+    engines' whole state, with no resync."""
+    gateway, (a, ea), (b, eb) = join_setup
     v = ea.v
     ea.publish(rc.stored(v, PROMPT, 1))
     eb.publish(rc.stored(v, PROMPT[:2 * rc.BS], 101))
-    try:
-        g = gateway()
-        joined(g, (a, ea), (b, eb))
-        # The streams are live: what B publishes after smg joined arrives.
-        eb.publish(rc.stored(v, OTHER, 301))
-        eb.publish_until(lambda: g.blocks(b) >= 3, "smg to apply B's live batch")
-    except AssertionError as e:  # not the expected failure: fail for real
-        pytest.fail(f"set-up of the late join failed: {e}")
-    # What the engines published before smg joined never comes (A holds 0).
-    wait_blocks(g, a, ea, 4, timeout=15)
-    wait_blocks(g, b, eb, 5, timeout=5)
+    ea.publish(rc.removed(v, [1 + 3]))  # A's last block goes again: the state, not the history
+    g = gateway()
+    wait_blocks(g, a, ea, 3)
+    wait_blocks(g, b, eb, 2)
     assert g.route(PROMPT + [7]) == "A"
+    # Live after the snapshot: what B publishes now arrives too.
+    eb.publish(rc.stored(v, OTHER, 301))
+    wait_blocks(g, b, eb, 5)
+    for w, side in ((a, ea), (b, eb)):
+        j = side.rig.sidecar.wait_stats("join", lambda s: s["joins"] >= 1 and s["subscribers"] == 1)
+        assert j["snapshot_batches"] >= 1 and j["dropped"] == 0, j
+        assert g.count("smg_kv_event_resyncs_total", w) == 0, "the late gateway had to resync"
+    assert ea.rig.sidecar.stats("join")["snapshot_blocks"] == 3

@@ -61,7 +61,7 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.events.hwm == 10000);
   CHECK(c.events.ingest_hwm == 10000);
   CHECK(c.events.ingest_max_message_size == (uint64_t{64} << 20));
-  CHECK(c.events.replay_hwm == 10000);
+  CHECK(c.events.replay_hwm == 1000);
   CHECK(c.cache.hwm == 100000);
   CHECK(c.events.max_queue_size == 100000);
   CHECK(c.events.max_queue_bytes == (uint64_t{1} << 30));
