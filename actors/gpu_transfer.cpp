@@ -67,7 +67,7 @@ stats_snapshot snapshot(const gpu_transfer_state& st) {
   s.labels = {{"backend", st.p.backend->name()}};
   size_t staging_free = 0;
   for (auto& [id, in] : st.staged)
-    staging_free += in.pool->free_slots();
+    staging_free += in.pool ? in.pool->free_slots() : 0;
   s.gauge("instances", "", st.instances.size())
     .gauge("staged_instances", "kvsidecar_cache_engine_driven_instances", st.staged.size())
     .gauge("staging_free", "kvsidecar_cache_staging_free_slots", staging_free)
@@ -177,9 +177,16 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
     [self](gpu_stage_open& op) -> caf::result<gpu_stage_opened> {
       auto& st = self->state;
       st.staged.erase(op.instance_id); // a re-registration gets a fresh object
+      if (op.inline_data) {
+        KVS_INFO(st.label, "instance {}: inline transfers (no staging pool), chunks of {} KiB",
+                 op.instance_id, op.slot_bytes >> 10);
+        st.staged[op.instance_id] = {nullptr, std::move(op.chunk_shape), std::move(op.dtype),
+                                     op.format, op.slot_bytes};
+        return gpu_stage_opened{"", 0};
+      }
       uint64_t in_use = 0;
       for (auto& [id, in] : st.staged)
-        in_use += in.pool->size();
+        in_use += in.pool ? in.pool->size() : 0;
       uint64_t want = 0;
       if (__builtin_mul_overflow(op.slot_bytes, uint64_t{op.slots}, &want)
           || in_use + want > st.p.staging_limit_bytes)
@@ -198,7 +205,7 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       KVS_INFO(st.label, "staging pool {} for instance {}: {} slots of {} KiB", out.shm_name,
                op.instance_id, op.slots, op.slot_bytes >> 10);
       st.staged[op.instance_id] = {std::move(pool.value()), std::move(op.chunk_shape),
-                                   std::move(op.dtype), op.format};
+                                   std::move(op.dtype), op.format, op.slot_bytes};
       return out;
     },
     [self](gpu_stage_take& t) -> caf::result<gpu_stage_taken> {
@@ -209,8 +216,10 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
                                                 " has no engine-driven registration");
       auto& in = i->second;
       gpu_stage_taken out;
-      out.offsets = in.pool->take(t.count);
-      out.slot_bytes = in.pool->slot_bytes();
+      out.inline_data = !in.pool;
+      if (in.pool)
+        out.offsets = in.pool->take(t.count);
+      out.slot_bytes = in.slot_bytes;
       out.chunk_shape = in.chunk_shape;
       out.dtype = in.dtype;
       out.format = in.format;
@@ -227,6 +236,9 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       if (i == st.staged.end())
         return to_caf_error("not_registered", "instance " + std::to_string(cp.instance_id) +
                                                 " has no engine-driven registration");
+      if (!i->second.pool)
+        return to_caf_error("inline_instance", "instance " + std::to_string(cp.instance_id) +
+                                                 " transfers inline: it has no staging pool");
       auto& pool = *i->second.pool;
       auto start = gpu_transfer_state::clock::now();
       auto done = pool.copy(cp.offsets, cp.l1, cp.to_l1);
@@ -247,7 +259,7 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
     [self](gpu_stage_give& g) {
       auto& st = self->state;
       auto i = st.staged.find(g.instance_id);
-      if (i == st.staged.end())
+      if (i == st.staged.end() || !i->second.pool)
         return; // unregistered meanwhile: the pool and its slots are gone
       if (auto ok = i->second.pool->give(g.offsets); !ok)
         KVS_WARN(st.label, "instance {}: {}", g.instance_id, ok.error_value().detail);

@@ -58,10 +58,11 @@ struct gpu_transfer_state {
 
   /// An engine-driven instance: its staging pool and what a slot holds.
   struct staged_instance {
-    std::unique_ptr<staging_pool> pool;
+    std::unique_ptr<staging_pool> pool; ///< null: inline (the data travels in the messages)
     std::vector<int64_t> chunk_shape;
     std::string dtype;
     uint8_t format = 0;
+    uint64_t slot_bytes = 0; ///< one chunk's bytes
   };
 
   gpu_transfer_params p;

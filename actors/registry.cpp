@@ -232,7 +232,7 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
   }
   const uint8_t format = r.use_mla ? chunk_format_single_plane : chunk_format_kv_2ltd;
   gpu_stage_open op{r.instance_id, slot, st.p.engine_driven_slots, shape, r.dtype_str, format,
-                    call.peer_uid};
+                    call.peer_uid, st.p.engine_driven_inline};
   self->request(st.p.gpu, caf::infinite, std::move(op))
     .then([self, call, r, slot, fail, pinged](gpu_stage_opened& opened) {
       self->request(self->state.p.store, caf::infinite, store_configure{r.instance_id, slot})
@@ -251,10 +251,14 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
           ++st.registered;
           KVS_INFO(st.label,
                    "instance {} registered (engine-driven): model {}, world_size {}, {} layers, "
-                   "hidden {}, {}, {} chunks ({}), staging pool {} of {} bytes",
+                   "hidden {}, {}, {} chunks ({}), {}",
                    r.instance_id, r.model_name, r.world_size, r.num_layers, r.hidden_dim_size,
                    r.dtype_str, r.use_mla ? "one plane [NL, T, H]" : "K and V [2, NL, T, H]",
-                   r.use_mla ? "single_plane" : "KV_2LTD", opened.shm_name, opened.pool_size);
+                   r.use_mla ? "single_plane" : "KV_2LTD",
+                   opened.shm_name.empty()
+                     ? std::string("inline transfers (no pool: the chunks travel in the messages)")
+                     : fmt::format("staging pool {} of {} bytes", opened.shm_name,
+                                   opened.pool_size));
           self->send(st.bridge, make_reply(call, encode_reply_engine_driven_context(
                                                    opened.shm_name, opened.pool_size,
                                                    null_block_id_for(r))));

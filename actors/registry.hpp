@@ -22,6 +22,7 @@ struct registry_params {
   std::chrono::nanoseconds stats_interval{};
   std::vector<std::string> shm_allow_prefixes; ///< cache.shm_allow_prefixes
   uint32_t engine_driven_slots = 16; ///< cache.engine_driven_slots: staging chunks per instance
+  bool engine_driven_inline = false; ///< cache.engine_driven_transfer = "inline": no pool
 };
 
 struct registry_state {

@@ -4,6 +4,9 @@
 #include "actors/caf_error.hpp"
 #include "cache/chunk_hash.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
+#include "lmcache_wire/tensor_envelope.hpp"
+
+#include <cstring>
 
 namespace kvs {
 
@@ -427,11 +430,13 @@ void on_prepare_store(self_ptr self, mp_call& call) {
       [self, call, key, begin, end](gpu_stage_taken& taken) mutable {
         auto& st = self->state;
         const auto& r = std::get<prepare_store_req>(call.request->body);
-        if (taken.offsets.size() < end - begin)
+        // Inline: no staging slot bounds the store (the data comes in commit_store).
+        const size_t room = taken.inline_data ? end - begin : taken.offsets.size();
+        if (room < end - begin)
           KVS_WARN(st.label, "instance {}: {} staging slots free for {} chunks to store "
                              "(cache.engine_driven_slots): storing the first {}",
                    r.instance_id, taken.offsets.size(), end - begin, taken.offsets.size());
-        if (taken.offsets.empty()) {
+        if (room == 0) {
           reply(self, call, encode_reply_prepare_store({}, {}));
           prepared(self);
           return;
@@ -439,18 +444,25 @@ void on_prepare_store(self_ptr self, mp_call& call) {
         auto hashes = key_hashes(r.key, static_cast<size_t>(st.p.chunk_size), end);
         store_reserve q{r.instance_id, static_cast<int32_t>(*r.key.worker_id),
                         {hashes.begin() + static_cast<ptrdiff_t>(begin), hashes.end()},
-                        taken.format, taken.offsets.size()};
+                        taken.format, room};
         self->request(st.p.store, caf::infinite, std::move(q))
           .then(
             [self, call, key, begin, hashes, taken](store_reserve_reply& res) mutable {
               auto& st = self->state;
               const auto& r = std::get<prepare_store_req>(call.request->body);
               const auto cs = static_cast<size_t>(st.p.chunk_size);
-              const size_t n = std::min(res.chunks.size(), taken.offsets.size());
+              const size_t n = taken.inline_data
+                                 ? res.chunks.size()
+                                 : std::min(res.chunks.size(), taken.offsets.size());
               staged_transfer t;
               t.instance_id = r.instance_id;
-              t.offsets.assign(taken.offsets.begin(), taken.offsets.begin() + static_cast<ptrdiff_t>(n));
-              std::vector<uint64_t> spare(taken.offsets.begin() + static_cast<ptrdiff_t>(n),
+              t.slot_bytes = taken.slot_bytes;
+              t.chunk_shape = taken.chunk_shape;
+              t.dtype = taken.dtype;
+              const size_t given = std::min(n, taken.offsets.size());
+              t.offsets.assign(taken.offsets.begin(),
+                               taken.offsets.begin() + static_cast<ptrdiff_t>(given));
+              std::vector<uint64_t> spare(taken.offsets.begin() + static_cast<ptrdiff_t>(given),
                                           taken.offsets.end());
               if (!spare.empty())
                 self->send(st.p.gpu, gpu_stage_give{r.instance_id, std::move(spare)});
@@ -459,10 +471,11 @@ void on_prepare_store(self_ptr self, mp_call& call) {
               for (size_t i = 0; i < n; ++i) {
                 const auto& c = res.chunks[i];
                 indices.push_back(c.position);
+                t.positions.push_back(c.position);
                 t.l1.push_back(c.slot);
                 add_chunk(fin, r.key, hashes, begin + c.position, cs);
               }
-              auto slots = slot_descs(taken, n);
+              auto slots = taken.inline_data ? std::vector<shm_slot_desc>{} : slot_descs(taken, n);
               if (n > 0) {
                 t.reserved = std::move(fin);
                 st.staged[key] = std::move(t);
@@ -486,23 +499,70 @@ void on_prepare_store(self_ptr self, mp_call& call) {
       });
 }
 
+/// commit_store with the chunks in its data (LMCache 0.5.7's inline
+/// transfer context: an instance registered without a pool, or a worker
+/// that could not map the one named): the reserved chunks' tensors are
+/// copied into their L1 slots and committed. Anything that does not match
+/// the registration (count, dtype, shape, size) fails the store (False)
+/// with a warning naming it; nothing is committed.
+void commit_inline(self_ptr self, mp_call& call,
+                   std::map<session_state::staged_key, staged_transfer>::iterator i) {
+  auto& st = self->state;
+  const auto& r = std::get<commit_store_req>(call.request->body);
+  auto fail = [&](const std::string& why) {
+    KVS_WARN(st.label, "commit_store of instance {} (inline data, {} bytes) refused: {}",
+             r.instance_id, r.cpu_data.size(), why);
+    if (i != st.staged.end()) {
+      release_staged(self, i->second);
+      st.staged.erase(i);
+    }
+    reply(self, call, encode_reply_bool(false));
+  };
+  if (i == st.staged.end()) {
+    fail("no prepared store for tokens " + std::to_string(r.key.start) + ".."
+         + std::to_string(r.key.end));
+    return;
+  }
+  auto tensors = decode_tensor_envelope(r.cpu_data);
+  if (!tensors) {
+    fail(tensors.error_value().detail);
+    return;
+  }
+  auto& t = i->second;
+  for (size_t k = 0; k < t.positions.size(); ++k) {
+    const auto pos = t.positions[k];
+    if (pos >= tensors->size()) {
+      fail(std::to_string(tensors->size()) + " tensors, but chunk " + std::to_string(pos)
+           + " of the range was reserved");
+      return;
+    }
+    const auto& x = (*tensors)[pos];
+    if (x.dtype != t.dtype || x.shape != t.chunk_shape || x.data.size() != t.slot_bytes) {
+      fail("tensors[" + std::to_string(pos) + "]: dtype '" + x.dtype.substr(0, 32) + "', "
+           + std::to_string(x.shape.size()) + "-d, " + std::to_string(x.data.size())
+           + " bytes; the registration's chunk is '" + t.dtype + "', "
+           + std::to_string(t.chunk_shape.size()) + "-d, " + std::to_string(t.slot_bytes)
+           + " bytes");
+      return;
+    }
+  }
+  for (size_t k = 0; k < t.positions.size(); ++k)
+    std::memcpy(t.l1[k], (*tensors)[t.positions[k]].data.data(), t.slot_bytes);
+  if (!t.offsets.empty()) // a pool was named but the worker sent its data inline
+    self->send(st.p.gpu, gpu_stage_give{t.instance_id, std::move(t.offsets)});
+  t.reserved->commit = true;
+  self->send(st.p.store, std::move(*t.reserved));
+  st.staged.erase(i);
+  reply(self, call, encode_reply_bool(true));
+}
+
 void on_commit_store(self_ptr self, mp_call& call) {
   auto& st = self->state;
   const auto& r = std::get<commit_store_req>(call.request->body);
   const auto key = staged_key_of(r.key, r.instance_id, true);
   auto i = st.staged.find(key);
   if (!r.cpu_data.empty()) {
-    // LMCache's pickle strategy (a pickled list of torch tensors): the
-    // sidecar never hands out a pool-less registration, so only a client
-    // that ignored the pool sends one.
-    KVS_WARN(st.label, "commit_store with {} bytes of pickled tensors: not served (the "
-                       "registration named a staging pool); the store fails",
-             r.cpu_data.size());
-    if (i != st.staged.end()) {
-      release_staged(self, i->second);
-      st.staged.erase(i);
-    }
-    reply(self, call, encode_reply_bool(false));
+    commit_inline(self, call, i);
     return;
   }
   if (i == st.staged.end()) {
@@ -560,7 +620,7 @@ void on_prepare_retrieve(self_ptr self, mp_call& call) {
       [self, call, key, begin, end, fail](gpu_stage_taken& taken) {
         auto& st = self->state;
         const auto& r = std::get<prepare_retrieve_req>(call.request->body);
-        if (taken.offsets.size() < end - begin) {
+        if (!taken.inline_data && taken.offsets.size() < end - begin) {
           fail(std::to_string(taken.offsets.size()) + " staging slots free for "
                  + std::to_string(end - begin) + " chunks (cache.engine_driven_slots)",
                r.instance_id, std::move(taken.offsets));
@@ -580,6 +640,19 @@ void on_prepare_retrieve(self_ptr self, mp_call& call) {
                 fail("the chunks hold " + std::to_string(acq.slot_bytes) + " bytes, the "
                        "instance's chunks " + std::to_string(taken.slot_bytes),
                      r.instance_id, taken.offsets);
+                return;
+              }
+              if (taken.inline_data) {
+                // The chunks go in the reply's data: copied out of L1 while
+                // the ticket pins them, then released.
+                std::vector<std::string_view> datas;
+                for (auto* p : acq.slots)
+                  datas.emplace_back(reinterpret_cast<const char*>(p), taken.slot_bytes);
+                std::string data;
+                encode_tensor_envelope(data, taken.dtype, taken.chunk_shape, datas);
+                self->send(st.p.store, store_release{acq.ticket});
+                reply(self, call, encode_reply_prepare_retrieve_inline(data));
+                prepared(self);
                 return;
               }
               gpu_stage_copy cp{r.instance_id, false, taken.offsets, acq.slots, false};

@@ -45,6 +45,13 @@ struct staged_transfer {
   std::vector<uint64_t> offsets;        ///< staging slots, in the reply's order
   std::vector<uint8_t*> l1;             ///< store: the reserved L1 slots they go to
   std::optional<store_finish> reserved; ///< store: committed or aborted at commit_store
+  /// store: each reserved chunk's position in the key's range (where its
+  /// tensor is in an inline commit_store's data), and the chunk as the
+  /// instance registered it (to check that data against).
+  std::vector<uint64_t> positions;
+  uint64_t slot_bytes = 0;
+  std::vector<int64_t> chunk_shape;
+  std::string dtype;
 };
 
 struct session_state {

@@ -149,6 +149,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   rp.stats_interval = interval;
   rp.shm_allow_prefixes = c.shm_allow_prefixes;
   rp.engine_driven_slots = static_cast<uint32_t>(c.engine_driven_slots);
+  rp.engine_driven_inline = c.engine_driven_inline;
   auto reg = sys.spawn(registry, rp);
 
   session_router_params rtp;

@@ -95,6 +95,10 @@ struct cache_config {
   int64_t hwm = 0; ///< cache ROUTER send/receive HWM per client
   /// Chunks each engine-driven instance's staging pool holds (gpu/staging_pool.hpp).
   int64_t engine_driven_slots = 0;
+  /// cache.engine_driven_transfer = "inline": engine-driven registrations
+  /// name no pool, so LMCache 0.5.7 workers send and get the chunks in the
+  /// messages (its inline transfer context); "shm" (default): a staging pool.
+  bool engine_driven_inline = false;
   /// LMCache's gRPC transport (actors/grpc_bridge.hpp): "" = off,
   /// grpc://host:port or grpc+unix:///abs/path.
   std::string grpc_endpoint;

@@ -50,6 +50,8 @@ void read_cache_section(reader& r, loader& l, config& c) {
   k.events_rank = r.integer("cache.events_rank", -1, 1023);
   k.hwm = r.integer("cache.hwm", 1, 1000000000);
   k.engine_driven_slots = r.integer("cache.engine_driven_slots", 1, 65536);
+  k.engine_driven_inline = r.one_of<bool>("cache.engine_driven_transfer",
+                                          {{"shm", false}, {"inline", true}});
   if (!l.error && k.events_rank >= c.events.dp_size)
     l.fail_at("cache.events_rank", "expected -1 or a dp rank below events.dp_size ("
                                      + std::to_string(c.events.dp_size) + "), got "

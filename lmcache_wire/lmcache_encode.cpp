@@ -114,6 +114,21 @@ std::string encode_reply_prepare_store(const std::vector<shm_slot_desc>& slots,
   return out;
 }
 
+std::string encode_reply_prepare_retrieve_inline(std::string_view data) {
+  std::string out;
+  msgpack_io::writer w(out);
+  w.reserve(data.size() + 32);
+  w.map(3);
+  w.key("success");
+  w.boolean(true);
+  w.key("data");
+  w.bin(data);
+  w.key("context");
+  w.map(0);
+  w.finish();
+  return out;
+}
+
 std::string encode_reply_prepare_retrieve(bool success, const std::vector<shm_slot_desc>& slots) {
   std::string out;
   msgpack_io::writer w(out);

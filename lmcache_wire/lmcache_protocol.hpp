@@ -364,6 +364,9 @@ std::string encode_reply_prepare_store(const std::vector<shm_slot_desc>& slots,
 /// prepare_retrieve: PrepareRetrieveResponse {"success": bool, "data": b"",
 /// "context": {"slots": [...]}} (no "slots" key when it failed).
 std::string encode_reply_prepare_retrieve(bool success, const std::vector<shm_slot_desc>& slots);
+/// prepare_retrieve of an inline instance (LMCache 0.5.7): {"success":
+/// true, "data": bin(TensorEnvelope of the chunks), "context": {}}.
+std::string encode_reply_prepare_retrieve_inline(std::string_view data);
 
 // The names the actors still use (renamed here so that `mp_` no longer also
 // means msgpack; the callers move over when the concurrent actor work is

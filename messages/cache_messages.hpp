@@ -257,6 +257,9 @@ struct gpu_stage_open {
   uint8_t format = chunk_format_kv_2ltd;
   /// The peer's uid (ipc:// endpoints), to own the object; unknown over tcp://.
   std::optional<uint32_t> owner_uid;
+  /// cache.engine_driven_transfer = "inline": no pool; the chunks travel
+  /// in commit_store's and prepare_retrieve's data (LMCache 0.5.7).
+  bool inline_data = false;
 };
 struct gpu_stage_opened {
   std::string shm_name;
@@ -274,6 +277,9 @@ struct gpu_stage_taken {
   std::vector<int64_t> chunk_shape;
   std::string dtype;
   uint8_t format = chunk_format_kv_2ltd;
+  /// An inline instance: no slots (offsets empty); the session copies the
+  /// chunks from and into the request's and reply's data.
+  bool inline_data = false;
 };
 /// Copies slot_bytes between staging slot offsets[i] and L1 slot l1[i]
 /// (to_l1: staging -> L1, commit_store; else L1 -> staging,

@@ -14,7 +14,10 @@ worker wrote come back byte for byte to another request; chunks already
 stored get no buffers; a chunk stored in the one-plane format (use_mla
 flag: MLA, vLLM CPU's fused K/V) is never handed to a two-plane reader;
 another connection cannot use the instance; unregister removes the object;
-locks and sessions end at zero; a pickled commit is refused at once.
+locks and sessions end at zero; a pickled commit is refused at once. With
+cache.engine_driven_transfer = "inline" (LMCache 0.5.7's inline transfer
+context) the registration names no pool and the chunks travel in
+commit_store's and prepare_retrieve's data, as TensorEnvelopes.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import mmap
 import os
 import random
+import re
 
 import pytest
 
@@ -185,13 +189,15 @@ def test_engine_driven_refusals_answer_at_once(cache_server):
     assert "belongs to another connection" in why
     assert other.call("commit_store", key(toks, 0, CHUNK, "x"), 9, b"") is False
     assert other.call("prepare_retrieve", key(toks, 0, CHUNK, "x"), 9)["success"] is False
-    # A commit without a prepare, and a pickled commit (LMCache's pickle strategy).
+    # A commit without a prepare, and a pickled commit (LMCache's pickle
+    # strategy): not a TensorEnvelope, refused with what is wrong.
     assert owner.call("commit_store", key(toks, 0, CHUNK, "y"), 9, b"") is False
     prep = owner.call("prepare_store", key(toks, 0, CHUNK, "z"), 9)
     assert len(prep["context"]["slots"]) == 1
     mark = srv.mark()
     assert owner.call("commit_store", key(toks, 0, CHUNK, "z"), 9, b"\x80\x04pickle") is False
-    srv.wait_log(r"commit_store with 8 bytes of pickled tensors: not served", mark)
+    srv.wait_log(r"commit_store of instance 9 \(inline data, 8 bytes\) refused: TensorEnvelope: "
+                 r"7 bytes after the envelope", mark)
     # Bad registrations are answered with the reason.
     for bad, text in ((payload(10, dtype_str="complex_thing"), "invalid dtype_str"),
                       (payload(10, num_physical_slots=128), "num_physical_slots 128"),
@@ -239,4 +245,87 @@ def test_staging_slots_bound_what_one_request_moves(cache_server):
         c.call("end_session", rid)
     srv.wait_idle()
     srv.wait_stats(lambda s: s["staging_free"] == 2, actor="gpu_transfer")
+    st.close()
+
+
+# --- cache.engine_driven_transfer = "inline" (LMCache 0.5.7's inline context) ----------------
+
+
+def envelope(datas: list[bytes], dtype: str = "bfloat16", shape=None) -> bytes:
+    """A TensorEnvelope as LMCache 0.5.7's tensor_wire.encode_tensors writes it."""
+    import msgspec
+    shape = shape or [2, LAYERS, CHUNK, HIDDEN]
+    return msgspec.msgpack.encode({"version": 1, "tensors": [
+        {"dtype": dtype, "shape": shape, "data": d} for d in datas]})
+
+
+def test_inline_transfers_store_and_retrieve_byte_for_byte(cache_server):
+    """No pool is named, so a 0.5.7 worker picks its inline context: the
+    worker sends every chunk of the range in commit_store (the server keeps
+    the ones prepare_store reserved) and gets the chunks back in
+    prepare_retrieve's data. A tensor that does not match the registration
+    fails the store with the reason; a worker of a pool-named instance that
+    falls back to inline (it could not map the pool) is served too."""
+    import msgspec
+    srv = cache_server(overrides={"cache.engine_driven_transfer": "inline"})
+    c = srv.client()
+    reply = c.call("register_kv_cache_engine_driven_context", payload(51))
+    assert reply == {"shm_name": "", "pool_size": 0}
+    srv.wait_log(r"instance 51 registered \(engine-driven\).*inline transfers")
+    rng = random.Random(5)
+    toks = tokens(3, salt=51)
+    first = [rng.randbytes(chunk_bytes()) for _ in range(3)]
+    # Chunk 0 first; then the whole range: only chunks 1 and 2 are reserved.
+    assert c.call("prepare_store", key(toks, 0, CHUNK, "a"), 51)["context"]["chunk_indices"] == [0]
+    assert c.call("commit_store", key(toks, 0, CHUNK, "a"), 51, envelope(first[:1])) is True
+    prep = c.call("prepare_store", key(toks, 0, 3 * CHUNK, "b"), 51)
+    assert prep["context"] == {"slots": [], "chunk_indices": [1, 2]}
+    sent = [rng.randbytes(chunk_bytes()) for _ in range(3)]  # chunk 0 is not written again
+    assert c.call("commit_store", key(toks, 0, 3 * CHUNK, "b"), 51, envelope(sent)) is True
+    assert lookup(c, toks, "r") == 3
+    got = c.call("prepare_retrieve", key(toks, 0, 3 * CHUNK, "r"), 51)
+    assert got["success"] is True and got["context"] == {}
+    env = msgspec.msgpack.decode(got["data"])
+    assert env["version"] == 1 and len(env["tensors"]) == 3
+    for t in env["tensors"]:
+        assert t["dtype"] == "bfloat16" and t["shape"] == [2, LAYERS, CHUNK, HIDDEN]
+    assert [t["data"] for t in env["tensors"]] == [first[0], sent[1], sent[2]]
+    assert c.call("commit_retrieve", key(toks, 0, 3 * CHUNK, "r"), 51) is True
+    assert c.call("free_lookup_locks", cache_key(MODEL, 1, None, toks, 0, 3 * CHUNK, "r"), 1) is None
+
+    # What does not match the registration fails the store, with the reason.
+    other = tokens(1, salt=52)
+    for bad, text in ((envelope([b"x" * 10]), "10 bytes"),
+                      (envelope([rng.randbytes(chunk_bytes())], dtype="float16"), "'float16'"),
+                      (envelope([rng.randbytes(chunk_bytes())], shape=[2, LAYERS * CHUNK, HIDDEN]),
+                       "3-d"),
+                      (envelope([]), "0 tensors"),
+                      (msgspec.msgpack.encode({"version": 2, "tensors": []}), "version 2"),
+                      (msgspec.msgpack.encode({"version": 1, "tensors": [], "x": 1}),
+                       "unknown field 'x'")):
+        mark = srv.mark()
+        assert c.call("prepare_store", key(other, 0, CHUNK, "c"), 51)["context"]["chunk_indices"] == [0]
+        assert c.call("commit_store", key(other, 0, CHUNK, "c"), 51, bad) is False
+        srv.wait_log(r"commit_store of instance 51 \(inline data, \d+ bytes\) refused: .*"
+                     + re.escape(text), mark)
+    assert lookup(c, other, "d") == 0
+
+    # A pool was named, but the worker sends its data inline: stored, the
+    # staging slot given back.
+    srv2 = cache_server()
+    c2 = srv2.client()
+    _, st = register(c2, 52)
+    data = rng.randbytes(chunk_bytes())
+    assert len(c2.call("prepare_store", key(other, 0, CHUNK, "e"), 52)["context"]["slots"]) == 1
+    assert c2.call("commit_store", key(other, 0, CHUNK, "e"), 52, envelope([data])) is True
+    assert lookup(c2, other, "f") == 1
+    rs = c2.call("prepare_retrieve", key(other, 0, CHUNK, "f"), 52)["context"]["slots"]
+    assert st.read(rs[0]) == data
+    assert c2.call("commit_retrieve", key(other, 0, CHUNK, "f"), 52) is True
+    for cc, rids in ((c, ("a", "b", "c", "d", "r")), (c2, ("e", "f"))):
+        for rid in rids:
+            cc.call("end_session", rid)
+    srv.wait_idle()
+    srv2.wait_idle()
+    srv2.wait_stats(lambda s: s["staging_free"] == 16, actor="gpu_transfer")
     st.close()

