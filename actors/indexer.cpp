@@ -40,8 +40,11 @@ indexer(indexer_actor::stateful_pointer<indexer_state> self, indexer_params para
   return {
     [self](publish_atom, uint64_t first_seq, int64_t held, kv_event_batches& in) {
       auto& st = self->state;
-      for (auto& batch : in.items)
+      for (auto& batch : in.items) {
         st.index.apply(batch);
+        if (auto layout = stored_layout_of(batch))
+          st.stored_layout = *layout;
+      }
       st.batches += in.items.size();
       if (!in.items.empty())
         st.last_seq = first_seq + in.items.size() - 1;

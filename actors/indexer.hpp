@@ -49,6 +49,10 @@ struct indexer_state {
   block_index index{0};
   /// The last seq applied (none: nothing published yet).
   std::optional<uint64_t> last_seq;
+  /// The BlockStored layout the rank's engine wrote last (vLLM 0.32's
+  /// fixmap or 0.33's map16): snapshot batches are written in it, so a
+  /// late router gets the bytes its engine would have sent.
+  vllm_stored_layout stored_layout = vllm_stored_layout::v0_33;
 
   /// Snapshot requests in order; the front one is being served.
   struct snapshot_job {

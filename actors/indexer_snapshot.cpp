@@ -26,6 +26,7 @@ void send_part(self_ptr self) {
     kv_event_batch b;
     b.ts = now_seconds();
     b.dp_rank = st.p.published_rank.value_or(st.p.rank);
+    b.stored_layout = st.stored_layout;
     part.last = st.index.snapshot_next(snapshot_blocks_per_batch, b.events);
     // The first batch always goes (it tells the router S even when the
     // rank holds no block); later empty ones are not worth a message.

@@ -62,6 +62,10 @@ struct event_decode_result {
 ///     raw msgpack bytes and relayed verbatim.
 ///   - unknown map keys and extra trailing array elements are ignored, as
 ///     msgspec does (newer engines add fields).
+///   - batch.stored_layout is v0_32 when the batch has a BlockStored and
+///     every BlockStored kept is vLLM 0.32's as its msgspec writes it: a
+///     fixmap, "type" first, 0.32's fields only (all 7 without a default,
+///     any defaulted ones), in declaration order; else v0_33.
 /// No allocation is sized from a length field beyond what the remaining input
 /// could hold.
 expected<event_decode_result> decode_event_batch(const uint8_t* data, size_t size);
@@ -74,7 +78,10 @@ expected<event_decode_result> decode_event_batch(const uint8_t* data, size_t siz
 ///   maps, "type" first, then the fields in vLLM's declaration order; fields
 ///   without a default always written (nil for None), defaulted ones only
 ///   when set. BlockStored's map header is map16 (`de 00 NN`): msgspec sizes
-///   it for the struct's 15 fields + tag, not for the entries written.
+///   it for the struct's 15 fields + tag, not for the entries written; with
+///   batch.stored_layout v0_32 it is fixmap (`8N`), as vLLM 0.32 (14 fields)
+///   writes it (an event with lookahead_token_ids, which 0.32 lacks, keeps
+///   map16).
 ///   SGLang's cache_salt goes into extra_keys the way vLLM publishes a salt:
 ///   when the event has no extra_keys and starts a chain (parent None),
 ///   extra_keys = [("salt",), None, ...] (one entry per block, the salt in
@@ -101,7 +108,9 @@ void encode_event_batch(const kv_event_batch& batch, event_dialect dialect, std:
 /// re-encoding them. Checked in one walk without building any event: every
 /// header, int and str in the encoder's smallest form, float64 ts, vLLM's
 /// key order with defaulted fields present only when set (map16 for
-/// BlockStored), tokenspeed's arities, and everything the decoder would
+/// BlockStored, or fixmap without lookahead_token_ids: vLLM 0.32's, which
+/// decodes to stored_layout v0_32; one of the two in a batch), tokenspeed's
+/// arities, and everything the decoder would
 /// refuse or drop (bad UTF-8, out-of-range ints, negative block_size) refused
 /// too. Anything else, including SGLang's cache_salt (mapped into
 /// extra_keys) and every field the tokenspeed dialect drops, is nullopt: use
@@ -123,6 +132,13 @@ expected<kv_event> decode_one_event(const uint8_t* data, size_t size);
 /// are read from its record: only those that are not a BlockStored are
 /// decoded, and they are a few bytes each).
 bool clears_all_blocks(const kv_event_batch& batch);
+
+/// The layout of the batch's BlockStored events, as the engine wrote them
+/// (kv_event_batch::stored_layout, or the pass-through check's for a batch
+/// left as bytes); none when the batch has no BlockStored (either fits).
+/// What a rank's snapshot batches should carry to come out as its engine's
+/// own bytes.
+std::optional<vllm_stored_layout> stored_layout_of(const kv_event_batch& batch);
 
 /// Turns a pass-through batch (kv_event_batch::wire, events left as bytes)
 /// into an ordinary one: decodes its events and drops `wire`. dp_rank and ts

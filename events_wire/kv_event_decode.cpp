@@ -38,18 +38,26 @@ public:
   /// Decodes one event into `slot`, which holds nothing meaningful unless
   /// the verdict is ok.
   verdict parse(kv_event& slot) {
+    stored_032_ = false;
     mitem head;
+    const size_t at = r_.offset();
     if (!r_.next(head))
       return verdict::fatal;
     if (head.kind == mkind::array)
       return parse_positional(head.len, slot);
     if (head.kind == mkind::map)
-      return parse_map(head.len, slot);
+      return parse_map(head.len, r_.offset() - at == 1, slot);
     return drop("bad_event", std::string("expected map or array, got ") + kind_name(head.kind));
   }
 
   const char* kind() const { return kind_; }
   std::string& detail() { return detail_; }
+  /// The event just parsed is a BlockStored as vLLM 0.32's msgspec writes
+  /// it: a fixmap, "type" first, then every field 0.32's struct declares
+  /// without a default and any of its defaulted ones, in declaration order,
+  /// no other key (no lookahead_token_ids, no SGLang cache_salt, nothing
+  /// unknown).
+  bool stored_032() const { return stored_032_; }
 
 private:
   enum class tag { stored, removed, cleared };
@@ -131,7 +139,7 @@ private:
   }
 
   // -- tagged map: {"type": tag, field: value, ...} -------------------------
-  verdict parse_map(uint32_t pairs, kv_event& slot) {
+  verdict parse_map(uint32_t pairs, bool fixmap, kv_event& slot) {
     size_t body = r_.offset();
     tag t;
     uint32_t at = 0;
@@ -147,8 +155,14 @@ private:
       case tag::stored: {
         // Decoded in place: the struct is large, a move would cost more.
         auto& e = slot.emplace<block_stored>();
-        return map_fields(pairs, sf_count, stored_required, stored_names,
-                          [&](int f) { return stored_field_value(f, e); });
+        map_shape shape;
+        s = map_fields(pairs, sf_count, stored_required, stored_names,
+                       [&](int f) { return stored_field_value(f, e); }, &shape);
+        constexpr uint32_t always = (1u << stored_always) - 1;
+        constexpr uint32_t not_032 = (1u << sf_lookahead_token_ids) | (1u << sf_cache_salt);
+        stored_032_ = s == verdict::ok && fixmap && at == 0 && shape.ordered &&
+                      (shape.seen & always) == always && !(shape.seen & not_032);
+        return s;
       }
       case tag::removed: {
         auto& e = slot.emplace<block_removed>();
@@ -187,9 +201,18 @@ private:
     return drop("bad_event", "map without a 'type' key");
   }
 
-  template <typename F>
-  verdict map_fields(uint32_t pairs, int known, int required, const name_ref* names, F&& field) {
+  /// The keys map_fields() found: which fields (bit f), and whether they
+  /// came in declaration order, each once, with no other key among them.
+  struct map_shape {
     uint32_t seen = 0;
+    bool ordered = true;
+  };
+
+  template <typename F>
+  verdict map_fields(uint32_t pairs, int known, int required, const name_ref* names, F&& field,
+                     map_shape* shape = nullptr) {
+    uint32_t seen = 0;
+    bool ordered = true;
     int expect = 0; // keys usually come in declaration order: try that first
     mitem key;
     for (uint32_t k = 0; k < pairs; ++k) {
@@ -204,6 +227,7 @@ private:
           ++f;
       }
       if (f == known) { // "type", or a field from a newer engine
+        ordered = false;
         if (!r_.skip(1))
           return fatal();
         continue;
@@ -211,8 +235,13 @@ private:
       verdict s = field(f);
       if (s != verdict::ok)
         return s;
+      ordered &= f >= expect; // after the field before it, and not seen yet
       seen |= 1u << f;
       expect = f + 1;
+    }
+    if (shape) {
+      shape->seen = seen;
+      shape->ordered = ordered;
     }
     for (int f = 0; f < required; ++f)
       if (!(seen & (1u << f)))
@@ -459,6 +488,7 @@ private:
   reader& r_;
   const char* kind_ = "";
   std::string detail_;
+  bool stored_032_ = false;
 };
 
 error not_a_batch(std::string detail) {
@@ -499,6 +529,8 @@ public:
   }
 
   size_t remaining() const { return r_.remaining(); }
+  /// The event event() just decoded is vLLM 0.32's BlockStored map.
+  bool stored_032() const { return parser_.stored_032(); }
 
   /// Decodes event k into `slot`: true when it decoded, false when it was
   /// dropped (its error appended to `dropped`, the cursor past it).
@@ -566,6 +598,9 @@ expected<event_decode_result> decode_event_batch(const uint8_t* data, size_t siz
   constexpr size_t max_reserved_events = 4096;
   auto& events = result.batch.events;
   events.reserve(std::min<size_t>({*n, w.remaining() / min_event_bytes, max_reserved_events}));
+  // vLLM 0.32's layout when every BlockStored kept is 0.32's (and there is
+  // one): the encoder then writes them as 0.32 did.
+  bool stored = false, all_032 = true;
   for (uint32_t k = 0; k < *n; ++k) {
     // The event is decoded where it will stay: a move of the ~470-byte
     // struct would cost more.
@@ -574,7 +609,13 @@ expected<event_decode_result> decode_event_batch(const uint8_t* data, size_t siz
       return got.error_value();
     if (!*got)
       events.pop_back();
+    else if (std::holds_alternative<block_stored>(events.back())) {
+      stored = true;
+      all_032 &= w.stored_032();
+    }
   }
+  if (stored && all_032)
+    result.batch.stored_layout = vllm_stored_layout::v0_32;
   if (auto closed = w.close(result.batch.dp_rank); !closed)
     return closed.error_value();
   return result;
@@ -619,14 +660,25 @@ bool clears_all_blocks(const kv_event_batch& batch) {
   return false;
 }
 
+std::optional<vllm_stored_layout> stored_layout_of(const kv_event_batch& batch) {
+  if (batch.wire)
+    return batch.wire->layout.stored_layout;
+  for (const auto& e : batch.events)
+    if (std::holds_alternative<block_stored>(e))
+      return batch.stored_layout;
+  return std::nullopt;
+}
+
 void decode_wire_events(kv_event_batch& batch) {
   if (!batch.wire)
     return;
   const std::string& bytes = *batch.wire->bytes;
   auto res = decode_event_batch(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   // A canonical payload always decodes whole (test_events_passthrough).
-  if (res)
+  if (res) {
     batch.events = std::move(res->batch.events);
+    batch.stored_layout = res->batch.stored_layout;
+  }
   batch.wire.reset();
 }
 

@@ -16,6 +16,7 @@ public:
   void batch(const kv_event_batch& b, event_dialect d) {
     // A rough size so the buffer grows at most once per batch.
     w_.reserve(16 + b.events.size() * 256);
+    layout_ = b.stored_layout;
     w_.array(3);
     w_.float64(b.ts);
     w_.array(static_cast<uint32_t>(b.events.size()));
@@ -78,15 +79,19 @@ private:
       w_.nil();
   }
 
-  // -- vLLM 0.33 tagged maps ------------------------------------------------
+  // -- vLLM 0.33 (and 0.32) tagged maps -------------------------------------
   void vllm(const block_stored& e) {
     const bool salt = salt_as_extra_keys(e);
+    // 0.32's struct has no lookahead_token_ids: an event that has them is
+    // written as 0.33 writes it (never from decode_event_batch: it says
+    // v0_32 only for batches without them).
+    const bool v032 = layout_ == vllm_stored_layout::v0_32 && !e.lookahead_token_ids;
     uint32_t n = 1 + stored_always + ((e.extra_keys_msgpack || salt) ? 1 : 0) +
                  (e.group_idx ? 1 : 0) + (e.kv_cache_spec_kind ? 1 : 0) +
                  (e.kv_cache_spec_sliding_window ? 1 : 0) + (e.locality ? 1 : 0) +
                  (e.ownership ? 1 : 0) + (e.session_id ? 1 : 0) +
                  (e.lookahead_token_ids ? 1 : 0);
-    w_.map_for(n, stored_max_entries);
+    w_.map_for(n, v032 ? stored_max_entries_032 : stored_max_entries);
     name(type_key);
     name(tag_stored);
     name(stored_names[sf_block_hashes]);
@@ -197,6 +202,7 @@ private:
   void name(name_ref n) { w_.str(std::string_view{n.s, n.n}); }
 
   msgpack_io::writer w_;
+  vllm_stored_layout layout_ = vllm_stored_layout::v0_33;
 };
 
 } // namespace

@@ -4,8 +4,9 @@
 //
 // It accepts only the encoder's own choices, byte for byte: the 3-element
 // envelope with a float64 ts, the smallest header for every array and str,
-// the smallest int encoding (unsigned formats for hashes), map16 for vLLM's
-// BlockStored and fixmap for the others, the keys of vLLM's declaration order
+// the smallest int encoding (unsigned formats for hashes), map16 for vLLM
+// 0.33's BlockStored (fixmap for 0.32's, without lookahead_token_ids; one of
+// the two in a batch) and fixmap for the others, the keys of vLLM's declaration order
 // with the defaulted ones present only when not None, positional arrays of
 // tokenspeed's arity. And only what the decoder keeps whole: valid UTF-8,
 // ints in range, block_size >= 0. Anything else (another engine's choices,
@@ -93,6 +94,10 @@ public:
     }
     out.events = n;
     out.rank_offset = static_cast<size_t>(p_ - begin_);
+    if (stored_fixmap_)
+      out.stored_layout = vllm_stored_layout::v0_32;
+    else if (stored_map16_)
+      out.stored_layout = vllm_stored_layout::v0_33;
     if (left() > 0 && *p_ == 0xc0) {
       ++p_;
       out.dp_rank.reset();
@@ -435,38 +440,12 @@ private:
     if (p_ == end_)
       return false;
     uint8_t b = *p_;
-    if (b == 0xde) { // BlockStored: map16, always
+    if (b == 0xde) { // BlockStored: map16 (vLLM 0.33)
       if (left() < 3)
         return false;
       uint32_t n = load16(p_ + 1);
       p_ += 3;
-      if (n < 1 + stored_always || n > stored_max_entries)
-        return false;
-      ev_.stored = true;
-      if (!lit(k_type) || !lit(k_stored) || !lit(stored_keys[sf_block_hashes]) ||
-          !hashes(true) || !lit(stored_keys[sf_parent_block_hash]) || !opt_hash() ||
-          !lit(stored_keys[sf_token_ids]) || !tokens(true))
-        return false;
-      // The rest (block_size, medium, extra_keys, ...) is usually the
-      // previous BlockStored's bytes: canonical then as it was there.
-      ev_.tail_at = static_cast<uint32_t>(p_ - begin_);
-      if (tail_as_before(n)) {
-        ev_.same_tail = prev_stored_; // the memo is that event's tail then
-        return true;
-      }
-      const uint8_t* tail = p_;
-      if (!lit(stored_keys[sf_block_size]) || !block_size() || !lit(stored_keys[sf_lora_id]) ||
-          !opt_int() || !lit(stored_keys[sf_medium]) || !opt_str() ||
-          !lit(stored_keys[sf_lora_name]) || !opt_str())
-        return false;
-      bool ok = true;
-      uint32_t extra = optionals(stored_keys.data(), stored_always, sf_vllm_count,
-                                 n - 1 - stored_always, ok,
-                                 [this](int f) { return stored_optional(f); });
-      if (!ok || extra != n - 1 - stored_always)
-        return false;
-      remember_tail(tail, n);
-      return true;
+      return vllm_stored(n, false);
     }
     if (b >= 0x81 && b <= 0x8f) {
       uint32_t n = b & 0x0fu;
@@ -475,6 +454,8 @@ private:
         return false;
       if (n == 1)
         return lit(k_cleared);
+      if (lit(k_stored)) // vLLM 0.32's BlockStored: fixmap
+        return vllm_stored(n, true);
       if (n < 1 + removed_always || n > removed_max_entries)
         return false;
       if (!lit(k_removed) || !lit(removed_keys[rf_block_hashes]) || !hashes() ||
@@ -487,6 +468,44 @@ private:
       return ok && extra == n - 1 - removed_always;
     }
     return false;
+  }
+
+  /// A BlockStored of `n` entries after its map header: vLLM 0.33's (map16,
+  /// up to lookahead_token_ids) or 0.32's (fixmap, "type" and its tag
+  /// already read, no lookahead_token_ids). The encoder writes one layout
+  /// per batch (kv_event_batch::stored_layout), so a batch holds one only.
+  bool vllm_stored(uint32_t n, bool v032) {
+    if (v032 ? stored_map16_ : stored_fixmap_)
+      return false;
+    (v032 ? stored_fixmap_ : stored_map16_) = true;
+    if (n < 1 + stored_always || n > (v032 ? stored_max_entries_032 : stored_max_entries))
+      return false;
+    ev_.stored = true;
+    if ((!v032 && (!lit(k_type) || !lit(k_stored))) || !lit(stored_keys[sf_block_hashes]) ||
+        !hashes(true) || !lit(stored_keys[sf_parent_block_hash]) || !opt_hash() ||
+        !lit(stored_keys[sf_token_ids]) || !tokens(true))
+      return false;
+    // The rest (block_size, medium, extra_keys, ...) is usually the
+    // previous BlockStored's bytes: canonical then as it was there.
+    ev_.tail_at = static_cast<uint32_t>(p_ - begin_);
+    if (tail_as_before(n)) {
+      ev_.same_tail = prev_stored_; // the memo is that event's tail then
+      return true;
+    }
+    const uint8_t* tail = p_;
+    if (!lit(stored_keys[sf_block_size]) || !block_size() || !lit(stored_keys[sf_lora_id]) ||
+        !opt_int() || !lit(stored_keys[sf_medium]) || !opt_str() ||
+        !lit(stored_keys[sf_lora_name]) || !opt_str())
+      return false;
+    bool ok = true;
+    uint32_t extra = optionals(stored_keys.data(), stored_always,
+                               v032 ? stored_fields_032 : sf_vllm_count,
+                               n - 1 - stored_always, ok,
+                               [this](int f) { return stored_optional(f); });
+    if (!ok || extra != n - 1 - stored_always)
+      return false;
+    remember_tail(tail, n);
+    return true;
   }
 
   /// Whether the bytes from here are the last canonical BlockStored tail
@@ -546,6 +565,9 @@ private:
   canonical_events* rec_;
   canonical_event ev_;      ///< the event being read
   bool prev_stored_ = false; ///< the event before it was a BlockStored
+  /// The batch has a map16 (vLLM 0.33) / fixmap (0.32) BlockStored.
+  bool stored_map16_ = false;
+  bool stored_fixmap_ = false;
 };
 
 } // namespace

@@ -55,8 +55,9 @@ inline constexpr name_ref tag_stored = KVS_NAME("BlockStored");
 inline constexpr name_ref tag_removed = KVS_NAME("BlockRemoved");
 inline constexpr name_ref tag_cleared = KVS_NAME("AllBlocksCleared");
 
-/// vLLM 0.33's BlockStored, in declaration order, then the keys other
-/// engines add that we map (SGLang's cache_salt).
+/// vLLM 0.33's BlockStored, in declaration order (0.32's: the same without
+/// lookahead_token_ids), then the keys other engines add that we map
+/// (SGLang's cache_salt).
 enum stored_field : int {
   sf_block_hashes,
   sf_parent_block_hash,
@@ -113,6 +114,11 @@ inline constexpr int removed_always = rf_group_idx;
 /// Map entries a vLLM struct can have at most (its fields + the tag): what
 /// msgspec sizes the map header for (16 for 0.33's BlockStored: map16).
 inline constexpr uint32_t stored_max_entries = sf_vllm_count + 1;
+/// vLLM 0.32's BlockStored: every field before lookahead_token_ids, 15
+/// entries with the tag: fixmap.
+inline constexpr int stored_fields_032 = sf_lookahead_token_ids;
+inline constexpr uint32_t stored_max_entries_032 = stored_fields_032 + 1;
+static_assert(stored_max_entries_032 <= 15 && stored_max_entries > 15);
 inline constexpr uint32_t removed_max_entries = rf_count + 1;
 
 } // namespace kvs::event_schema

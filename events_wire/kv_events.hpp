@@ -82,6 +82,19 @@ inline bool operator==(const all_blocks_cleared&, const all_blocks_cleared&) { r
 
 using kv_event = std::variant<block_stored, block_removed, all_blocks_cleared>;
 
+/// Which vLLM release's BlockStored the vllm dialect writes. msgspec sizes an
+/// omit_defaults struct's map header for all its fields + the tag, however
+/// many it leaves out: 0.33's BlockStored (15 fields, lookahead_token_ids the
+/// last; 0.34's is the same) always gets map16 (`de 00 NN`), 0.32's (14
+/// fields) fixmap (`8N`), 2 bytes fewer per event. Nothing else differs
+/// between the two on the wire (BlockRemoved, AllBlocksCleared, the envelope).
+/// The tagged-map releases before 0.32 (fewer fields still, fixmap too)
+/// write the same bytes as 0.32 for the same event: v0_32 is theirs as well.
+enum class vllm_stored_layout : uint8_t {
+  v0_33, ///< vLLM 0.33 and later: map16
+  v0_32, ///< vLLM 0.32 and earlier tagged maps: fixmap, no lookahead_token_ids
+};
+
 /// A payload already exactly as encode_event_batch writes it in `dialect`
 /// (kv_event_codec.hpp check_canonical_event_batch): the relay forwards these
 /// bytes, rewriting only dp_rank, instead of decoding and re-encoding.
@@ -91,6 +104,9 @@ struct canonical_batch {
   uint32_t events = 0;            ///< events in the batch
   size_t rank_offset = 0;         ///< byte offset of dp_rank, the last item
   std::optional<int64_t> dp_rank; ///< its value (nil -> nullopt)
+  /// Its BlockStored events' layout (one per canonical batch); none without
+  /// a BlockStored.
+  std::optional<vllm_stored_layout> stored_layout;
 };
 /// One event of a canonical payload as the pass-through check read it: what
 /// the indexer needs of a BlockStored without walking the bytes again.
@@ -188,6 +204,11 @@ struct kv_event_batch {
   std::optional<int64_t> dp_rank;
   /// Set by the ingest bridge when the engine's bytes can pass through.
   std::optional<canonical_wire> wire;
+  /// The BlockStored layout the vllm dialect writes for this batch:
+  /// decode_event_batch says v0_32 when every BlockStored came as vLLM
+  /// 0.32's msgspec writes it (kv_event_codec.hpp), so a 0.32 engine's batch
+  /// is re-encoded as that engine's own bytes.
+  vllm_stored_layout stored_layout = vllm_stored_layout::v0_33;
 
   size_t event_count() const { return wire ? wire->layout.events : events.size(); }
 };

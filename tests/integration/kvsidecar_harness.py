@@ -530,6 +530,35 @@ def is_fence(payload: bytes) -> bool:
     return (isinstance(e, dict) and e.get("type") == "AllBlocksCleared") or \
         (isinstance(e, list) and e[:1] == ["AllBlocksCleared"])
 
+def warm_up_publisher(pub, empty, sub, rank=0, timeout=10.0) -> int:
+    """Warm-up batches (empty(ts) builds one, pub.publish sends it) until the
+    subscriber sees one, then one more that must arrive live (an earlier one
+    can come through the sidecar's eager catch-up from the engine's replay
+    before the live connection is up); returns the sidecar seq of the next
+    batch on this rank. The sidecar's own fences are skipped."""
+    deadline = time.monotonic() + timeout
+    i = 0
+    while True:
+        pub.publish(empty(-1.0 - i))
+        i += 1
+        if sub.socks[rank].poll(20):
+            break
+        assert time.monotonic() < deadline, f"dp={rank}: nothing came through the publisher"
+    pub.publish(empty(-1.0 - i))
+    last = -1.0 - i
+    i += 1
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"dp={rank}: last warm-up never arrived"
+        m = sub.recv(rank, min(left, 0.3))
+        if m is None:
+            pub.publish(empty(-1.0 - i))
+            last = -1.0 - i
+            i += 1
+            continue
+        if not is_fence(m.payload) and msgspec.msgpack.decode(m.payload)[0] == last:
+            return m.seq + 1
+
 
 def sync_rank(engine: FakeEngine, sub: Subscriber, rank: int = 0,
               timeout: float = 10.0) -> int:

@@ -243,11 +243,17 @@ def test_empty_and_minimal_batches(rig, fmt):
     for p, _, _ in payloads:
         r.engine.send(0, p)
     got = r.sub.recv_n(len(payloads), 0)
-    for m, (_, ts, events) in zip(got, payloads):
+    for k, (m, (p, ts, events)) in enumerate(zip(got, payloads)):
         full = []
         for e in events:
             names = STORED_FIELDS if e["type"] == "BlockStored" else REMOVED_FIELDS
             full.append({"type": e["type"], **{f: e.get(f) for f in names}})
+        if fmt == "vllm" and k == 2:
+            # vLLM 0.26 had fewer BlockStored fields: its msgspec wrote a
+            # fixmap, and the relay keeps it (today's map16 would add 2 bytes).
+            assert m.payload == p
+            assert decode_output(fmt, m.payload) == expected_output(fmt, ts, full, 0)
+            continue
         assert_output(fmt, m.payload, expected_output(fmt, ts, full, 0))
     assert [m.seq for m in got] == [r.base[0] + i for i in range(len(payloads))]
 

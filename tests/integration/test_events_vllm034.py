@@ -20,14 +20,13 @@ block once. Skipped without build-wheels/vllm-0.34.0-*.whl
 (scripts/install-deps.sh --with-python downloads it).
 """
 
-import time
 
 import msgspec
 import pytest
 import zmq
 
 import vllm_structs as vs  # puts tests/tools on sys.path
-from kvsidecar_harness import EventsRig, is_fence, read_replay, replay_batches
+from kvsidecar_harness import EventsRig, read_replay, replay_batches, warm_up_publisher
 
 import engine_wheels  # noqa: E402
 
@@ -85,33 +84,6 @@ STEPS = [
 ]
 
 
-def sync(pub, sub, timeout=10.0) -> int:
-    """Empty batches until one arrives live (see test_events_wheels.sync);
-    the sidecar seq of the next batch."""
-    deadline = time.monotonic() + timeout
-    i = 0
-    while True:
-        pub.publish(v34.KVEventBatch(ts=-1.0 - i, events=[]))
-        i += 1
-        if sub.socks[0].poll(20):
-            break
-        assert time.monotonic() < deadline, "nothing came through vLLM 0.34's publisher"
-    last = -1.0 - i
-    pub.publish(v34.KVEventBatch(ts=last, events=[]))
-    i += 1
-    while True:
-        left = deadline - time.monotonic()
-        assert left > 0, "the last warm-up never arrived"
-        m = sub.recv(0, min(left, 0.3))
-        if m is None:
-            last = -1.0 - i
-            pub.publish(v34.KVEventBatch(ts=last, events=[]))
-            i += 1
-            continue
-        if not is_fence(m.payload) and msgspec.msgpack.decode(m.payload)[0] == last:
-            return m.seq + 1
-
-
 def snapshot_hashes(ctx, port) -> list[tuple]:
     """Every (hash, medium, group, token_ids, session_id) a snapshot
     carries, duplicates kept."""
@@ -142,7 +114,7 @@ def rig034(zctx, tmp_path):
         # vLLM's default: bind tcp://*:PORT (+ rank); the sidecar connects.
         pub = v34.ZmqEventPublisher(data_parallel_rank=0, endpoint=f"tcp://*:{r.ingest_port}")
         r.start(sync=False)
-        r.base[0] = sync(pub, r.sub)
+        r.base[0] = warm_up_publisher(pub, lambda ts: v34.KVEventBatch(ts=ts, events=[]), r.sub)
         r.ingested[0] = r.base[0] - 1
         yield r, pub
     finally:

