@@ -28,7 +28,10 @@ Routers (their released PyPI packages, see tests/integration/requirements.txt):
   smg     smg 1.13.0 gateway + the smg-grpc-servicer relay in a stub gRPC
           worker (tests/integration/router_smg_worker.py). "Holds n
           blocks" = its Prometheus gauge smg_kv_index_blocks{worker}. Its
-          relay is live-only: late join does not apply (not measured).
+          relay is live-only: late, it subscribes to the sidecar's
+          events.join_endpoint (the rank's state first, then live);
+          direct, to the engine's PUB, where it can only see what comes
+          after it (measured for 10 s, reported as not recovered).
 
 Three measurements, each repeated --repeats times alternating
 sidecar/direct (a fresh engine, sidecar and router per run); medians:
@@ -42,7 +45,7 @@ sidecar/direct (a fresh engine, sidecar and router per run); medians:
      background load of --lag-load batches/s): publish() -> the router
      shows it (dynamo /query, vllm-router's applied seq, smg's block gauge),
      polled every ~1 ms; p50/p99.
-  3. late join (dynamo, vllm): the engine publishes --late-blocks blocks
+  3. late join (dynamo, vllm; smg through the join endpoint): the engine publishes --late-blocks blocks
      before the router starts; the router starts (the engine keeps
      publishing an empty batch every 50 ms, as a live engine does, which is
      what makes both routers notice seq > 0 and replay from 0); recovery =
@@ -177,10 +180,12 @@ class Path_:
     """Where the router subscribes: the sidecar's PUB/replay, or the engine's.
     to_router(s): the seq the router sees for engine seq s."""
 
-    def __init__(self, mode: str, engine: Engine, workdir: Path, args, buffer_batches: int):
+    def __init__(self, mode: str, engine: Engine, workdir: Path, args, buffer_batches: int,
+                 join: bool = False):
         self.mode, self.engine = mode, engine
         self.sidecar: Sidecar | None = None
         self.offset = 0
+        self.join_port = 0  # the sidecar's events.join_endpoint (join=True)
         if mode == "direct":
             self.pub_port, self.replay_port = engine.port, engine.replay_port
             return
@@ -194,6 +199,9 @@ class Path_:
              "events.buffer_steps": max(10000, buffer_batches + 1000),
              "events.buffer_bytes": args.sidecar_buffer_bytes,
              "events.index_max_blocks": max(1_000_000, args.late_blocks_max + 200_000)}
+        if join:
+            self.join_port = free_port_range(1)
+            o["events.join_endpoint"] = f"tcp://*:{self.join_port}"
         self.sidecar = Sidecar(workdir, o, name=f"kvsidecar-{mode}").start()
         # Until the sidecar's SUB has joined the engine's PUB (slow joiner),
         # then the seq it gives engine seq s: read back on our own
@@ -441,15 +449,22 @@ class VllmRouterR:
 
 class SmgRouter:
     name = "smg"
-    late_join = False  # smg-grpc-servicer 0.14.1's relay is live-only
+    # smg-grpc-servicer 0.14.1's relay is live-only: late, it recovers only
+    # through the sidecar's join endpoint (the rank's state as its first
+    # batches). Direct, it never does; that run waits this long, not
+    # --late-timeout, and reports what it held.
+    late_join = True
+    join_endpoint = True
+    direct_late_timeout = 10.0
 
     def __init__(self, workdir: Path, path: Path_, shape: Shape):
         from router_smg_worker import write_tokenizer
         import test_router_smg as ts
         self.path, self.shape = path, shape
+        pub = path.join_port or path.pub_port
 
         class Side:
-            pub_endpoint = f"tcp://127.0.0.1:{path.pub_port}"
+            pub_endpoint = f"tcp://127.0.0.1:{pub}"
             replay_endpoint = f"tcp://127.0.0.1:{path.replay_port}"
         tok = write_tokenizer(workdir / "tokenizer")
         self.worker = ts.Worker(workdir, "A", Side(), tok)
@@ -603,7 +618,8 @@ def late_join(v, mode: str, router_cls, shape: Shape, blocks: int, workdir: Path
     router = None
     ticker = None
     try:
-        path = Path_(mode, engine, workdir, args, n + 100)
+        path = Path_(mode, engine, workdir, args, n + 100,
+                     join=getattr(router_cls, "join_endpoint", False))
         t0 = now()
         first = None
         last = -1
@@ -618,10 +634,15 @@ def late_join(v, mode: str, router_cls, shape: Shape, blocks: int, workdir: Path
         t_spawn = now()
         ticker = Ticker(engine)
         router = router_cls(workdir, path, shape)
+        if hasattr(router, "expected"):  # smg: a count of blocks, not a chain
+            router.expected = n * shape.events * shape.blocks
         t_ready = router.t_ready
+        timeout = args.late_timeout
+        if mode == "direct" and hasattr(router_cls, "direct_late_timeout"):
+            timeout = router_cls.direct_late_timeout
         ok = True
         try:
-            poll(lambda: router.shows(last, last_chain), args.late_timeout,
+            poll(lambda: router.shows(last, last_chain), timeout,
                  f"{router.name} to recover {n} batches ({mode})", interval=0.01)
         except AssertionError:
             ok = False
@@ -640,7 +661,8 @@ def late_join(v, mode: str, router_cls, shape: Shape, blocks: int, workdir: Path
                "start_s": t_ready - t_spawn, "held": held, **extra}
         if path.sidecar is not None:
             res["sidecar_rss_mib"] = rss_mib(path.sidecar.proc.pid)
-        res["router_rss_mib"] = rss_mib(router.proc.proc.pid if hasattr(router.proc, "proc") else 0)
+        rproc = router.gw.proc if hasattr(router, "gw") else router.proc
+        res["router_rss_mib"] = rss_mib(rproc.proc.pid if hasattr(rproc, "proc") else 0)
         return res
     finally:
         if ticker is not None:

@@ -14,7 +14,12 @@ generators as the unit tests' goldens:
                        (LMCache's own classes and encoders); byte 0 = 1, then
                        0 (ext 1) or 1 (kvsidecar's host-shm ext) and the
                        payload, for each KV-cache wrapper those requests carry;
-  fuzz_pickle          the valid legacy pickled wrappers of make_pickles.py.
+  fuzz_pickle          the valid legacy pickled wrappers of make_pickles.py;
+  fuzz_tensor_envelope LMCache 0.5.7's inline TensorEnvelope (commit_store's
+                       and prepare_retrieve's data) as its
+                       transfer_context/tensor_wire.encode_tensors writes it
+                       (msgspec: {version: 1, tensors: [{dtype, shape,
+                       data}]}), for the chunk shapes an inline worker sends.
 Inputs the decoders refuse or only partly decode (unsupported ops and
 wrappers, an unknown event type) are left out: every seed must decode, which
 tests/unit/test_lmcache_fuzz_seeds.cpp and test_events_fuzz_seeds.cpp check.
@@ -97,6 +102,34 @@ def pickle_seeds() -> dict[str, bytes]:
     return {file.removesuffix(".bin"): data for file, data, _ in make_pickles.valid_fixtures()}
 
 
+def tensor_envelope_seeds() -> dict[str, bytes]:
+    """TensorEnvelopes as LMCache 0.5.7's tensor_wire.encode_tensors writes
+    them: the msgspec Structs TensorEnvelope(version, tensors) and
+    TensorFrame(dtype, shape, data), encoded as maps in field order."""
+    import random
+
+    import msgspec
+
+    elem = {"float16": 2, "bfloat16": 2, "float32": 4}
+    rng = random.Random(7)
+
+    def env(dtype: str, shape: list[int], n: int) -> bytes:
+        size = elem[dtype]
+        for d in shape:
+            size *= d
+        return msgspec.msgpack.encode({"version": 1, "tensors": [
+            {"dtype": dtype, "shape": shape, "data": rng.randbytes(size)} for _ in range(n)]})
+
+    return {
+        "empty": env("float16", [2, 1, 1, 1], 0),
+        # [2, NL, T, H]: K and V, layers, tokens, heads * head_dim
+        "two_chunks_bf16_2x2x16x8": env("bfloat16", [2, 2, 16, 8], 2),
+        "three_chunks_f32_2x1x4x4": env("float32", [2, 1, 4, 4], 3),
+        # [NL, T, H] with use_mla
+        "one_chunk_mla_f16_2x16x8": env("float16", [2, 16, 8], 1),
+    }
+
+
 def write(fuzzer: str, seeds: dict[str, bytes]) -> None:
     d = SEEDS / fuzzer
     d.mkdir(parents=True, exist_ok=True)
@@ -123,6 +156,7 @@ def main() -> None:
                     help="the unpacked lmcache-0.5.6 wheel (default: unpack build-wheels/'s)")
     args = ap.parse_args()
     write("fuzz_events_decode", event_seeds())
+    write("fuzz_tensor_envelope", tensor_envelope_seeds())
     with tempfile.TemporaryDirectory() as tmp:
         write("fuzz_lmcache_decode", lmcache_seeds(args.lmcache_src or unpacked_lmcache(tmp)))
     # Last: make_pickles puts stand-in modules named like LMCache's (the

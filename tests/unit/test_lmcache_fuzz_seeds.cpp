@@ -1,4 +1,4 @@
-// Every seed of fuzz_lmcache_decode and fuzz_pickle decodes: the fuzzers
+// Every seed of fuzz_lmcache_decode, fuzz_pickle and fuzz_tensor_envelope decodes: the fuzzers
 // start from real LMCache requests, wrappers and pickles
 // (tests/tools/make_fuzz_seeds.py), not from bytes refused at the first field.
 #include "fuzz_seeds.hpp"
@@ -6,6 +6,7 @@
 #include "lmcache_wire/lmcache_kv_events.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 #include "lmcache_wire/pickle_reader.hpp"
+#include "lmcache_wire/tensor_envelope.hpp"
 #include "lmcache_wire/tensor_wrappers.hpp"
 
 #include <cstddef>
@@ -69,4 +70,23 @@ TEST_CASE("fuzz_pickle seeds: every pickled wrapper decodes") {
     CAPTURE(name);
     CHECK(kvs_seeds::decoded(kvs::decode_pickled_ipc_wrapper(bytes)));
   }
+}
+
+TEST_CASE("fuzz_tensor_envelope seeds: every envelope decodes, tensors of its shape") {
+  auto seeds = kvs_seeds::load("fuzz_tensor_envelope");
+  CHECK(seeds.size() >= 4);
+  size_t tensors = 0;
+  for (const auto& [name, bytes] : seeds) {
+    CAPTURE(name);
+    auto got = kvs::decode_tensor_envelope(bytes);
+    REQUIRE(kvs_seeds::decoded(got));
+    for (const auto& t : *got) {
+      uint64_t n = t.dtype == "float32" ? 4 : 2;
+      for (int64_t d : t.shape)
+        n *= static_cast<uint64_t>(d);
+      CHECK(t.data.size() == n);
+      ++tensors;
+    }
+  }
+  CHECK(tensors >= 6);
 }
