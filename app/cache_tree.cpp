@@ -21,11 +21,14 @@ namespace kvs {
 namespace {
 
 /// The transfer backend `gpu.backend` asks for, or why there is none.
-std::shared_ptr<transfer_backend> pick_backend(gpu_backend wanted, std::string& error) {
+std::shared_ptr<transfer_backend> pick_backend(const gpu_config& gpu, std::string& error) {
+  const gpu_backend wanted = gpu.backend;
   const std::string who = log::label("cache_server", "", 0);
+  host_backend_options host;
+  host.prefault = gpu.host_prefault;
   if (wanted == gpu_backend::host) {
     KVS_INFO(who, "gpu.backend = \"host\": engine KV pools are host shared memory");
-    return make_host_backend();
+    return make_host_backend(host);
   }
   auto cuda = make_cuda_backend();
   const std::string why = cuda ? std::string() : cuda.error_value().detail;
@@ -38,7 +41,7 @@ std::shared_ptr<transfer_backend> pick_backend(gpu_backend wanted, std::string& 
     return nullptr;
   }
   KVS_INFO(who, "gpu.backend = \"auto\": no usable GPU ({}), using the host backend", why);
-  return make_host_backend();
+  return make_host_backend(host);
 }
 
 /// Opens the tiers `cfg.l2` enables and spawns the L2 actor (detached): an
@@ -92,7 +95,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   cache_tree out;
   auto& c = cfg.cache;
   auto interval = cfg.sidecar.stats_interval;
-  auto backend = pick_backend(cfg.gpu.backend, out.error);
+  auto backend = pick_backend(cfg.gpu, out.error);
   if (!backend)
     return out;
   pool_options po;

@@ -142,6 +142,9 @@ const char* to_string(gpu_backend b);
 
 struct gpu_config {
   gpu_backend backend = gpu_backend::automatic;
+  /// Host backend: fault each registered pool's mapping in after
+  /// registration, in the background (host_backend_options::prefault).
+  bool host_prefault = true;
 };
 
 /// CURVE on the router-facing PUB / replay sockets and the cache socket.

@@ -21,6 +21,7 @@ void read_sidecar_section(reader& r, loader& l, config& c) {
   c.gpu.backend = r.one_of<gpu_backend>(
     "gpu.backend",
     {{"auto", gpu_backend::automatic}, {"cuda", gpu_backend::cuda}, {"host", gpu_backend::host}});
+  c.gpu.host_prefault = r.boolean("gpu.host_prefault");
 
   c.http.enabled = r.boolean("http.enabled");
   c.http.listen = r.str("http.listen");

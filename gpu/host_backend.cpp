@@ -5,15 +5,25 @@
 // copy() returns, so its completion is always ready. The engine may shrink an
 // object after it was mapped: copies run under a SIGBUS guard
 // (gpu/fault_guard.hpp), so that fails the one copy, not the process.
+// With host_backend_options::prefault a thread per opened instance faults
+// the mappings in after open() and is stopped and joined before they are
+// unmapped (release()).
 #include "gpu/copy_plan.hpp"
 #include "gpu/fault_guard.hpp"
 #include "gpu/transfer_backend.hpp"
+#include "log/log.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <thread>
 #include <unistd.h>
 
 namespace kvs {
@@ -26,6 +36,7 @@ public:
     std::string name;
     uint8_t* base = nullptr;
     size_t size = 0;
+    bool fully_backed = false; ///< every byte allocated (no holes) when mapped
   };
 
   explicit host_pools(kv_layout l) : opened_pools(std::move(l)) {}
@@ -33,8 +44,20 @@ public:
 
   const char* backend_name() const override { return "host"; }
   bool is_open() const override { return open_; }
+  uint64_t prefaulted_bytes() const override { return prefaulted_.load(); }
+  bool prefault_finished() const override { return prefault_done_.load(); }
+
+  /// Starts the background prefault of every fully backed mapping.
+  void start_prefault() {
+    prefault_done_ = false;
+    prefaulter_ = std::thread([this] { prefault(); });
+  }
 
   void release() {
+    // The prefault thread reads the mappings: stopped (within one step)
+    // and joined before anything is unmapped.
+    stop_prefault_ = true;
+    if (prefaulter_.joinable()) prefaulter_.join();
     for (mapping& m : maps)
       if (m.base != nullptr) munmap(m.base, m.size);
     maps.clear();
@@ -47,6 +70,59 @@ public:
   std::vector<guarded_range> ranges;  ///< maps[i]'s bytes, for the copy's SIGBUS guard
   std::vector<uint8_t*> plane_base;  ///< [kv * num_layers + layer]: block 0 of the plane
   bool open_ = true;
+
+private:
+  /// ~10-30 ms of kernel work: release() waits at most that long.
+  static constexpr size_t prefault_step = size_t{64} << 20;
+
+  void prefault() {
+    // Background work yields to the copies and everything else.
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string who = log::label("host_backend", "prefault", 0);
+    size_t sparse = 0;
+    std::string stopped;
+    for (const mapping& m : maps) {
+      if (!m.fully_backed) {
+        ++sparse;
+        continue;
+      }
+      for (size_t off = 0; off < m.size && !stop_prefault_ && stopped.empty();) {
+        const size_t len = std::min(prefault_step, m.size - off);
+#ifdef MADV_POPULATE_WRITE
+        // Fills page tables without writing a byte; a page the object no
+        // longer backs (shrunk) fails with EFAULT here, never SIGBUS.
+        if (::madvise(m.base + off, len, MADV_POPULATE_WRITE) != 0)
+          stopped = "madvise(MADV_POPULATE_WRITE) of '" + m.name + "' at byte " +
+                    std::to_string(off) + ": " + std::strerror(errno);
+#else
+        stopped = "MADV_POPULATE_WRITE is not known to this build";
+#endif
+        if (!stopped.empty()) break;
+        off += len;
+        prefaulted_ += len;
+      }
+    }
+    const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!stop_prefault_) {
+      const std::string first = maps.empty() ? std::string() : maps.front().name;
+      if (!stopped.empty())
+        KVS_INFO(who, "'{}' and {} more: faulted in {:.1f} MiB, then stopped: {} (copies into "
+                      "the rest fault page by page)", first, maps.size() - 1,
+                 static_cast<double>(prefaulted_.load()) / (1 << 20), stopped);
+      else
+        KVS_INFO(who, "'{}' and {} more: {:.1f} MiB faulted in in {:.2f} s (gpu.host_prefault){}",
+                 first, maps.size() - 1, static_cast<double>(prefaulted_.load()) / (1 << 20), s,
+                 sparse ? ", " + std::to_string(sparse) + " object(s) with holes skipped" : "");
+    }
+    prefault_done_ = true;
+  }
+
+  std::thread prefaulter_;
+  std::atomic<bool> stop_prefault_{false};
+  std::atomic<bool> prefault_done_{true};
+  std::atomic<uint64_t> prefaulted_{0};
 };
 
 class host_completion final : public copy_completion {
@@ -82,6 +158,8 @@ expected<host_pools::mapping> map_shm(const std::string& name) {
   m.name = name;
   m.base = static_cast<uint8_t*>(p);
   m.size = size;
+  // st_blocks counts 512-byte units actually allocated in tmpfs.
+  m.fully_backed = static_cast<uint64_t>(st.st_blocks) * 512 >= size;
   return m;
 }
 
@@ -120,6 +198,7 @@ void copy_pages(void* arg) {
 
 class host_backend final : public transfer_backend {
 public:
+  explicit host_backend(host_backend_options opts) : opts_(opts) {}
   const char* name() const override { return "host"; }
 
   expected<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
@@ -176,6 +255,7 @@ public:
     }
     for (const host_pools::mapping& m : pools->maps)
       pools->ranges.push_back(guarded_range{m.base, m.size});
+    if (opts_.prefault) pools->start_prefault();
     return std::unique_ptr<opened_pools>(std::move(pools));
   }
 
@@ -205,10 +285,15 @@ public:
 
   status pin_host_memory(void*, size_t) override { return {}; }
   void unpin_host_memory(void*) override {}
+
+private:
+  host_backend_options opts_;
 };
 
 } // namespace
 
-std::unique_ptr<transfer_backend> make_host_backend() { return std::make_unique<host_backend>(); }
+std::unique_ptr<transfer_backend> make_host_backend(host_backend_options opts) {
+  return std::make_unique<host_backend>(opts);
+}
 
 } // namespace kvs

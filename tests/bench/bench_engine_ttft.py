@@ -102,18 +102,20 @@ def proc_cpu(pid: int) -> float:
 class KvsidecarServer:
     name = "kvsidecar"
 
-    def __init__(self, tmp: Path, port: int, mode: str):
-        self.tmp, self.port, self.n = tmp, port, 0
+    def __init__(self, tmp: Path, port: int, mode: str, name: str = "kvsidecar",
+                 extra: dict | None = None):
+        self.tmp, self.port, self.n, self.name = tmp, port, 0, name
         self.overrides = {"events.enabled": False, "gpu.backend": "host",
                           "cache.endpoint": f"tcp://127.0.0.1:{port}",
                           "cache.l1_size": "1GiB", "cache.l1_prefault": "start",
-                          "cache.heartbeat_timeout": "5s", "http.enabled": False}
+                          "cache.heartbeat_timeout": "5s", "http.enabled": False,
+                          **(extra or {})}
         self.sc: Sidecar | None = None
 
     def start(self) -> None:
         self.n += 1
-        self.sc = Sidecar(self.tmp / f"kvsidecar{self.n}", self.overrides,
-                          name=f"kvsidecar{self.n}")
+        self.sc = Sidecar(self.tmp / f"{self.name}{self.n}", self.overrides,
+                          name=f"{self.name}{self.n}")
         self.sc.start(timeout=30)
 
     @property
@@ -184,8 +186,13 @@ class Bench:
     def __init__(self, args, tmp: Path, model: Path, mode: str):
         self.args, self.tmp, self.model, self.mode = args, tmp, model, mode
         self.port = free_port_range(1)
-        self.servers = {"kvsidecar": KvsidecarServer(tmp, self.port, mode),
-                        "lmcache": LMCacheServer(tmp, self.port, mode)}
+        known = {"kvsidecar": lambda: KvsidecarServer(tmp, self.port, mode),
+                 "lmcache": lambda: LMCacheServer(tmp, self.port, mode),
+                 # the same binary with the engine pools faulted in lazily
+                 "kvsidecar-noprefault": lambda: KvsidecarServer(
+                     tmp, self.port, mode, "kvsidecar-noprefault",
+                     {"gpu.host_prefault": False})}
+        self.servers = {n: known[n]() for n in args.servers.split(",")}
         self.current: str | None = None
         self.eng: ve.EngineProcess | None = None
         self.head = 10 + (0 if mode == "lmcache_driven" else 1500)
@@ -246,7 +253,7 @@ class Bench:
 
 def run_mode(args, tmp: Path, model: Path, mode: str) -> dict:
     b = Bench(args, tmp, model, mode)
-    first = "kvsidecar"
+    first = next(iter(b.servers))
     b.servers[first].start()
     b.current = first
     t0 = time.monotonic()
@@ -257,8 +264,10 @@ def run_mode(args, tmp: Path, model: Path, mode: str) -> dict:
         b.eng.wait_ready(timeout=400)
         print(f"[{mode}] engine ready in {time.monotonic() - t0:.0f} s", flush=True)
         b.pair(first, record=False)  # warm-up (first prefill, first store)
+        names = list(b.servers)
         for rnd in range(args.rounds):
-            order = ["kvsidecar", "lmcache"] if rnd % 2 == 0 else ["lmcache", "kvsidecar"]
+            # Every server in turn, the order turned by one each round.
+            order = names[rnd % len(names):] + names[:rnd % len(names)]
             for name in order:
                 ts = time.monotonic()
                 b.switch(name)
@@ -329,6 +338,9 @@ def print_table(report: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--modes", default="lmcache_driven,auto")
+    ap.add_argument("--servers", default="kvsidecar,lmcache",
+                    help="comma list of kvsidecar, lmcache, kvsidecar-noprefault "
+                         "(gpu.host_prefault=false); the first starts the engine")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--prompt-len", type=int, default=2048)

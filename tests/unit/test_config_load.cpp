@@ -151,6 +151,10 @@ TEST_CASE("enums, ranges and cross-key rules") {
         == l1_prefault_mode::background);
   CHECK(error_of("[sidecar]\nlog_format = \"xml\"\n").key == "sidecar.log_format");
   CHECK(error_of("[gpu]\nbackend = \"rocm\"\n").key == "gpu.backend");
+  CHECK(ok("").gpu.host_prefault);
+  CHECK_FALSE(ok("[gpu]\nhost_prefault = false\n").gpu.host_prefault);
+  CHECK_FALSE(ok("", {"gpu.host_prefault=false"}).gpu.host_prefault);
+  CHECK(error_of("[gpu]\nhost_prefault = \"on\"\n").key == "gpu.host_prefault");
   CHECK(error_of("[events]\ndp_size = 0\n").key == "events.dp_size");
   auto idx = error_of("[events]\n\nindex_max_blocks = 0\n");
   CHECK(idx.key == "events.index_max_blocks");
