@@ -620,9 +620,11 @@ TEST_CASE("host backend: gpu.host_prefault faults the pools in; a copy then take
   REQUIRE_MESSAGE(p.has_value(), p.error_value().detail);
   wait_prefault(*p.value());
   CHECK(p.value()->prefaulted_bytes() == f.k.size() + f.v.size());
-  // 128 OS pages of the pools are written: none faults now (a few for the
-  // copy's own bookkeeping at most).
-  CHECK(f.retrieve_faults(*backend, *p.value()) < 16);
+  // 128 OS pages of the pools are written: none faults now. What is left
+  // is the copy's own bookkeeping (its plan's vectors: a few pages in a
+  // release build, ~25 under ASan's allocator), well under the 128 of the
+  // case below.
+  CHECK(f.retrieve_faults(*backend, *p.value()) < 64);
   backend->close(*p.value());
 }
 
