@@ -15,6 +15,7 @@
 
 #include "actors/interfaces.hpp"
 #include "cache/slot_pool.hpp"
+#include "core/thread_nice.hpp"
 
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
@@ -30,7 +31,7 @@ namespace kvs {
 /// at most that long.
 inline constexpr size_t l1_prefault_step = size_t{64} << 20;
 /// Background work yields to everything else the sidecar runs.
-inline constexpr int l1_prefault_nice = 19;
+inline constexpr int l1_prefault_nice = background_thread_nice;
 
 struct l1_prefault_state {
   static inline const char* name = "l1_prefault";

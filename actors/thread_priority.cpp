@@ -14,22 +14,6 @@
 
 namespace kvs {
 
-namespace {
-
-std::optional<std::string> set_nice(long tid, int nice) {
-  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), nice) != 0)
-    return std::string{"setpriority("} + std::to_string(nice) + "): " + std::strerror(errno);
-  return std::nullopt;
-}
-
-} // namespace
-
-std::optional<std::string> lower_this_thread_priority(int nice) {
-  if (nice <= 0)
-    return std::nullopt;
-  return set_nice(::syscall(SYS_gettid), nice);
-}
-
 int lower_thread_priority_by_name(const std::string& comm, int nice) {
   if (nice <= 0)
     return 0;
@@ -41,7 +25,7 @@ int lower_thread_priority_by_name(const std::string& comm, int nice) {
     if (!std::getline(in, name) || name != comm)
       continue;
     const long tid = std::strtol(task.path().filename().c_str(), nullptr, 10);
-    if (tid > 0 && !set_nice(tid, nice))
+    if (tid > 0 && !set_thread_nice(tid, nice))
       ++changed;
   }
   return changed;
@@ -53,7 +37,7 @@ std::optional<std::string> start_context_threads_at_nice(zmq::context_t& ctx, in
   const int mine = ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
   if (errno != 0)
     return std::string{"getpriority: "} + std::strerror(errno);
-  auto err = nice != 0 && nice != mine ? set_nice(tid, nice) : std::nullopt;
+  auto err = nice != 0 && nice != mine ? set_thread_nice(tid, nice) : std::nullopt;
   try {
     zmq::socket_t first{ctx, zmq::socket_type::pair};
   } catch (const zmq::error_t& e) {
@@ -61,7 +45,7 @@ std::optional<std::string> start_context_threads_at_nice(zmq::context_t& ctx, in
   }
   // Back up to where it was: raising a nice value is always allowed.
   if (::getpriority(PRIO_PROCESS, static_cast<id_t>(tid)) != mine)
-    set_nice(tid, mine);
+    set_thread_nice(tid, mine);
   return err;
 }
 

@@ -16,6 +16,8 @@
 // less CPU per batch (BENCHMARKS.md, "The I/O thread's priority").
 #pragma once
 
+#include "core/thread_nice.hpp" // lower_this_thread_priority, set_thread_nice
+
 #include <optional>
 #include <string>
 
@@ -29,10 +31,6 @@ namespace kvs {
 /// name libzmq 4.3 then gives its I/O thread.
 constexpr int replay_io_thread_prefix = 2;
 constexpr const char* replay_io_thread_name = "2/ZMQbg/IO/0";
-
-/// Sets the calling thread's nice value to `nice` (0..19; 0: leaves it).
-/// Returns why not, or nullopt.
-std::optional<std::string> lower_this_thread_priority(int nice);
 
 /// Sets the nice value of every thread of this process named `comm`
 /// (/proc/self/task/*/comm), e.g. a ZeroMQ context's I/O thread, whose name

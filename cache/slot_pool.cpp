@@ -1,4 +1,5 @@
 #include "cache/slot_pool.hpp"
+#include "core/populate.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -22,10 +23,7 @@ bool is_pow2(size_t v) { return v != 0 && (v & (v - 1)) == 0; }
 // kernel and reports a shortage as an error; kernels without it (EINVAL) get
 // one write per page. Returns 0 or the errno.
 int populate_region(void* addr, size_t len, size_t page) {
-#ifdef MADV_POPULATE_WRITE
-  if (::madvise(addr, len, MADV_POPULATE_WRITE) == 0) return 0;
-  if (errno != EINVAL) return errno;
-#endif
+  if (const int e = populate_write(addr, len); e != EINVAL) return e;
   auto* p = static_cast<volatile unsigned char*>(addr);
   for (size_t off = 0; off < len; off += page) p[off] = 0;
   return 0;
@@ -93,13 +91,12 @@ status slot_pool::prefault(size_t offset, size_t len) const {
   if (offset >= map_len_ || len == 0)
     return {};
   len = std::min(len, map_len_ - offset);
-#ifdef MADV_POPULATE_WRITE
-  if (::madvise(base_ + offset, len, MADV_POPULATE_WRITE) == 0)
+  const int e = populate_write(base_ + offset, len);
+  if (e == 0)
     return {};
-  if (errno != EINVAL)
+  if (e != EINVAL)
     return make_error("mmap", "MADV_POPULATE_WRITE of " + std::to_string(len) + " bytes at " +
-                                std::to_string(offset) + ": " + std::strerror(errno));
-#endif
+                                std::to_string(offset) + ": " + std::strerror(e));
   return make_error("unsupported", "MADV_POPULATE_WRITE needs Linux 5.14 or later");
 }
 

@@ -8,6 +8,8 @@
 // With host_backend_options::prefault a thread per opened instance faults
 // the mappings in after open() and is stopped and joined before they are
 // unmapped (release()).
+#include "core/populate.hpp"
+#include "core/thread_nice.hpp"
 #include "gpu/copy_plan.hpp"
 #include "gpu/fault_guard.hpp"
 #include "gpu/transfer_backend.hpp"
@@ -20,9 +22,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <thread>
 #include <unistd.h>
 
@@ -77,28 +77,28 @@ private:
 
   void prefault() {
     // Background work yields to the copies and everything else.
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+    (void)lower_this_thread_priority(background_thread_nice);
     const auto t0 = std::chrono::steady_clock::now();
     const std::string who = log::label("host_backend", "prefault", 0);
     size_t sparse = 0;
     std::string stopped;
     for (const mapping& m : maps) {
+      if (!stopped.empty())
+        break;
       if (!m.fully_backed) {
         ++sparse;
         continue;
       }
-      for (size_t off = 0; off < m.size && !stop_prefault_ && stopped.empty();) {
+      for (size_t off = 0; off < m.size && !stop_prefault_;) {
         const size_t len = std::min(prefault_step, m.size - off);
-#ifdef MADV_POPULATE_WRITE
-        // Fills page tables without writing a byte; a page the object no
-        // longer backs (shrunk) fails with EFAULT here, never SIGBUS.
-        if (::madvise(m.base + off, len, MADV_POPULATE_WRITE) != 0)
-          stopped = "madvise(MADV_POPULATE_WRITE) of '" + m.name + "' at byte " +
-                    std::to_string(off) + ": " + std::strerror(errno);
-#else
-        stopped = "MADV_POPULATE_WRITE is not known to this build";
-#endif
-        if (!stopped.empty()) break;
+        // A page the object no longer backs (shrunk) fails with EFAULT
+        // here, never SIGBUS.
+        if (const int e = populate_write(m.base + off, len); e != 0) {
+          stopped = e == EINVAL ? std::string("MADV_POPULATE_WRITE needs Linux 5.14 or later")
+                                : "madvise(MADV_POPULATE_WRITE) of '" + m.name + "' at byte " +
+                                    std::to_string(off) + ": " + std::strerror(e);
+          break;
+        }
         off += len;
         prefaulted_ += len;
       }

@@ -95,18 +95,13 @@ def thread_ns(pid: int) -> float | None:
     return total / 1e9
 
 
-def proc_cpu_ticks(pid: int) -> float:
-    """utime+stime (s, 10 ms ticks) of pid and its live descendants: counts
-    threads that have exited too, which the schedstat sum does not."""
-    return proc_cpu(pid, ticks=True)
-
-
-def proc_cpu(pid: int, ticks: bool = False) -> float:
-    """CPU time (s) of pid and its live descendants: the threads' schedstat
-    (ns) where the kernel has it, else utime+stime. A thread that exits
-    takes its time out of the schedstat sum (LMCache's server starts and
-    ends threads; kvsidecar's threads live as long as it), so the JSON also
-    has the tick-based figure."""
+def proc_cpu(pid: int) -> tuple[float, float]:
+    """CPU time (s) of pid and its live descendants, two ways: the threads'
+    schedstat (ns; utime+stime where the kernel has no schedstat), and
+    utime+stime (10 ms ticks). A thread that exits takes its time out of
+    the schedstat sum but not out of the ticks (LMCache's server starts and
+    ends threads; kvsidecar's threads live as long as it), so the JSON has
+    both."""
     children: dict[int, list[int]] = {}
     times: dict[int, float] = {}
     for d in Path("/proc").iterdir():
@@ -119,13 +114,14 @@ def proc_cpu(pid: int, ticks: bool = False) -> float:
         p = int(d.name)
         children.setdefault(int(f[1]), []).append(p)
         times[p] = (int(f[11]) + int(f[12])) / TICK
-    total, todo = 0.0, [pid]
+    total, total_ticks, todo = 0.0, 0.0, [pid]
     while todo:
         p = todo.pop()
-        ns = thread_ns(p) if p in times and not ticks else None
+        ns = thread_ns(p) if p in times else None
         total += ns if ns is not None else times.get(p, 0.0)
+        total_ticks += times.get(p, 0.0)
         todo += children.get(p, [])
-    return total
+    return total, total_ticks
 
 
 class KvsidecarServer:
@@ -227,8 +223,8 @@ class Bench:
         self.head = 10 + (0 if mode == "lmcache_driven" else 1500)
         self.results = {k: {"cold": [], "cached": [], "cached_tokens": [], "misses": 0,
                             "local": [], "local_tokens": [],
-                            "cpu_cached": 0.0, "cpu_cached_ticks": 0.0, "n_cached": 0, "cpu_block": 0.0,
-                            "n_block": 0} for k in self.servers}
+                            "cpu_cached": 0.0, "cpu_cached_ticks": 0.0, "n_cached": 0,
+                            "cpu_block": 0.0, "n_block": 0} for k in self.servers}
 
     def switch(self, name: str) -> None:
         if self.current == name:
@@ -252,9 +248,9 @@ class Bench:
         r1 = self.eng.generate([p], max_tokens=1, timeout=300)
         reset(self.eng)
         time.sleep(0.2)
-        c0, t0 = proc_cpu(srv.pid), proc_cpu_ticks(srv.pid)
+        c0, t0 = proc_cpu(srv.pid)
         r2 = self.eng.generate([p], max_tokens=1, timeout=300)
-        c1, t1 = proc_cpu(srv.pid), proc_cpu_ticks(srv.pid)
+        c1, t1 = proc_cpu(srv.pid)
         # The engine's floor: the prompt's first 1,985 tokens, of which its
         # own prefix cache now holds 1,984 (31 blocks), more than the server's
         # 7 full chunks (1,792): no load, one lookup, a 1-token prefill.
@@ -303,11 +299,11 @@ def run_mode(args, tmp: Path, model: Path, mode: str) -> dict:
                 b.switch(name)
                 b.pair(name, record=False)  # warm-up after the switch
                 srv = b.servers[name]
-                c0 = proc_cpu(srv.pid)
+                c0 = proc_cpu(srv.pid)[0]
                 for _ in range(args.reps):
                     b.pair(name, record=True)
                 res = b.results[name]
-                res["cpu_block"] += proc_cpu(srv.pid) - c0
+                res["cpu_block"] += proc_cpu(srv.pid)[0] - c0
                 res["n_block"] += 3 * args.reps
                 res.setdefault("loadavg", []).append(os.getloadavg()[0])
                 print(f"[{mode}] round {rnd} {name} (load {os.getloadavg()[0]:.1f}): "

