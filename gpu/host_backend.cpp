@@ -8,6 +8,7 @@
 // With host_backend_options::prefault a thread per opened instance faults
 // the mappings in after open() and is stopped and joined before they are
 // unmapped (release()).
+#include "core/admit_budget.hpp"
 #include "core/populate.hpp"
 #include "core/thread_nice.hpp"
 #include "gpu/copy_plan.hpp"
@@ -47,8 +48,23 @@ public:
   uint64_t prefaulted_bytes() const override { return prefaulted_.load(); }
   bool prefault_finished() const override { return prefault_done_.load(); }
 
-  /// Starts the background prefault of every fully backed mapping.
-  void start_prefault() {
+  /// Starts the background prefault of every fully backed mapping when
+  /// `budget` admits their bytes; logs why not otherwise.
+  void start_prefault(std::shared_ptr<admit_budget> budget) {
+    int64_t bytes = 0;
+    for (const mapping& m : maps)
+      if (m.fully_backed) bytes += static_cast<int64_t>(m.size);
+    if (!budget->admit(bytes)) {
+      KVS_INFO(log::label("host_backend", "prefault", 0),
+               "'{}' and {} more: not faulted in ({:.1f} MiB would pass the {:.1f} GiB other "
+               "registered instances hold); copies fault page by page",
+               maps.empty() ? std::string() : maps.front().name,
+               maps.empty() ? 0 : maps.size() - 1, static_cast<double>(bytes) / (1 << 20),
+               static_cast<double>(budget->limit()) / (1 << 30));
+      return;
+    }
+    budget_ = std::move(budget);
+    budget_bytes_ = bytes;
     prefault_done_ = false;
     prefaulter_ = std::thread([this] { prefault(); });
   }
@@ -58,6 +74,10 @@ public:
     // and joined before anything is unmapped.
     stop_prefault_ = true;
     if (prefaulter_.joinable()) prefaulter_.join();
+    if (budget_) {
+      budget_->release(budget_bytes_);
+      budget_.reset();
+    }
     for (mapping& m : maps)
       if (m.base != nullptr) munmap(m.base, m.size);
     maps.clear();
@@ -120,6 +140,8 @@ private:
   }
 
   std::thread prefaulter_;
+  std::shared_ptr<admit_budget> budget_; ///< the backend's, while these pools count in it
+  int64_t budget_bytes_ = 0;
   std::atomic<bool> stop_prefault_{false};
   std::atomic<bool> prefault_done_{true};
   std::atomic<uint64_t> prefaulted_{0};
@@ -198,7 +220,8 @@ void copy_pages(void* arg) {
 
 class host_backend final : public transfer_backend {
 public:
-  explicit host_backend(host_backend_options opts) : opts_(opts) {}
+  explicit host_backend(host_backend_options opts)
+    : opts_(opts), prefault_budget_(std::make_shared<admit_budget>(opts.prefault_max_bytes)) {}
   const char* name() const override { return "host"; }
 
   expected<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
@@ -255,7 +278,7 @@ public:
     }
     for (const host_pools::mapping& m : pools->maps)
       pools->ranges.push_back(guarded_range{m.base, m.size});
-    if (opts_.prefault) pools->start_prefault();
+    if (opts_.prefault) pools->start_prefault(prefault_budget_);
     return std::unique_ptr<opened_pools>(std::move(pools));
   }
 
@@ -288,6 +311,8 @@ public:
 
 private:
   host_backend_options opts_;
+  /// Shared with the pools it admitted: they may outlive the backend.
+  std::shared_ptr<admit_budget> prefault_budget_;
 };
 
 } // namespace

@@ -141,6 +141,12 @@ struct host_backend_options {
   /// nothing; an object with holes (never fully written) is skipped, so a
   /// client cannot make the sidecar commit memory it registered sparse.
   bool prefault = true;
+  /// Bytes of engine pools faulted in at once, over every live instance:
+  /// page tables cost ~2 MiB per GiB, so a client registering instance
+  /// after instance cannot grow them without bound. An instance whose
+  /// objects would pass it is not prefaulted (its copies fault lazily, as
+  /// with prefault off); its bytes count until its pools are released.
+  int64_t prefault_max_bytes = int64_t{256} << 30;
 };
 
 std::unique_ptr<transfer_backend> make_host_backend(host_backend_options opts = {});

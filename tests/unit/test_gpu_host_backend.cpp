@@ -668,3 +668,28 @@ TEST_CASE("host backend: prefault skips an object with holes and stops when clos
     CHECK(q.value()->prefault_finished());
   }
 }
+
+TEST_CASE("host backend: prefault holds at most prefault_max_bytes of live pools") {
+  // Room for one instance's two 4 MiB objects: a second instance at the same
+  // time is not prefaulted (copies fault lazily); once the first is closed
+  // its bytes are free for the next.
+  big_pools f;
+  host_backend_options o;
+  o.prefault_max_bytes = static_cast<int64_t>(f.k.size() + f.v.size());
+  auto backend = make_host_backend(o);
+  auto first = backend->open(f.tensors, f.layout);
+  REQUIRE(first.has_value());
+  wait_prefault(*first.value());
+  CHECK(first.value()->prefaulted_bytes() == f.k.size() + f.v.size());
+  auto second = backend->open(f.tensors, f.layout);
+  REQUIRE(second.has_value());
+  CHECK(second.value()->prefault_finished());
+  CHECK(second.value()->prefaulted_bytes() == 0);
+  CHECK(f.retrieve_faults(*backend, *second.value()) >= 128);
+  backend->close(*first.value());
+  backend->close(*second.value());
+  auto third = backend->open(f.tensors, f.layout);
+  REQUIRE(third.has_value());
+  wait_prefault(*third.value());
+  CHECK(third.value()->prefaulted_bytes() == f.k.size() + f.v.size());
+}
