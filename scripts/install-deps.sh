@@ -10,6 +10,7 @@ DEB_PACKAGES=(
   doctest-dev libspdlog-dev libfmt-dev libxxhash-dev libcli11-dev libbenchmark-dev
   prometheus-cpp-dev
   clang libclang-rt-14-dev python3 python3-pip
+  gdb
   libhiredis-dev redis-server redis-tools
   libgrpc++-dev libprotobuf-dev protobuf-compiler
 )

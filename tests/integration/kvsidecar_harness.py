@@ -18,6 +18,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -278,8 +279,12 @@ class Sidecar:
         try:
             self.returncode = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            # Where each thread waits, before the kill: a shutdown that hangs
+            # once in many CI runs is found from this, not re-run until it does.
+            where = thread_dump(self.proc.pid)
             self.kill()
-            raise AssertionError(f"kvsidecar did not exit within {timeout}s:\n{self.tail()}")
+            raise AssertionError(f"kvsidecar did not exit within {timeout}s:\n{self.tail()}\n"
+                                 f"-- its threads at the timeout --\n{where}")
         return self.returncode
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0,
@@ -356,6 +361,33 @@ class Sidecar:
             return wait_until(ok, timeout, f"{actor}[dp={rank}] stats {what}")
         except AssertionError as e:
             raise AssertionError(f"{e}; latest: {self.stats(actor, rank)}") from None
+
+
+def thread_dump(pid: int) -> str:
+    """Each thread of a live process: name, state, kernel wait channel and
+    syscall, then (where gdb is installed) every thread's stack."""
+    lines = []
+    try:
+        for t in sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name)):
+            def read(f: str) -> str:
+                try:
+                    return (t / f).read_text().strip()
+                except OSError:
+                    return "?"
+            state = read("stat").rsplit(")", 1)[-1].split()[:1]
+            lines.append(f"{t.name} {read('comm')!r} state={''.join(state)} "
+                         f"wchan={read('wchan')} syscall={read('syscall').split(' ')[0]}")
+    except OSError as e:
+        lines.append(f"/proc/{pid}/task: {e}")
+    gdb = shutil.which("gdb")
+    if gdb:
+        try:
+            r = subprocess.run([gdb, "-batch", "-nx", "-p", str(pid), "-ex", "thread apply all bt 16"],
+                               capture_output=True, text=True, timeout=60)
+            lines.append(r.stdout[-20000:])
+        except (subprocess.TimeoutExpired, OSError) as e:
+            lines.append(f"gdb: {e}")
+    return "\n".join(lines)
 
 
 # --- the engine side --------------------------------------------------------------
