@@ -16,15 +16,10 @@
 
 namespace kvs {
 
-namespace {
-
-/// Upper bound of a PUB socket's linger (how long closing it flushes queued
-/// batches to slow subscribers). It is also at most a quarter of
-/// sidecar.shutdown_timeout, so the outputs close within the deadline; past a
-/// second a subscriber is stalled, not slow, and replays what it missed.
-constexpr std::chrono::seconds max_pub_linger{1};
-
-} // namespace
+std::chrono::nanoseconds pub_linger(const config& cfg) {
+  constexpr std::chrono::seconds max_pub_linger{1};
+  return std::min<std::chrono::nanoseconds>(cfg.sidecar.shutdown_timeout / 4, max_pub_linger);
+}
 
 relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
                             zmq::context_t& replay_ctx, const config& cfg,
@@ -83,7 +78,7 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
     pp.topic = ev.topic;
     pp.hwm = ev.hwm;
     pp.queue = queue;
-    pp.linger = std::min<std::chrono::nanoseconds>(cfg.sidecar.shutdown_timeout / 4, max_pub_linger);
+    pp.linger = pub_linger(cfg);
     pp.curve_secret_key = cfg.security.curve_secret_key;
     auto pub = sys.spawn<pub_bridge, caf::detached>(ctx, supervisor, interval, pp);
     t.output_bridges.push_back(pub);

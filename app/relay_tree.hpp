@@ -11,6 +11,7 @@
 #include <caf/actor_system.hpp>
 #include <zmq.hpp>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,11 @@ struct relay_tree {
   std::vector<relay_queue_ptr> queues;     ///< one per DP rank
   std::vector<std::string> summary;
 };
+
+/// How long closing a PUB socket flushes queued batches to slow
+/// subscribers: a quarter of sidecar.shutdown_timeout, at most 1 s (past a
+/// second a subscriber is stalled, not slow, and replays what it missed).
+std::chrono::nanoseconds pub_linger(const config& cfg);
 
 /// `replay_ctx` serves the replay ROUTERs (its own I/O thread).
 relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,

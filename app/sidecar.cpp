@@ -2,6 +2,8 @@
 
 #include "actors/thread_priority.hpp"
 #include "app/actor_tree.hpp"
+#include "app/context_close.hpp"
+#include "app/relay_tree.hpp"
 #include "app/open_files_limit.hpp"
 #include "actors/zap_handler.hpp"
 #include "metrics/health.hpp"
@@ -43,6 +45,9 @@ constexpr std::chrono::milliseconds drain_check_every{5};
 /// timeout would fail it before the transfer actor could even answer that
 /// nothing is in flight.
 constexpr std::chrono::milliseconds min_drain_request{1};
+/// How long the contexts may take to end after the last bridge closed its
+/// sockets, beyond the PUB sockets' linger (app/context_close.hpp).
+constexpr std::chrono::milliseconds context_close_margin{500};
 
 sigset_t stop_signals() {
   sigset_t set;
@@ -305,8 +310,15 @@ int run_sidecar(const config& cfg) {
   }
   if (zap)
     zap->stop();
-  replay_ctx.close();
-  ctx.close();
+  // Every socket is closed; only the PUB sockets' linger may still run.
+  if (!close_contexts_until({&replay_ctx, &ctx},
+                            clock::now() + pub_linger(cfg) + context_close_margin)) {
+    KVS_WARN(me, "ZeroMQ did not finish closing its contexts within {} of the last socket's "
+                 "close (a libzmq wait; every socket was closed): exiting without it",
+             to_string(pub_linger(cfg) + context_close_margin));
+    KVS_INFO(me, "exited with status {}", status);
+    std::_Exit(status); // the contexts are still in use by the closing thread
+  }
   KVS_INFO(me, "exited with status {}", status);
   return status;
 }
