@@ -5,10 +5,18 @@
 #include "actors/interfaces.hpp"
 #include "relay/relay_queue.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 namespace kvs {
+
+/// BlockStored events per batch when chunks are announced again after an
+/// AllBlocksCleared (the store's L1, the L2 tiers'): batches of a few
+/// hundred KB at 256-token chunks, so a large cache goes out as many small
+/// batches (each one seq, each one slot of the relay queue) rather than one
+/// frame of megabytes.
+inline constexpr size_t reannounce_batch_events = 64;
 
 /// Seconds since the epoch, as a batch's `ts`.
 double wall_seconds();

@@ -49,12 +49,16 @@ using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>,
 /// publishes an empty batch (a new seq: a router can tell a quiet engine
 /// from a dead sidecar, and sees a gap at once). `cleared, a`: after each
 /// AllBlocksCleared this rank publishes (the engine's, or the restart
-/// fence), `a` (the store) gets `cleared`: routers have just dropped the
-/// rank's CPU chunks too.
+/// fence), `a` (the store, the L2 actor) gets `cleared`: routers have just
+/// dropped the rank's CPU, DISK and SHARED chunks too.
 using publisher_actor = caf::typed_actor<
   caf::reacts_to<publish_atom, kv_event_batches>,
   caf::reacts_to<cleared_atom, caf::actor>, ///< who to tell after an AllBlocksCleared
   caf::reacts_to<tick_atom>>::extend_with<stats_client_actor>; ///< keep-alive check
+
+/// What a publisher tells after each AllBlocksCleared (the store and the L2
+/// actor take it; each announces its chunks again).
+using clear_listener_actor = caf::typed_actor<caf::reacts_to<cleared_atom>>;
 
 /// indexer[dp=r] — one per DP rank, on its own thread (actors/indexer.hpp).
 /// `publish_atom, first_seq, held, batches`: what the publisher published,
@@ -188,11 +192,14 @@ using gpu_transfer_actor = caf::typed_actor<
 /// (detached: disk and Redis I/O block). Writes committed chunks through
 /// (bounded by l2.queue_bytes, counted by the store) and answers the store's
 /// prefetches. Announces what the tiers hold as BlockStored/BlockRemoved
-/// with medium "DISK" / "SHARED".
+/// with medium "DISK" / "SHARED", and, like the store, announces them again
+/// after its events rank's AllBlocksCleared (the chunks a tier still holds;
+/// Redis asked first, as another node's LRU or the TTL may have dropped them).
 using l2_actor = caf::typed_actor<
   caf::reacts_to<l2_write>,
   caf::replies_to<l2_fetch>::with<l2_fetch_reply>,
   caf::reacts_to<recycle_atom, l2_fetch_reply>, ///< a reply's buffers, copied into L1: reuse them
+  caf::reacts_to<cleared_atom>,                 ///< routers dropped L2's chunks: announce them again
   caf::reacts_to<stats_atom>>;
 
 } // namespace kvs

@@ -5,6 +5,9 @@
 
 #include <fmt/ranges.h>
 
+#include <iterator>
+#include <string_view>
+
 
 namespace kvs {
 
@@ -80,6 +83,96 @@ void announce_disk_removals(self_ptr self) {
   announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
 }
 
+/// Remembers chunk i of `w` as announced on disk or in Redis (rank 0), newest
+/// last; a chunk written again moves to the end, keeping its other medium.
+void remember(l2_state& st, const l2_write& w, size_t i, const l2_object_id& id, bool disk) {
+  auto it = st.announced_at.find(w.hashes[i]);
+  if (it != st.announced_at.end()) {
+    st.announced.splice(st.announced.end(), st.announced, it->second);
+  } else {
+    st.announced.emplace_back();
+    st.announced_at[w.hashes[i]] = std::prev(st.announced.end());
+    if (st.announced.size() > l2_reannounce_max_chunks) {
+      st.announced_at.erase(st.announced.front().hash);
+      st.announced.pop_front();
+      ++st.forgotten;
+    }
+  }
+  auto& a = st.announced.back();
+  a.hash = w.hashes[i];
+  a.parent = w.parents[i];
+  a.tokens = w.tokens[i];
+  if (disk) {
+    a.disk_id = id;
+    a.on_disk = true;
+  } else {
+    a.redis_key = l2_key_string(st.p.key_prefix, w.model, 0, 0, w.hashes[i], w.salt);
+  }
+}
+
+/// The events rank published an AllBlocksCleared: routers dropped the
+/// DISK and SHARED chunks with the engine's blocks. What the tiers still
+/// hold is announced again, oldest first, in batches of
+/// reannounce_batch_events; Redis is asked first (one EXISTS round), as its
+/// TTL or another node's writes may have evicted a chunk since. Chunks no
+/// tier holds any more are forgotten.
+void on_cleared(self_ptr self) {
+  auto& st = self->state;
+  if (st.redis && !st.announced.empty()) {
+    std::vector<std::string> keys;
+    std::vector<l2_announced*> of;
+    for (auto& a : st.announced)
+      if (!a.redis_key.empty()) {
+        keys.push_back(a.redis_key);
+        of.push_back(&a);
+      }
+    auto there = st.redis->exists(keys);
+    for (size_t k = 0; k < of.size(); ++k)
+      if (!there[k])
+        of[k]->redis_key.clear();
+    note_redis_error(self);
+  }
+  std::vector<kv_event> events;
+  uint64_t sent = 0;
+  const uint64_t dropped_before = st.events_dropped;
+  auto add = [&](const l2_announced& a, const char* medium) {
+    block_stored e;
+    e.block_hashes.push_back(a.hash);
+    e.parent_block_hash = a.parent;
+    e.token_ids = a.tokens;
+    e.block_size = st.p.chunk_size;
+    e.medium = medium;
+    events.emplace_back(std::move(e));
+    ++sent;
+    if (events.size() == reannounce_batch_events) {
+      announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
+      events.clear();
+    }
+  };
+  for (auto it = st.announced.begin(); it != st.announced.end();) {
+    it->on_disk = it->on_disk && st.p.disk && st.p.disk->contains(it->disk_id);
+    if (it->on_disk)
+      add(*it, l2_disk_medium);
+    if (!it->redis_key.empty())
+      add(*it, l2_redis_medium);
+    if (!it->on_disk && it->redis_key.empty()) {
+      st.announced_at.erase(it->hash);
+      it = st.announced.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
+  st.reannounced += sent;
+  if (sent > 0)
+    KVS_INFO(st.label, "AllBlocksCleared on the events rank: {} chunks of L2 announced again{}",
+             sent,
+             st.events_dropped > dropped_before
+               ? fmt::format(" ({} batches dropped: relay queue full)",
+                             st.events_dropped - dropped_before)
+               : std::string{});
+}
+
 void on_write(self_ptr self, l2_write& w) {
   auto& st = self->state;
   auto model = l2_model_fingerprint(w.model, w.salt);
@@ -87,6 +180,9 @@ void on_write(self_ptr self, l2_write& w) {
   auto stored_event = [&](size_t i, const char* medium) {
     if (w.rank != 0 || i >= w.tokens.size())
       return;
+    if (st.p.events)
+      remember(st, w, i, object_id(w.hashes[i], w.rank, model, w.layout),
+               medium == std::string_view{l2_disk_medium});
     block_stored e;
     e.block_hashes.push_back(w.hashes[i]);
     e.parent_block_hash = w.parents[i];
@@ -239,6 +335,7 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
   return {
     [self](l2_write& w) { on_write(self, w); },
     [self](l2_fetch& f) -> l2_fetch_reply { return on_fetch(self, f); },
+    [self](cleared_atom) { on_cleared(self); },
     [self](recycle_atom, l2_fetch_reply& used) {
       for (auto& b : used.bytes)
         give_spare(self->state, std::move(b));
@@ -262,9 +359,11 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
                  r.slot_refreshes, r.connects, r.connect_failures, st.redis_rejected);
       }
       KVS_INFO(st.label, "stats: written={} fetched_disk={} fetched_redis={} queued={}B "
-                         "events_dropped={} buffers_reused={} spare={}B",
+                         "events_dropped={} buffers_reused={} spare={}B reannounced={} "
+                         "remembered={} forgotten={}",
                st.written_chunks, st.fetched_disk, st.fetched_redis,
-               st.p.queue->in_flight(), st.events_dropped, st.buffers_reused, st.spare_bytes);
+               st.p.queue->in_flight(), st.events_dropped, st.buffers_reused, st.spare_bytes,
+               st.reannounced, st.announced.size(), st.forgotten);
       self->delayed_send(self, st.p.stats_interval, stats_atom_v);
     },
   };

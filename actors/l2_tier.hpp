@@ -10,9 +10,11 @@
 #include "relay/relay_queue.hpp"
 
 #include <chrono>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace kvs {
@@ -28,6 +30,22 @@ inline constexpr const char* l2_redis_medium = "SHARED";
 inline constexpr uint64_t l2_spare_max_bytes = uint64_t{64} << 20;
 /// Smaller buffers are not worth keeping (malloc reuses them anyway).
 inline constexpr uint64_t l2_spare_min_bytes = uint64_t{64} << 10;
+
+/// Rank-0 chunks the L2 actor remembers having announced, to announce them
+/// again after an AllBlocksCleared (their tokens and parent are not in the
+/// tiers' objects). Past it the oldest are forgotten (counted): ~1.1 KiB
+/// each at 256-token chunks, ~70 MiB at most.
+inline constexpr size_t l2_reannounce_max_chunks = 65536;
+
+/// One remembered chunk: what its BlockStored said, and where it went.
+struct l2_announced {
+  uint64_t hash = 0;
+  std::optional<uint64_t> parent;
+  std::vector<int64_t> tokens;
+  l2_object_id disk_id; ///< as written to disk (rank 0)
+  bool on_disk = false;
+  std::string redis_key; ///< empty: not in Redis
+};
 
 struct l2_params {
   std::shared_ptr<disk_tier> disk;    ///< opened before spawning (null: no disk tier)
@@ -56,6 +74,12 @@ struct l2_state {
   uint64_t spare_bytes = 0;           ///< their capacity, summed
   uint64_t buffers_reused = 0;        ///< fetch reads that went into a spare buffer
   uint64_t seen_no_space = 0, seen_io_errors = 0, seen_rejected = 0; ///< disk faults logged once
+  /// Announced chunks, oldest first (a parent before its child), and where
+  /// each is in that list: announced again after an AllBlocksCleared.
+  std::list<l2_announced> announced;
+  std::unordered_map<uint64_t, std::list<l2_announced>::iterator> announced_at;
+  uint64_t reannounced = 0; ///< BlockStored events sent again after AllBlocksCleared
+  uint64_t forgotten = 0;   ///< remembered chunks dropped past l2_reannounce_max_chunks
 };
 
 /// Spawned detached by app/cache_tree.cpp (spawn_l2), which opens the tiers.

@@ -103,7 +103,7 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
     if (cleared) {
       ++st.clears;
       for (auto& a : st.clear_listeners)
-        self->send(caf::actor_cast<store_actor>(a), cleared_atom_v);
+        self->send(caf::actor_cast<clear_listener_actor>(a), cleared_atom_v);
     }
   };
   // Seq 0 of every rank: a router that kept blocks from a previous sidecar

@@ -46,7 +46,7 @@ struct publisher_state {
   uint64_t keepalives = 0; ///< empty batches published for events.keepalive_interval
   bool quiet = true;       ///< nothing published since the last keep-alive check
   uint64_t clears = 0;     ///< AllBlocksCleared published while someone listens
-  /// Told after each AllBlocksCleared (the store, cache.events_rank's).
+  /// Told after each AllBlocksCleared (cache.events_rank's store and L2 actor).
   std::vector<caf::actor> clear_listeners;
 };
 

@@ -20,12 +20,6 @@ using self_ptr = store_actor::stateful_pointer<store_state>;
 /// Locks and reservations are swept at least this often (lock_ttl/4 below).
 constexpr std::chrono::seconds max_lock_sweep_interval{1};
 
-/// BlockStored events per batch when L1 is announced again after an
-/// AllBlocksCleared: batches of a few hundred KB at 256-token chunks, so a
-/// large L1 goes out as many small batches (each one seq, each one slot of
-/// the relay queue) rather than one frame of megabytes.
-constexpr size_t reannounce_batch_events = 64;
-
 /// Hands a batch of our own events to the configured publisher (if any),
 /// through the same bounded queue as the engine's batches.
 void announce(self_ptr self, std::vector<kv_event> events) {

@@ -137,9 +137,13 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   }
   sp.l2 = std::move(*l2);
   auto st = sys.spawn(store, sp);
-  // After each AllBlocksCleared of its rank, the store announces L1 again.
-  if (events)
+  // After each AllBlocksCleared of its rank, the store announces L1 again,
+  // the L2 actor what its tiers hold.
+  if (events) {
     caf::anon_send(events, cleared_atom_v, caf::actor_cast<caf::actor>(st));
+    if (sp.l2.actor)
+      caf::anon_send(events, cleared_atom_v, caf::actor_cast<caf::actor>(sp.l2.actor));
+  }
   if (c.l1_prefault == l1_prefault_mode::background)
     sys.spawn<caf::detached>(l1_prefault, pool, st); // linked to the store: ends with it
 

@@ -232,6 +232,86 @@ def test_small_disk_evicts_lru_and_announces_disk_medium(cache_server, kv_pools,
     assert (int(line.group(1)), int(line.group(2))) == (16, 2)
 
 
+def stored_by_medium(events) -> dict[str, list[tuple]]:
+    """BlockStored events per medium: (hash, parent, tokens) in order."""
+    out: dict[str, list[tuple]] = {}
+    for e in events:
+        if isinstance(e, vs.BlockStored):
+            for h in e.block_hashes:
+                out.setdefault(e.medium, []).append((h, e.parent_block_hash, tuple(e.token_ids)))
+    return out
+
+
+def all_blocks_cleared(srv) -> list:
+    """The engine publishes AllBlocksCleared (reset_prefix_cache); returns
+    the clear as the routers got it."""
+    srv.engine.send(0, vs.encoder.encode(vs.KVEventBatch(ts=time.time(),
+                                                          events=[vs.AllBlocksCleared()])))
+    return srv.events(1, kind=vs.AllBlocksCleared)
+
+
+def test_disk_chunks_are_announced_again_after_an_all_blocks_cleared(cache_server, kv_pools,
+                                                                     tmp_path):
+    """A router drops every block of the rank on AllBlocksCleared, the
+    sidecar's DISK chunks with them, though the disk still serves them: the
+    L2 actor announces them again (same hashes, parents, tokens, oldest
+    first) beside L1's CPU ones; a chunk the disk evicted is not."""
+    size = 16 * (CHUNK_BYTES + 64) + 100  # room for 16 objects (l2.disk.size >= 1 MiB)
+    srv = cache_server(events=True, overrides={"l2.disk.enabled": True,
+                                               "l2.disk.path": str(tmp_path / "d"),
+                                               "l2.disk.size": str(size)})
+    pools = kv_pools(seed=41, num_blocks=17 * PAGES_PER_CHUNK)
+    f = flow_for(srv, pools, 1)
+    toks = tokens(17, salt=41)
+    store_through(srv, f, toks, "c-1")
+    first = stored_by_medium(srv.events(34, kind=vs.BlockStored))
+    assert len(first["CPU"]) == 17 and first["DISK"] == first["CPU"]
+    gone = [h for e in srv.events(1, kind=vs.BlockRemoved) if e.medium == "DISK"
+            for h in e.block_hashes]
+    assert gone == [first["DISK"][0][0]]  # the disk holds the last 16
+    srv.events_seen.clear()
+
+    all_blocks_cleared(srv)
+    again = stored_by_medium(srv.events(16 + 17, kind=vs.BlockStored))
+    assert again["DISK"] == first["DISK"][1:], again
+    assert again["CPU"] == first["CPU"]
+    st = srv.wait_stats(lambda s: s["reannounced"] == 16, actor="l2", what="reannounced=16")
+    assert st["remembered"] == 16 and st["forgotten"] == 0, st
+    srv.wait_log(r"l2#\d+ AllBlocksCleared on the events rank: 16 chunks of L2 announced again")
+    srv.assert_no_events()
+
+
+@needs_redis
+def test_shared_chunks_are_announced_again_only_while_redis_holds_them(cache_server, kv_pools,
+                                                                       redis_cluster):
+    """SHARED chunks are announced again after AllBlocksCleared only if the
+    cluster still holds them: Redis is asked first (its TTL, its maxmemory
+    policy or another node may have dropped one since it was written)."""
+    srv = cache_server(events=True, overrides=redis_overrides(redis_cluster))
+    pools = kv_pools(seed=42)
+    f = flow_for(srv, pools, 1)
+    toks = tokens(3, salt=42)
+    store_through(srv, f, toks, "r-1")
+    first = stored_by_medium(srv.events(6, kind=vs.BlockStored))
+    assert first["SHARED"] == first["CPU"] and len(first["CPU"]) == 3
+    srv.events_seen.clear()
+    # The middle chunk leaves the cluster (as by its TTL).
+    mid = first["SHARED"][1][0]
+    deleted = 0
+    for port in redis_cluster.ports:
+        for key in redis_cluster.cli(port, "KEYS", f"*{mid:016x}*").split():
+            deleted += int(redis_cluster.cli(port, "DEL", key) or 0)
+    assert deleted == 1
+
+    all_blocks_cleared(srv)
+    again = stored_by_medium(srv.events(3 + 2, kind=vs.BlockStored))
+    assert again["SHARED"] == [first["SHARED"][0], first["SHARED"][2]], again
+    assert again["CPU"] == first["CPU"]
+    srv.wait_stats(lambda s: s["reannounced"] == 2 and s["remembered"] == 2, actor="l2",
+                   what="reannounced=2, remembered=2")
+    srv.assert_no_events()
+
+
 @needs_redis
 def test_reused_fetch_buffers_never_leak_an_earlier_prompts_bytes(cache_server, kv_pools,
                                                                    redis_cluster):
