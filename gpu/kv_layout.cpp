@@ -135,10 +135,47 @@ expected<kv_layout> finish(kv_layout l, const tensor_desc& t) {
 
 bool fits_u32(int64_t v) { return v > 0 && v <= static_cast<int64_t>(UINT32_MAX); }
 
+expected<kv_layout> detect_sglang(const std::vector<tensor_desc>& ts, const kv_layout_hints& h);
+
+/// LMCache 0.5.7's SGLang adapter (UnifiedLMCacheMPConnector) registers
+/// `kv_list_layout = "unified"`: one tensor per component, each a view
+/// [num_pages, page_size, heads, head_dim] (LMCache's NL_X_NB_BS_NH_HS). For
+/// an MHA pool those are the K layers then the V layers, the same memory as
+/// the 'k_v' list [num_pages*page_size, heads, head_dim] with the page axis
+/// split: folded back into that view, the pages copy exactly as 'k_v' ones
+/// and a chunk is byte for byte the one a 0.5.6 'k_v' engine stores. MLA
+/// components ([num_pages, page_size, dim]), DSA indexers and sliding-window
+/// or Mamba groups (more than one engine group) are refused by name.
+expected<kv_layout> detect_sglang_unified(const std::vector<tensor_desc>& ts,
+                                          const kv_layout_hints& h) {
+  const tensor_desc& t0 = ts.front();
+  if (t0.shape.size() == 3)
+    return unsupported("SGLang kv_list_layout 'unified' MLA components [num_pages, page_size, "
+                       "dim] (" + where(0, t0) + ") are not supported; only MHA pools");
+  std::vector<tensor_desc> folded = ts;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const tensor_desc& t = ts[i];
+    if (t.shape.size() != 4 || t.shape != t0.shape || t.stride != t0.stride)
+      return unsupported("SGLang kv_list_layout 'unified' components must all be "
+                         "[num_pages, page_size, heads, head_dim] with the same shape and strides "
+                         "(MHA; DSA indexers are not supported); got " + where(i, t));
+    if (t.shape[1] <= 0 || t.stride[0] != t.shape[1] * t.stride[1])
+      return unsupported("SGLang kv_list_layout 'unified' pages are not back to back: " +
+                         where(i, t) + "; expected stride[0] = page_size * stride[1]");
+    folded[i].shape = {t.shape[0] * t.shape[1], t.shape[2], t.shape[3]};
+    folded[i].stride = {t.stride[1], t.stride[2], t.stride[3]};
+  }
+  if (h.tokens_per_block > 0 && h.tokens_per_block != t0.shape[1])
+    return layout_err("SGLang kv_list_layout 'unified': tokens_per_block " +
+                      std::to_string(h.tokens_per_block) + " but pages of " +
+                      std::to_string(t0.shape[1]) + " tokens in " + where(0, t0));
+  kv_layout_hints k_v = h;
+  k_v.kv_list_layout = sglang_kv_list_layout::k_v;
+  k_v.tokens_per_block = t0.shape[1];
+  return detect_sglang(folded, k_v);
+}
+
 expected<kv_layout> detect_sglang(const std::vector<tensor_desc>& ts, const kv_layout_hints& h) {
-  if (h.kv_list_layout == sglang_kv_list_layout::unified)
-    return unsupported("SGLang kv_list_layout 'unified' (per-component views) is not supported; "
-                       "register the flat K-then-V list ('k_v')");
   if (h.group_layer_indices.size() > 1)
     return unsupported("SGLang registration with " + std::to_string(h.group_layer_indices.size()) +
                        " engine groups; SGLang MHA has one");
@@ -380,8 +417,10 @@ expected<kv_layout> detect_kv_layout(const std::vector<tensor_desc>& tensors,
                        "' is not supported by the block copy (supported: sglang, vllm)");
   auto ends = check_tensors(tensors);
   if (!ends) return ends.error_value();
-  auto l = hints.engine_type == engine_type::sglang ? detect_sglang(tensors, hints)
-                                         : detect_vllm(tensors, hints);
+  auto l = hints.engine_type != engine_type::sglang ? detect_vllm(tensors, hints)
+           : hints.kv_list_layout == sglang_kv_list_layout::unified
+             ? detect_sglang_unified(tensors, hints)
+             : detect_sglang(tensors, hints);
   if (l) l.value().tensor_end_bytes = std::move(ends.value());
   return l;
 }

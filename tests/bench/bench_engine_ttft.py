@@ -39,6 +39,11 @@ server's share of the cached TTFT) and over the whole block (divided by
 the requests: the server's cost per request, stores and heartbeats
 included).
 
+``--ops``: kvsidecar runs with /metrics on, and each cached request's
+ops (lookup, query_prefetch_status, retrieve or prepare/commit_retrieve,
+end_session, ...) are counted with their time inside the sidecar, from
+``kvsidecar_cache_request_duration_seconds`` (``ops_per_cached``).
+
 kvsidecar: ``--set`` gpu.backend=host, events off, cache.l1_size=1GiB,
 cache.l1_prefault=start (LMCache's L1 is faulted in at start too).
 LMCache: ``python -m lmcache.v1.multiprocess.server --chunk-size 256 --port P
@@ -128,13 +133,15 @@ class KvsidecarServer:
     name = "kvsidecar"
 
     def __init__(self, tmp: Path, port: int, mode: str, name: str = "kvsidecar",
-                 extra: dict | None = None):
+                 extra: dict | None = None, ops: bool = False):
         self.tmp, self.port, self.n, self.name = tmp, port, 0, name
         self.overrides = {"events.enabled": False, "gpu.backend": "host",
                           "cache.endpoint": f"tcp://127.0.0.1:{port}",
                           "cache.l1_size": "1GiB", "cache.l1_prefault": "start",
                           "cache.heartbeat_timeout": "5s", "http.enabled": False,
                           **(extra or {})}
+        if ops:  # /metrics on, to count the ops of each cached request
+            del self.overrides["http.enabled"]
         self.sc: Sidecar | None = None
 
     def start(self) -> None:
@@ -151,6 +158,19 @@ class KvsidecarServer:
         if self.sc is not None and self.sc.running():
             self.sc.stop(timeout=10)
         self.sc = None
+
+    def op_totals(self) -> dict[str, tuple[float, float]] | None:
+        """{op: (requests, seconds in the sidecar)} so far, from /metrics'
+        kvsidecar_cache_request_duration_seconds; None without --ops."""
+        if self.sc is None or self.sc.http_port is None:
+            return None
+        out: dict[str, list[float]] = {}
+        for (name, labels), v in self.sc.metrics().items():
+            if name.startswith("kvsidecar_cache_request_duration_seconds_"):
+                slot = {"count": 0, "sum": 1}.get(name.rsplit("_", 1)[1])
+                if slot is not None:
+                    out.setdefault(dict(labels)["op"], [0.0, 0.0])[slot] = v
+        return {op: (c, t) for op, (c, t) in out.items()}
 
 
 class LMCacheServer:
@@ -211,7 +231,7 @@ class Bench:
     def __init__(self, args, tmp: Path, model: Path, mode: str):
         self.args, self.tmp, self.model, self.mode = args, tmp, model, mode
         self.port = free_port_range(1)
-        known = {"kvsidecar": lambda: KvsidecarServer(tmp, self.port, mode),
+        known = {"kvsidecar": lambda: KvsidecarServer(tmp, self.port, mode, ops=args.ops),
                  "lmcache": lambda: LMCacheServer(tmp, self.port, mode),
                  # the same binary with the engine pools faulted in lazily
                  "kvsidecar-noprefault": lambda: KvsidecarServer(
@@ -224,7 +244,7 @@ class Bench:
         self.results = {k: {"cold": [], "cached": [], "cached_tokens": [], "misses": 0,
                             "local": [], "local_tokens": [],
                             "cpu_cached": 0.0, "cpu_cached_ticks": 0.0, "n_cached": 0,
-                            "cpu_block": 0.0, "n_block": 0} for k in self.servers}
+                            "cpu_block": 0.0, "n_block": 0, "ops": {}} for k in self.servers}
 
     def switch(self, name: str) -> None:
         if self.current == name:
@@ -248,9 +268,11 @@ class Bench:
         r1 = self.eng.generate([p], max_tokens=1, timeout=300)
         reset(self.eng)
         time.sleep(0.2)
+        ops0 = srv.op_totals() if isinstance(srv, KvsidecarServer) else None
         c0, t0 = proc_cpu(srv.pid)
         r2 = self.eng.generate([p], max_tokens=1, timeout=300)
         c1, t1 = proc_cpu(srv.pid)
+        ops1 = srv.op_totals() if ops0 is not None else None
         # The engine's floor: the prompt's first 1,985 tokens, of which its
         # own prefix cache now holds 1,984 (31 blocks), more than the server's
         # 7 full chunks (1,792): no load, one lookup, a 1-token prefill.
@@ -273,6 +295,12 @@ class Bench:
         res["cpu_cached"] += c1 - c0
         res["cpu_cached_ticks"] += t1 - t0
         res["n_cached"] += 1
+        for op, (n, secs) in (ops1 or {}).items():
+            n0, s0 = ops0.get(op, (0.0, 0.0))
+            if n > n0:
+                acc = res["ops"].setdefault(op, [0.0, 0.0])
+                acc[0] += n - n0
+                acc[1] += secs - s0
         # Leave the local prefix cache empty for the next pair.
         reset(self.eng)
 
@@ -342,6 +370,11 @@ def summarize(r: dict) -> dict:
         "server_cpu_ms_per_cached_ticks": 1000 * r["cpu_cached_ticks"] / max(1, r["n_cached"]),
         "server_cpu_ms_per_request": 1000 * r["cpu_block"] / max(1, r["n_block"]),
         "loadavg_1m": r.get("loadavg", []),
+        # --ops: per cached request, each op's count and its time inside the
+        # sidecar (request in to reply out), from /metrics.
+        "ops_per_cached": {op: {"n": n / max(1, r["n_cached"]),
+                                "us_each": 1e6 * secs / n if n else 0.0}
+                           for op, (n, secs) in sorted(r["ops"].items())},
         "raw_s": {k: r[k] for k in ("cold", "cached", "local")},
     }
 
@@ -373,6 +406,9 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=2048)
     ap.add_argument("--json", default="")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    ap.add_argument("--ops", action="store_true",
+                    help="kvsidecar with /metrics on: count each cached request's ops and "
+                         "their time inside the sidecar (ops_per_cached in the JSON)")
     args = ap.parse_args()
     assert ve.venv_python().exists(), f"engine venv missing: {ve.ENGINE_VENV}"
     assert binary_path().exists(), f"kvsidecar binary missing: {binary_path()}"
@@ -388,6 +424,12 @@ def main() -> None:
         print(json.dumps({mode: report["modes"][mode]}, indent=1), flush=True)
     report["seconds"] = round(time.monotonic() - t0)
     print_table(report)
+    for mode, per in report["modes"].items():
+        for name, r in per.items():
+            if r.get("ops_per_cached"):
+                print(f"{mode} {name} ops per cached request (n x mean us inside the sidecar): "
+                      + ", ".join(f"{op} {v['n']:.2f} x {v['us_each']:.0f}"
+                                  for op, v in r["ops_per_cached"].items()))
     print(f"total {report['seconds']} s; logs in {tmp}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

@@ -89,6 +89,8 @@ def _load() -> types.SimpleNamespace:
     with wheel_imports(src, _torch_stand_in_057(), "LMCache 0.5.7's client"):
         ns = client_namespace("zmq")
         ns.server_module = importlib.import_module("lmcache.v1.multiprocess.protocols.server_module")
+        ns.EngineGroupInfo = importlib.import_module(
+            "lmcache.v1.multiprocess.group_view").EngineGroupInfo
         return ns
 
 
@@ -160,6 +162,102 @@ def test_057_client_full_flow_and_056_client_hits_its_chunks(lmc, cache_server, 
         resp = client.server_module_affinity_call(req).result(timeout=T)
         assert resp.success is False and "unknown server module method: pkg.echo" in resp.error
         assert client.unregister_kv_cache(5700).result(timeout=T) is None
+        srv.wait_idle()
+    finally:
+        client.close()
+
+
+def unified_wrappers(lmc, pools) -> list:
+    """What LMCache 0.5.7's SGLang adapter (UnifiedLMCacheMPConnector)
+    registers for an MHA pool: the K layers then the V layers, each viewed
+    [num_pages, page_size, heads, head_dim] (its `_to_wire_block_tensor`)."""
+    out = []
+    for d in pools.descriptors():
+        m = dict(d["metadata"])
+        pbs, heads, hd = m["shape"]
+        m["shape"] = [pbs // PAGE, PAGE, heads, hd]
+        m["stride"] = [PAGE * heads * hd, heads * hd, hd, 1]
+        data = lmc.CpuShmIPCData(version=1, metadata=lmc.TensorMetadata(**m),
+                                 shm_name=d["shm_name"], nbytes=d["nbytes"])
+        out.append(lmc.CpuShmTensorWrapper.from_wire(data))
+    return out
+
+
+def test_057_sglang_unified_registration_shares_chunks_with_056_k_v(lmc, cache_server, kv_pools):
+    """LMCache 0.5.7's SGLang adapter registers kv_list_layout "unified"
+    (per-component [pages, page_size, heads, head_dim] views, one engine
+    group), 0.5.6's the flat K-then-V list ("k_v"). Both are the same pages:
+    a chunk the 0.5.7 SGLang engine stores is byte for byte a hit for a 0.5.6
+    SGLang engine, and the other way round. An MLA or hybrid unified
+    registration is refused at once, naming why."""
+    srv = cache_server()
+    client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+    new, old_pools = kv_pools("sglang", seed=71), kv_pools("sglang", seed=72)
+    layers = len(new.descriptors()) // 2
+    group = lmc.EngineGroupInfo(engine_group_id=0, layer_indices=tuple(range(2 * layers)),
+                                tokens_per_block=PAGE, sw_size_tokens=-1, recurrent_state=False)
+    toks = tuple(tokens(2, salt=71))
+    back = tuple(tokens(2, salt=72))
+    old = srv.client()
+    try:
+        assert client.register_kv_cache(5710, unified_wrappers(lmc, new), MODEL, 1,
+                                        lmc.EngineType.SGLANG, {"kv_list_layout": "unified"},
+                                        [group]).result(timeout=T) is None
+        assert old.register_kv_cache(5610, old_pools.wire_kv_cache(), MODEL, 1, "sglang",
+                                     {"tokens_per_block": PAGE, "kv_list_layout": "k_v"},
+                                     []) is None
+        # 0.5.7 (unified) stores, 0.5.6 (k_v) retrieves the same bytes.
+        _, ok = client.store(key057(lmc, toks, 0, 2 * CHUNK, "u-w"), 5710, [blocks(0, 2)],
+                             EVENT_HANDLE).result(timeout=T)
+        assert ok is True
+        srv.wait_stats(lambda s: s["stored"] == 2)
+        k56 = cache_key(MODEL, 1, None, toks, 0, 2 * CHUNK, "o-r", num_kv_readers=1)
+        assert old.lookup(k56, 1) is None
+        assert old.wait_prefetch_status("o-r", 5.0) == 2
+        k56w = cache_key(MODEL, 1, 0, toks, 0, 2 * CHUNK, "o-r")
+        assert old.retrieve(k56w, 5610, [blocks(40, 2)], EVENT_HANDLE, 0)[1] is True
+        assert not pages_equal(old_pools, blocks(40, 2), new, blocks(0, 2))
+        old.end_session("o-r")
+        # 0.5.6 (k_v) stores, 0.5.7 (unified) retrieves the same bytes.
+        k56s = cache_key(MODEL, 1, 0, back, 0, 2 * CHUNK, "o-w")
+        assert old.store(k56s, 5610, [blocks(0, 2)], EVENT_HANDLE)[1] is True
+        srv.wait_stats(lambda s: s["stored"] == 4)
+        sched = key057(lmc, back, 0, 2 * CHUNK, "u-r", worker=None, readers=1)
+        assert client.lookup(sched, 1).result(timeout=T) is None
+        assert client.wait_prefetch_status("u-r", 30.0).result(timeout=T) == 2
+        _, ok = client.retrieve(key057(lmc, back, 0, 2 * CHUNK, "u-r"), 5710, [blocks(40, 2)],
+                                EVENT_HANDLE, 0).result(timeout=T)
+        assert ok is True
+        assert not pages_equal(new, blocks(40, 2), old_pools, blocks(0, 2))
+        for rid in ("u-w", "u-r"):
+            client.end_session(rid).result(timeout=T)
+        old.end_session("o-w")
+
+        # MLA components ([pages, page_size, dim]) and a sliding-window group
+        # beside the full one: refused at once, with the reason.
+        mla = lmc.CpuShmTensorWrapper.from_wire(lmc.CpuShmIPCData(
+            version=1, metadata=lmc.TensorMetadata(
+                dtype="bfloat16", shape=[8, PAGE, 64], stride=[PAGE * 64, 64, 1],
+                storage_offset=0, device_uuid="cpu"),
+            shm_name=new.descriptors()[0]["shm_name"], nbytes=new.descriptors()[0]["nbytes"]))
+        with pytest.raises(Exception) as refused:
+            client.register_kv_cache(5711, [mla], MODEL, 1, lmc.EngineType.SGLANG,
+                                     {"kv_list_layout": "unified"}, []).result(timeout=T)
+        assert "MLA components" in str(refused.value)
+        swa = lmc.EngineGroupInfo(engine_group_id=1, layer_indices=(2 * layers - 1,),
+                                  tokens_per_block=PAGE, sw_size_tokens=4 * PAGE,
+                                  recurrent_state=False)
+        full = lmc.EngineGroupInfo(engine_group_id=0,
+                                   layer_indices=tuple(range(2 * layers - 1)),
+                                   tokens_per_block=PAGE, sw_size_tokens=-1,
+                                   recurrent_state=False)
+        with pytest.raises(Exception) as refused:
+            client.register_kv_cache(5712, unified_wrappers(lmc, new), MODEL, 1,
+                                     lmc.EngineType.SGLANG, {"kv_list_layout": "unified"},
+                                     [full, swa]).result(timeout=T)
+        assert "2 engine groups" in str(refused.value)
+        assert client.unregister_kv_cache(5710).result(timeout=T) is None
+        assert old.unregister_kv_cache(5610) is None
         srv.wait_idle()
     finally:
         client.close()

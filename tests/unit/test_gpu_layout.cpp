@@ -113,14 +113,71 @@ TEST_CASE("SGLang: storage offsets, kv_list_layout k_v, and the single-head cave
   CHECK(r2.value().note.empty());
 }
 
+TEST_CASE("SGLang kv_list_layout 'unified' (LMCache 0.5.7's adapter): MHA components read as "
+          "the 'k_v' pages they are views of; MLA, DSA and ragged components refused") {
+  // [num_pages, page_size, heads, head_dim] per component, K layers then V.
+  kv_layout_hints unified;
+  unified.engine_type = engine_type::sglang;
+  unified.kv_list_layout = sglang_kv_list_layout::unified;
+  unified.group_layer_indices = {{0, 1, 2, 3}}; // the adapter's one FULL group
+  auto comps = std::vector<tensor_desc>(4, host_tensor({4, 16, 2, 8}));
+  comps[3].storage_offset = 512; // V of layer 1, inside its storage
+  auto u = detect_kv_layout(comps, unified);
+  REQUIRE(u.has_value());
+  auto flat = sglang(2, 64, 2, 8);
+  flat[3].storage_offset = 512;
+  kv_layout_hints k_v = sglang_hints(16);
+  k_v.kv_list_layout = sglang_kv_list_layout::k_v;
+  auto f = detect_kv_layout(flat, k_v);
+  REQUIRE(f.has_value());
+  const kv_layout& a = u.value();
+  const kv_layout& b = f.value();
+  CHECK(a.kind == kv_layout_kind::sglang_mha);
+  CHECK(a.num_layers == 2);
+  CHECK(a.num_blocks == 4);
+  CHECK(a.block_size == 16);
+  CHECK(a.num_heads == 2);
+  CHECK(a.head_dim == 8);
+  // The same copy, plane for plane: a chunk is the bytes a 'k_v' engine stores.
+  CHECK(a.num_layers == b.num_layers);
+  CHECK(a.num_blocks == b.num_blocks);
+  CHECK(a.block_stride_bytes == b.block_stride_bytes);
+  CHECK(a.page_bytes == b.page_bytes);
+  REQUIRE(a.planes.size() == b.planes.size());
+  for (size_t i = 0; i < a.planes.size(); ++i) {
+    CHECK(a.planes[i].tensor == b.planes[i].tensor);
+    CHECK(a.planes[i].offset_bytes == b.planes[i].offset_bytes);
+  }
+  CHECK(a.plane(1, 1).offset_bytes == 1024);
+  CHECK(a.tensor_end_bytes == b.tensor_end_bytes);
+
+  // A tokens_per_block that contradicts the page axis.
+  kv_layout_hints wrong = unified;
+  wrong.tokens_per_block = 32;
+  check_error(detect_kv_layout(comps, wrong), "layout", "pages of 16 tokens");
+  // MLA components [num_pages, page_size, dim].
+  check_error(detect_kv_layout(std::vector<tensor_desc>(2, host_tensor({4, 16, 576})), unified),
+              "unsupported", "MLA");
+  // A DSA indexer (another shape) beside the K/V components: every
+  // registration's tensors share one geometry.
+  auto dsa = comps;
+  dsa.push_back(host_tensor({4, 16, 132}));
+  check_error(detect_kv_layout(dsa, unified), "layout", "share one geometry");
+  // Pages with a gap between them do not fold into [pages*page_size, ...].
+  auto gapped = comps;
+  for (auto& t : gapped) t.stride = {16 * 2 * 8 + 8, 2 * 8, 8, 1};
+  check_error(detect_kv_layout(gapped, unified), "unsupported", "back to back");
+  // Sliding-window or Mamba groups: more than one engine group.
+  kv_layout_hints hybrid = unified;
+  hybrid.group_layer_indices = {{0, 2}, {1, 3}};
+  check_error(detect_kv_layout(comps, hybrid), "unsupported", "engine groups");
+}
+
 TEST_CASE("SGLang registration errors") {
   check_error(detect_kv_layout(std::vector<tensor_desc>(3, host_tensor({64, 2, 8})), sglang_hints(16)),
               "layout", "even number");
   check_error(detect_kv_layout(sglang(2, 64, 2, 8), sglang_hints(0)), "layout", "tokens_per_block");
   check_error(detect_kv_layout(sglang(2, 60, 2, 8), sglang_hints(16)), "layout", "not a multiple");
-  kv_layout_hints unified = sglang_hints(16);
-  unified.kv_list_layout = sglang_kv_list_layout::unified;
-  check_error(detect_kv_layout(sglang(2, 64, 2, 8), unified), "unsupported", "unified");
   kv_layout_hints groups = sglang_hints(16);
   groups.group_layer_indices = {{0}, {1}};
   check_error(detect_kv_layout(sglang(2, 64, 2, 8), groups), "unsupported", "engine groups");
