@@ -94,7 +94,9 @@ std::optional<duration> parse_duration(std::string_view text) {
 int64_t scheduler_threads(const config& c) {
   if (c.sidecar.worker_threads > 0)
     return c.sidecar.worker_threads;
-  return c.cache.enabled ? 2 : 1;
+  // One thread unless the store copies L2 fetches into L1 (on a scheduler
+  // thread): a second one keeps the other sessions moving meanwhile.
+  return c.cache.enabled && c.l2.enabled() ? 2 : 1;
 }
 
 std::string to_string(duration d) {

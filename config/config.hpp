@@ -213,11 +213,14 @@ status check_grpc_endpoint(const std::string& endpoint);
 bool endpoint_is_local(const std::string& endpoint);
 
 /// The CAF scheduler's thread count: sidecar.worker_threads, or when 0 (auto)
-/// 1 for the relay alone and 2 with the cache server. The relay's scheduled
-/// actors (publisher and replay per rank) are light and hand each batch on
-/// to each other: on one thread that costs no wake-up of a second one
-/// (BENCHMARKS.md, "One scheduler thread for the relay alone"); the cache
-/// server's store and sessions copy chunks and use both.
+/// 1, and 2 with the cache server and an L2 tier. The scheduled actors
+/// (publisher and replay per rank; session router, sessions, store,
+/// registry) are light and hand each request on to each other: on one
+/// thread that costs no wake-up of a second one (BENCHMARKS.md, "One
+/// scheduler thread for the relay alone" and "... for the cache server");
+/// the chunk copies run on the transfer actor's own thread. Only the store's
+/// copies of L2 fetches into L1 run on a scheduler thread: with an L2 a
+/// second one keeps the other sessions moving meanwhile.
 int64_t scheduler_threads(const config& c);
 
 /// Human form of a duration for logs ("10s", "250ms").

@@ -19,6 +19,8 @@
 #   KEEP=DIR keeps the logs and JSON results there.
 #   METRICS [scrape|off]: /metrics on and scraped every second, or HTTP off
 #   (tests/bench/metrics_mode.sh; run_metrics_overhead.sh compares the two).
+#   SIDECAR_SETS: more `--set k=v` for kvsidecar, space-separated, e.g.
+#   "sidecar.worker_threads=1" (A/B runs of one setting).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -95,6 +97,7 @@ LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 "$SIDECAR" --set events.enabled=false --set gpu.backend=\"host\" --set cache.l1_size=\"1GiB\" \
   --set cache.endpoint=\"tcp://127.0.0.1:$P_CACHE\" --set sidecar.log_level=\"info\" \
   --set sidecar.stats_interval=\"250ms\" $(metrics_args "$P_HTTP") \
+  $(for kv in ${SIDECAR_SETS:-}; do printf -- '--set %s ' "$kv"; done) \
   >"$WORK/kvsidecar.stdout.log" 2>"$WORK/kvsidecar.stderr.log" &
 SIDECAR_PID=$!
 "$ECHO" echo --endpoint "tcp://127.0.0.1:$P_ECHO" --hits 8 2>"$WORK/echo.log" &

@@ -111,13 +111,19 @@ def test_get_chunk_size_golden_frames(cache_server):
         d.close(linger=0)
 
 
-def test_the_cache_server_runs_on_two_scheduler_threads(cache_server):
-    # sidecar.worker_threads = 0 (auto): the store and sessions copy chunks
-    # and get two threads; the relay alone gets one (test_events_relay.py).
+def test_the_cache_server_runs_on_one_scheduler_thread_two_with_an_l2(cache_server, tmp_path):
+    # sidecar.worker_threads = 0 (auto): the scheduled actors hand each
+    # request on to each other on one thread (the copies run on the transfer
+    # actor's own); with an L2 tier the store copies its fetches into L1 on
+    # a scheduler thread, and a second one keeps the other sessions going.
     sc = cache_server().sidecar
-    sc.wait_log(r"starting: events \w+, cache on, .* 2 worker thread\(s\)")
-    assert sc.scheduler_threads() == 2
+    sc.wait_log(r"starting: events \w+, cache on, .* 1 worker thread\(s\)")
+    assert sc.scheduler_threads() == 1
     assert sc.thread_names().count("engine_bridge") == 1, sc.thread_names()
+    l2 = cache_server(overrides={"l2.disk.enabled": True,
+                                 "l2.disk.path": str(tmp_path / "l2")}).sidecar
+    l2.wait_log(r"starting: events \w+, cache on, .* 2 worker thread\(s\)")
+    assert l2.scheduler_threads() == 2
 
 
 def test_client_frames_are_lmcache_frames():

@@ -208,11 +208,15 @@ TEST_CASE("cache.grpc_endpoint and its TLS keys; events.published_dp_rank and ke
   CHECK(error_of("[events]\nkeepalive_interval = \"soon\"\n").key == "events.keepalive_interval");
 }
 
-TEST_CASE("sidecar.worker_threads: auto is 1 for the relay alone, 2 with the cache server") {
+TEST_CASE("sidecar.worker_threads: auto is 1, 2 with the cache server and an L2 tier") {
   CHECK(ok("").sidecar.worker_threads == 0);
-  CHECK(scheduler_threads(ok("")) == (ok("").cache.enabled ? 2 : 1));
+  CHECK(scheduler_threads(ok("")) == 1);
   CHECK(scheduler_threads(ok("[cache]\nenabled = false\n")) == 1);
-  CHECK(scheduler_threads(ok("[cache]\nenabled = true\n")) == 2);
+  CHECK(scheduler_threads(ok("[cache]\nenabled = true\n")) == 1);
+  CHECK(scheduler_threads(ok("[cache]\nenabled = true\n[l2.disk]\nenabled = true\n"
+                             "path = \"/tmp/kvs-l2\"\n")) == 2);
+  CHECK(scheduler_threads(ok("[cache]\nenabled = false\n[l2.disk]\nenabled = true\n"
+                             "path = \"/tmp/kvs-l2\"\n")) == 1);
   CHECK(scheduler_threads(ok("[sidecar]\nworker_threads = 3\n[cache]\nenabled = false\n")) == 3);
   auto bad = error_of("[sidecar]\n\nworker_threads = 65\n");
   CHECK(bad.key == "sidecar.worker_threads");
