@@ -133,7 +133,7 @@ void on_cleared(self_ptr self) {
     note_redis_error(self);
   }
   std::vector<kv_event> events;
-  uint64_t sent = 0;
+  uint64_t sent = 0, chunks = 0, on_disk = 0, in_redis = 0;
   const uint64_t dropped_before = st.events_dropped;
   auto add = [&](const l2_announced& a, const char* medium) {
     block_stored e;
@@ -151,10 +151,16 @@ void on_cleared(self_ptr self) {
   };
   for (auto it = st.announced.begin(); it != st.announced.end();) {
     it->on_disk = it->on_disk && st.p.disk && st.p.disk->contains(it->disk_id);
-    if (it->on_disk)
+    if (it->on_disk) {
       add(*it, l2_disk_medium);
-    if (!it->redis_key.empty())
+      ++on_disk;
+    }
+    if (!it->redis_key.empty()) {
       add(*it, l2_redis_medium);
+      ++in_redis;
+    }
+    if (it->on_disk || !it->redis_key.empty())
+      ++chunks;
     if (!it->on_disk && it->redis_key.empty()) {
       st.announced_at.erase(it->hash);
       it = st.announced.erase(it);
@@ -165,8 +171,9 @@ void on_cleared(self_ptr self) {
   announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
   st.reannounced += sent;
   if (sent > 0)
-    KVS_INFO(st.label, "AllBlocksCleared on the events rank: {} chunks of L2 announced again{}",
-             sent,
+    KVS_INFO(st.label, "AllBlocksCleared on the events rank: {} chunks of L2 announced again "
+                       "({} DISK, {} SHARED){}",
+             chunks, on_disk, in_redis,
              st.events_dropped > dropped_before
                ? fmt::format(" ({} batches dropped: relay queue full)",
                              st.events_dropped - dropped_before)

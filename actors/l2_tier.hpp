@@ -78,7 +78,7 @@ struct l2_state {
   /// each is in that list: announced again after an AllBlocksCleared.
   std::list<l2_announced> announced;
   std::unordered_map<uint64_t, std::list<l2_announced>::iterator> announced_at;
-  uint64_t reannounced = 0; ///< BlockStored events sent again after AllBlocksCleared
+  uint64_t reannounced = 0; ///< BlockStored events sent again after AllBlocksCleared (one per medium)
   uint64_t forgotten = 0;   ///< remembered chunks dropped past l2_reannounce_max_chunks
 };
 
