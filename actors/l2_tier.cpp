@@ -132,22 +132,11 @@ void on_cleared(self_ptr self) {
         of[k]->redis_key.clear();
     note_redis_error(self);
   }
-  std::vector<kv_event> events;
-  uint64_t sent = 0, chunks = 0, on_disk = 0, in_redis = 0;
+  uint64_t chunks = 0, on_disk = 0, in_redis = 0;
   const uint64_t dropped_before = st.events_dropped;
+  reannounce_batches batches{self, st.p.events, st.p.events_queue, &st.events_dropped};
   auto add = [&](const l2_announced& a, const char* medium) {
-    block_stored e;
-    e.block_hashes.push_back(a.hash);
-    e.parent_block_hash = a.parent;
-    e.token_ids = a.tokens;
-    e.block_size = st.p.chunk_size;
-    e.medium = medium;
-    events.emplace_back(std::move(e));
-    ++sent;
-    if (events.size() == reannounce_batch_events) {
-      announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
-      events.clear();
-    }
+    batches.add(chunk_stored(a.hash, a.parent, a.tokens, st.p.chunk_size, medium));
   };
   for (auto it = st.announced.begin(); it != st.announced.end();) {
     it->on_disk = it->on_disk && st.p.disk && st.p.disk->contains(it->disk_id);
@@ -159,25 +148,20 @@ void on_cleared(self_ptr self) {
       add(*it, l2_redis_medium);
       ++in_redis;
     }
-    if (it->on_disk || !it->redis_key.empty())
+    if (it->on_disk || !it->redis_key.empty()) {
       ++chunks;
-    if (!it->on_disk && it->redis_key.empty()) {
+      ++it;
+    } else { // no tier holds it any more
       st.announced_at.erase(it->hash);
       it = st.announced.erase(it);
-    } else {
-      ++it;
     }
   }
-  announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
-  st.reannounced += sent;
-  if (sent > 0)
+  batches.flush();
+  st.reannounced += on_disk + in_redis;
+  if (chunks > 0)
     KVS_INFO(st.label, "AllBlocksCleared on the events rank: {} chunks of L2 announced again "
                        "({} DISK, {} SHARED){}",
-             chunks, on_disk, in_redis,
-             st.events_dropped > dropped_before
-               ? fmt::format(" ({} batches dropped: relay queue full)",
-                             st.events_dropped - dropped_before)
-               : std::string{});
+             chunks, on_disk, in_redis, dropped_suffix(dropped_before, st.events_dropped));
 }
 
 void on_write(self_ptr self, l2_write& w) {
@@ -190,13 +174,7 @@ void on_write(self_ptr self, l2_write& w) {
     if (st.p.events)
       remember(st, w, i, object_id(w.hashes[i], w.rank, model, w.layout),
                medium == std::string_view{l2_disk_medium});
-    block_stored e;
-    e.block_hashes.push_back(w.hashes[i]);
-    e.parent_block_hash = w.parents[i];
-    e.token_ids = w.tokens[i];
-    e.block_size = st.p.chunk_size;
-    e.medium = medium;
-    events.emplace_back(std::move(e));
+    events.push_back(chunk_stored(w.hashes[i], w.parents[i], w.tokens[i], st.p.chunk_size, medium));
   };
   // Redis objects are header + payload; the payload goes out from the
   // write's own bytes (no object is assembled in memory).

@@ -194,13 +194,8 @@ void on_finish(self_ptr self, store_finish& f) {
       a->second.tokens = f.tokens[i];
       st.announce_order[a->second.order] = k.hash;
     }
-    block_stored e;
-    e.block_hashes.push_back(k.hash);
-    e.parent_block_hash = f.parents[i];
-    e.token_ids = std::move(f.tokens[i]);
-    e.block_size = st.p.chunk_size;
-    e.medium = "CPU";
-    events.emplace_back(std::move(e));
+    events.push_back(
+      chunk_stored(k.hash, f.parents[i], std::move(f.tokens[i]), st.p.chunk_size, "CPU"));
   }
   l2_flush(self); // L2 hook
   announce(self, std::move(events));
@@ -313,33 +308,17 @@ caf::result<store_configure_reply> on_configure(self_ptr self, store_configure& 
 /// full queue drops a batch and counts it, as for any announcement).
 void on_cleared(self_ptr self) {
   auto& st = self->state;
-  std::vector<kv_event> events;
   const uint64_t dropped_before = st.events_dropped;
-  auto flush = [&] {
-    announce(self, std::move(events));
-    events.clear();
-  };
+  reannounce_batches batches{self, st.p.events, st.p.events_queue, &st.events_dropped};
   for (const auto& [order, hash] : st.announce_order) {
     const auto& a = st.announced.at(hash);
-    block_stored e;
-    e.block_hashes.push_back(hash);
-    e.parent_block_hash = a.parent;
-    e.token_ids = a.tokens;
-    e.block_size = st.p.chunk_size;
-    e.medium = "CPU";
-    events.emplace_back(std::move(e));
-    if (events.size() == reannounce_batch_events)
-      flush();
+    batches.add(chunk_stored(hash, a.parent, a.tokens, st.p.chunk_size, "CPU"));
   }
-  flush();
+  batches.flush();
   st.reannounced += st.announce_order.size();
   if (!st.announce_order.empty())
     KVS_INFO(st.label, "AllBlocksCleared on the events rank: {} chunks of L1 announced again{}",
-             st.announce_order.size(),
-             st.events_dropped > dropped_before
-               ? fmt::format(" ({} batches dropped: relay queue full)",
-                             st.events_dropped - dropped_before)
-               : std::string{});
+             st.announce_order.size(), dropped_suffix(dropped_before, st.events_dropped));
 }
 
 /// CLEAR: drops every unlocked chunk.
