@@ -159,10 +159,18 @@ expected<kv_layout> detect_sglang_unified(const std::vector<tensor_desc>& ts,
       return unsupported("SGLang kv_list_layout 'unified' components must all be "
                          "[num_pages, page_size, heads, head_dim] with the same shape and strides "
                          "(MHA; DSA indexers are not supported); got " + where(i, t));
-    if (t.shape[1] <= 0 || t.stride[0] != t.shape[1] * t.stride[1])
+    // Checked products: the shapes and strides are the client's (check_tensors
+    // bounds each dimension's reach, not these products, e.g. with stride 0).
+    uint64_t page_stride = 0, rows = 0;
+    if (!mul(static_cast<uint64_t>(t.shape[1]), static_cast<uint64_t>(t.stride[1]), page_stride) ||
+        page_stride != static_cast<uint64_t>(t.stride[0]))
       return unsupported("SGLang kv_list_layout 'unified' pages are not back to back: " +
                          where(i, t) + "; expected stride[0] = page_size * stride[1]");
-    folded[i].shape = {t.shape[0] * t.shape[1], t.shape[2], t.shape[3]};
+    if (!mul(static_cast<uint64_t>(t.shape[0]), static_cast<uint64_t>(t.shape[1]), rows) ||
+        rows > static_cast<uint64_t>(INT64_MAX))
+      return layout_err("SGLang kv_list_layout 'unified': num_pages * page_size overflows in " +
+                        where(i, t));
+    folded[i].shape = {static_cast<int64_t>(rows), t.shape[2], t.shape[3]};
     folded[i].stride = {t.stride[1], t.stride[2], t.stride[3]};
   }
   if (h.tokens_per_block > 0 && h.tokens_per_block != t0.shape[1])

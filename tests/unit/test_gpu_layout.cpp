@@ -167,6 +167,11 @@ TEST_CASE("SGLang kv_list_layout 'unified' (LMCache 0.5.7's adapter): MHA compon
   auto gapped = comps;
   for (auto& t : gapped) t.stride = {16 * 2 * 8 + 8, 2 * 8, 8, 1};
   check_error(detect_kv_layout(gapped, unified), "unsupported", "back to back");
+  // A hostile view: zero strides pass the reach check, and pages * page_size
+  // does not fit in 64 bits; refused, no overflow (UBSan in CI).
+  auto huge = std::vector<tensor_desc>(2, host_tensor({int64_t{1} << 40, int64_t{1} << 40, 1, 1}));
+  for (auto& t : huge) t.stride = {0, 0, 1, 1};
+  check_error(detect_kv_layout(huge, unified), "layout", "overflows");
   // Sliding-window or Mamba groups: more than one engine group.
   kv_layout_hints hybrid = unified;
   hybrid.group_layer_indices = {{0, 2}, {1, 3}};
