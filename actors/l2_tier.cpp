@@ -320,7 +320,23 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
   return {
     [self](l2_write& w) { on_write(self, w); },
     [self](l2_fetch& f) -> l2_fetch_reply { return on_fetch(self, f); },
-    [self](cleared_atom) { on_cleared(self); },
+    // Clears that queue up while one waits share its round: what routers
+    // need is the chunks announced after the last clear, and a flood of
+    // clears (an engine resetting in a loop) must not become a flood of
+    // EXISTS rounds on a Redis every node shares.
+    [self](cleared_atom) {
+      auto& st = self->state;
+      ++st.clears;
+      if (!st.reannounce_queued) {
+        st.reannounce_queued = true;
+        self->send(self, reannounce_atom_v);
+      }
+    },
+    [self](reannounce_atom) {
+      self->state.reannounce_queued = false;
+      ++self->state.reannounce_rounds;
+      on_cleared(self);
+    },
     [self](recycle_atom, l2_fetch_reply& used) {
       for (auto& b : used.bytes)
         give_spare(self->state, std::move(b));
@@ -344,11 +360,12 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
                  r.slot_refreshes, r.connects, r.connect_failures, st.redis_rejected);
       }
       KVS_INFO(st.label, "stats: written={} fetched_disk={} fetched_redis={} queued={}B "
-                         "events_dropped={} buffers_reused={} spare={}B reannounced={} "
-                         "remembered={} forgotten={}",
+                         "events_dropped={} buffers_reused={} spare={}B clears={} "
+                         "reannounce_rounds={} reannounced={} remembered={} forgotten={}",
                st.written_chunks, st.fetched_disk, st.fetched_redis,
                st.p.queue->in_flight(), st.events_dropped, st.buffers_reused, st.spare_bytes,
-               st.reannounced, st.announced.size(), st.forgotten);
+               st.clears, st.reannounce_rounds, st.reannounced, st.announced.size(),
+               st.forgotten);
       self->delayed_send(self, st.p.stats_interval, stats_atom_v);
     },
   };

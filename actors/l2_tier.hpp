@@ -80,6 +80,9 @@ struct l2_state {
   std::unordered_map<uint64_t, std::list<l2_announced>::iterator> announced_at;
   uint64_t reannounced = 0; ///< BlockStored events sent again after AllBlocksCleared (one per medium)
   uint64_t forgotten = 0;   ///< remembered chunks dropped past l2_reannounce_max_chunks
+  bool reannounce_queued = false; ///< a reannounce is in the mailbox: later clears join it
+  uint64_t clears = 0;            ///< AllBlocksCleared the publisher told of
+  uint64_t reannounce_rounds = 0; ///< announcements again (clears queued together share one)
 };
 
 /// Spawned detached by app/cache_tree.cpp (spawn_l2), which opens the tiers.

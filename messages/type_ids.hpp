@@ -108,5 +108,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   CAF_ADD_ATOM(kvsidecar, kvs, grpc_atom, "grpc")
   /// A rank published an AllBlocksCleared: the store announces its L1 again.
   CAF_ADD_ATOM(kvsidecar, kvs, cleared_atom, "cleared")
+  /// The L2 actor's own turn to announce again, once for every clear queued
+  /// before it (a flood of clears costs Redis one EXISTS round, not one each).
+  CAF_ADD_ATOM(kvsidecar, kvs, reannounce_atom, "reannounce")
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)

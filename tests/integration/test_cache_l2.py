@@ -282,6 +282,45 @@ def test_disk_chunks_are_announced_again_after_an_all_blocks_cleared(cache_serve
     srv.assert_no_events()
 
 
+def test_a_flood_of_clears_ends_with_l2_announced_once_after_the_last(cache_server, kv_pools,
+                                                                      tmp_path):
+    """An engine resetting in a loop: clears that queue up at the L2 actor
+    share one round (one Redis EXISTS round, not one per clear), and the
+    routers still end with every chunk the disk holds announced after the
+    last AllBlocksCleared."""
+    srv = cache_server(events=True, overrides={"l2.disk.enabled": True,
+                                               "l2.disk.path": str(tmp_path / "d"),
+                                               "l2.disk.size": "16MiB"})
+    pools = kv_pools(seed=43)
+    f = flow_for(srv, pools, 1)
+    store_through(srv, f, tokens(3, salt=43), "f-1")
+    disk = stored_by_medium(srv.events(6, kind=vs.BlockStored))["DISK"]
+    assert len(disk) == 3
+    srv.events_seen.clear()
+    clears = 30
+    for _ in range(clears):
+        srv.engine.send(0, vs.encoder.encode(vs.KVEventBatch(ts=time.time(),
+                                                              events=[vs.AllBlocksCleared()])))
+    # In stream order: after the last of the clears, the disk's 3 chunks.
+    evs = srv.events_seen
+
+    def after_last_clear():
+        while (m := srv.sub.recv(0, 0.05)) is not None:
+            evs.extend(vs.decoder.decode(m.payload).events)
+        cleared = [i for i, e in enumerate(evs) if isinstance(e, vs.AllBlocksCleared)]
+        if len(cleared) < clears:
+            return None
+        return stored_by_medium(evs[cleared[-1] + 1:]).get("DISK") == disk
+    wait_until(after_last_clear, 10, "every clear, then the disk's chunks after the last")
+    srv.events_seen.clear()
+    # The publisher tells once per run of batches it publishes together, the
+    # L2 actor rounds once per run of clears queued in its mailbox: never
+    # more rounds than clears, each one announcing the 3 chunks.
+    st = srv.wait_stats(lambda s: s["clears"] >= 1 and s["reannounced"]
+                        == 3 * s["reannounce_rounds"], actor="l2", what="every round done")
+    assert 1 <= st["reannounce_rounds"] <= st["clears"] <= clears, st
+
+
 @needs_redis
 def test_shared_chunks_are_announced_again_only_while_redis_holds_them(cache_server, kv_pools,
                                                                        redis_cluster):
