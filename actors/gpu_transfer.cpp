@@ -1,4 +1,5 @@
 #include "actors/gpu_transfer.hpp"
+#include "gpu/kv_layout.hpp"
 
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
@@ -8,6 +9,29 @@ namespace kvs {
 namespace {
 
 using self_ptr = gpu_transfer_actor::stateful_pointer<gpu_transfer_state>;
+
+/// A STORE's chunk at `position` of a layout with more than one engine
+/// group whose block ids in some group are all the null block 0 (vLLM's
+/// null block: a sliding-window group's blocks out of the window, a
+/// recurrent group's earlier blocks). One engine group: never (0 is then
+/// an ordinary block id).
+bool all_null_in_a_group(const kv_layout& layout, const std::vector<std::vector<int64_t>>& ids,
+                         uint64_t position, uint64_t chunk_tokens) {
+  if (layout.num_groups < 2 || layout.block_size == 0 || ids.size() != layout.num_groups)
+    return false;
+  const uint64_t bpc = chunk_tokens / layout.block_size;
+  const uint64_t first = position * bpc;
+  for (const auto& g : ids) {
+    if (bpc == 0 || g.size() < first + bpc)
+      continue; // malformed: the copy plan refuses it with the reason
+    bool all_null = true;
+    for (uint64_t b = first; b < first + bpc && all_null; ++b)
+      all_null = g[b] == 0;
+    if (all_null)
+      return true;
+  }
+  return false;
+}
 
 /// In-flight copies are polled this often until none is left.
 constexpr std::chrono::microseconds copy_poll_interval{100};
@@ -138,8 +162,23 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       req.direction = cp.to_l1 ? copy_direction::to_l1 : copy_direction::from_l1;
       req.pools = &pools;
       req.block_ids = std::move(cp.block_ids);
-      for (size_t k = 0; k < cp.slots.size(); ++k)
+      std::vector<uint32_t> null_chunks;
+      for (size_t k = 0; k < cp.slots.size(); ++k) {
+        if (cp.to_l1 && all_null_in_a_group(pools.layout(), req.block_ids,
+                                            cp.chunk_positions[k], cp.chunk_tokens)) {
+          null_chunks.push_back(static_cast<uint32_t>(k));
+          continue;
+        }
         req.chunks.push_back(l1_chunk{cp.chunk_positions[k], cp.slots[k]});
+      }
+      if (!null_chunks.empty())
+        KVS_DEBUG(st.label, "instance {}: {} of {} chunks to store are all-null in an engine "
+                            "group: not stored", cp.instance_id, null_chunks.size(), cp.slots.size());
+      if (req.chunks.empty() && !cp.slots.empty()) {
+        gpu_copy_started none{"", 0, true};
+        none.null_chunks = std::move(null_chunks);
+        return none;
+      }
       req.chunk_tokens = cp.chunk_tokens;
       req.slot_bytes = cp.slot_bytes;
       // SGLang's connector counts skipped pages; LMCache 0.5.6's vLLM
@@ -167,10 +206,13 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       }
       if (state == copy_completion::state::done) {
         st.finished(direction, nbytes, start);
-        return gpu_copy_started{completion.event_handle(), 0, true};
+        gpu_copy_started out{completion.event_handle(), 0, true};
+        out.null_chunks = std::move(null_chunks);
+        return out;
       }
       auto ticket = st.next_ticket++;
       gpu_copy_started out{completion.event_handle(), ticket, false};
+      out.null_chunks = std::move(null_chunks);
       st.inflight[ticket] = {std::move(res.value()), std::nullopt, start, direction, nbytes};
       return out;
     },
@@ -178,10 +220,11 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       auto& st = self->state;
       st.staged.erase(op.instance_id); // a re-registration gets a fresh object
       if (op.inline_data) {
-        KVS_INFO(st.label, "instance {}: inline transfers (no staging pool), chunks of {} KiB",
-                 op.instance_id, op.slot_bytes >> 10);
+        KVS_INFO(st.label, "instance {}: inline transfers (no staging pool), chunks of {} KiB{}",
+                 op.instance_id, op.slot_bytes >> 10,
+                 op.groups ? fmt::format(" in group 0 of {}", op.groups->size()) : "");
         st.staged[op.instance_id] = {nullptr, std::move(op.chunk_shape), std::move(op.dtype),
-                                     op.format, op.slot_bytes};
+                                     op.format, op.slot_bytes, std::move(op.groups)};
         return gpu_stage_opened{"", 0};
       }
       uint64_t in_use = 0;
@@ -223,6 +266,7 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       out.chunk_shape = in.chunk_shape;
       out.dtype = in.dtype;
       out.format = in.format;
+      out.groups = in.groups;
       return out;
     },
     [self](gpu_stage_copy& cp) -> caf::result<gpu_copy_done> {

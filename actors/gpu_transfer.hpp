@@ -63,6 +63,7 @@ struct gpu_transfer_state {
     std::string dtype;
     uint8_t format = 0;
     uint64_t slot_bytes = 0; ///< one chunk's bytes
+    stage_groups groups{};   ///< a multi-group (hybrid) instance's groups
   };
 
   gpu_transfer_params p;

@@ -150,6 +150,65 @@ uint32_t torch_dtype_size(const std::string& name) {
   return 0;
 }
 
+/// A multi-group (hybrid-KV) registration's groups as the store and the
+/// sessions use them, or why one is refused (naming the group and field).
+/// Mirrors LMCache 0.5.7's EngineDrivenTransferModule: a group's chunk is
+/// [2, NL, W, H] (or [NL, W, H] with one plane) of its own dtype, W its
+/// window_tokens (0: the whole chunk); window_chunks 0 means the whole
+/// prefix, else that many trailing chunks make a hit.
+expected<std::vector<stage_group>> group_stages(const register_engine_driven_req& r,
+                                                int64_t chunk_size) {
+  std::vector<stage_group> out;
+  for (size_t g = 0; g < r.group_layouts->size(); ++g) {
+    const auto& gl = (*r.group_layouts)[g];
+    auto bad = [&](const std::string& why) {
+      return error{"bad_layout", "group_layouts[" + std::to_string(g) + "]: " + why};
+    };
+    const uint32_t elem = torch_dtype_size(gl.dtype_str);
+    if (elem == 0)
+      return bad("invalid dtype_str '" + gl.dtype_str.substr(0, 32) + "'");
+    if (gl.num_layers <= 0 || gl.num_layers > 16384 || gl.hidden_dim_size <= 0
+        || gl.hidden_dim_size > (int64_t{1} << 20))
+      return bad("num_layers " + std::to_string(gl.num_layers) + " or hidden_dim_size "
+                 + std::to_string(gl.hidden_dim_size) + " out of range");
+    const int64_t tokens = gl.window_tokens == 0 ? chunk_size : gl.window_tokens;
+    if (tokens < 0 || tokens > chunk_size)
+      return bad("window_tokens " + std::to_string(gl.window_tokens) + " outside 0.."
+                 + std::to_string(chunk_size) + " (the chunk size)");
+    const int64_t planes = gl.kv_size == 0 ? (r.use_mla ? 1 : 2) : gl.kv_size;
+    if (planes != 1 && planes != 2)
+      return bad("kv_size " + std::to_string(gl.kv_size) + " (1 or 2 planes)");
+    if (gl.window_chunks < 0 || gl.window_chunks > (int64_t{1} << 20))
+      return bad("window_chunks " + std::to_string(gl.window_chunks) + " out of range");
+    stage_group sg;
+    sg.chunk_shape = planes == 1 ? std::vector<int64_t>{gl.num_layers, tokens, gl.hidden_dim_size}
+                                 : std::vector<int64_t>{2, gl.num_layers, tokens, gl.hidden_dim_size};
+    sg.dtype = gl.dtype_str;
+    sg.format = planes == 1 ? chunk_format_single_plane : chunk_format_kv_2ltd;
+    sg.slot_bytes = elem;
+    for (int64_t d : sg.chunk_shape)
+      sg.slot_bytes *= static_cast<uint64_t>(d); // each factor is bounded above: no overflow
+    sg.window = gl.window_chunks == 0 ? -1 : static_cast<int32_t>(gl.window_chunks);
+    out.push_back(std::move(sg));
+  }
+  return out;
+}
+
+std::string describe_groups(const std::vector<stage_group>& groups) {
+  std::string out;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& sg = groups[g];
+    std::string shape;
+    for (auto d : sg.chunk_shape)
+      shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    out += fmt::format("{}group {}: {} [{}] {}", g ? "; " : "", g,
+                       sg.window < 0 ? std::string{"whole prefix"}
+                                     : fmt::format("last {} chunk(s)", sg.window),
+                       shape, sg.dtype);
+  }
+  return out;
+}
+
 /// 0.5.7's reply names the engine block id that means "no KV" (its server's
 /// --null-block-id, 0 by default); only 0.5.7 payloads (with group_layouts)
 /// get the field, so 0.5.6 replies stay byte for byte LMCache 0.5.6's.
@@ -189,11 +248,17 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
                                              null_block_id_for(r))));
     return;
   }
-  if (r.group_layouts && *r.group_layouts > 1) {
-    fail(std::to_string(*r.group_layouts) + " group_layouts (a hybrid model: sliding window, "
-         "Mamba or indexer groups); engine-driven registrations with more than one group are "
-         "not served");
-    return;
+  // A hybrid model (sliding-window, recurrent or indexer groups beside full
+  // attention): each group's chunks are objects of their own. Its chunks
+  // always travel inline, as with LMCache's server without --shm-name.
+  std::shared_ptr<const std::vector<stage_group>> groups;
+  if (r.group_layouts && r.group_layouts->size() > 1) {
+    auto gs = group_stages(r, st.p.chunk_size);
+    if (!gs) {
+      fail(gs.error_value().detail);
+      return;
+    }
+    groups = std::make_shared<const std::vector<stage_group>>(std::move(gs.value()));
   }
   const uint32_t elem = torch_dtype_size(r.dtype_str);
   if (elem == 0) {
@@ -224,19 +289,35 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
   uint64_t slot = elem;
   for (int64_t d : shape)
     slot *= static_cast<uint64_t>(d); // each factor is bounded above: no overflow
+  uint8_t format = r.use_mla ? chunk_format_single_plane : chunk_format_kv_2ltd;
+  std::string dtype = r.dtype_str;
+  store_configure conf{r.instance_id, slot, {}, {}, r.model_name, r.world_size};
+  if (groups) {
+    // Group 0 is the instance's own chunk; the others are sized per group.
+    const auto& g0 = groups->front();
+    shape = g0.chunk_shape;
+    slot = conf.slot_bytes = g0.slot_bytes;
+    format = g0.format;
+    dtype = g0.dtype;
+    for (const auto& g : *groups) {
+      conf.group_slot_bytes.push_back(g.slot_bytes);
+      conf.group_windows.push_back(g.window);
+    }
+  }
   bool pinged = false;
   if (auto old = st.instances.find(r.instance_id); old != st.instances.end()) {
     KVS_INFO(st.label, "instance {} registers again: replacing its registration", r.instance_id);
     pinged = old->second.pinged;
     forget(self, r.instance_id);
   }
-  const uint8_t format = r.use_mla ? chunk_format_single_plane : chunk_format_kv_2ltd;
-  gpu_stage_open op{r.instance_id, slot, st.p.engine_driven_slots, shape, r.dtype_str, format,
-                    call.peer_uid, st.p.engine_driven_inline};
+  gpu_stage_open op{r.instance_id, slot,          st.p.engine_driven_slots,
+                    shape,         dtype,         format,
+                    call.peer_uid, st.p.engine_driven_inline || groups != nullptr,
+                    groups};
   self->request(st.p.gpu, caf::infinite, std::move(op))
-    .then([self, call, r, slot, fail, pinged](gpu_stage_opened& opened) {
-      self->request(self->state.p.store, caf::infinite, store_configure{r.instance_id, slot})
-        .then([self, call, r, fail, pinged, opened](store_configure_reply&) {
+    .then([self, call, r, conf, groups, fail, pinged](gpu_stage_opened& opened) {
+      self->request(self->state.p.store, caf::infinite, conf)
+        .then([self, call, r, groups, fail, pinged, opened](store_configure_reply&) {
           auto& st = self->state;
           registry_state::instance in;
           in.model = r.model_name;
@@ -249,16 +330,25 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
           in.pool_size = opened.pool_size;
           st.instances[r.instance_id] = std::move(in);
           ++st.registered;
-          KVS_INFO(st.label,
-                   "instance {} registered (engine-driven): model {}, world_size {}, {} layers, "
-                   "hidden {}, {}, {} chunks ({}), {}",
-                   r.instance_id, r.model_name, r.world_size, r.num_layers, r.hidden_dim_size,
-                   r.dtype_str, r.use_mla ? "one plane [NL, T, H]" : "K and V [2, NL, T, H]",
-                   r.use_mla ? "single_plane" : "KV_2LTD",
-                   opened.shm_name.empty()
-                     ? std::string("inline transfers (no pool: the chunks travel in the messages)")
-                     : fmt::format("staging pool {} of {} bytes", opened.shm_name,
-                                   opened.pool_size));
+          if (groups) {
+            KVS_INFO(st.label,
+                     "instance {} registered (engine-driven, a hybrid model of {} groups): "
+                     "model {}, world_size {}, {}; inline transfers (the chunks travel in the "
+                     "messages)",
+                     r.instance_id, groups->size(), r.model_name, r.world_size,
+                     describe_groups(*groups));
+          } else {
+            KVS_INFO(st.label,
+                     "instance {} registered (engine-driven): model {}, world_size {}, {} layers, "
+                     "hidden {}, {}, {} chunks ({}), {}",
+                     r.instance_id, r.model_name, r.world_size, r.num_layers, r.hidden_dim_size,
+                     r.dtype_str, r.use_mla ? "one plane [NL, T, H]" : "K and V [2, NL, T, H]",
+                     r.use_mla ? "single_plane" : "KV_2LTD",
+                     opened.shm_name.empty()
+                       ? std::string("inline transfers (no pool: the chunks travel in the messages)")
+                       : fmt::format("staging pool {} of {} bytes", opened.shm_name,
+                                     opened.pool_size));
+          }
           self->send(st.bridge, make_reply(call, encode_reply_engine_driven_context(
                                                    opened.shm_name, opened.pool_size,
                                                    null_block_id_for(r))));

@@ -1,4 +1,6 @@
 #include "actors/session.hpp"
+#include "actors/session_hybrid.hpp"
+#include "actors/session_steps.hpp"
 
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
@@ -10,11 +12,8 @@
 
 namespace kvs {
 
-namespace {
+namespace session_steps {
 
-using self_ptr = session_actor::stateful_pointer<session_state>;
-
-/// Hashes of chunks [0, n_chunks) of the key's tokens (prefix-chained).
 std::vector<uint64_t> key_hashes(const cache_key& key, size_t chunk_size, size_t n_chunks) {
   size_t n_tokens = std::min(key.token_ids.size(), n_chunks * chunk_size);
   std::vector<int64_t> tokens(key.token_ids.begin(),
@@ -23,7 +22,6 @@ std::vector<uint64_t> key_hashes(const cache_key& key, size_t chunk_size, size_t
                       identity_seed(key.model_name, key.world_size, key.cache_salt));
 }
 
-/// Chunk range [begin, end) a key's [start, end) token range covers.
 std::pair<size_t, size_t> chunk_range(const cache_key& key, size_t cs) {
   auto start = static_cast<size_t>(std::max<int64_t>(key.start, 0));
   auto end = static_cast<size_t>(std::max<int64_t>(key.end, 0));
@@ -34,6 +32,12 @@ std::pair<size_t, size_t> chunk_range(const cache_key& key, size_t cs) {
 void reply(self_ptr self, const mp_call& call, std::optional<std::string> body) {
   self->send(self->state.p.bridge, make_reply(call, std::move(body)));
 }
+
+} // namespace session_steps
+
+namespace {
+
+using namespace session_steps;
 
 void reply_copy(self_ptr self, const mp_call& call, const std::string& handle, bool ok) {
   reply(self, call, encode_mp_event_ok(handle, ok));
@@ -188,12 +192,42 @@ void fail_job(self_ptr self, uint64_t id, copy_step step, const caf::error& err)
     reply_copy(self, call, {}, false);
 }
 
+/// The chunks a hybrid layout's store found all-null in an engine group
+/// (gpu_copy_started::null_chunks, ascending indices into `fin`) were not
+/// copied: their reservations are aborted now, the rest commit as usual.
+void abort_null_chunks(self_ptr self, store_finish& fin, const std::vector<uint32_t>& null_chunks) {
+  store_finish drop;
+  drop.rank = fin.rank;
+  drop.commit = false;
+  store_finish keep = fin;
+  keep.hashes.clear();
+  keep.tokens.clear();
+  keep.parents.clear();
+  size_t n = 0;
+  for (size_t k = 0; k < fin.hashes.size(); ++k) {
+    if (n < null_chunks.size() && null_chunks[n] == k) {
+      ++n;
+      drop.hashes.push_back(fin.hashes[k]);
+      continue;
+    }
+    keep.hashes.push_back(fin.hashes[k]);
+    keep.tokens.push_back(std::move(fin.tokens[k]));
+    keep.parents.push_back(fin.parents[k]);
+  }
+  KVS_DEBUG(self->state.label, "{} chunks all-null in an engine group: not stored",
+            drop.hashes.size());
+  self->send(self->state.p.store, std::move(drop));
+  fin = std::move(keep);
+}
+
 /// The copy has started: answer the engine, and finish the job once the copy
 /// is over. Settled at once (host backend): finish first, so that a lookup
 /// after the answer sees the chunks (read-your-writes).
 void copy_started(self_ptr self, uint64_t id, gpu_copy_started& started) {
   auto& st = self->state;
   auto& job = st.jobs.at(id);
+  if (!started.null_chunks.empty() && job.reserved)
+    abort_null_chunks(self, *job.reserved, started.null_chunks);
   if (started.complete) {
     auto call = std::move(job.call);
     finish_job(self, id, true);
@@ -240,25 +274,6 @@ gpu_copy copy_of(const session_state& st, const copy_job& job, int64_t instance_
   cp.slot_bytes = slot_bytes;
   cp.engine_event_handle = event_handle;
   return cp;
-}
-
-/// What a store commits (or aborts): who it is for, and per chunk its hash,
-/// tokens and parent (the BlockStored events and the L2 objects).
-store_finish finish_for(const cache_key& key, int32_t rank) {
-  store_finish fin;
-  fin.rank = rank;
-  fin.model = key.model_name; // names the L2 objects
-  fin.salt = key.cache_salt;
-  return fin;
-}
-
-/// Adds chunk `abs` (counted from the key's token 0) of `key` to `fin`.
-void add_chunk(store_finish& fin, const cache_key& key, const std::vector<uint64_t>& hashes,
-               size_t abs, size_t cs) {
-  fin.hashes.push_back(hashes[abs]);
-  fin.tokens.emplace_back(key.token_ids.begin() + static_cast<ptrdiff_t>(abs * cs),
-                          key.token_ids.begin() + static_cast<ptrdiff_t>((abs + 1) * cs));
-  fin.parents.push_back(abs == 0 ? std::nullopt : std::optional<uint64_t>{hashes[abs - 1]});
 }
 
 /// STORE step 1 done: copy into the reserved slots (what L1 already holds
@@ -395,24 +410,10 @@ std::vector<shm_slot_desc> slot_descs(const gpu_stage_taken& t, size_t n) {
   return out;
 }
 
-/// A prepare's answers are back: the session may end now.
-void prepared(self_ptr self) {
-  --self->state.preparing;
-  maybe_finish(self);
-}
 
 void on_prepare_store(self_ptr self, mp_call& call) {
   auto& st = self->state;
   const auto& r = std::get<prepare_store_req>(call.request->body);
-  for (const auto& g : r.skipped_chunks)
-    if (!g.empty()) {
-      // Only multi-group workers skip null-block chunks, and their
-      // registrations are refused: this one sent what its registration did not.
-      KVS_WARN(st.label, "prepare_store with skipped_chunks from a single-group registration");
-      self->send(st.p.bridge, make_failure_reply(call, "prepare_store: skipped_chunks needs a "
-                                                       "multi-group registration, which is not served"));
-      return;
-    }
   const auto cs = static_cast<size_t>(st.p.chunk_size);
   auto [begin, end] = chunk_range(r.key, cs);
   if (!r.key.worker_id || end <= begin) {
@@ -430,6 +431,21 @@ void on_prepare_store(self_ptr self, mp_call& call) {
       [self, call, key, begin, end](gpu_stage_taken& taken) mutable {
         auto& st = self->state;
         const auto& r = std::get<prepare_store_req>(call.request->body);
+        if (taken.groups) {
+          prepare_store_groups(self, call, taken, key, end - begin);
+          prepared(self);
+          return;
+        }
+        for (const auto& g : r.skipped_chunks)
+          if (!g.empty()) {
+            // Only multi-group workers skip null-block chunks: this one sent
+            // what its registration did not.
+            KVS_WARN(st.label, "prepare_store with skipped_chunks from a single-group registration");
+            self->send(st.p.bridge, make_failure_reply(call, "prepare_store: skipped_chunks from "
+                                                             "a single-group registration"));
+            prepared(self);
+            return;
+          }
         // Inline: no staging slot bounds the store (the data comes in commit_store).
         const size_t room = taken.inline_data ? end - begin : taken.offsets.size();
         if (room < end - begin)
@@ -561,6 +577,39 @@ void on_commit_store(self_ptr self, mp_call& call) {
   const auto& r = std::get<commit_store_req>(call.request->body);
   const auto key = staged_key_of(r.key, r.instance_id, true);
   auto i = st.staged.find(key);
+  if (i != st.staged.end() && i->second.groups) {
+    auto t = std::move(i->second);
+    st.staged.erase(i);
+    commit_store_groups(self, call, std::move(t));
+    return;
+  }
+  if (!r.cpu_data.empty() && i == st.staged.end()) {
+    // No prepare_store came first (LMCache's inline strategy needs none): a
+    // hybrid instance's grouped data is served all the same.
+    ++st.preparing;
+    self->request(st.p.gpu, caf::infinite, gpu_stage_take{r.instance_id, 0})
+      .then(
+        [self, call](gpu_stage_taken& taken) {
+          auto& st = self->state;
+          const auto& r = std::get<commit_store_req>(call.request->body);
+          if (taken.groups) {
+            staged_transfer t;
+            t.instance_id = r.instance_id;
+            t.groups = taken.groups;
+            commit_store_groups(self, call, std::move(t));
+          } else {
+            auto c = call;
+            commit_inline(self, c, st.staged.end());
+          }
+          prepared(self);
+        },
+        [self, call](caf::error&) {
+          auto c = call;
+          commit_inline(self, c, self->state.staged.end());
+          prepared(self);
+        });
+    return;
+  }
   if (!r.cpu_data.empty()) {
     commit_inline(self, call, i);
     return;
@@ -620,6 +669,10 @@ void on_prepare_retrieve(self_ptr self, mp_call& call) {
       [self, call, key, begin, end, fail](gpu_stage_taken& taken) {
         auto& st = self->state;
         const auto& r = std::get<prepare_retrieve_req>(call.request->body);
+        if (taken.groups) {
+          prepare_retrieve_groups(self, call, taken, begin, end); // calls prepared()
+          return;
+        }
         if (!taken.inline_data && taken.offsets.size() < end - begin) {
           fail(std::to_string(taken.offsets.size()) + " staging slots free for "
                  + std::to_string(end - begin) + " chunks (cache.engine_driven_slots)",
@@ -811,5 +864,34 @@ session_actor::behavior_type session(session_actor::stateful_pointer<session_sta
     },
   };
 }
+
+namespace session_steps {
+
+/// What a store commits (or aborts): who it is for, and per chunk its hash,
+/// tokens and parent (the BlockStored events and the L2 objects).
+store_finish finish_for(const cache_key& key, int32_t rank) {
+  store_finish fin;
+  fin.rank = rank;
+  fin.model = key.model_name; // names the L2 objects
+  fin.salt = key.cache_salt;
+  return fin;
+}
+
+/// Adds chunk `abs` (counted from the key's token 0) of `key` to `fin`.
+void add_chunk(store_finish& fin, const cache_key& key, const std::vector<uint64_t>& hashes,
+               size_t abs, size_t cs) {
+  fin.hashes.push_back(hashes[abs]);
+  fin.tokens.emplace_back(key.token_ids.begin() + static_cast<ptrdiff_t>(abs * cs),
+                          key.token_ids.begin() + static_cast<ptrdiff_t>((abs + 1) * cs));
+  fin.parents.push_back(abs == 0 ? std::nullopt : std::optional<uint64_t>{hashes[abs - 1]});
+}
+
+/// A prepare's answers are back: the session may end now.
+void prepared(self_ptr self) {
+  --self->state.preparing;
+  maybe_finish(self);
+}
+
+} // namespace session_steps
 
 } // namespace kvs

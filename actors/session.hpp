@@ -52,6 +52,9 @@ struct staged_transfer {
   uint64_t slot_bytes = 0;
   std::vector<int64_t> chunk_shape;
   std::string dtype;
+  /// A hybrid-KV instance's store between its prepare and its commit: its
+  /// groups (the data comes inline with the commit; nothing is held yet).
+  stage_groups groups;
 };
 
 struct session_state {

@@ -4,6 +4,7 @@
 #include "actors/caf_error.hpp"
 #include "actors/event_announce.hpp"
 #include "actors/sweep.hpp"
+#include "cache/group_lookup.hpp"
 #include "config/config.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 
@@ -88,9 +89,26 @@ size_t distinct_sizes(const std::unordered_map<int64_t, size_t>& m) {
 // The store's handlers, one per message (store() below lists them).
 
 /// LOOKUP: locks the prefix found in L1 (and asks L2 for the rest).
+/// How many groups' sessions a request's locks are held under.
+uint32_t groups_of(const store_state& st, const std::string& session) {
+  auto i = st.session_groups.find(session);
+  return i == st.session_groups.end() ? 1 : i->second;
+}
+
 caf::result<uint64_t> on_lookup(self_ptr self, store_lookup& q) {
   auto& st = self->state;
   auto now = cache_clock::now();
+  if (auto gm = st.group_models.find({q.model, q.world_size}); gm != st.group_models.end()) {
+    // A hybrid model: every group's in-window part of the prefix (L1 only:
+    // the L2 tiers keep group 0's chunks, which alone serve no hit).
+    const auto& windows = gm->second.windows;
+    for (uint32_t g = static_cast<uint32_t>(windows.size()); g < groups_of(st, q.session); ++g)
+      st.ledger->end_session(group_session(q.session, g)); // a model that had more groups
+    st.session_groups[q.session] = static_cast<uint32_t>(windows.size());
+    return static_cast<uint64_t>(lookup_groups(*st.index, *st.ledger, q.session, q.hashes,
+                                               windows, q.world_size, q.readers_per_key, now,
+                                               q.begin));
+  }
   // LMCache 0.5.7: the engine holds the chunks below key.start. They
   // keep their recency; the lookup (locks, L2) covers only the rest,
   // and the hit counts them (q.begin + what is found after them).
@@ -112,16 +130,24 @@ caf::result<uint64_t> on_lookup(self_ptr self, store_lookup& q) {
 /// FREE_LOOKUP_LOCKS: gives back a request's lookup locks on a range.
 void on_release_range(self_ptr self, store_release_range& q) {
   auto& ledger = *self->state.ledger;
-  if (q.rank)
-    ledger.release_rank(q.session, *q.rank, q.begin, q.end, cache_clock::now(), UINT32_MAX);
-  else
-    ledger.release_range(q.session, q.begin, q.end, cache_clock::now());
+  for (uint32_t g = 0, n = groups_of(self->state, q.session); g < n; ++g) {
+    auto session = group_session(q.session, g);
+    if (q.rank)
+      ledger.release_rank(session, *q.rank, q.begin, q.end, cache_clock::now(), UINT32_MAX);
+    else
+      ledger.release_range(session, q.begin, q.end, cache_clock::now());
+  }
 }
 
 /// END_SESSION: every lock the request still holds.
 uint64_t on_end_session(self_ptr self, store_end_session& q) {
-  self->state.p.l2.fetches.erase(q.session); // L2 hook: a late prefetch takes no locks
-  return self->state.ledger->end_session(q.session);
+  auto& st = self->state;
+  st.p.l2.fetches.erase(q.session); // L2 hook: a late prefetch takes no locks
+  uint64_t released = 0;
+  for (uint32_t g = 0, n = groups_of(st, q.session); g < n; ++g)
+    released += st.ledger->end_session(group_session(q.session, g));
+  st.session_groups.erase(q.session);
+  return released;
 }
 
 /// STORE, step 1: a slot for each chunk not in L1 yet (evicting to make room).
@@ -139,6 +165,13 @@ caf::result<store_reserve_reply> on_reserve(self_ptr self, store_reserve& q) {
     return refuse({"not_registered",
                    "instance " + std::to_string(q.instance_id) + " is not registered"});
   out.slot_bytes = sized->second;
+  if (q.group != 0) {
+    auto gb = st.group_bytes.find(q.instance_id);
+    if (gb == st.group_bytes.end() || q.group >= gb->second.size())
+      return refuse({"not_registered", "instance " + std::to_string(q.instance_id)
+                                         + " registered no group " + std::to_string(q.group)});
+    out.slot_bytes = gb->second[q.group];
+  }
   auto now = cache_clock::now();
   std::vector<chunk_key> reserved;
   for (size_t i = 0; i < q.hashes.size(); ++i) {
@@ -175,6 +208,8 @@ void on_finish(self_ptr self, store_finish& f) {
     if (!st.index->commit(k))
       continue;
     ++st.stored;
+    if (f.group != 0)
+      continue; // a hybrid model's other groups: group 0's chunk is announced
     l2_stage(self, f, i); // L2 hook: write-through
     if (f.rank != 0)
       continue;
@@ -274,6 +309,21 @@ void on_release_ticket(self_ptr self, store_release& r) {
   st.tickets.erase(i);
 }
 
+/// Drops a multi-group instance's groups; its model's lookups go back to
+/// one group once no instance of it is registered.
+void forget_groups(store_state& st, int64_t instance) {
+  st.group_bytes.erase(instance);
+  auto m = st.group_instance_model.find(instance);
+  if (m == st.group_instance_model.end())
+    return;
+  if (auto gm = st.group_models.find(m->second); gm != st.group_models.end()) {
+    gm->second.instances.erase(instance);
+    if (gm->second.instances.empty())
+      st.group_models.erase(gm);
+  }
+  st.group_instance_model.erase(m);
+}
+
 /// REGISTER: the slot size of an instance (0: it unregistered).
 caf::result<store_configure_reply> on_configure(self_ptr self, store_configure& c) {
   // Every instance gets slots of its own chunk size from the one L1
@@ -282,6 +332,22 @@ caf::result<store_configure_reply> on_configure(self_ptr self, store_configure& 
   auto& st = self->state;
   store_configure_reply out;
   auto usable = st.p.pool->capacity_bytes();
+  forget_groups(st, c.instance_id);
+  for (auto b : c.group_slot_bytes)
+    if (st.p.pool->stride_for(b) == 0 || st.p.pool->stride_for(b) > usable)
+      return to_caf_error("l1_too_small", "a group's chunks of " + std::to_string(b)
+                                            + " bytes per rank do not fit in the L1 region of "
+                                            + std::to_string(usable) + " bytes (cache.l1_size)");
+  if (c.slot_bytes != 0 && !c.group_slot_bytes.empty()) {
+    st.group_bytes[c.instance_id] = {c.group_slot_bytes.begin(), c.group_slot_bytes.end()};
+    st.group_instance_model[c.instance_id] = {c.model, c.world_size};
+    auto& gm = st.group_models[{c.model, c.world_size}];
+    if (gm.windows != c.group_windows && !gm.instances.empty())
+      KVS_WARN(st.label, "model {} (world_size {}) registered again with other groups: its "
+                         "lookups follow instance {}'s", c.model, c.world_size, c.instance_id);
+    gm.windows = c.group_windows;
+    gm.instances[c.instance_id] = true;
+  }
   if (c.slot_bytes == 0) {
     st.chunk_bytes.erase(c.instance_id);
   } else if (st.p.pool->stride_for(c.slot_bytes) == 0
@@ -339,6 +405,9 @@ void on_sweep(self_ptr self, std::chrono::nanoseconds expiry) {
   auto now = cache_clock::now();
   auto locks = st.index->expire_locks(now);
   auto stale = st.index->expire_reservations(now);
+  // Sessions the ledger ended by their idle TTL take their group count along.
+  for (auto i = st.session_groups.begin(); i != st.session_groups.end();)
+    i = st.ledger->has_session(i->first) ? std::next(i) : st.session_groups.erase(i);
   if (locks + stale.size() > 0)
     KVS_WARN(st.label, "expired: {} read locks past lock_ttl, {} reservations never "
                        "committed", locks, stale.size());

@@ -50,6 +50,19 @@ struct store_state {
   std::unordered_map<uint64_t, read_ticket> tickets;
   /// Registered instance -> bytes per chunk per rank (its slot size).
   std::unordered_map<int64_t, size_t> chunk_bytes;
+  /// Multi-group (hybrid-KV) instances: every group's chunk bytes, and the
+  /// (model, world_size) they registered; LOOKUPs of such a model use its
+  /// groups' windows (cache/group_lookup.hpp) while an instance of it is
+  /// registered; sessions that looked up more than one group hold their
+  /// other groups' locks under group_session names.
+  struct group_model {
+    std::vector<int32_t> windows;
+    std::map<int64_t, bool> instances;
+  };
+  std::unordered_map<int64_t, std::vector<size_t>> group_bytes;
+  std::unordered_map<int64_t, std::pair<std::string, int64_t>> group_instance_model;
+  std::map<std::pair<std::string, int64_t>, group_model> group_models;
+  std::unordered_map<std::string, uint32_t> session_groups;
   /// subscribe_kv_events: where records go (null: nowhere), and the model of
   /// each committed rank-0 chunk (an eviction's record names it).
   engine_bridge_actor records_sink;

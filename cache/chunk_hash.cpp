@@ -36,6 +36,18 @@ void put_tokens_le(unsigned char* dst, const int64_t* tokens, size_t n) {
 
 } // namespace
 
+uint64_t group_hash(uint64_t h, uint32_t group) {
+  if (group == 0)
+    return h;
+  static constexpr std::string_view k_group_tag = "kvsidecar.group.v1";
+  unsigned char buf[k_group_tag.size() + 12];
+  std::memcpy(buf, k_group_tag.data(), k_group_tag.size());
+  put_u64le(buf + k_group_tag.size(), h);
+  for (int i = 0; i < 4; ++i)
+    buf[k_group_tag.size() + 8 + i] = static_cast<unsigned char>(group >> (8 * i));
+  return XXH3_64bits(buf, sizeof buf);
+}
+
 uint64_t identity_seed(std::string_view model, int64_t world_size,
                        std::string_view cache_salt) {
   std::vector<unsigned char> buf;

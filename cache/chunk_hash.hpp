@@ -42,6 +42,14 @@ void append_chunk_hashes(const int64_t* tokens, size_t n_tokens,
                          size_t chunk_size, uint64_t seed,
                          std::vector<uint64_t>& out);
 
+/// The key of LMCache group `group` of the chunk whose prefix hash is `h`
+/// (a multi-group, hybrid-KV registration stores each group's part of a
+/// chunk as its own object, as LMCache's ObjectKey.object_group_id does).
+/// Group 0 keeps the prefix hash itself, so its chunks are announced and
+/// found as a single-group model's are; group g > 0 is
+///   XXH3_64bits("kvsidecar.group.v1" || u64le(h) || u32le(g)).
+uint64_t group_hash(uint64_t h, uint32_t group);
+
 /// Number of full chunks in n_tokens (0 when chunk_size is 0).
 inline size_t full_chunks(size_t n_tokens, size_t chunk_size) {
   return chunk_size == 0 ? 0 : n_tokens / chunk_size;

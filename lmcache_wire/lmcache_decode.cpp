@@ -315,6 +315,31 @@ status read_timeout(cursor& c, const std::string& where, double& out) {
   return {};
 }
 
+/// LMCache's own bound on groups (tensor_wire.py _MAX_GROUP_COUNT).
+constexpr uint32_t k_max_group_layouts = 64;
+
+status read_group_layout(cursor& c, const std::string& where, group_layout_desc& g) {
+  required req{{{"num_layers", false}, {"hidden_dim_size", false}, {"dtype_str", false},
+                {"tokens_per_block", false}}};
+  auto e = read_fields(c, where, false, [&](std::string_view f, bool& known) -> status {
+    known = true;
+    req.seen(f);
+    std::string w = at_field(where, f);
+    if (f == "num_layers") return read_int(c, w, g.num_layers);
+    if (f == "hidden_dim_size") return read_int(c, w, g.hidden_dim_size);
+    if (f == "dtype_str") return read_str(c, w, g.dtype_str);
+    if (f == "tokens_per_block") return read_int(c, w, g.tokens_per_block);
+    if (f == "window_tokens") return read_int(c, w, g.window_tokens);
+    if (f == "kv_size") return read_int(c, w, g.kv_size);
+    if (f == "window_chunks") return read_int(c, w, g.window_chunks);
+    if (f == "recurrent") return read_bool(c, w, g.recurrent);
+    known = false;
+    return {};
+  });
+  if (!e) return e;
+  return req.check(where, "GroupLayout");
+}
+
 status read_engine_driven_payload(cursor& c, const std::string& where,
                                   register_engine_driven_req& r) {
   required req{{{"instance_id", false}, {"model_name", false}, {"world_size", false},
@@ -336,14 +361,14 @@ status read_engine_driven_payload(cursor& c, const std::string& where,
     if (f == "group_layouts") {
       uint32_t n = 0;
       if (auto h = read_header(c, w, mk::array, n); !h) return h;
+      if (n > k_max_group_layouts)
+        return fail(w, std::to_string(n) + " groups, above " + std::to_string(k_max_group_layouts));
+      r.group_layouts.emplace();
       for (uint32_t g = 0; g < n; ++g) {
-        item it;
-        if (auto x = read_item(c, at_index(w, g), it); !x) return x;
-        if (it.kind != mk::map) return wrong_kind(at_index(w, g), "map (a GroupLayout)", it);
-        for (uint32_t m = 0; m < 2 * it.len; ++m)
-          if (const char* bad = c.skip()) return fail(at_index(w, g), std::string("undecodable msgpack (") + bad + ")");
+        group_layout_desc gl;
+        if (auto x = read_group_layout(c, at_index(w, g), gl); !x) return x;
+        r.group_layouts->push_back(std::move(gl));
       }
-      r.group_layouts = n;
       return {};
     }
     known = false;

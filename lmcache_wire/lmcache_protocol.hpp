@@ -170,6 +170,18 @@ struct unregister_kv_cache_req {
 /// [2, num_layers, num_physical_slots, hidden_dim_size] (use_mla false) or
 /// [num_layers, num_physical_slots, hidden_dim_size] (use_mla true: MLA and
 /// fused-K/V formats, one plane) of dtype_str.
+/// 0.5.7's `GroupLayout` (custom_types.py): one LMCache group of a
+/// multi-group (hybrid-KV) worker. Defaults are msgspec's.
+struct group_layout_desc {
+  int64_t num_layers = 0;
+  int64_t hidden_dim_size = 0;
+  std::string dtype_str;
+  int64_t tokens_per_block = 0;
+  int64_t window_tokens = 0; ///< tokens stored per chunk; 0: the whole chunk
+  int64_t kv_size = 0;       ///< planes: 2 K/V, 1 single plane, 0: the payload's use_mla
+  int64_t window_chunks = 0; ///< trailing chunks a hit needs; 0: the whole prefix
+  bool recurrent = false;    ///< recurrent-state snapshots (Mamba/GDN)
+};
 struct register_engine_driven_req {
   int64_t instance_id = 0;
   std::string model_name;
@@ -180,9 +192,9 @@ struct register_engine_driven_req {
   std::string dtype_str;  ///< a torch dtype attribute name ("bfloat16")
   bool use_mla = false;
   std::optional<int64_t> num_physical_slots; ///< nil/absent: one per token of a chunk
-  /// 0.5.7's `group_layouts` (GroupLayout maps): absent in 0.5.6 (nullopt),
-  /// [] for single-group workers; its entries are counted, not kept.
-  std::optional<uint32_t> group_layouts;
+  /// 0.5.7's `group_layouts`: absent in 0.5.6 (nullopt), [] for
+  /// single-group workers, one entry per group for hybrid models.
+  std::optional<std::vector<group_layout_desc>> group_layouts;
 };
 struct unregister_engine_driven_req {
   int64_t instance_id = 0;

@@ -135,6 +135,20 @@ enum chunk_format : uint8_t {
   chunk_format_single_plane = 1,
 };
 
+/// One LMCache group of a multi-group (hybrid-KV) engine-driven
+/// registration (LMCache 0.5.7's GroupLayout): its chunks are stored under
+/// their own keys (group_hash in cache/chunk_hash.hpp) in their own layout.
+struct stage_group {
+  std::vector<int64_t> chunk_shape; ///< as the engine views one chunk of the group
+  std::string dtype;
+  uint8_t format = chunk_format_kv_2ltd;
+  uint64_t slot_bytes = 0;
+  /// Trailing chunks a prefix hit needs from this group (a sliding window
+  /// or a recurrent state); -1: the whole prefix (full attention).
+  int32_t window = -1;
+};
+using stage_groups = std::shared_ptr<const std::vector<stage_group>>;
+
 /// STORE step 1: a slot for each chunk of `hashes` on `rank`, each as long
 /// as one chunk of the instance's registered layout.
 struct store_reserve {
@@ -146,6 +160,9 @@ struct store_reserve {
   /// the rest are left out (an engine-driven store limited by its staging
   /// slots). 0: no limit.
   size_t max_chunks = 0;
+  /// A multi-group instance's group (`hashes` are that group's keys): the
+  /// slots are as long as one of its chunks.
+  uint32_t group = 0;
 };
 struct reserved_chunk {
   size_t position = 0;      ///< index into store_reserve::hashes
@@ -168,6 +185,10 @@ struct store_finish {
   std::vector<std::optional<uint64_t>> parents;
   std::string model; ///< the key's model_name: kv_event_stream records, L2 objects
   std::string salt;  ///< names L2 objects (l2/object_header.hpp)
+  /// A multi-group instance's group above 0: committed only, never
+  /// announced nor written to L2 (routers and L2 know the token prefix,
+  /// which group 0 names).
+  uint32_t group = 0;
 };
 
 /// RETRIEVE step 1: pin chunks [begin, end) of `hashes` on `rank` for
@@ -196,6 +217,14 @@ struct store_release {
 struct store_configure {
   int64_t instance_id = 0;
   size_t slot_bytes = 0;
+  /// A multi-group (hybrid) registration: every group's chunk size (group
+  /// 0's is slot_bytes) and window (stage_group::window). The store answers
+  /// LOOKUPs of (model, world_size) by these windows while an instance of
+  /// it is registered. Empty: one group.
+  std::vector<uint64_t> group_slot_bytes{};
+  std::vector<int32_t> group_windows{};
+  std::string model{};
+  int64_t world_size = 0;
 };
 /// Refused (a chunk does not fit in L1): a caf::error instead.
 struct store_configure_reply {
@@ -235,6 +264,13 @@ struct gpu_copy_started {
   /// The copy already finished (host backend): no gpu_await needed, and the
   /// session commits/releases before it answers (read-your-writes).
   bool complete = false;
+  /// STORE with more than one engine group (a hybrid model's sliding-window
+  /// or recurrent groups): the chunks (indices into gpu_copy::slots) whose
+  /// block ids in some group are all the null block 0. Their pages hold no
+  /// KV (a window group's out-of-window blocks), so they were not copied,
+  /// and their reservations are aborted: a later, shorter prefix hit would
+  /// read garbage (LMCache's all_null_chunk_masks).
+  std::vector<uint32_t> null_chunks{};
 };
 struct gpu_await {
   uint64_t ticket = 0;
@@ -260,6 +296,8 @@ struct gpu_stage_open {
   /// cache.engine_driven_transfer = "inline": no pool; the chunks travel
   /// in commit_store's and prepare_retrieve's data (LMCache 0.5.7).
   bool inline_data = false;
+  /// A multi-group (hybrid) registration (always inline); empty: one group.
+  stage_groups groups{};
 };
 struct gpu_stage_opened {
   std::string shm_name;
@@ -280,6 +318,7 @@ struct gpu_stage_taken {
   /// An inline instance: no slots (offsets empty); the session copies the
   /// chunks from and into the request's and reply's data.
   bool inline_data = false;
+  stage_groups groups{}; ///< a multi-group instance's groups; null: one group
 };
 /// Copies slot_bytes between staging slot offsets[i] and L1 slot l1[i]
 /// (to_l1: staging -> L1, commit_store; else L1 -> staging,

@@ -21,6 +21,7 @@ import types
 import uuid
 from pathlib import Path
 
+import msgspec
 import pytest
 
 grpc = pytest.importorskip("grpc", reason="the gRPC tests need grpcio (pip install grpcio)")
@@ -32,7 +33,8 @@ from lmcache_client import EVENT_HANDLE, cache_key
 from test_cache_grpc import (CHUNK_SIZE_REPLY, CTRL, LOOKUP, _batch, grpc_server, key056,
                              md, pb_bytes, pb_int, streams_gone, unary, wait_grpc, wait_request)
 from lmcache_wheels import client_namespace, wheel_imports
-from test_cache_lmcache_057 import MODEL, _src057, _torch_stand_in_057, key057
+from test_cache_lmcache_057 import (MODEL, _chunk_bytes, _grouped, _src057,
+                                    _torch_stand_in_057, key057)
 from test_cache_lmcache_client import blocks, lmcache_wrappers
 from test_cache_server import lookup_wait, register
 
@@ -216,8 +218,10 @@ def test_056_and_057_grpc_clients_on_one_server(lmc, cache_server, kv_pools):
 
 def test_057_engine_driven_over_grpc(lmc, cache_server):
     """0.5.7's engine-driven registration (group_layouts) over gRPC: its
-    reply carries null_block_id; prepare_store / commit_store; a hybrid
-    registration is refused at once with the reason."""
+    reply carries null_block_id; prepare_store / commit_store. A hybrid
+    registration (two groups, one a one-chunk window) is served over gRPC
+    too: its grouped inline data stored and retrieved byte for byte; a group
+    the server cannot size is refused at once with the reason."""
     srv = grpc_server(cache_server)
     client = lmc.create_request_client(srv.grpc_url)
     ct = lmc.custom_types
@@ -236,20 +240,57 @@ def test_057_engine_driven_over_grpc(lmc, cache_server):
         assert client.commit_store(key057(lmc, toks, 0, CHUNK, "e"), 5730,
                                    b"").result(timeout=T) is True
         srv.wait_stats(lambda s: s["stored"] == 1)
-        gl = ct.GroupLayout(num_layers=2, hidden_dim_size=64, dtype_str="bfloat16",
-                            tokens_per_block=32)
+        full = ct.GroupLayout(num_layers=2, hidden_dim_size=64, dtype_str="bfloat16",
+                              tokens_per_block=32, window_tokens=CHUNK, kv_size=2)
+        swa = ct.GroupLayout(num_layers=1, hidden_dim_size=64, dtype_str="bfloat16",
+                             tokens_per_block=32, window_tokens=CHUNK // 2, kv_size=1,
+                             window_chunks=1)
         hybrid = ct.RegisterEngineDrivenContextPayload(
-            instance_id=5731, model_name=MODEL, world_size=1, block_size=32, num_layers=2,
+            instance_id=5731, model_name=MODEL + "-hybrid", world_size=1, block_size=32,
+            num_layers=3, hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
+            num_physical_slots=CHUNK, group_layouts=[full, swa])
+        reply = client.register_kv_cache_engine_driven_context(hybrid).result(timeout=T)
+        assert (reply.shm_name, reply.pool_size, reply.null_block_id) == ("", 0, 0)
+        full_n, swa_n = 2 * 2 * CHUNK * 64 * 2, CHUNK // 2 * 64 * 2
+        htoks = tokens(2, salt=160)
+
+        def hkey(rid, worker=0, readers=0):
+            return lmc.IPCCacheServerKey.from_token_ids(
+                model_name=MODEL + "-hybrid", world_size=1, worker_id=worker,
+                token_ids=list(htoks), start=0, end=2 * CHUNK, request_id=rid,
+                num_kv_readers=readers)
+        client.prepare_store(hkey("h"), 5731).result(timeout=T)
+        data = _grouped([(0, "bfloat16", (2, 2, CHUNK, 64), [_chunk_bytes(c, full_n) for c in (1, 2)]),
+                         (1, "bfloat16", (1, CHUNK // 2, 64), [_chunk_bytes(9, swa_n)])])
+        assert client.commit_store(hkey("h"), 5731, data).result(timeout=T) is True
+        srv.wait_stats(lambda s: s["stored"] == 4)
+        assert client.lookup(hkey("hr", worker=None, readers=1), 1).result(timeout=T) is None
+        assert client.wait_prefetch_status("hr", 30.0).result(timeout=T) == 2
+        got = client.prepare_retrieve(hkey("hr"), 5731).result(timeout=T)
+        assert got.success is True
+        env = msgspec.msgpack.decode(got.data)
+        assert [g["chunk_indices"] for g in env["groups"]] == [[0, 1], [1]]
+        assert [t["data"] for t in env["groups"][0]["tensors"]] == [_chunk_bytes(1, full_n),
+                                                                   _chunk_bytes(2, full_n)]
+        assert env["groups"][1]["tensors"][0]["data"] == _chunk_bytes(9, swa_n)
+        assert client.commit_retrieve(hkey("hr"), 5731).result(timeout=T) is True
+        for rid in ("h", "hr"):
+            assert client.end_session(rid).result(timeout=T) is None
+        odd = ct.GroupLayout(num_layers=1, hidden_dim_size=64, dtype_str="bfloat16",
+                             tokens_per_block=32, kv_size=3)
+        bad = ct.RegisterEngineDrivenContextPayload(
+            instance_id=5732, model_name=MODEL, world_size=1, block_size=32, num_layers=2,
             hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK,
-            group_layouts=[gl, gl])
+            group_layouts=[full, odd])
         t0 = time.monotonic()
         with pytest.raises(grpc.RpcError) as refused:
-            client.register_kv_cache_engine_driven_context(hybrid).result(timeout=T)
+            client.register_kv_cache_engine_driven_context(bad).result(timeout=T)
         assert time.monotonic() - t0 < 2.0
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "2 group_layouts" in refused.value.details()
+        assert "group_layouts[1]: kv_size 3" in refused.value.details()
         assert client.end_session("e").result(timeout=T) is None
         assert client.unregister_kv_cache_engine_driven_context(5730).result(timeout=T) is None
+        assert client.unregister_kv_cache_engine_driven_context(5731).result(timeout=T) is None
         srv.wait_idle()
     finally:
         client.close()

@@ -25,6 +25,7 @@ import os
 import types
 from pathlib import Path
 
+import msgspec
 import pytest
 
 pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
@@ -282,18 +283,190 @@ def test_057_engine_driven_registration_and_prepare_store(lmc, cache_server):
         assert prep.context["slots"][0]["shape"] == [2, 2, CHUNK, 64]
         assert client.commit_store(key057(lmc, toks, 0, CHUNK, "e"), 77, b"").result(timeout=T) is True
         srv.wait_stats(lambda s: s["stored"] == 1)
-        # A hybrid (multi-group) registration is refused with the reason, at once.
-        gl = ct.GroupLayout(num_layers=2, hidden_dim_size=64, dtype_str="bfloat16",
-                            tokens_per_block=32)
-        hybrid = ct.RegisterEngineDrivenContextPayload(
-            instance_id=78, model_name=MODEL, world_size=1, block_size=32, num_layers=2,
-            hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK,
-            group_layouts=[gl, gl])
-        with pytest.raises(Exception) as refused:
-            client.register_kv_cache_engine_driven_context(hybrid).result(timeout=T)
-        assert "2 group_layouts" in str(refused.value)
         client.end_session("e").result(timeout=T)
         assert client.unregister_kv_cache_engine_driven_context(77).result(timeout=T) is None
+        srv.wait_idle()
+    finally:
+        client.close()
+
+
+def _grouped(groups) -> bytes:
+    """LMCache 0.5.7's GroupedTensorEnvelope (tensor_wire.py), as msgspec
+    encodes it: groups of (first chunk index, dtype, shape, [bytes])."""
+    return msgspec.msgpack.encode({"version": 1, "groups": [
+        {"chunk_indices": list(range(first, first + len(datas))),
+         "tensors": [{"dtype": dtype, "shape": list(shape), "data": d} for d in datas]}
+        for first, dtype, shape, datas in groups]})
+
+
+def _chunk_bytes(tag: int, n: int) -> bytes:
+    return bytes((tag * 31 + i * 7) % 251 for i in range(n))
+
+
+def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server):
+    """A hybrid-KV worker (group_layouts with a full-attention group and a
+    sliding-window group of one chunk's window, as LMCache 0.5.7's vLLM
+    connector registers Gemma-style models): registered inline (no pool),
+    each group's chunks stored from the grouped envelope, a lookup hits the
+    longest prefix every group can serve (full attention: every chunk;
+    the window: its last chunk), the retrieve returns each group's in-window
+    suffix byte for byte, and what does not match a group is refused."""
+    srv = cache_server()
+    client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+    ct = lmc.custom_types
+    full = ct.GroupLayout(num_layers=2, hidden_dim_size=64, dtype_str="bfloat16",
+                          tokens_per_block=32, window_tokens=CHUNK, kv_size=2)
+    swa = ct.GroupLayout(num_layers=1, hidden_dim_size=128, dtype_str="float32",
+                         tokens_per_block=32, window_tokens=CHUNK // 2, kv_size=1,
+                         window_chunks=1)
+    full_shape, swa_shape = (2, 2, CHUNK, 64), (1, CHUNK // 2, 128)
+    full_n, swa_n = 2 * 2 * CHUNK * 64 * 2, CHUNK // 2 * 128 * 4
+    try:
+        payload = ct.RegisterEngineDrivenContextPayload(
+            instance_id=81, model_name=MODEL, world_size=1, block_size=32, num_layers=3,
+            hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK,
+            group_layouts=[full, swa])
+        reply = client.register_kv_cache_engine_driven_context(payload).result(timeout=T)
+        assert (reply.shm_name, reply.pool_size, reply.null_block_id) == ("", 0, 0)
+        srv.wait_log(r"instance 81 registered \(engine-driven, a hybrid model of 2 groups\)")
+
+        def store(toks, rid, full_chunks, swa_chunks, tag):
+            key = key057(lmc, toks, 0, len(toks), rid)
+            client.prepare_store(key, 81).result(timeout=T)
+            data = _grouped([(0, "bfloat16", full_shape,
+                              [_chunk_bytes(tag + c, full_n) for c in range(full_chunks)]),
+                             (swa_chunks[0] if swa_chunks else 0, "float32", swa_shape,
+                              [_chunk_bytes(tag + 100 + c, swa_n) for c in swa_chunks])])
+            return client.commit_store(key, 81, data).result(timeout=T)
+
+        # Three chunks: the window group's chunk 0 was all-null (not sent).
+        toks = tokens(3, salt=81)
+        assert store(toks, "s", 3, [1, 2], 10) is True
+        srv.wait_stats(lambda s: s["stored"] == 5)
+        assert client.lookup(key057(lmc, toks, 0, 3 * CHUNK, "r", worker=None, readers=1),
+                             1).result(timeout=T) is None
+        assert client.wait_prefetch_status("r", 10.0).result(timeout=T) == 3
+        srv.wait_locks(4)  # group 0: chunks 0..2; the window: chunk 2
+        got = client.prepare_retrieve(key057(lmc, toks, 0, 3 * CHUNK, "r"), 81).result(timeout=T)
+        assert got.success is True
+        env = msgspec.msgpack.decode(got.data)
+        assert env["version"] == 1 and len(env["groups"]) == 2
+        g0, g1 = env["groups"]
+        assert g0["chunk_indices"] == [0, 1, 2] and g1["chunk_indices"] == [2]
+        assert [t["data"] for t in g0["tensors"]] == [_chunk_bytes(10 + c, full_n) for c in range(3)]
+        assert g1["tensors"][0]["data"] == _chunk_bytes(112, swa_n)
+        assert (g1["tensors"][0]["dtype"], g1["tensors"][0]["shape"]) == ("float32", list(swa_shape))
+        assert client.commit_retrieve(key057(lmc, toks, 0, 3 * CHUNK, "r"), 81).result(timeout=T)
+        client.end_session("r").result(timeout=T)
+        srv.wait_locks(0)
+
+        # Not monotone: the window group holds chunks 1 and 3 of four. A
+        # 3-chunk prefix would need its chunk 2; the 4-chunk prefix is served.
+        toks4 = tokens(4, salt=82)
+        key4 = key057(lmc, toks4, 0, 4 * CHUNK, "s4")
+        client.prepare_store(key4, 81).result(timeout=T)
+        assert client.commit_store(key4, 81, _grouped([
+            (0, "bfloat16", full_shape, [_chunk_bytes(20 + c, full_n) for c in range(4)]),
+            (1, "float32", swa_shape, [_chunk_bytes(121, swa_n)])])).result(timeout=T) is True
+        key4b = key057(lmc, toks4, 3 * CHUNK, 4 * CHUNK, "s4b")
+        client.prepare_store(key4b, 81).result(timeout=T)
+        assert client.commit_store(key4b, 81, _grouped([
+            (0, "bfloat16", full_shape, [_chunk_bytes(23, full_n)]),
+            (0, "float32", swa_shape, [_chunk_bytes(123, swa_n)])])).result(timeout=T) is True
+        srv.wait_stats(lambda s: s["stored"] == 11)
+        assert client.lookup(key057(lmc, toks4, 0, 4 * CHUNK, "q", worker=None, readers=1),
+                             1).result(timeout=T) is None
+        assert client.wait_prefetch_status("q", 10.0).result(timeout=T) == 4
+        client.end_session("q").result(timeout=T)
+        # Three of the four: chunk 2 of the window group is missing, and the
+        # longest shorter prefix it can serve is 2 chunks (its chunk 1).
+        assert client.lookup(key057(lmc, toks4, 0, 3 * CHUNK, "q3", worker=None, readers=1),
+                             1).result(timeout=T) is None
+        assert client.wait_prefetch_status("q3", 10.0).result(timeout=T) == 2
+        client.end_session("q3").result(timeout=T)
+
+        # Data that does not match a group's layout: refused, nothing stored.
+        bad = tokens(1, salt=83)
+        keyb = key057(lmc, bad, 0, CHUNK, "b")
+        client.prepare_store(keyb, 81).result(timeout=T)
+        assert client.commit_store(keyb, 81, _grouped([
+            (0, "bfloat16", full_shape, [_chunk_bytes(30, full_n)]),
+            (0, "bfloat16", swa_shape, [_chunk_bytes(31, swa_n // 2)])])).result(timeout=T) is False
+        srv.wait_log(r"groups\[1\]\.tensors\[0\]: dtype 'bfloat16'")
+        assert client.commit_store(keyb, 81, _grouped([
+            (0, "bfloat16", full_shape, [_chunk_bytes(30, full_n)])])).result(timeout=T) is False
+        srv.wait_log(r"1 groups in the data for 2 registered groups")
+        for rid in ("s", "s4", "s4b", "b"):
+            client.end_session(rid).result(timeout=T)
+        srv.wait_stats(lambda s: s["stored"] == 11 and s["reserved"] == 0)
+
+        # A group the server cannot size is refused by name, at once.
+        odd = ct.GroupLayout(num_layers=1, hidden_dim_size=64, dtype_str="bfloat16",
+                             tokens_per_block=32, kv_size=3)
+        with pytest.raises(Exception) as refused:
+            client.register_kv_cache_engine_driven_context(ct.RegisterEngineDrivenContextPayload(
+                instance_id=82, model_name=MODEL, world_size=1, block_size=32, num_layers=2,
+                hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
+                num_physical_slots=CHUNK, group_layouts=[full, odd])).result(timeout=T)
+        assert "group_layouts[1]: kv_size 3" in str(refused.value)
+        assert client.unregister_kv_cache_engine_driven_context(81).result(timeout=T) is None
+        srv.wait_idle()
+    finally:
+        client.close()
+
+
+def test_057_hybrid_lmcache_driven_never_stores_all_null_chunks(lmc, cache_server, kv_pools):
+    """The lmcache-driven path of a hybrid model: vLLM pools of two layers in
+    two engine groups (full attention, and a sliding window whose blocks out
+    of the window are vLLM's null block 0). A chunk whose block ids in some
+    group are all 0 holds no KV there: it is not stored (LMCache's
+    all_null_chunk_masks), so no later, shorter prefix can hit its garbage;
+    the chunks after it are stored and retrieved byte for byte."""
+    srv = cache_server()
+    client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+    pools = kv_pools("vllm", seed=85)
+    full = lmc.EngineGroupInfo(engine_group_id=0, layer_indices=(0,), tokens_per_block=PAGE,
+                               sw_size_tokens=-1, recurrent_state=False)
+    swa = lmc.EngineGroupInfo(engine_group_id=1, layer_indices=(1,), tokens_per_block=PAGE,
+                              sw_size_tokens=CHUNK // 2, recurrent_state=False)
+    toks = tuple(tokens(3, salt=85))
+    per_chunk = CHUNK // PAGE
+    try:
+        assert client.register_kv_cache(8500, lmcache_wrappers(lmc, pools), MODEL, 1,
+                                        lmc.EngineType.VLLM, {"kv_layout": "NHD"},
+                                        [full, swa]).result(timeout=T) is None
+        # Chunk 0 of the window group is out of the window: all null blocks.
+        window_ids = [0] * per_chunk + blocks(80 + per_chunk, 2)
+        _, ok = client.store(key057(lmc, toks, 0, 3 * CHUNK, "w"), 8500,
+                             [blocks(1, 3), window_ids], EVENT_HANDLE).result(timeout=T)
+        assert ok is True
+        srv.wait_stats(lambda s: s["stored"] == 2 and s["reserved"] == 0)
+        # The prefix starts with the chunk that was not stored: no hit.
+        assert client.lookup(key057(lmc, toks, 0, 3 * CHUNK, "r", worker=None, readers=1),
+                             1).result(timeout=T) is None
+        assert client.wait_prefetch_status("r", 10.0).result(timeout=T) == 0
+        client.end_session("r").result(timeout=T)
+        # From key.start = 1 chunk (the engine holds chunk 0): the other two hit,
+        # and come back as they were stored, in both groups' pages.
+        assert client.lookup(key057(lmc, toks, CHUNK, 3 * CHUNK, "r2", worker=None, readers=1),
+                             1).result(timeout=T) is None
+        assert client.wait_prefetch_status("r2", 10.0).result(timeout=T) == 3
+        dst0, dst1 = blocks(50, 2), blocks(128, 2)
+        src0, src1 = blocks(1, 3)[per_chunk:], window_ids[per_chunk:]
+
+        def mismatches():  # layer 0 reads group 0's pages, layer 1 group 1's
+            return [(kv, layer, d) for kv in range(2)
+                    for layer, dst, src in ((0, dst0, src0), (1, dst1, src1))
+                    for d, s_ in zip(dst, src)
+                    if pools.page(kv, layer, d) != pools.page(kv, layer, s_)]
+        assert len(mismatches()) == 2 * 2 * 2 * per_chunk  # random pages differ at first
+        _, ok = client.retrieve(key057(lmc, toks, CHUNK, 3 * CHUNK, "r2"), 8500,
+                                [dst0, dst1], EVENT_HANDLE, 0).result(timeout=T)
+        assert ok is True
+        assert mismatches() == []
+        for rid in ("w", "r2"):
+            client.end_session(rid).result(timeout=T)
+        assert client.unregister_kv_cache(8500).result(timeout=T) is None
         srv.wait_idle()
     finally:
         client.close()

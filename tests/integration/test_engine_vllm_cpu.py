@@ -606,3 +606,51 @@ def test_vllm_cpu_engine_lmcache_release(tmp_path, model_dir, transport, release
         assert h.sidecar.find(rf"LMCache client {re.escape(release)} \(from its "), h.sidecar_tail()
     finally:
         h.close()
+
+
+@pytest.fixture(scope="module")
+def hybrid_model_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-hybrid")
+    subprocess.run([str(ve.venv_python()), str(HERE.parent / "tools" / "make_tiny_llama.py"),
+                    str(out), "--hybrid"], check=True, capture_output=True, timeout=120)
+    return out
+
+
+def test_vllm_cpu_engine_hybrid_model_lmcache_057(tmp_path, hybrid_model_dir):
+    """A hybrid-KV model (4 layers, alternately full attention and 128-token
+    sliding-window attention, as Gemma's): vLLM keeps two KV cache groups,
+    and LMCache 0.5.7's own connector (which supports vLLM's hybrid
+    allocator) registers both in the default auto mode, engine-driven on
+    CPU (group_layouts: the window group stores 128 of each chunk's 256
+    tokens and needs only its last chunk for a hit). Against LMCache
+    0.5.7's server this engine stores and hits; kvsidecar must too: pass 1
+    stores each group's chunks, after a prefix-cache reset pass 2 gets the
+    512 tokens from the sidecar with the same ids, and a control prompt
+    misses with other ids."""
+    env = _lmcache_057_env()
+    if env is None:
+        pytest.skip("LMCache 0.5.7rc2 not unpacked into build-venv-engine/lmcache-0.5.7 "
+                    "(scripts/install-deps.sh --with-python does it)")
+    h = Harness(tmp_path, hybrid_model_dir, "auto", engine_env=env)
+    try:
+        h.start_sidecar()
+        eng = h.engine()
+        m = h.sidecar.wait_log(r"registered \(engine-driven, a hybrid model of 2 groups\): .*"
+                               r"group 0: whole prefix \[(\d+), (\d+), (\d+)\] float32; "
+                               r"group 1: last 1 chunk\(s\) \[(\d+), (\d+), (\d+)\] float32")
+        # vLLM CPU's fused K/V pages: one plane per group of 2 layers, the
+        # window group's chunk 128 tokens long.
+        assert [int(x) for x in m.groups()] == [2, CHUNK, 256, 2, 128, 256], m.group(0)
+        ids = store_then_hit(h, eng, ve.prompt(head=9), "hybrid model, LMCache 0.5.7")
+        # Both groups' chunks were stored and read back (the store counts a
+        # hybrid lookup's hit chunks per group: 2 of group 0, 1 of the window).
+        wait_until(lambda: sidecar_stats(h, "store").get("hits", 0) >= 3, 15.0,
+                   "the store's hits for both groups")
+        st = sidecar_stats(h, "store")
+        assert st["stored"] >= 3, st
+        ctl = eng.generate([ve.prompt(head=10)], timeout=GEN_TIMEOUT)
+        ctl_ids, ctl_cached = out(ctl)
+        assert ctl_cached == 0 and ctl_ids != ids, (ctl_ids, ids)
+        assert not h.sidecar.find(r"WARN .*(refused|failed)"), h.sidecar_tail()
+    finally:
+        h.close()

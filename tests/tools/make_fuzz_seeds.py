@@ -120,7 +120,19 @@ def tensor_envelope_seeds() -> dict[str, bytes]:
         return msgspec.msgpack.encode({"version": 1, "tensors": [
             {"dtype": dtype, "shape": shape, "data": rng.randbytes(size)} for _ in range(n)]})
 
-    return {
+    def grouped(groups: list[tuple[list[int], str, list[int]]]) -> bytes:
+        # 0.5.7's GroupedTensorEnvelope(version, groups) of TensorGroup
+        # (chunk_indices, tensors): a hybrid-KV worker's inline data.
+        out = []
+        for indices, dtype, shape in groups:
+            size = elem[dtype]
+            for d in shape:
+                size *= d
+            out.append({"chunk_indices": indices, "tensors": [
+                {"dtype": dtype, "shape": shape, "data": rng.randbytes(size)} for _ in indices]})
+        return msgspec.msgpack.encode({"version": 1, "groups": out})
+
+    seeds = {
         "empty": env("float16", [2, 1, 1, 1], 0),
         # [2, NL, T, H]: K and V, layers, tokens, heads * head_dim
         "two_chunks_bf16_2x2x16x8": env("bfloat16", [2, 2, 16, 8], 2),
@@ -128,6 +140,13 @@ def tensor_envelope_seeds() -> dict[str, bytes]:
         # [NL, T, H] with use_mla
         "one_chunk_mla_f16_2x16x8": env("float16", [2, 16, 8], 1),
     }
+    # Multi-group: a full-attention group and a sliding-window group holding
+    # only its last chunk (all-null chunks are left out).
+    seeds["grouped_full_and_window"] = grouped([([0, 1, 2], "bfloat16", [2, 2, 16, 8]),
+                                                ([2], "float32", [1, 8, 8])])
+    seeds["grouped_window_gaps"] = grouped([([0, 1], "float16", [2, 1, 4, 4]),
+                                            ([1], "float16", [1, 2, 4]), ([], "float16", [1, 2, 4])])
+    return seeds
 
 
 def write(fuzzer: str, seeds: dict[str, bytes]) -> None:

@@ -16,9 +16,14 @@ at the usual 0.02 give near-flat logits, where the rounding differences
 between a prefill computed whole and one resumed from cached KV could flip
 an argmax.
 
+``--hybrid`` writes a hybrid-KV variant (a Gemma-style model): 4 layers,
+alternately full attention and 128-token sliding-window attention
+(``layer_types``), which vLLM keeps in two KV cache groups and LMCache
+0.5.7's connector registers as two groups (``group_layouts``).
+
 Needs numpy and safetensors (both in the engine venv).
 
-    python tests/tools/make_tiny_llama.py OUT_DIR [--seed 1234]
+    python tests/tools/make_tiny_llama.py OUT_DIR [--seed 1234] [--hybrid]
 """
 
 from __future__ import annotations
@@ -40,13 +45,16 @@ INTERMEDIATE = 512
 MAX_POS = 4096
 
 
-def config() -> dict:
-    return {
+SLIDING_WINDOW = 128
+
+
+def config(layers: int = LAYERS, hybrid: bool = False) -> dict:
+    c = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "hidden_size": HIDDEN,
         "intermediate_size": INTERMEDIATE,
-        "num_hidden_layers": LAYERS,
+        "num_hidden_layers": layers,
         "num_attention_heads": HEADS,
         "num_key_value_heads": KV_HEADS,
         "head_dim": HEAD_DIM,
@@ -63,16 +71,21 @@ def config() -> dict:
         "eos_token_id": 2,
         "pad_token_id": 0,
     }
+    if hybrid:
+        c["layer_types"] = ["full_attention" if i % 2 == 0 else "sliding_attention"
+                            for i in range(layers)]
+        c["sliding_window"] = SLIDING_WINDOW
+    return c
 
 
-def weights(seed: int) -> dict[str, np.ndarray]:
+def weights(seed: int, layers: int = LAYERS) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
 
     def w(*shape, std=0.02):
         return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
 
     t: dict[str, np.ndarray] = {"model.embed_tokens.weight": w(VOCAB, HIDDEN, std=1.0)}
-    for i in range(LAYERS):
+    for i in range(layers):
         p = f"model.layers.{i}."
         t[p + "self_attn.q_proj.weight"] = w(HEADS * HEAD_DIM, HIDDEN, std=0.3)
         t[p + "self_attn.k_proj.weight"] = w(KV_HEADS * HEAD_DIM, HIDDEN, std=0.3)
@@ -88,12 +101,13 @@ def weights(seed: int) -> dict[str, np.ndarray]:
     return t
 
 
-def write(out: Path, seed: int = 1234) -> Path:
+def write(out: Path, seed: int = 1234, hybrid: bool = False) -> Path:
+    layers = 2 * LAYERS if hybrid else LAYERS
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config(), indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps(config(layers, hybrid), indent=2) + "\n")
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}) + "\n")
-    save_file(weights(seed), str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_file(weights(seed, layers), str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
 
 
@@ -101,8 +115,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--hybrid", action="store_true",
+                    help="4 layers, alternately full and sliding-window attention")
     a = ap.parse_args()
-    print(write(a.out, a.seed))
+    print(write(a.out, a.seed, a.hybrid))
 
 
 if __name__ == "__main__":

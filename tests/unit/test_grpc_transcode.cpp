@@ -195,13 +195,61 @@ TEST_CASE("grpc engine-driven registration: 0.5.7's group_layouts even when empt
   auto q57 = decoded("/lmcache.mp.EngineDrivenService/RegisterKvCacheEngineDrivenContext", r,
                      client_release::v0_5_7);
   const auto& b57 = std::get<register_engine_driven_req>(q57.body);
-  CHECK(b57.group_layouts == 0u);
+  REQUIRE(b57.group_layouts.has_value());
+  CHECK(b57.group_layouts->empty());
   CHECK(q57.release == client_release::v0_5_7);
   CHECK_FALSE(b57.num_physical_slots.has_value());
   auto q56 = decoded("/lmcache.mp.EngineDrivenService/RegisterKvCacheEngineDrivenContext", r,
                      client_release::v0_5_6);
   CHECK_FALSE(std::get<register_engine_driven_req>(q56.body).group_layouts.has_value());
   CHECK(q56.release == client_release::v0_5_6);
+}
+
+TEST_CASE("grpc engine-driven registration: a hybrid model's groups arrive field by field") {
+  pb::RegisterKvCacheEngineDrivenContextRequest r;
+  r.set_instance_id(7);
+  r.set_model_name("m");
+  r.set_world_size(1);
+  r.set_block_size(64);
+  r.set_num_layers(2);
+  r.set_hidden_dim_size(128);
+  r.set_dtype_str("float32");
+  auto* full = r.add_group_layouts();
+  full->set_num_layers(2);
+  full->set_hidden_dim_size(128);
+  full->set_dtype_str("float32");
+  full->set_tokens_per_block(64);
+  full->set_window_tokens(256);
+  full->set_kv_size(2);
+  auto* swa = r.add_group_layouts();
+  swa->set_num_layers(3);
+  swa->set_hidden_dim_size(64);
+  swa->set_dtype_str("bfloat16");
+  swa->set_tokens_per_block(64);
+  swa->set_window_tokens(128);
+  swa->set_kv_size(1);
+  swa->set_window_chunks(1);
+  swa->set_recurrent(true);
+  auto q = decoded("/lmcache.mp.EngineDrivenService/RegisterKvCacheEngineDrivenContext", r,
+                   client_release::v0_5_7);
+  const auto& b = std::get<register_engine_driven_req>(q.body);
+  REQUIRE(b.group_layouts.has_value());
+  REQUIRE(b.group_layouts->size() == 2);
+  const auto& g0 = (*b.group_layouts)[0];
+  const auto& g1 = (*b.group_layouts)[1];
+  CHECK(g0.num_layers == 2);
+  CHECK(g0.window_tokens == 256);
+  CHECK(g0.kv_size == 2);
+  CHECK(g0.window_chunks == 0);
+  CHECK_FALSE(g0.recurrent);
+  CHECK(g1.num_layers == 3);
+  CHECK(g1.hidden_dim_size == 64);
+  CHECK(g1.dtype_str == "bfloat16");
+  CHECK(g1.tokens_per_block == 64);
+  CHECK(g1.window_tokens == 128);
+  CHECK(g1.kv_size == 1);
+  CHECK(g1.window_chunks == 1);
+  CHECK(g1.recurrent);
 }
 
 TEST_CASE("grpc replies: msgpack bodies become the RPC's response messages") {

@@ -1,0 +1,34 @@
+// Engine-driven transfers of hybrid-KV models (LMCache 0.5.7 workers that
+// registered more than one group: sliding-window, recurrent or indexer
+// groups beside full attention). Their chunks travel inline in the
+// messages (lmcache_wire/tensor_envelope.hpp's grouped envelope), each
+// group's part of a chunk its own L1 entry (cache/group_lookup.hpp):
+//
+//   prepare_store:    check skipped_chunks; nothing is held (as LMCache's
+//                     inline strategy: the data comes with the commit)
+//   commit_store:     check every group's tensors against its layout, then
+//                     per group reserve -> copy -> commit, all or nothing
+//   prepare_retrieve: per group acquire its in-window suffix of the range
+//                     (the whole range for full attention) -> encode -> release;
+//                     a miss unless every group has every chunk of it
+#pragma once
+
+#include "actors/session_steps.hpp"
+
+namespace kvs::session_steps {
+
+/// prepare_store of a hybrid instance (`taken` carries its groups) for a
+/// range of `n_chunks`: answers, and marks `key` as prepared.
+void prepare_store_groups(self_ptr self, const mp_call& call, const gpu_stage_taken& taken,
+                          const session_state::staged_key& key, size_t n_chunks);
+
+/// commit_store of a prepared hybrid store (`t`): answers True once every
+/// chunk the data carries is committed, False (nothing committed) otherwise.
+void commit_store_groups(self_ptr self, const mp_call& call, staged_transfer t);
+
+/// prepare_retrieve of chunks [begin, end) of a hybrid instance; answers
+/// and then calls prepared().
+void prepare_retrieve_groups(self_ptr self, const mp_call& call, const gpu_stage_taken& taken,
+                             size_t begin, size_t end);
+
+} // namespace kvs::session_steps

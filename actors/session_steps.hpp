@@ -1,0 +1,33 @@
+// The session actor's shared steps (actors/session.cpp), for the files
+// that serve one family of its ops: session_hybrid.cpp (engine-driven
+// transfers of hybrid-KV models).
+#pragma once
+
+#include "actors/session.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvs::session_steps {
+
+using self_ptr = session_actor::stateful_pointer<session_state>;
+
+/// Hashes of chunks [0, n_chunks) of the key's tokens (prefix-chained).
+std::vector<uint64_t> key_hashes(const cache_key& key, size_t chunk_size, size_t n_chunks);
+/// Chunk range [begin, end) a key's [start, end) token range covers.
+std::pair<size_t, size_t> chunk_range(const cache_key& key, size_t cs);
+/// Answers `call` with `body` (nullopt: None).
+void reply(self_ptr self, const mp_call& call, std::optional<std::string> body);
+/// What a store commits (or aborts): who it is for (L2 names, records).
+store_finish finish_for(const cache_key& key, int32_t rank);
+/// Adds chunk `abs` (counted from the key's token 0) of `key` to `fin`.
+void add_chunk(store_finish& fin, const cache_key& key, const std::vector<uint64_t>& hashes,
+               size_t abs, size_t cs);
+/// A prepare's (or an engine-driven commit's) answers are back: the
+/// session may end now.
+void prepared(self_ptr self);
+
+} // namespace kvs::session_steps
