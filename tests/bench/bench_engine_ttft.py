@@ -176,8 +176,9 @@ class KvsidecarServer:
 class LMCacheServer:
     name = "lmcache"
 
-    def __init__(self, tmp: Path, port: int, mode: str):
+    def __init__(self, tmp: Path, port: int, mode: str, env: dict[str, str] | None = None):
         self.tmp, self.port, self.n = tmp, port, 0
+        self.env = {**os.environ, **env} if env else None
         self.shm = f"kvsbench{os.getpid()}"
         self.argv = [str(ve.venv_python()), "-m", "lmcache.v1.multiprocess.server",
                      "--chunk-size", str(CHUNK), "--port", str(port), "--l1-size-gb", "1",
@@ -191,7 +192,8 @@ class LMCacheServer:
         self.n += 1
         self.log = open(self.tmp / f"lmcache{self.n}.log", "wb")
         self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     env=self.env)
 
         def listening():
             assert self.proc.poll() is None, f"LMCache server exited {self.proc.returncode}"
@@ -227,12 +229,23 @@ def reset(eng: ve.EngineProcess) -> None:
         time.sleep(0.1)
 
 
+def lmcache_env(args) -> dict[str, str] | None:
+    """--hybrid: LMCache 0.5.7rc2 (unpacked over the engine venv's 0.5.6 by
+    scripts/install-deps.sh) for the engine's connector and LMCache's server:
+    0.5.6's vLLM connector does not support vLLM's hybrid KV cache manager."""
+    if not args.hybrid:
+        return None
+    d = ve.ENGINE_VENV / "lmcache-0.5.7"
+    assert (d / "lmcache" / "__init__.py").is_file(), f"LMCache 0.5.7 not unpacked in {d}"
+    return {"PYTHONPATH": str(d)}
+
+
 class Bench:
     def __init__(self, args, tmp: Path, model: Path, mode: str):
         self.args, self.tmp, self.model, self.mode = args, tmp, model, mode
         self.port = free_port_range(1)
         known = {"kvsidecar": lambda: KvsidecarServer(tmp, self.port, mode, ops=args.ops),
-                 "lmcache": lambda: LMCacheServer(tmp, self.port, mode),
+                 "lmcache": lambda: LMCacheServer(tmp, self.port, mode, lmcache_env(args)),
                  # the same binary with the engine pools faulted in lazily
                  "kvsidecar-noprefault": lambda: KvsidecarServer(
                      tmp, self.port, mode, "kvsidecar-noprefault",
@@ -312,6 +325,7 @@ def run_mode(args, tmp: Path, model: Path, mode: str) -> dict:
     b.current = first
     t0 = time.monotonic()
     b.eng = ve.EngineProcess(model, b.port, mode, tmp / f"engine-{mode}.log",
+                             extra_env=lmcache_env(args),
                              extra_args=["--extra", json.dumps(EXTRA),
                                          "--max-model-len", str(args.prompt_len + 256)])
     try:
@@ -409,15 +423,19 @@ def main() -> None:
     ap.add_argument("--ops", action="store_true",
                     help="kvsidecar with /metrics on: count each cached request's ops and "
                          "their time inside the sidecar (ops_per_cached in the JSON)")
+    ap.add_argument("--hybrid", action="store_true",
+                    help="a hybrid-KV model (make_tiny_llama.py --hybrid: full and 128-token "
+                         "sliding-window layers) through LMCache 0.5.7's connector and server")
     args = ap.parse_args()
     assert ve.venv_python().exists(), f"engine venv missing: {ve.ENGINE_VENV}"
     assert binary_path().exists(), f"kvsidecar binary missing: {binary_path()}"
     tmp = Path(tempfile.mkdtemp(prefix="kvs_ttft_"))
     model = tmp / "tiny-llama"
     subprocess.run([str(ve.venv_python()), str(REPO / "tests" / "tools" / "make_tiny_llama.py"),
-                    str(model)], check=True, capture_output=True, timeout=300)
+                    str(model)] + (["--hybrid"] if args.hybrid else []), check=True,
+                   capture_output=True, timeout=300)
     t0 = time.monotonic()
-    report = {"prompt_len": args.prompt_len, "rounds": args.rounds, "reps": args.reps,
+    report = {"hybrid": args.hybrid, "prompt_len": args.prompt_len, "rounds": args.rounds, "reps": args.reps,
               "binary": str(binary_path()), "workdir": str(tmp), "modes": {}}
     for mode in args.modes.split(","):
         report["modes"][mode] = run_mode(args, tmp, model, mode)
