@@ -338,16 +338,6 @@ caf::result<store_configure_reply> on_configure(self_ptr self, store_configure& 
       return to_caf_error("l1_too_small", "a group's chunks of " + std::to_string(b)
                                             + " bytes per rank do not fit in the L1 region of "
                                             + std::to_string(usable) + " bytes (cache.l1_size)");
-  if (c.slot_bytes != 0 && !c.group_slot_bytes.empty()) {
-    st.group_bytes[c.instance_id] = {c.group_slot_bytes.begin(), c.group_slot_bytes.end()};
-    st.group_instance_model[c.instance_id] = {c.model, c.world_size};
-    auto& gm = st.group_models[{c.model, c.world_size}];
-    if (gm.windows != c.group_windows && !gm.instances.empty())
-      KVS_WARN(st.label, "model {} (world_size {}) registered again with other groups: its "
-                         "lookups follow instance {}'s", c.model, c.world_size, c.instance_id);
-    gm.windows = c.group_windows;
-    gm.instances[c.instance_id] = true;
-  }
   if (c.slot_bytes == 0) {
     st.chunk_bytes.erase(c.instance_id);
   } else if (st.p.pool->stride_for(c.slot_bytes) == 0
@@ -358,6 +348,16 @@ caf::result<store_configure_reply> on_configure(self_ptr self, store_configure& 
   } else {
     st.chunk_bytes[c.instance_id] = c.slot_bytes;
     out.slot_bytes = c.slot_bytes;
+    if (!c.group_slot_bytes.empty()) {
+      st.group_bytes[c.instance_id] = {c.group_slot_bytes.begin(), c.group_slot_bytes.end()};
+      st.group_instance_model[c.instance_id] = {c.model, c.world_size};
+      auto& gm = st.group_models[{c.model, c.world_size}];
+      if (gm.windows != c.group_windows && !gm.instances.empty())
+        KVS_WARN(st.label, "model {} (world_size {}) registered again with other groups: its "
+                           "lookups follow instance {}'s", c.model, c.world_size, c.instance_id);
+      gm.windows = c.group_windows;
+      gm.instances.insert(c.instance_id);
+    }
     // "N slots": how many chunks of this size alone would fill L1.
     KVS_INFO(st.label, "chunk slots of {} KiB: {} slots in L1 for instance {} ({} instances, "
                        "{} chunk sizes share L1)",

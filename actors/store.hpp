@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -57,7 +58,7 @@ struct store_state {
   /// other groups' locks under group_session names.
   struct group_model {
     std::vector<int32_t> windows;
-    std::map<int64_t, bool> instances;
+    std::set<int64_t> instances;
   };
   std::unordered_map<int64_t, std::vector<size_t>> group_bytes;
   std::unordered_map<int64_t, std::pair<std::string, int64_t>> group_instance_model;
