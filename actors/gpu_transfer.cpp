@@ -248,7 +248,7 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       KVS_INFO(st.label, "staging pool {} for instance {}: {} slots of {} KiB", out.shm_name,
                op.instance_id, op.slots, op.slot_bytes >> 10);
       st.staged[op.instance_id] = {std::move(pool.value()), std::move(op.chunk_shape),
-                                   std::move(op.dtype), op.format, op.slot_bytes};
+                                   std::move(op.dtype), op.format, op.slot_bytes, std::move(op.groups)};
       return out;
     },
     [self](gpu_stage_take& t) -> caf::result<gpu_stage_taken> {
@@ -285,14 +285,19 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
                                                  " transfers inline: it has no staging pool");
       auto& pool = *i->second.pool;
       auto start = gpu_transfer_state::clock::now();
-      auto done = pool.copy(cp.offsets, cp.l1, cp.to_l1);
+      auto done = pool.copy(cp.offsets, cp.l1, cp.to_l1, cp.lengths);
       if (cp.release)
         (void)pool.give(cp.offsets); // checked by copy(); a failed copy frees them too
       if (!done) {
         ++st.failed;
         return to_caf_error("copy_failed", to_string(done.error_value()));
       }
-      const uint64_t nbytes = cp.offsets.size() * pool.slot_bytes();
+      uint64_t nbytes = cp.offsets.size() * pool.slot_bytes();
+      if (!cp.lengths.empty()) {
+        nbytes = 0;
+        for (auto n : cp.lengths)
+          nbytes += n;
+      }
       ++st.copies;
       ++st.staged_copies;
       st.bytes += nbytes;

@@ -249,8 +249,8 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
     return;
   }
   // A hybrid model (sliding-window, recurrent or indexer groups beside full
-  // attention): each group's chunks are objects of their own. Its chunks
-  // always travel inline, as with LMCache's server without --shm-name.
+  // attention): each group's chunks are objects of their own, each staged
+  // in a slot of its own (or inline).
   std::shared_ptr<const std::vector<stage_group>> groups;
   if (r.group_layouts && r.group_layouts->size() > 1) {
     auto gs = group_stages(r, st.p.chunk_size);
@@ -310,9 +310,19 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
     pinged = old->second.pinged;
     forget(self, r.instance_id);
   }
-  gpu_stage_open op{r.instance_id, slot,          st.p.engine_driven_slots,
+  // A hybrid instance stages every group's chunk in a slot of its own:
+  // slots as long as the largest group's chunk, engine_driven_slots per group.
+  uint64_t pool_slot = slot;
+  uint32_t pool_slots = st.p.engine_driven_slots;
+  if (groups) {
+    for (const auto& g : *groups)
+      pool_slot = std::max(pool_slot, g.slot_bytes);
+    pool_slots = static_cast<uint32_t>(
+      std::min<uint64_t>(uint64_t{pool_slots} * groups->size(), UINT32_MAX));
+  }
+  gpu_stage_open op{r.instance_id, pool_slot,     pool_slots,
                     shape,         dtype,         format,
-                    call.peer_uid, st.p.engine_driven_inline || groups != nullptr,
+                    call.peer_uid, st.p.engine_driven_inline,
                     groups};
   self->request(st.p.gpu, caf::infinite, std::move(op))
     .then([self, call, r, conf, groups, fail, pinged](gpu_stage_opened& opened) {
@@ -333,10 +343,13 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
           if (groups) {
             KVS_INFO(st.label,
                      "instance {} registered (engine-driven, a hybrid model of {} groups): "
-                     "model {}, world_size {}, {}; inline transfers (the chunks travel in the "
-                     "messages)",
+                     "model {}, world_size {}, {}; {}",
                      r.instance_id, groups->size(), r.model_name, r.world_size,
-                     describe_groups(*groups));
+                     describe_groups(*groups),
+                     opened.shm_name.empty()
+                       ? std::string("inline transfers (the chunks travel in the messages)")
+                       : fmt::format("staging pool {} of {} bytes", opened.shm_name,
+                                     opened.pool_size));
           } else {
             KVS_INFO(st.label,
                      "instance {} registered (engine-driven): model {}, world_size {}, {} layers, "

@@ -371,8 +371,9 @@ session_state::staged_key staged_key_of(const cache_key& k, int64_t instance, bo
   return {instance, k.start, k.end, to_l1};
 }
 
-/// Gives back what a staged transfer holds: its slots, and a store's reservations.
-void release_staged(self_ptr self, staged_transfer& t) {
+} // namespace
+
+void session_steps::release_staged(self_ptr self, staged_transfer& t) {
   auto& st = self->state;
   if (!t.offsets.empty())
     self->send(st.p.gpu, gpu_stage_give{t.instance_id, std::move(t.offsets)});
@@ -381,7 +382,14 @@ void release_staged(self_ptr self, staged_transfer& t) {
     self->send(st.p.store, std::move(*t.reserved));
     t.reserved.reset();
   }
+  for (auto& f : t.group_reserved) {
+    f.commit = false;
+    self->send(st.p.store, std::move(f));
+  }
+  t.group_reserved.clear();
 }
+
+namespace {
 
 void drop_staged(self_ptr self, const session_state::staged_key& k) {
   auto& st = self->state;
@@ -432,7 +440,7 @@ void on_prepare_store(self_ptr self, mp_call& call) {
         auto& st = self->state;
         const auto& r = std::get<prepare_store_req>(call.request->body);
         if (taken.groups) {
-          prepare_store_groups(self, call, taken, key, end - begin);
+          prepare_store_groups(self, call, taken, key, begin, end);
           prepared(self);
           return;
         }

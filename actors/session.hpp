@@ -52,9 +52,13 @@ struct staged_transfer {
   uint64_t slot_bytes = 0;
   std::vector<int64_t> chunk_shape;
   std::string dtype;
-  /// A hybrid-KV instance's store between its prepare and its commit: its
-  /// groups (the data comes inline with the commit; nothing is held yet).
+  /// A hybrid-KV instance's transfer between its prepare and its commit:
+  /// its groups; over a staging pool, the bytes of each slot (its group's
+  /// chunk) and, for a store, each group's reservations. Inline, nothing
+  /// is held (the data comes with the commit).
   stage_groups groups;
+  std::vector<uint64_t> lengths;
+  std::vector<store_finish> group_reserved;
 };
 
 struct session_state {

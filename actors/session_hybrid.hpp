@@ -1,15 +1,21 @@
 // Engine-driven transfers of hybrid-KV models (LMCache 0.5.7 workers that
 // registered more than one group: sliding-window, recurrent or indexer
-// groups beside full attention). Their chunks travel inline in the
-// messages (lmcache_wire/tensor_envelope.hpp's grouped envelope), each
-// group's part of a chunk its own L1 entry (cache/group_lookup.hpp):
+// groups beside full attention). Their chunks travel through the instance's
+// staging pool, a slot per group's chunk, or inline in the messages
+// (lmcache_wire/tensor_envelope.hpp's grouped envelope); each group's part
+// of a chunk is its own L1 entry (cache/group_lookup.hpp):
 //
-//   prepare_store:    check skipped_chunks; nothing is held (as LMCache's
-//                     inline strategy: the data comes with the commit)
-//   commit_store:     check every group's tensors against its layout, then
-//                     per group reserve -> copy -> commit, all or nothing
+//   prepare_store:    check skipped_chunks; inline, nothing is held (the data
+//                     comes with the commit); over a staging pool, reserve each
+//                     group's chunks (not skipped, not stored) and hand out a
+//                     slot of the group's size for each (LMCache's
+//                     ShmTransferStrategy: slots, chunk_indices, group_ids)
+//   commit_store:     inline, check every group's tensors against its layout,
+//                     then per group reserve -> copy -> commit; over the pool,
+//                     copy each slot into its L1 chunk -> commit; all or nothing
 //   prepare_retrieve: per group acquire its in-window suffix of the range
-//                     (the whole range for full attention) -> encode -> release;
+//                     (the whole range for full attention), then encode it
+//                     inline or copy it into slots -> release the pins;
 //                     a miss unless every group has every chunk of it
 #pragma once
 
@@ -17,10 +23,12 @@
 
 namespace kvs::session_steps {
 
-/// prepare_store of a hybrid instance (`taken` carries its groups) for a
-/// range of `n_chunks`: answers, and marks `key` as prepared.
+/// prepare_store of chunks [begin, end) of a hybrid instance (`taken`
+/// carries its groups, and the slots the caller took, given back here):
+/// inline, marks `key` as prepared and answers; over the staging pool,
+/// reserves each group's chunks and answers with a slot for each.
 void prepare_store_groups(self_ptr self, const mp_call& call, const gpu_stage_taken& taken,
-                          const session_state::staged_key& key, size_t n_chunks);
+                          const session_state::staged_key& key, size_t begin, size_t end);
 
 /// commit_store of a prepared hybrid store (`t`): answers True once every
 /// chunk the data carries is committed, False (nothing committed) otherwise.

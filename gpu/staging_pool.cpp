@@ -28,6 +28,7 @@ struct copy_job {
   const std::vector<uint64_t>* offsets;
   const std::vector<uint8_t*>* l1;
   bool to_l1;
+  const std::vector<uint64_t>* lengths; ///< empty: slot_bytes each
 };
 
 /// Under run_guarded: plain memcpy over checked addresses, nothing owned.
@@ -35,27 +36,35 @@ void copy_slots(void* arg) {
   const auto* j = static_cast<const copy_job*>(arg);
   for (size_t i = 0; i < j->offsets->size(); ++i) {
     uint8_t* slot = j->base + (*j->offsets)[i];
+    const uint64_t n = j->lengths->empty() ? j->slot_bytes : (*j->lengths)[i];
     if (j->to_l1)
-      std::memcpy((*j->l1)[i], slot, j->slot_bytes);
+      std::memcpy((*j->l1)[i], slot, n);
     else
-      std::memcpy(slot, (*j->l1)[i], j->slot_bytes);
+      std::memcpy(slot, (*j->l1)[i], n);
   }
 }
 
 } // namespace
 
 status staging_pool::copy(const std::vector<uint64_t>& offsets, const std::vector<uint8_t*>& l1,
-                          bool to_l1) const {
+                          bool to_l1, const std::vector<uint64_t>& lengths) const {
   if (offsets.size() != l1.size())
     return make_error("staging", std::to_string(offsets.size()) + " staging slots for " +
                                      std::to_string(l1.size()) + " L1 chunks");
+  if (!lengths.empty() && lengths.size() != offsets.size())
+    return make_error("staging", std::to_string(lengths.size()) + " lengths for " +
+                                     std::to_string(offsets.size()) + " slots");
+  for (auto n : lengths)
+    if (n > slot_bytes_)
+      return make_error("staging", "a copy of " + std::to_string(n) + " bytes into slots of " +
+                                       std::to_string(slot_bytes_));
   for (size_t i = 0; i < offsets.size(); ++i) {
     if (!is_taken(offsets[i]))
       return make_error("staging", "offset " + std::to_string(offsets[i]) + " of '" + name_ +
                                        "' is not a slot handed out");
     if (l1[i] == nullptr) return make_error("staging", "L1 chunk " + std::to_string(i) + " is null");
   }
-  copy_job job{base_, slot_bytes_, &offsets, &l1, to_l1};
+  copy_job job{base_, slot_bytes_, &offsets, &l1, to_l1, &lengths};
   const guarded_range range{base_, size_};
   const guard_result g = run_guarded(&range, 1, &copy_slots, &job);
   if (g.faulted)

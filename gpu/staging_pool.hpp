@@ -59,9 +59,11 @@ public:
   /// (to_l1: slot -> l1). Every offset is checked before a byte moves; the
   /// copy runs under the SIGBUS guard (gpu/fault_guard.hpp), because the
   /// engine opens the object read-write and may shrink it. Error kind
-  /// "staging" (bad offset, sizes) or "shm_truncated".
+  /// "staging" (bad offset, sizes) or "shm_truncated". `lengths` (a hybrid
+  /// instance's slots hold chunks of their group's size): bytes per slot,
+  /// each at most slot_bytes(); empty: slot_bytes() each.
   status copy(const std::vector<uint64_t>& offsets, const std::vector<uint8_t*>& l1,
-              bool to_l1) const;
+              bool to_l1, const std::vector<uint64_t>& lengths = {}) const;
 
 private:
   staging_pool() = default;

@@ -63,6 +63,12 @@ void write_slots(msgpack_io::writer& w, const std::vector<shm_slot_desc>& slots)
   }
 }
 
+void write_uints(msgpack_io::writer& w, const std::vector<uint64_t>& v) {
+  w.array(static_cast<uint32_t>(v.size()));
+  for (uint64_t i : v)
+    w.uint(i);
+}
+
 } // namespace
 
 std::string encode_reply_engine_driven_context(std::string_view shm_name, uint64_t pool_size,
@@ -107,9 +113,47 @@ std::string encode_reply_prepare_store(const std::vector<shm_slot_desc>& slots,
   w.key("slots");
   write_slots(w, slots);
   w.key("chunk_indices");
-  w.array(static_cast<uint32_t>(chunk_indices.size()));
-  for (uint64_t i : chunk_indices)
-    w.uint(i);
+  write_uints(w, chunk_indices);
+  w.finish();
+  return out;
+}
+
+std::string encode_reply_prepare_store_groups(const std::vector<shm_slot_desc>& slots,
+                                              const std::vector<uint64_t>& chunk_indices,
+                                              const std::vector<uint64_t>& group_ids) {
+  std::string out;
+  msgpack_io::writer w(out);
+  w.map(1);
+  w.key("context");
+  w.map(3);
+  w.key("slots");
+  write_slots(w, slots);
+  w.key("chunk_indices");
+  write_uints(w, chunk_indices);
+  w.key("group_ids");
+  write_uints(w, group_ids);
+  w.finish();
+  return out;
+}
+
+std::string encode_reply_prepare_retrieve_groups(const std::vector<shm_slot_desc>& slots,
+                                                 const std::vector<uint64_t>& group_ids,
+                                                 const std::vector<uint64_t>& chunk_indices) {
+  std::string out;
+  msgpack_io::writer w(out);
+  w.map(3);
+  w.key("success");
+  w.boolean(true);
+  w.key("data");
+  w.bin({});
+  w.key("context");
+  w.map(3);
+  w.key("slots");
+  write_slots(w, slots);
+  w.key("group_ids");
+  write_uints(w, group_ids);
+  w.key("chunk_indices");
+  write_uints(w, chunk_indices);
   w.finish();
   return out;
 }

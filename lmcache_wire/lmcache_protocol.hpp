@@ -379,6 +379,17 @@ std::string encode_reply_prepare_retrieve(bool success, const std::vector<shm_sl
 /// prepare_retrieve of an inline instance (LMCache 0.5.7): {"success":
 /// true, "data": bin(TensorEnvelope of the chunks), "context": {}}.
 std::string encode_reply_prepare_retrieve_inline(std::string_view data);
+/// The slots of a multi-group (hybrid-KV) instance, as LMCache 0.5.7's
+/// ShmTransferStrategy answers: prepare_store {"context": {"slots",
+/// "chunk_indices", "group_ids"}}; prepare_retrieve {"success": True,
+/// "data": b"", "context": {"slots", "group_ids", "chunk_indices"}}, the
+/// three lists parallel (chunk indices within the key's range).
+std::string encode_reply_prepare_store_groups(const std::vector<shm_slot_desc>& slots,
+                                              const std::vector<uint64_t>& chunk_indices,
+                                              const std::vector<uint64_t>& group_ids);
+std::string encode_reply_prepare_retrieve_groups(const std::vector<shm_slot_desc>& slots,
+                                                 const std::vector<uint64_t>& group_ids,
+                                                 const std::vector<uint64_t>& chunk_indices);
 
 // The names the actors still use (renamed here so that `mp_` no longer also
 // means msgpack; the callers move over when the concurrent actor work is

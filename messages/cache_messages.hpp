@@ -330,6 +330,9 @@ struct gpu_stage_copy {
   std::vector<uint64_t> offsets;
   std::vector<uint8_t*> l1;
   bool release = false;
+  /// A hybrid instance: bytes per slot (its group's chunk); empty: the
+  /// instance's slot size each.
+  std::vector<uint64_t> lengths{};
 };
 /// Gives slots back without copying (commit_retrieve, an abandoned prepare).
 struct gpu_stage_give {

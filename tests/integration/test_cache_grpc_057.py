@@ -21,7 +21,6 @@ import types
 import uuid
 from pathlib import Path
 
-import msgspec
 import pytest
 
 grpc = pytest.importorskip("grpc", reason="the gRPC tests need grpcio (pip install grpcio)")
@@ -33,6 +32,7 @@ from lmcache_client import EVENT_HANDLE, cache_key
 from test_cache_grpc import (CHUNK_SIZE_REPLY, CTRL, LOOKUP, _batch, grpc_server, key056,
                              md, pb_bytes, pb_int, streams_gone, unary, wait_grpc, wait_request)
 from lmcache_wheels import client_namespace, wheel_imports
+from test_cache_engine_driven import Staging
 from test_cache_lmcache_057 import (MODEL, _chunk_bytes, _grouped, _src057,
                                     _torch_stand_in_057, key057)
 from test_cache_lmcache_client import blocks, lmcache_wrappers
@@ -250,7 +250,8 @@ def test_057_engine_driven_over_grpc(lmc, cache_server):
             num_layers=3, hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
             num_physical_slots=CHUNK, group_layouts=[full, swa])
         reply = client.register_kv_cache_engine_driven_context(hybrid).result(timeout=T)
-        assert (reply.shm_name, reply.pool_size, reply.null_block_id) == ("", 0, 0)
+        assert reply.shm_name.startswith("/kvsidecar.") and reply.null_block_id == 0
+        staging = Staging(reply.shm_name, reply.pool_size)
         full_n, swa_n = 2 * 2 * CHUNK * 64 * 2, CHUNK // 2 * 64 * 2
         htoks = tokens(2, salt=160)
 
@@ -266,13 +267,15 @@ def test_057_engine_driven_over_grpc(lmc, cache_server):
         srv.wait_stats(lambda s: s["stored"] == 4)
         assert client.lookup(hkey("hr", worker=None, readers=1), 1).result(timeout=T) is None
         assert client.wait_prefetch_status("hr", 30.0).result(timeout=T) == 2
+        # Stored inline (a pool instance takes inline data too), read back
+        # through the staging slots.
         got = client.prepare_retrieve(hkey("hr"), 5731).result(timeout=T)
         assert got.success is True
-        env = msgspec.msgpack.decode(got.data)
-        assert [g["chunk_indices"] for g in env["groups"]] == [[0, 1], [1]]
-        assert [t["data"] for t in env["groups"][0]["tensors"]] == [_chunk_bytes(1, full_n),
-                                                                   _chunk_bytes(2, full_n)]
-        assert env["groups"][1]["tensors"][0]["data"] == _chunk_bytes(9, swa_n)
+        ctx = got.context
+        assert list(zip(ctx["group_ids"], ctx["chunk_indices"])) == [(0, 0), (0, 1), (1, 1)]
+        assert [staging.read(slot) for slot in ctx["slots"]] == [
+            _chunk_bytes(1, full_n), _chunk_bytes(2, full_n), _chunk_bytes(9, swa_n)]
+        staging.close()
         assert client.commit_retrieve(hkey("hr"), 5731).result(timeout=T) is True
         for rid in ("h", "hr"):
             assert client.end_session(rid).result(timeout=T) is None

@@ -33,6 +33,7 @@ pytest.register_assert_rewrite("conftest_cache", "lmcache_client")
 from conftest_cache import CHUNK, pages_equal, tokens
 from lmcache_client import EVENT_HANDLE, cache_key
 from lmcache_wheels import client_namespace, unpack, wheel_imports
+from test_cache_engine_driven import Staging
 from test_cache_lmcache_client import (PAGE, _torch_stand_in, blocks,
                                        lmcache_wrappers)
 
@@ -303,15 +304,18 @@ def _chunk_bytes(tag: int, n: int) -> bytes:
     return bytes((tag * 31 + i * 7) % 251 for i in range(n))
 
 
-def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server):
+@pytest.mark.parametrize("transfer", ["shm", "inline"])
+def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server, transfer):
     """A hybrid-KV worker (group_layouts with a full-attention group and a
     sliding-window group of one chunk's window, as LMCache 0.5.7's vLLM
-    connector registers Gemma-style models): registered inline (no pool),
-    each group's chunks stored from the grouped envelope, a lookup hits the
-    longest prefix every group can serve (full attention: every chunk;
-    the window: its last chunk), the retrieve returns each group's in-window
-    suffix byte for byte, and what does not match a group is refused."""
-    srv = cache_server()
+    connector registers Gemma-style models), over the instance's staging
+    pool (a slot of the group's size per group's chunk: slots, chunk_indices,
+    group_ids) and inline (the grouped envelope): each group's chunks stored,
+    a lookup hits the longest prefix every group can serve (full attention:
+    every chunk; the window: its last chunk), the retrieve returns each
+    group's in-window suffix byte for byte, and what does not match a group
+    is refused."""
+    srv = cache_server(overrides={"cache.engine_driven_transfer": transfer})
     client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
     ct = lmc.custom_types
     full = ct.GroupLayout(num_layers=2, hidden_dim_size=64, dtype_str="bfloat16",
@@ -321,62 +325,92 @@ def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server):
                          window_chunks=1)
     full_shape, swa_shape = (2, 2, CHUNK, 64), (1, CHUNK // 2, 128)
     full_n, swa_n = 2 * 2 * CHUNK * 64 * 2, CHUNK // 2 * 128 * 4
+    staging = None
     try:
         payload = ct.RegisterEngineDrivenContextPayload(
             instance_id=81, model_name=MODEL, world_size=1, block_size=32, num_layers=3,
             hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK,
             group_layouts=[full, swa])
         reply = client.register_kv_cache_engine_driven_context(payload).result(timeout=T)
-        assert (reply.shm_name, reply.pool_size, reply.null_block_id) == ("", 0, 0)
+        assert reply.null_block_id == 0
+        if transfer == "inline":
+            assert (reply.shm_name, reply.pool_size) == ("", 0)
+        else:
+            # 16 slots per group, each as long as the largest group's chunk.
+            assert reply.shm_name.startswith("/kvsidecar.") and reply.pool_size == 2 * 16 * full_n
+            staging = Staging(reply.shm_name, reply.pool_size)
         srv.wait_log(r"instance 81 registered \(engine-driven, a hybrid model of 2 groups\)")
 
-        def store(toks, rid, full_chunks, swa_chunks, tag):
-            key = key057(lmc, toks, 0, len(toks), rid)
-            client.prepare_store(key, 81).result(timeout=T)
-            data = _grouped([(0, "bfloat16", full_shape,
-                              [_chunk_bytes(tag + c, full_n) for c in range(full_chunks)]),
-                             (swa_chunks[0] if swa_chunks else 0, "float32", swa_shape,
-                              [_chunk_bytes(tag + 100 + c, swa_n) for c in swa_chunks])])
-            return client.commit_store(key, 81, data).result(timeout=T)
+        def data(g, abs_chunk, tag):
+            return _chunk_bytes(tag + abs_chunk, full_n) if g == 0 else \
+                _chunk_bytes(tag + 100 + abs_chunk, swa_n)
+
+        def store(toks, rid, start, n, swa_chunks, tag):
+            """Chunks [start, start + n) of group 0 and `swa_chunks` (within
+            the range) of the window group, as the worker stores them."""
+            key = key057(lmc, toks, start * CHUNK, (start + n) * CHUNK, rid)
+            if transfer == "inline":
+                client.prepare_store(key, 81).result(timeout=T)
+                return client.commit_store(key, 81, _grouped([
+                    (0, "bfloat16", full_shape, [data(0, start + c, tag) for c in range(n)]),
+                    (swa_chunks[0] if swa_chunks else 0, "float32", swa_shape,
+                     [data(1, start + c, tag) for c in swa_chunks])])).result(timeout=T)
+            skipped = ((), tuple(c for c in range(n) if c not in swa_chunks))
+            ctx = client.prepare_store(key, 81, skipped).result(timeout=T).context
+            assert len(ctx["slots"]) == len(ctx["chunk_indices"]) == len(ctx["group_ids"])
+            for slot, c, g in zip(ctx["slots"], ctx["chunk_indices"], ctx["group_ids"]):
+                assert slot["shape"] == list(full_shape if g == 0 else swa_shape)
+                assert slot["dtype"] == ("bfloat16" if g == 0 else "float32")
+                assert g == 0 or c in swa_chunks
+                staging.write(slot, data(g, start + c, tag))
+            return client.commit_store(key, 81, b"").result(timeout=T)
+
+        def retrieve(toks, rid, n):
+            """{group: {chunk: bytes}} of a prepare_retrieve of chunks [0, n)."""
+            key = key057(lmc, toks, 0, n * CHUNK, rid)
+            got = client.prepare_retrieve(key, 81).result(timeout=T)
+            assert got.success is True
+            out: dict[int, dict[int, bytes]] = {0: {}, 1: {}}
+            if transfer == "inline":
+                env = msgspec.msgpack.decode(got.data)
+                assert env["version"] == 1 and len(env["groups"]) == 2
+                for g, grp in enumerate(env["groups"]):
+                    for c, t in zip(grp["chunk_indices"], grp["tensors"]):
+                        assert tuple(t["shape"]) == (full_shape if g == 0 else swa_shape)
+                        out[g][c] = t["data"]
+            else:
+                ctx = got.context
+                for slot, g, c in zip(ctx["slots"], ctx["group_ids"], ctx["chunk_indices"]):
+                    out[g][c] = staging.read(slot)
+            assert client.commit_retrieve(key, 81).result(timeout=T) is True
+            return out
 
         # Three chunks: the window group's chunk 0 was all-null (not sent).
         toks = tokens(3, salt=81)
-        assert store(toks, "s", 3, [1, 2], 10) is True
-        srv.wait_stats(lambda s: s["stored"] == 5)
+        assert store(toks, "s", 0, 3, [1, 2], 10) is True
+        srv.wait_stats(lambda s: s["stored"] == 5 and s["reserved"] == 0)
         assert client.lookup(key057(lmc, toks, 0, 3 * CHUNK, "r", worker=None, readers=1),
                              1).result(timeout=T) is None
         assert client.wait_prefetch_status("r", 10.0).result(timeout=T) == 3
         srv.wait_locks(4)  # group 0: chunks 0..2; the window: chunk 2
-        got = client.prepare_retrieve(key057(lmc, toks, 0, 3 * CHUNK, "r"), 81).result(timeout=T)
-        assert got.success is True
-        env = msgspec.msgpack.decode(got.data)
-        assert env["version"] == 1 and len(env["groups"]) == 2
-        g0, g1 = env["groups"]
-        assert g0["chunk_indices"] == [0, 1, 2] and g1["chunk_indices"] == [2]
-        assert [t["data"] for t in g0["tensors"]] == [_chunk_bytes(10 + c, full_n) for c in range(3)]
-        assert g1["tensors"][0]["data"] == _chunk_bytes(112, swa_n)
-        assert (g1["tensors"][0]["dtype"], g1["tensors"][0]["shape"]) == ("float32", list(swa_shape))
-        assert client.commit_retrieve(key057(lmc, toks, 0, 3 * CHUNK, "r"), 81).result(timeout=T)
+        got = retrieve(toks, "r", 3)
+        assert sorted(got[0]) == [0, 1, 2] and sorted(got[1]) == [2]
+        assert [got[0][c] for c in range(3)] == [data(0, c, 10) for c in range(3)]
+        assert got[1][2] == data(1, 2, 10)
         client.end_session("r").result(timeout=T)
         srv.wait_locks(0)
 
         # Not monotone: the window group holds chunks 1 and 3 of four. A
         # 3-chunk prefix would need its chunk 2; the 4-chunk prefix is served.
         toks4 = tokens(4, salt=82)
-        key4 = key057(lmc, toks4, 0, 4 * CHUNK, "s4")
-        client.prepare_store(key4, 81).result(timeout=T)
-        assert client.commit_store(key4, 81, _grouped([
-            (0, "bfloat16", full_shape, [_chunk_bytes(20 + c, full_n) for c in range(4)]),
-            (1, "float32", swa_shape, [_chunk_bytes(121, swa_n)])])).result(timeout=T) is True
-        key4b = key057(lmc, toks4, 3 * CHUNK, 4 * CHUNK, "s4b")
-        client.prepare_store(key4b, 81).result(timeout=T)
-        assert client.commit_store(key4b, 81, _grouped([
-            (0, "bfloat16", full_shape, [_chunk_bytes(23, full_n)]),
-            (0, "float32", swa_shape, [_chunk_bytes(123, swa_n)])])).result(timeout=T) is True
-        srv.wait_stats(lambda s: s["stored"] == 11)
+        assert store(toks4, "s4", 0, 4, [1], 20) is True
+        assert store(toks4, "s4b", 3, 1, [0], 20) is True
+        srv.wait_stats(lambda s: s["stored"] == 11 and s["reserved"] == 0)
         assert client.lookup(key057(lmc, toks4, 0, 4 * CHUNK, "q", worker=None, readers=1),
                              1).result(timeout=T) is None
         assert client.wait_prefetch_status("q", 10.0).result(timeout=T) == 4
+        got = retrieve(toks4, "q", 4)
+        assert sorted(got[0]) == [0, 1, 2, 3] and got[1] == {3: data(1, 3, 20)}
         client.end_session("q").result(timeout=T)
         # Three of the four: chunk 2 of the window group is missing, and the
         # longest shorter prefix it can serve is 2 chunks (its chunk 1).
@@ -385,7 +419,8 @@ def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server):
         assert client.wait_prefetch_status("q3", 10.0).result(timeout=T) == 2
         client.end_session("q3").result(timeout=T)
 
-        # Data that does not match a group's layout: refused, nothing stored.
+        # Inline data that does not match a group's layout (on a pool
+        # instance too, as LMCache takes inline data there): refused, nothing stored.
         bad = tokens(1, salt=83)
         keyb = key057(lmc, bad, 0, CHUNK, "b")
         client.prepare_store(keyb, 81).result(timeout=T)
@@ -409,9 +444,13 @@ def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server):
                 hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
                 num_physical_slots=CHUNK, group_layouts=[full, odd])).result(timeout=T)
         assert "group_layouts[1]: kv_size 3" in str(refused.value)
+        if staging is not None:  # every slot handed out came back
+            srv.wait_stats(lambda s: s["staging_free"] == 32, actor="gpu_transfer")
         assert client.unregister_kv_cache_engine_driven_context(81).result(timeout=T) is None
         srv.wait_idle()
     finally:
+        if staging is not None:
+            staging.close()
         client.close()
 
 
