@@ -69,6 +69,17 @@ TEST_CASE("staging pool: a private object the client maps by name, slots of one 
   for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<uint8_t>(i * 7);
   REQUIRE(p.copy({a[2]}, {chunk.data()}, false).has_value());
   CHECK(std::memcmp(client + a[2], chunk.data(), 4096) == 0);
+  // A hybrid instance's slots hold its groups' chunks: a copy moves each
+  // slot's own length, never more than a slot, and the lengths must match.
+  std::vector<uint8_t> half(4096, 0x11);
+  std::memset(client + a[1], 0x22, 4096);
+  REQUIRE(p.copy({a[1]}, {half.data()}, true, {1024}).has_value());
+  CHECK(std::count(half.begin(), half.end(), 0x22) == 1024);
+  CHECK(half[1024] == 0x11);
+  auto over = p.copy({a[1]}, {half.data()}, true, {4097});
+  REQUIRE_FALSE(over.has_value());
+  CHECK(over.error_value().detail.find("4097 bytes into slots of 4096") != std::string::npos);
+  CHECK_FALSE(p.copy({a[1]}, {half.data()}, true, {16, 16}).has_value());
 
   // Only handed-out slots, each once, and the counts must agree.
   CHECK(p.give({a[0], a[0]}).error_value().detail.find("given twice") != std::string::npos);
