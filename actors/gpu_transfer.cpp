@@ -1,8 +1,8 @@
 #include "actors/gpu_transfer.hpp"
-#include "gpu/kv_layout.hpp"
 
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
+#include "gpu/kv_layout.hpp"
 
 namespace kvs {
 
@@ -21,8 +21,10 @@ bool all_null_in_a_group(const kv_layout& layout, const std::vector<std::vector<
     return false;
   const uint64_t bpc = chunk_tokens / layout.block_size;
   const uint64_t first = position * bpc;
+  if (bpc == 0)
+    return false;
   for (const auto& g : ids) {
-    if (bpc == 0 || g.size() < first + bpc)
+    if (g.size() < first + bpc)
       continue; // malformed: the copy plan refuses it with the reason
     bool all_null = true;
     for (uint64_t b = first; b < first + bpc && all_null; ++b)

@@ -88,13 +88,14 @@ size_t distinct_sizes(const std::unordered_map<int64_t, size_t>& m) {
 
 // The store's handlers, one per message (store() below lists them).
 
-/// LOOKUP: locks the prefix found in L1 (and asks L2 for the rest).
 /// How many groups' sessions a request's locks are held under.
 uint32_t groups_of(const store_state& st, const std::string& session) {
   auto i = st.session_groups.find(session);
   return i == st.session_groups.end() ? 1 : i->second;
 }
 
+/// LOOKUP: locks the prefix found in L1 (and asks L2 for the rest); a
+/// hybrid model's by its groups' windows (cache/group_lookup.hpp).
 caf::result<uint64_t> on_lookup(self_ptr self, store_lookup& q) {
   auto& st = self->state;
   auto now = cache_clock::now();
