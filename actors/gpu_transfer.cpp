@@ -262,7 +262,7 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
       auto& in = i->second;
       gpu_stage_taken out;
       out.inline_data = !in.pool;
-      if (in.pool)
+      if (in.pool && (!in.groups || t.group_slots))
         out.offsets = in.pool->take(t.count);
       out.slot_bytes = in.slot_bytes;
       out.chunk_shape = in.chunk_shape;

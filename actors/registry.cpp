@@ -150,6 +150,22 @@ uint32_t torch_dtype_size(const std::string& name) {
   return 0;
 }
 
+/// One engine-driven chunk as the engine views it: [2, NL, T, H], or one
+/// plane [NL, T, H] (MLA, fused K/V, indexers), of `dtype` (`elem` bytes an
+/// element). Each factor is bounded by the caller: the product cannot overflow.
+stage_group chunk_stage(int64_t planes, int64_t layers, int64_t tokens, int64_t hidden,
+                        const std::string& dtype, uint32_t elem) {
+  stage_group sg;
+  sg.chunk_shape = planes == 1 ? std::vector<int64_t>{layers, tokens, hidden}
+                               : std::vector<int64_t>{2, layers, tokens, hidden};
+  sg.dtype = dtype;
+  sg.format = planes == 1 ? chunk_format_single_plane : chunk_format_kv_2ltd;
+  sg.slot_bytes = elem;
+  for (int64_t d : sg.chunk_shape)
+    sg.slot_bytes *= static_cast<uint64_t>(d);
+  return sg;
+}
+
 /// A multi-group (hybrid-KV) registration's groups as the store and the
 /// sessions use them, or why one is refused (naming the group and field).
 /// Mirrors LMCache 0.5.7's EngineDrivenTransferModule: a group's chunk is
@@ -180,14 +196,8 @@ expected<std::vector<stage_group>> group_stages(const register_engine_driven_req
       return bad("kv_size " + std::to_string(gl.kv_size) + " (1 or 2 planes)");
     if (gl.window_chunks < 0 || gl.window_chunks > (int64_t{1} << 20))
       return bad("window_chunks " + std::to_string(gl.window_chunks) + " out of range");
-    stage_group sg;
-    sg.chunk_shape = planes == 1 ? std::vector<int64_t>{gl.num_layers, tokens, gl.hidden_dim_size}
-                                 : std::vector<int64_t>{2, gl.num_layers, tokens, gl.hidden_dim_size};
-    sg.dtype = gl.dtype_str;
-    sg.format = planes == 1 ? chunk_format_single_plane : chunk_format_kv_2ltd;
-    sg.slot_bytes = elem;
-    for (int64_t d : sg.chunk_shape)
-      sg.slot_bytes *= static_cast<uint64_t>(d); // each factor is bounded above: no overflow
+    stage_group sg = chunk_stage(planes, gl.num_layers, tokens, gl.hidden_dim_size, gl.dtype_str,
+                                 elem);
     sg.window = gl.window_chunks == 0 ? -1 : static_cast<int32_t>(gl.window_chunks);
     out.push_back(std::move(sg));
   }
@@ -280,25 +290,14 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
          + std::to_string(st.p.chunk_size) + " (compressed engine-driven chunks are not served)");
     return;
   }
-  // The chunk as the engine views it: [2, NL, T, H], or one plane [NL, T, H]
-  // for MLA and fused-K/V formats (LMCache's use_mla flag).
-  std::vector<int64_t> shape = r.use_mla
-                                 ? std::vector<int64_t>{r.num_layers, slots_per_chunk, r.hidden_dim_size}
-                                 : std::vector<int64_t>{2, r.num_layers, slots_per_chunk,
-                                                        r.hidden_dim_size};
-  uint64_t slot = elem;
-  for (int64_t d : shape)
-    slot *= static_cast<uint64_t>(d); // each factor is bounded above: no overflow
-  uint8_t format = r.use_mla ? chunk_format_single_plane : chunk_format_kv_2ltd;
-  std::string dtype = r.dtype_str;
+  // The instance's chunk (LMCache's use_mla flag: one plane); a hybrid
+  // instance's is its group 0's, the others are sized per group.
+  const stage_group own = groups ? groups->front()
+                                 : chunk_stage(r.use_mla ? 1 : 2, r.num_layers, slots_per_chunk,
+                                               r.hidden_dim_size, r.dtype_str, elem);
+  const uint64_t slot = own.slot_bytes;
   store_configure conf{r.instance_id, slot, {}, {}, r.model_name, r.world_size};
   if (groups) {
-    // Group 0 is the instance's own chunk; the others are sized per group.
-    const auto& g0 = groups->front();
-    shape = g0.chunk_shape;
-    slot = conf.slot_bytes = g0.slot_bytes;
-    format = g0.format;
-    dtype = g0.dtype;
     for (const auto& g : *groups) {
       conf.group_slot_bytes.push_back(g.slot_bytes);
       conf.group_windows.push_back(g.window);
@@ -320,9 +319,9 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
     pool_slots = static_cast<uint32_t>(
       std::min<uint64_t>(uint64_t{pool_slots} * groups->size(), UINT32_MAX));
   }
-  gpu_stage_open op{r.instance_id, pool_slot,     pool_slots,
-                    shape,         dtype,         format,
-                    call.peer_uid, st.p.engine_driven_inline,
+  gpu_stage_open op{r.instance_id,    pool_slot,  pool_slots,
+                    own.chunk_shape,  own.dtype,  own.format,
+                    call.peer_uid,    st.p.engine_driven_inline,
                     groups};
   self->request(st.p.gpu, caf::infinite, std::move(op))
     .then([self, call, r, conf, groups, fail, pinged](gpu_stage_opened& opened) {

@@ -14,15 +14,6 @@ namespace kvs::session_steps {
 
 namespace {
 
-/// The key of a prepare_store or commit_store.
-const cache_key& key_of(const mp_call& call) {
-  const auto& body = call.request->body;
-  if (auto* s = std::get_if<prepare_store_req>(&body))
-    return s->key;
-  return std::get<commit_store_req>(body).key;
-}
-
-
 /// Why group g's tensors do not match its registration, or "".
 std::string mismatch(const envelope_group& eg, const stage_group& sg, size_t g, size_t n_chunks) {
   for (size_t k = 0; k < eg.tensors.size(); ++k) {
@@ -46,14 +37,18 @@ struct pending_reserve {
   size_t left = 0;
   bool ok = true;
   std::string why;
-  std::vector<store_finish> fins;           ///< one per group with reserved chunks
-  std::vector<std::vector<uint8_t*>> slots; ///< per fins entry: the L1 slots
-  std::vector<std::vector<size_t>> chunks;  ///< per fins entry: chunk within the range
+  /// What was asked: per group, chunks within the range, ascending.
+  std::vector<std::vector<size_t>> want;
+  std::vector<store_finish> fins;              ///< one per group with reserved chunks
+  std::vector<std::vector<uint8_t*>> slots;    ///< per fins entry: the L1 slots
+  std::vector<std::vector<size_t>> positions;  ///< per fins entry: index into want[group]
+
+  size_t chunk(size_t f, size_t i) const { return want[fins[f].group][positions[f][i]]; }
 };
 
-/// Reserves, for each group g, chunks `want[g]` (within the key's range,
-/// starting at chunk `begin`) in the store, then calls done(pending) once
-/// every group answered. Chunks already stored are left out.
+/// Reserves, for each group g, chunks `want[g]` (within the range of `key`,
+/// which `call` holds, from chunk `begin`) in the store, then calls
+/// done(pending) once every group answered. Chunks already stored are left out.
 template <class Done>
 void reserve_groups(self_ptr self, const mp_call& call, const cache_key& key, int64_t instance,
                     const stage_groups& groups, std::vector<std::vector<size_t>> want,
@@ -63,34 +58,34 @@ void reserve_groups(self_ptr self, const mp_call& call, const cache_key& key, in
   const auto rank = static_cast<int32_t>(*key.worker_id);
   auto hashes = std::make_shared<const std::vector<uint64_t>>(key_hashes(key, cs, end));
   auto pend = std::make_shared<pending_reserve>();
-  for (const auto& w : want)
+  pend->want = std::move(want);
+  for (const auto& w : pend->want)
     pend->left += w.empty() ? 0 : 1;
   if (pend->left == 0) {
     done(*pend);
     return;
   }
-  auto wants = std::make_shared<const std::vector<std::vector<size_t>>>(std::move(want));
-  for (uint32_t g = 0; g < wants->size(); ++g) {
-    if ((*wants)[g].empty())
+  const cache_key* k = &key; // in the request `call` keeps alive
+  for (uint32_t g = 0; g < pend->want.size(); ++g) {
+    if (pend->want[g].empty())
       continue;
     store_reserve q{instance, rank, {}, (*groups)[g].format, 0, g};
-    for (auto c : (*wants)[g])
+    for (auto c : pend->want[g])
       q.hashes.push_back(group_hash((*hashes)[begin + c], g));
     self->request(st.p.store, caf::infinite, std::move(q))
       .then(
-        [self, call, hashes, wants, pend, done, g, begin, rank](store_reserve_reply& res) {
-          const auto& k = key_of(call);
+        [self, call, k, hashes, pend, done, g, begin, rank](store_reserve_reply& res) {
           const auto cs = static_cast<size_t>(self->state.p.chunk_size);
-          store_finish fin = finish_for(k, rank);
+          store_finish fin = finish_for(*k, rank);
           fin.group = g;
           std::vector<uint8_t*> slots;
-          std::vector<size_t> chunks;
+          std::vector<size_t> positions;
           for (const auto& c : res.chunks) {
-            const size_t rel = (*wants)[g][c.position];
+            const size_t rel = pend->want[g][c.position];
             slots.push_back(c.slot);
-            chunks.push_back(rel);
+            positions.push_back(c.position);
             if (g == 0) {
-              add_chunk(fin, k, *hashes, begin + rel, cs);
+              add_chunk(fin, *k, *hashes, begin + rel, cs);
             } else {
               fin.hashes.push_back(group_hash((*hashes)[begin + rel], g));
               fin.tokens.emplace_back();
@@ -100,7 +95,7 @@ void reserve_groups(self_ptr self, const mp_call& call, const cache_key& key, in
           if (!fin.hashes.empty()) {
             pend->fins.push_back(std::move(fin));
             pend->slots.push_back(std::move(slots));
-            pend->chunks.push_back(std::move(chunks));
+            pend->positions.push_back(std::move(positions));
           }
           if (--pend->left == 0)
             done(*pend);
@@ -140,11 +135,10 @@ void release_tickets(self_ptr self, pending_retrieve& p) {
 
 /// Every group's chunks are pinned: answer inline, or copy them into
 /// staging slots and answer with those.
-void settle_retrieve(self_ptr self, const mp_call& call, const gpu_stage_taken& taken,
-                     std::shared_ptr<pending_retrieve> pend) {
+void settle_retrieve(self_ptr self, const mp_call& call, const stage_groups& groups,
+                     bool inline_data, std::shared_ptr<pending_retrieve> pend) {
   auto& st = self->state;
   auto& p = *pend;
-  const auto& groups = taken.groups;
   for (size_t g = 0; g < groups->size() && p.ok; ++g)
     if (p.acquired[g]->slot_bytes < (*groups)[g].slot_bytes) {
       p.ok = false;
@@ -162,7 +156,7 @@ void settle_retrieve(self_ptr self, const mp_call& call, const gpu_stage_taken& 
     miss(p.why);
     return;
   }
-  if (taken.inline_data) {
+  if (inline_data) {
     // Copied out of L1 into the reply while the tickets pin the chunks.
     std::vector<envelope_group_out> out;
     for (size_t g = 0; g < groups->size(); ++g) {
@@ -184,7 +178,7 @@ void settle_retrieve(self_ptr self, const mp_call& call, const gpu_stage_taken& 
   for (auto& a : p.acquired)
     total += static_cast<uint32_t>(a->slots.size());
   const int64_t instance = std::get<prepare_retrieve_req>(call.request->body).instance_id;
-  self->request(st.p.gpu, caf::infinite, gpu_stage_take{instance, total})
+  self->request(st.p.gpu, caf::infinite, gpu_stage_take{instance, total, true})
     .then(
       [self, call, pend, groups, total, instance, miss](gpu_stage_taken& slots) {
         auto& st = self->state;
@@ -245,8 +239,6 @@ void prepare_store_groups(self_ptr self, const mp_call& call, const gpu_stage_ta
   const auto& r = std::get<prepare_store_req>(call.request->body);
   const auto& groups = *taken.groups;
   const size_t n_chunks = end - begin;
-  if (!taken.offsets.empty()) // a slot per chunk: a hybrid store needs one per group's chunk
-    self->send(st.p.gpu, gpu_stage_give{r.instance_id, taken.offsets});
   auto refuse = [&](const std::string& why) {
     KVS_WARN(st.label, "prepare_store of instance {} refused: {}", r.instance_id, why);
     self->send(st.p.bridge, make_failure_reply(call, "prepare_store: " + why));
@@ -279,17 +271,17 @@ void prepare_store_groups(self_ptr self, const mp_call& call, const gpu_stage_ta
   // skipped (all-null) nor stored already.
   std::vector<std::vector<size_t>> want(groups.size());
   uint32_t total = 0;
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (size_t c = 0; c < n_chunks; ++c) {
-      bool skip = false;
-      if (!r.skipped_chunks.empty())
-        for (auto idx : r.skipped_chunks[g])
-          skip = skip || static_cast<size_t>(idx) == c;
-      if (!skip) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::vector<bool> skip(n_chunks, false);
+    if (!r.skipped_chunks.empty())
+      for (auto idx : r.skipped_chunks[g])
+        skip[static_cast<size_t>(idx)] = true; // checked above: within the range
+    for (size_t c = 0; c < n_chunks; ++c)
+      if (!skip[c]) {
         want[g].push_back(c);
         ++total;
       }
-    }
+  }
   auto empty = [self, call] { reply(self, call, encode_reply_prepare_store_groups({}, {}, {})); };
   if (total == 0) {
     empty();
@@ -297,7 +289,7 @@ void prepare_store_groups(self_ptr self, const mp_call& call, const gpu_stage_ta
   }
   ++st.preparing;
   const auto groups_ptr = taken.groups;
-  self->request(st.p.gpu, caf::infinite, gpu_stage_take{r.instance_id, total})
+  self->request(st.p.gpu, caf::infinite, gpu_stage_take{r.instance_id, total, true})
     .then(
       [self, call, key, groups_ptr, want, total, begin, end, empty](gpu_stage_taken& slots) mutable {
         auto& st = self->state;
@@ -339,7 +331,7 @@ void prepare_store_groups(self_ptr self, const mp_call& call, const gpu_stage_ta
                 t.l1.push_back(p.slots[f][i]);
                 t.lengths.push_back(sg.slot_bytes);
                 descs.push_back({offsets[k], sg.slot_bytes, sg.chunk_shape, sg.dtype});
-                chunk_indices.push_back(p.chunks[f][i]);
+                chunk_indices.push_back(p.chunk(f, i));
                 group_ids.push_back(g);
               }
             }
@@ -427,21 +419,18 @@ void commit_store_groups(self_ptr self, const mp_call& call, staged_transfer t) 
   auto env = std::make_shared<const std::vector<envelope_group>>(std::move(decoded.value()));
   std::vector<std::vector<size_t>> want(env->size());
   for (size_t g = 0; g < env->size(); ++g)
-    for (auto idx : (*env)[g].chunk_indices)
-      want[g].push_back(static_cast<size_t>(idx));
+    want[g].assign((*env)[g].chunk_indices.begin(), (*env)[g].chunk_indices.end());
   ++st.preparing;
-  reserve_groups(self, call, r.key, r.instance_id, t.groups, want, begin, end,
-                 [self, call, env, want](pending_reserve& p) {
+  reserve_groups(self, call, r.key, r.instance_id, t.groups, std::move(want), begin, end,
+                 [self, call, env](pending_reserve& p) {
                    if (p.ok) {
-                     // Copy each reserved chunk's tensor into its L1 slot.
+                     // Copy each reserved chunk's tensor (a position in what
+                     // was asked is the tensor's index) into its L1 slot.
                      for (size_t f = 0; f < p.fins.size(); ++f) {
                        const auto& eg = (*env)[p.fins[f].group];
-                       const auto& w = want[p.fins[f].group];
                        for (size_t i = 0; i < p.slots[f].size(); ++i) {
-                         const size_t k = static_cast<size_t>(
-                           std::lower_bound(w.begin(), w.end(), p.chunks[f][i]) - w.begin());
-                         std::memcpy(p.slots[f][i], eg.tensors[k].data.data(),
-                                     eg.tensors[k].data.size());
+                         const auto& x = eg.tensors[p.positions[f][i]];
+                         std::memcpy(p.slots[f][i], x.data.data(), x.data.size());
                        }
                      }
                    } else {
@@ -462,8 +451,8 @@ void prepare_retrieve_groups(self_ptr self, const mp_call& call, const gpu_stage
   const auto hashes = key_hashes(r.key, cs, end);
   const size_t n = end - begin;
   const auto& groups = *taken.groups;
-  if (!taken.offsets.empty()) // settle_retrieve takes one per group's chunk
-    self->send(st.p.gpu, gpu_stage_give{r.instance_id, taken.offsets});
+  const auto groups_ptr = taken.groups;
+  const bool inline_data = taken.inline_data;
   auto pend = std::make_shared<pending_retrieve>();
   pend->left = groups.size();
   pend->acquired.resize(groups.size());
@@ -478,18 +467,18 @@ void prepare_retrieve_groups(self_ptr self, const mp_call& call, const gpu_stage
       q.hashes.push_back(group_hash(hashes[c], g));
     self->request(st.p.store, caf::infinite, std::move(q))
       .then(
-        [self, call, taken, pend, g](store_acquire_reply& acq) {
+        [self, call, groups_ptr, inline_data, pend, g](store_acquire_reply& acq) {
           pend->acquired[g] = std::move(acq);
           if (--pend->left == 0)
-            settle_retrieve(self, call, taken, pend);
+            settle_retrieve(self, call, groups_ptr, inline_data, pend);
         },
-        [self, call, taken, pend, g](caf::error& err) {
+        [self, call, groups_ptr, inline_data, pend, g](caf::error& err) {
           if (pend->ok) {
             pend->ok = false;
             pend->why = "group " + std::to_string(g) + ": " + from_caf_error(err).detail;
           }
           if (--pend->left == 0)
-            settle_retrieve(self, call, taken, pend);
+            settle_retrieve(self, call, groups_ptr, inline_data, pend);
         });
   }
 }

@@ -24,7 +24,8 @@
 namespace kvs::session_steps {
 
 /// prepare_store of chunks [begin, end) of a hybrid instance (`taken`
-/// carries its groups, and the slots the caller took, given back here):
+/// carries its groups and no slot; the slots are taken here, one per
+/// group's chunk):
 /// inline, marks `key` as prepared and answers; over the staging pool,
 /// reserves each group's chunks and answers with a slot for each.
 void prepare_store_groups(self_ptr self, const mp_call& call, const gpu_stage_taken& taken,

@@ -90,6 +90,8 @@ size_t distinct_sizes(const std::unordered_map<int64_t, size_t>& m) {
 
 /// How many groups' sessions a request's locks are held under.
 uint32_t groups_of(const store_state& st, const std::string& session) {
+  if (st.session_groups.empty()) // no hybrid model looked up: skip hashing the id
+    return 1;
   auto i = st.session_groups.find(session);
   return i == st.session_groups.end() ? 1 : i->second;
 }
@@ -99,7 +101,10 @@ uint32_t groups_of(const store_state& st, const std::string& session) {
 caf::result<uint64_t> on_lookup(self_ptr self, store_lookup& q) {
   auto& st = self->state;
   auto now = cache_clock::now();
-  if (auto gm = st.group_models.find({q.model, q.world_size}); gm != st.group_models.end()) {
+  // Only with a hybrid instance registered: the key copies the model name.
+  if (auto gm = st.group_models.empty() ? st.group_models.end()
+                                        : st.group_models.find({q.model, q.world_size});
+      gm != st.group_models.end()) {
     // A hybrid model: every group's in-window part of the prefix (L1 only:
     // the L2 tiers keep group 0's chunks, which alone serve no hit).
     const auto& windows = gm->second.windows;
@@ -147,7 +152,8 @@ uint64_t on_end_session(self_ptr self, store_end_session& q) {
   uint64_t released = 0;
   for (uint32_t g = 0, n = groups_of(st, q.session); g < n; ++g)
     released += st.ledger->end_session(group_session(q.session, g));
-  st.session_groups.erase(q.session);
+  if (!st.session_groups.empty())
+    st.session_groups.erase(q.session);
   return released;
 }
 

@@ -304,10 +304,14 @@ struct gpu_stage_opened {
   uint64_t pool_size = 0;
 };
 /// prepare_*: up to `count` free slots of the instance's pool (fewer when
-/// fewer are free). Unknown instance: a caf::error.
+/// fewer are free). Unknown instance: a caf::error. A hybrid instance's
+/// slots are handed out only with `group_slots` (the session counts one per
+/// group's chunk once it knows the groups); without, the reply carries its
+/// groups and no slot.
 struct gpu_stage_take {
   int64_t instance_id = 0;
   uint32_t count = 0;
+  bool group_slots = false;
 };
 struct gpu_stage_taken {
   std::vector<uint64_t> offsets;
