@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import random
+import time
 import types
 from pathlib import Path
 
@@ -304,6 +306,21 @@ def _chunk_bytes(tag: int, n: int) -> bytes:
     return bytes((tag * 31 + i * 7) % 251 for i in range(n))
 
 
+# The hybrid worker of these tests: a full-attention group of 2 K/V layers
+# (bfloat16) and a one-chunk sliding-window group of 1 single-plane layer
+# (float32, 128 of a chunk's 256 tokens); each group's chunk shape and bytes.
+HYBRID_SHAPES = ((2, 2, CHUNK, 64), (1, CHUNK // 2, 128))
+HYBRID_BYTES = (2 * 2 * CHUNK * 64 * 2, CHUNK // 2 * 128 * 4)
+
+
+def _hybrid_groups(ct):
+    return (ct.GroupLayout(num_layers=2, hidden_dim_size=64, dtype_str="bfloat16",
+                           tokens_per_block=32, window_tokens=CHUNK, kv_size=2),
+            ct.GroupLayout(num_layers=1, hidden_dim_size=128, dtype_str="float32",
+                           tokens_per_block=32, window_tokens=CHUNK // 2, kv_size=1,
+                           window_chunks=1))
+
+
 @pytest.mark.parametrize("transfer", ["shm", "inline"])
 def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server, transfer):
     """A hybrid-KV worker (group_layouts with a full-attention group and a
@@ -318,13 +335,9 @@ def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server, tr
     srv = cache_server(overrides={"cache.engine_driven_transfer": transfer})
     client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
     ct = lmc.custom_types
-    full = ct.GroupLayout(num_layers=2, hidden_dim_size=64, dtype_str="bfloat16",
-                          tokens_per_block=32, window_tokens=CHUNK, kv_size=2)
-    swa = ct.GroupLayout(num_layers=1, hidden_dim_size=128, dtype_str="float32",
-                         tokens_per_block=32, window_tokens=CHUNK // 2, kv_size=1,
-                         window_chunks=1)
-    full_shape, swa_shape = (2, 2, CHUNK, 64), (1, CHUNK // 2, 128)
-    full_n, swa_n = 2 * 2 * CHUNK * 64 * 2, CHUNK // 2 * 128 * 4
+    full, swa = _hybrid_groups(ct)
+    full_shape, swa_shape = HYBRID_SHAPES
+    full_n, swa_n = HYBRID_BYTES
     staging = None
     try:
         payload = ct.RegisterEngineDrivenContextPayload(
@@ -597,3 +610,115 @@ def test_053_get_experimental_id_40_and_failures_echo_the_op(cache_server):
     c.send_frames([msgspec.msgpack.encode(uid), b"\x06", b"\xc1"])
     r = c._await(uid, T)[0]
     assert r.op_frame == b"\x06"
+
+
+def _rss_kib(srv) -> int:
+    for line in Path(f"/proc/{srv.sidecar.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_057_hybrid_inputs_under_garbage_floods_and_killed_clients(lmc, cache_server):
+    """Everything a hybrid-KV worker sends, hostile: garbage inline data
+    (random bytes, truncated and lying envelopes) and garbage group layouts,
+    each answered at once; a flood of prepared stores from a second worker
+    that is then killed mid-request without committing (its instance reaped:
+    its reservations aborted, its staging slots and sessions gone). The
+    process stays up, its memory bounded, and the first worker's chunks are
+    still served byte for byte."""
+    # The first worker never pings (the registration grace keeps it); the
+    # second pings once, so its silence after the kill reaps it in 500 ms.
+    srv = cache_server(overrides={"cache.heartbeat_timeout": "500ms",
+                                  "cache.registration_grace": "300s"})
+    ct = lmc.custom_types
+    full, swa = _hybrid_groups(ct)
+    full_n, swa_n = HYBRID_BYTES
+
+    def register(client, iid):
+        return client.register_kv_cache_engine_driven_context(ct.RegisterEngineDrivenContextPayload(
+            instance_id=iid, model_name=MODEL, world_size=1, block_size=32, num_layers=3,
+            hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK,
+            group_layouts=[full, swa])).result(timeout=T)
+
+    a = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+    try:
+        reply = register(a, 90)
+        staging = Staging(reply.shm_name, reply.pool_size)
+        toks = tokens(2, salt=90)
+        key = key057(lmc, toks, 0, 2 * CHUNK, "a")
+        ctx = a.prepare_store(key, 90, ()).result(timeout=T).context
+        want = {}
+        for slot, c, g in zip(ctx["slots"], ctx["chunk_indices"], ctx["group_ids"]):
+            want[(g, c)] = _chunk_bytes(40 + 10 * g + c, full_n if g == 0 else swa_n)
+            staging.write(slot, want[(g, c)])
+        assert a.commit_store(key, 90, b"").result(timeout=T) is True
+        srv.wait_stats(lambda s: s["stored"] == 4 and s["reserved"] == 0)
+        rss0 = _rss_kib(srv)
+
+        # Garbage inline data, 300 times: each refused (False) at once.
+        rng = random.Random(90)
+        env = _grouped([(0, "bfloat16", (2, 2, CHUNK, 64), [b"\0" * full_n])])
+        shapes = [
+            lambda: rng.randbytes(rng.randrange(1, 4096)),
+            lambda: env[:rng.randrange(1, len(env))],  # truncated
+            lambda: msgspec.msgpack.encode({"version": 1, "groups": [
+                {"chunk_indices": [rng.randrange(0, 1 << 40)] * 3, "tensors": []}]}),
+            lambda: msgspec.msgpack.encode({"version": 1, "groups": [
+                {"chunk_indices": [0], "tensors": [{"dtype": "bfloat16", "shape": [1 << 40],
+                                                    "data": b"x"}]}] * 65})]
+        bad_key = key057(lmc, tokens(1, salt=91), 0, CHUNK, "g")
+        t0 = time.monotonic()
+        for i in range(300):
+            assert a.commit_store(bad_key, 90, shapes[i % len(shapes)]()).result(timeout=T) is False
+        assert time.monotonic() - t0 < 60
+        # Garbage group layouts: refused at once, naming the group.
+        for odd in (ct.GroupLayout(num_layers=-1, hidden_dim_size=64, dtype_str="bfloat16",
+                                   tokens_per_block=32),
+                    ct.GroupLayout(num_layers=1, hidden_dim_size=64, dtype_str="complex128",
+                                   tokens_per_block=32),
+                    ct.GroupLayout(num_layers=1, hidden_dim_size=64, dtype_str="bfloat16",
+                                   tokens_per_block=32, window_tokens=10 * CHUNK),
+                    ct.GroupLayout(num_layers=1, hidden_dim_size=64, dtype_str="bfloat16",
+                                   tokens_per_block=32, window_chunks=-3)):
+            with pytest.raises(Exception) as refused:
+                a.register_kv_cache_engine_driven_context(ct.RegisterEngineDrivenContextPayload(
+                    instance_id=92, model_name=MODEL, world_size=1, block_size=32, num_layers=2,
+                    hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
+                    num_physical_slots=CHUNK, group_layouts=[full, odd])).result(timeout=T)
+            assert "group_layouts[1]" in str(refused.value)
+
+        # A second worker floods prepared stores and is killed without a commit.
+        b = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+        register(b, 91)
+        assert b.ping(91).result(timeout=T) is True
+        for i in range(40):
+            b.prepare_store(key057(lmc, tokens(2, salt=200 + i), 0, 2 * CHUNK, f"b{i}"), 91,
+                            ()).result(timeout=T)
+        b.prepare_store(key057(lmc, tokens(2, salt=300), 0, 2 * CHUNK, "b-last"), 91, ())
+        b.close()  # mid-request: the last prepare's answer is never read
+        srv.wait_log(r"instance 91 silent for over 500ms \(heartbeat_timeout\): reaped",
+                     timeout=15.0)
+        srv.wait_stats(lambda s: s["reserved"] == 0, timeout=15.0)
+        # Left: the first worker's own two ("a", "g"); the 41 of the killed one ended.
+        srv.wait_stats(lambda s: s["sessions"] == 2 and s["ended"] >= 41, actor="session_router",
+                       timeout=15.0)
+        assert srv.sidecar.running()
+
+        # The first worker's chunks, byte for byte; it kept pinging meanwhile.
+        assert a.lookup(key057(lmc, toks, 0, 2 * CHUNK, "r", worker=None, readers=1),
+                        1).result(timeout=T) is None
+        assert a.wait_prefetch_status("r", 10.0).result(timeout=T) == 2
+        got = a.prepare_retrieve(key057(lmc, toks, 0, 2 * CHUNK, "r"), 90).result(timeout=T)
+        assert got.success is True
+        ctx = got.context
+        assert {(g, c): staging.read(slot) for slot, g, c in
+                zip(ctx["slots"], ctx["group_ids"], ctx["chunk_indices"])} == \
+            {k: v for k, v in want.items() if k[0] == 0 or k[1] == 1}
+        assert a.commit_retrieve(key057(lmc, toks, 0, 2 * CHUNK, "r"), 90).result(timeout=T)
+        assert _rss_kib(srv) - rss0 < 64 * 1024, (rss0, _rss_kib(srv))
+        for rid in ("a", "g", "r"):
+            a.end_session(rid).result(timeout=T)
+        staging.close()
+    finally:
+        a.close()
