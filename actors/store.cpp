@@ -217,7 +217,8 @@ void on_finish(self_ptr self, store_finish& f) {
     ++st.stored;
     if (f.group != 0)
       continue; // a hybrid model's other groups: group 0's chunk is announced
-    l2_stage(self, f, i); // L2 hook: write-through
+    if (!f.l1_only)
+      l2_stage(self, f, i); // L2 hook: write-through
     if (f.rank != 0)
       continue;
     st.chunk_model[k.hash] = model_id(st, f.model);

@@ -186,9 +186,13 @@ struct store_finish {
   std::string model; ///< the key's model_name: kv_event_stream records, L2 objects
   std::string salt;  ///< names L2 objects (l2/object_header.hpp)
   /// A multi-group instance's group above 0: committed only, never
-  /// announced nor written to L2 (routers and L2 know the token prefix,
-  /// which group 0 names).
+  /// announced (routers know the token prefix, which group 0 names).
   uint32_t group = 0;
+  /// A multi-group (hybrid-KV) instance's chunk, of any group: kept in L1
+  /// only. Its model's lookups read L1 alone (cache/group_lookup.hpp) and
+  /// group 0 alone serves no hit, so L2 gets none of its groups, and routers
+  /// are never told of a DISK or SHARED copy that no lookup would serve.
+  bool l1_only = false;
 };
 
 /// RETRIEVE step 1: pin chunks [begin, end) of `hashes` on `rank` for

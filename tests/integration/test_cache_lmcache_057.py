@@ -38,6 +38,7 @@ from lmcache_wheels import client_namespace, unpack, wheel_imports
 from test_cache_engine_driven import Staging
 from test_cache_lmcache_client import (PAGE, _torch_stand_in, blocks,
                                        lmcache_wrappers)
+import vllm_structs as vs  # noqa: E402  (on the path conftest_cache sets)
 
 pytest_plugins = ["conftest_cache"]
 
@@ -103,9 +104,9 @@ def lmc():
     return _load()
 
 
-def key057(lmc, toks, start, end, rid, worker=0, readers=0):
+def key057(lmc, toks, start, end, rid, worker=0, readers=0, model=MODEL):
     return lmc.IPCCacheServerKey.from_token_ids(
-        model_name=MODEL, world_size=1, worker_id=worker, token_ids=list(toks), start=start,
+        model_name=model, world_size=1, worker_id=worker, token_ids=list(toks), start=start,
         end=end, request_id=rid, num_kv_readers=readers)
 
 
@@ -464,6 +465,70 @@ def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server, tr
     finally:
         if staging is not None:
             staging.close()
+        client.close()
+
+
+def test_057_hybrid_model_chunks_stay_in_l1_and_routers_get_cpu_events_only(lmc, cache_server,
+                                                                            tmp_path):
+    """An engine-driven hybrid model's lookups read L1 alone, so none of its
+    groups' chunks goes to L2: routers get a CPU BlockStored for each group-0
+    chunk and never a DISK one, which would send them to a copy no lookup
+    serves. A one-group instance's chunk stored after them is written to
+    the disk as always; its DISK event comes in order behind anything the
+    hybrid chunks would have caused, so the test waits on that, not a clock."""
+    srv = cache_server(events=True, overrides={"cache.engine_driven_transfer": "inline",
+                                               "l2.disk.enabled": True,
+                                               "l2.disk.path": str(tmp_path / "d"),
+                                               "l2.disk.size": "16MiB"})
+    client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+    ct = lmc.custom_types
+    full_shape, swa_shape = HYBRID_SHAPES
+    full_n, swa_n = HYBRID_BYTES
+    plain_model = MODEL + "-one-group"
+    try:
+        for instance, model, layers, groups in ((85, MODEL, 3, list(_hybrid_groups(ct))),
+                                                (86, plain_model, 2, [])):
+            client.register_kv_cache_engine_driven_context(ct.RegisterEngineDrivenContextPayload(
+                instance_id=instance, model_name=model, world_size=1, block_size=32,
+                num_layers=layers, hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
+                num_physical_slots=CHUNK, group_layouts=groups)).result(timeout=T)
+        toks = tokens(2, salt=85)
+        assert client.commit_store(key057(lmc, toks, 0, 2 * CHUNK, "h"), 85, _grouped([
+            (0, "bfloat16", full_shape, [_chunk_bytes(50 + c, full_n) for c in range(2)]),
+            (1, "float32", swa_shape, [_chunk_bytes(60, swa_n)])])).result(timeout=T) is True
+        pkey = key057(lmc, tokens(1, salt=86), 0, CHUNK, "p", model=plain_model)
+        client.prepare_store(pkey, 86).result(timeout=T)
+        assert client.commit_store(
+            pkey, 86,
+            msgspec.msgpack.encode({"version": 1, "tensors": [
+                {"dtype": "bfloat16", "shape": list(full_shape),
+                 "data": _chunk_bytes(70, full_n)}]})).result(timeout=T) is True
+        # 2 hybrid group-0 chunks and the plain one on CPU; the plain one on DISK.
+        stored = srv.events(4, kind=vs.BlockStored, timeout=10)
+        by_medium: dict[str, list[int]] = {}
+        for e in stored:
+            by_medium.setdefault(e.medium, []).extend(e.block_hashes)
+        assert len(by_medium["CPU"]) == 3 and len(by_medium["DISK"]) == 1, by_medium
+        assert by_medium["DISK"] == by_medium["CPU"][2:], by_medium  # the plain chunk's
+        st = srv.wait_stats(lambda s: s["written"] >= 1, actor="l2", what="the plain chunk")
+        assert st["written"] == 1, st
+        srv.wait_stats(lambda s: s["stored"] == 4 and s["reserved"] == 0)
+        # Still served from L1: the 2-chunk prefix hits, every group's part back.
+        assert client.lookup(key057(lmc, toks, 0, 2 * CHUNK, "r", worker=None, readers=1),
+                             1).result(timeout=T) is None
+        assert client.wait_prefetch_status("r", 10.0).result(timeout=T) == 2
+        got = msgspec.msgpack.decode(client.prepare_retrieve(
+            key057(lmc, toks, 0, 2 * CHUNK, "r"), 85).result(timeout=T).data)
+        assert [t["data"] for t in got["groups"][0]["tensors"]] == \
+            [_chunk_bytes(50 + c, full_n) for c in range(2)]
+        assert got["groups"][1]["chunk_indices"] == [1]
+        assert got["groups"][1]["tensors"][0]["data"] == _chunk_bytes(60, swa_n)
+        assert client.commit_retrieve(key057(lmc, toks, 0, 2 * CHUNK, "r"), 85).result(timeout=T)
+        for rid in ("h", "p", "r"):
+            client.end_session(rid).result(timeout=T)
+        srv.wait_locks(0)
+        srv.assert_no_events()
+    finally:
         client.close()
 
 
