@@ -181,8 +181,11 @@ void on_write(self_ptr self, l2_write& w) {
   std::string headers(st.redis ? w.hashes.size() * l2_header_bytes : 0, '\0');
   for (size_t i = 0; i < w.hashes.size(); ++i) {
     auto id = object_id(w.hashes[i], w.rank, model, w.layout);
-    if (st.p.disk && st.p.disk->put(id, w.bytes[i].data(), w.bytes[i].size()) == disk_put::stored)
+    if (st.p.disk && st.p.disk->put(id, w.bytes[i].data(), w.bytes[i].size()) == disk_put::stored) {
       stored_event(i, l2_disk_medium);
+      if (w.quiet && w.rank == 0)
+        st.disk_quiet.insert(w.hashes[i]);
+    }
     if (st.redis)
       encode_l2_header(id, w.bytes[i].size(),
                        reinterpret_cast<uint8_t*>(headers.data() + i * l2_header_bytes));
@@ -305,7 +308,7 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
     st.redis = std::make_unique<redis_client>(*st.p.redis);
   if (st.p.disk)
     st.p.disk->on_removed = [self](uint64_t hash, int32_t rank) {
-      if (rank == 0)
+      if (rank == 0 && self->state.disk_quiet.erase(hash) == 0)
         self->state.disk_removed.push_back(hash);
     };
   std::string what;
@@ -361,11 +364,12 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
       }
       KVS_INFO(st.label, "stats: written={} fetched_disk={} fetched_redis={} queued={}B "
                          "events_dropped={} buffers_reused={} spare={}B clears={} "
-                         "reannounce_rounds={} reannounced={} remembered={} forgotten={}",
+                         "reannounce_rounds={} reannounced={} remembered={} forgotten={} "
+                         "disk_quiet={}",
                st.written_chunks, st.fetched_disk, st.fetched_redis,
                st.p.queue->in_flight(), st.events_dropped, st.buffers_reused, st.spare_bytes,
                st.clears, st.reannounce_rounds, st.reannounced, st.announced.size(),
-               st.forgotten);
+               st.forgotten, st.disk_quiet.size());
       self->delayed_send(self, st.p.stats_interval, stats_atom_v);
     },
   };

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace kvs {
@@ -69,6 +70,10 @@ struct l2_state {
   uint64_t redis_rejected = 0; ///< values that failed their header check
   uint64_t events_dropped = 0;
   std::vector<uint64_t> disk_removed; ///< rank-0 hashes evicted from disk, to announce
+  /// Rank-0 hashes on disk that routers were never told of (a hybrid
+  /// model's groups above 0, l2_write::quiet): their eviction is not
+  /// announced. As many as such objects on disk; gone with each one.
+  std::unordered_set<uint64_t> disk_quiet;
   std::string last_redis_error;       ///< logged once per distinct error
   std::vector<std::string> spare;     ///< fetch buffers handed back (l2_spare_max_bytes)
   uint64_t spare_bytes = 0;           ///< their capacity, summed

@@ -199,7 +199,7 @@ void abort_null_chunks(self_ptr self, store_finish& fin, const std::vector<uint3
   store_finish drop;
   drop.rank = fin.rank;
   drop.commit = false;
-  store_finish keep{fin.commit, fin.rank, {}, {}, {}, fin.model, fin.salt, fin.group, fin.l1_only};
+  store_finish keep{fin.commit, fin.rank, {}, {}, {}, fin.model, fin.salt, fin.group, fin.grouped};
   size_t n = 0;
   for (size_t k = 0; k < fin.hashes.size(); ++k) {
     if (n < null_chunks.size() && null_chunks[n] == k) {

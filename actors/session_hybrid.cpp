@@ -78,7 +78,7 @@ void reserve_groups(self_ptr self, const mp_call& call, const cache_key& key, in
           const auto cs = static_cast<size_t>(self->state.p.chunk_size);
           store_finish fin = finish_for(*k, rank);
           fin.group = g;
-          fin.l1_only = true;
+          fin.grouped = true;
           std::vector<uint8_t*> slots;
           std::vector<size_t> positions;
           for (const auto& c : res.chunks) {

@@ -105,15 +105,18 @@ caf::result<uint64_t> on_lookup(self_ptr self, store_lookup& q) {
   if (auto gm = st.group_models.empty() ? st.group_models.end()
                                         : st.group_models.find({q.model, q.world_size});
       gm != st.group_models.end()) {
-    // A hybrid model: every group's in-window part of the prefix (L1 only:
-    // the L2 tiers keep group 0's chunks, which alone serve no hit).
-    const auto& windows = gm->second.windows;
+    // A hybrid model: every group's in-window part of the prefix, from L1,
+    // then what L2 holds of each group's part of a longer one.
+    const auto& windows = gm->second.groups.windows;
     for (uint32_t g = static_cast<uint32_t>(windows.size()); g < groups_of(st, q.session); ++g)
       st.ledger->end_session(group_session(q.session, g)); // a model that had more groups
     st.session_groups[q.session] = static_cast<uint32_t>(windows.size());
-    return static_cast<uint64_t>(lookup_groups(*st.index, *st.ledger, q.session, q.hashes,
-                                               windows, q.world_size, q.readers_per_key, now,
-                                               q.begin));
+    st.p.l2.fetches.erase(q.session); // L2 hook: an older prefetch of it takes no locks
+    const auto hit = lookup_groups(*st.index, *st.ledger, q.session, q.hashes, windows,
+                                   q.world_size, q.readers_per_key, now, q.begin);
+    if (l2_wants_group_prefetch(self, q, hit, gm->second.groups)) // L2 hook
+      return l2_prefetch_groups(self, std::move(q), gm->second.groups);
+    return static_cast<uint64_t>(hit);
   }
   // LMCache 0.5.7: the engine holds the chunks below key.start. They
   // keep their recency; the lookup (locks, L2) covers only the rest,
@@ -215,10 +218,9 @@ void on_finish(self_ptr self, store_finish& f) {
     if (!st.index->commit(k))
       continue;
     ++st.stored;
+    l2_stage(self, f, i); // L2 hook: write-through
     if (f.group != 0)
       continue; // a hybrid model's other groups: group 0's chunk is announced
-    if (!f.l1_only)
-      l2_stage(self, f, i); // L2 hook: write-through
     if (f.rank != 0)
       continue;
     st.chunk_model[k.hash] = model_id(st, f.model);
@@ -360,10 +362,10 @@ caf::result<store_configure_reply> on_configure(self_ptr self, store_configure& 
       st.group_bytes[c.instance_id] = {c.group_slot_bytes.begin(), c.group_slot_bytes.end()};
       st.group_instance_model[c.instance_id] = {c.model, c.world_size};
       auto& gm = st.group_models[{c.model, c.world_size}];
-      if (gm.windows != c.group_windows && !gm.instances.empty())
+      if (gm.groups.windows != c.group_windows && !gm.instances.empty())
         KVS_WARN(st.label, "model {} (world_size {}) registered again with other groups: its "
                            "lookups follow instance {}'s", c.model, c.world_size, c.instance_id);
-      gm.windows = c.group_windows;
+      gm.groups = {c.group_windows, c.group_slot_bytes, c.group_formats};
       gm.instances.insert(c.instance_id);
     }
     // "N slots": how many chunks of this size alone would fill L1.

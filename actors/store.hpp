@@ -57,7 +57,7 @@ struct store_state {
   /// registered; sessions that looked up more than one group hold their
   /// other groups' locks under group_session names.
   struct group_model {
-    std::vector<int32_t> windows;
+    model_groups groups;
     std::set<int64_t> instances;
   };
   std::unordered_map<int64_t, std::vector<size_t>> group_bytes;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "actors/interfaces.hpp"
+#include "cache/group_lookup.hpp"
 #include "core/admit_budget.hpp"
 
 #include <caf/typed_response_promise.hpp>
@@ -51,5 +52,17 @@ bool l2_wants_prefetch(store_self self, const store_lookup& q, uint64_t l1_hits)
 /// whole prefix for the session and delivers the total then.
 caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup q,
                                                   uint64_t l1_hits);
+
+/// A hybrid model's LOOKUP hit `l1_hit` chunks over L1 (every group's
+/// windows locked). True when L2 should be asked for more.
+bool l2_wants_group_prefetch(store_self self, const store_lookup& q, uint64_t l1_hit,
+                             const model_groups& gm);
+/// Asks L2 for each group's chunks a longer hit needs -- the full-attention
+/// groups' after their L1 runs, then each windowed group's window ending
+/// where those now end -- loads them into L1 in the group's format, looks
+/// the model up again over L1 (cache/group_lookup.hpp: relocking every
+/// group's in-window chunks) and delivers that hit.
+caf::typed_response_promise<uint64_t> l2_prefetch_groups(store_self self, store_lookup q,
+                                                         const model_groups& gm);
 
 } // namespace kvs

@@ -14,23 +14,50 @@ std::string group_session(const std::string& session, uint32_t g) {
   return session + '\x1f' + std::to_string(g);
 }
 
+namespace {
+
+/// Group g's part of chunk c is committed in L1 on every rank (or c < base).
+bool part_present(const chunk_index& index, const std::vector<uint64_t>& hashes, uint32_t g, size_t c,
+             int world_size, size_t base) {
+  if (c < base)
+    return true;
+  const uint64_t h = group_hash(hashes[c], g);
+  for (int r = 0; r < std::max(world_size, 1); ++r) {
+    auto e = index.find(chunk_key{h, r});
+    if (!e || e->state != entry_state::committed)
+      return false;
+  }
+  return true;
+}
+
+} // namespace
+
+size_t group_run_end(const chunk_index& index, const std::vector<uint64_t>& hashes, uint32_t g,
+                     int world_size, size_t base) {
+  size_t c = 0;
+  while (c < hashes.size() && part_present(index, hashes, g, c, world_size, base))
+    ++c;
+  return c;
+}
+
+std::vector<size_t> group_chunks_missing(const chunk_index& index, const std::vector<uint64_t>& hashes,
+                                         uint32_t g, size_t from, size_t to, int world_size,
+                                         size_t base) {
+  std::vector<size_t> out;
+  for (size_t c = from; c < std::min(to, hashes.size()); ++c)
+    if (!part_present(index, hashes, g, c, world_size, base))
+      out.push_back(c);
+  return out;
+}
+
 size_t lookup_groups(chunk_index& index, lock_ledger& ledger, const std::string& session,
                      const std::vector<uint64_t>& hashes, const std::vector<int32_t>& windows,
                      int world_size, uint32_t readers_per_key, cache_clock::time_point now,
                      size_t base) {
   const size_t n = hashes.size();
   base = std::min(base, n);
-  const int ranks = std::max(world_size, 1);
   auto present = [&](uint32_t g, size_t c) {
-    if (c < base)
-      return true;
-    const uint64_t h = group_hash(hashes[c], g);
-    for (int r = 0; r < ranks; ++r) {
-      auto e = index.find(chunk_key{h, r});
-      if (!e || e->state != entry_state::committed)
-        return false;
-    }
-    return true;
+    return part_present(index, hashes, g, c, world_size, base);
   };
   // Full-attention groups bound the hit by their leading run.
   size_t bound = n;

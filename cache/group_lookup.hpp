@@ -27,6 +27,14 @@
 
 namespace kvs {
 
+/// What a lookup (and its L2 prefetch) needs of a hybrid model's groups,
+/// as its registration gives them, one entry per group.
+struct model_groups {
+  std::vector<int32_t> windows; ///< stage_group::window: -1 full attention
+  std::vector<uint64_t> bytes;  ///< a chunk of the group, per rank (L2 objects' layout)
+  std::vector<uint8_t> formats; ///< chunk_format of the group's L1 entries
+};
+
 /// The ledger session that holds group `g`'s locks of `session`: the
 /// session itself for group 0.
 std::string group_session(const std::string& session, uint32_t g);
@@ -39,5 +47,19 @@ size_t lookup_groups(chunk_index& index, lock_ledger& ledger, const std::string&
                      const std::vector<uint64_t>& hashes, const std::vector<int32_t>& windows,
                      int world_size, uint32_t readers_per_key, cache_clock::time_point now,
                      size_t base);
+
+// What an L2 prefetch of a hybrid model asks for (actors/store_l2.cpp):
+// first every full-attention group's chunks from the end of its L1 run,
+// then, once those are in, each windowed group's window ending where the
+// shortest full-attention run ends. Chunks below `base` count as present.
+
+/// The end of group g's run of chunks committed in L1 on every rank,
+/// starting at chunk 0.
+size_t group_run_end(const chunk_index& index, const std::vector<uint64_t>& hashes, uint32_t g,
+                     int world_size, size_t base);
+/// The chunks c in [from, to) whose group-g part L1 lacks on some rank.
+std::vector<size_t> group_chunks_missing(const chunk_index& index, const std::vector<uint64_t>& hashes,
+                                         uint32_t g, size_t from, size_t to, int world_size,
+                                         size_t base);
 
 } // namespace kvs

@@ -188,11 +188,11 @@ struct store_finish {
   /// A multi-group instance's group above 0: committed only, never
   /// announced (routers know the token prefix, which group 0 names).
   uint32_t group = 0;
-  /// A multi-group (hybrid-KV) instance's chunk, of any group: kept in L1
-  /// only. Its model's lookups read L1 alone (cache/group_lookup.hpp) and
-  /// group 0 alone serves no hit, so L2 gets none of its groups, and routers
-  /// are never told of a DISK or SHARED copy that no lookup would serve.
-  bool l1_only = false;
+  /// A multi-group (hybrid-KV) instance's chunk, of any group: written to
+  /// L2 under its group's key in its group's format (a one-plane group too),
+  /// as the model's lookups fetch every group's chunks back
+  /// (actors/store_l2.hpp); only group 0's are announced.
+  bool grouped = false;
 };
 
 /// RETRIEVE step 1: pin chunks [begin, end) of `hashes` on `rank` for
@@ -227,6 +227,7 @@ struct store_configure {
   /// it is registered. Empty: one group.
   std::vector<uint64_t> group_slot_bytes{};
   std::vector<int32_t> group_windows{};
+  std::vector<uint8_t> group_formats{}; ///< chunk_format of each group's L1 entries
   std::string model{};
   int64_t world_size = 0;
 };

@@ -21,6 +21,9 @@ struct l2_write {
   std::vector<std::vector<int64_t>> tokens;
   std::vector<std::optional<uint64_t>> parents;
   uint64_t queued_bytes = 0; ///< given back to the queue once written
+  /// A hybrid model's group above 0: routers know none of these hashes, so
+  /// neither the write nor the disk's later eviction of them is announced.
+  bool quiet = false;
 };
 
 /// Prefetch: the longest prefix of `hashes` held in L2 for every rank

@@ -39,6 +39,7 @@ from test_cache_engine_driven import Staging
 from test_cache_lmcache_client import (PAGE, _torch_stand_in, blocks,
                                        lmcache_wrappers)
 import vllm_structs as vs  # noqa: E402  (on the path conftest_cache sets)
+from kvsidecar_harness import wait_until
 
 pytest_plugins = ["conftest_cache"]
 
@@ -468,66 +469,152 @@ def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server, tr
         client.close()
 
 
-def test_057_hybrid_model_chunks_stay_in_l1_and_routers_get_cpu_events_only(lmc, cache_server,
-                                                                            tmp_path):
-    """An engine-driven hybrid model's lookups read L1 alone, so none of its
-    groups' chunks goes to L2: routers get a CPU BlockStored for each group-0
-    chunk and never a DISK one, which would send them to a copy no lookup
-    serves. A one-group instance's chunk stored after them is written to
-    the disk as always; its DISK event comes in order behind anything the
-    hybrid chunks would have caused, so the test waits on that, not a clock."""
-    srv = cache_server(events=True, overrides={"cache.engine_driven_transfer": "inline",
-                                               "l2.disk.enabled": True,
-                                               "l2.disk.path": str(tmp_path / "d"),
-                                               "l2.disk.size": "16MiB"})
-    client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
-    ct = lmc.custom_types
+def test_057_hybrid_model_groups_in_l2_served_after_a_restart(lmc, cache_server, tmp_path):
+    """An engine-driven hybrid model's chunks go to L2, every group's under
+    its own key and layout (the one-plane window group too); routers get CPU
+    and DISK BlockStored events for group 0's chunks only. After a restart on
+    the same disk (L1 empty), a lookup fetches each group's part of the hit
+    back (full attention: every chunk; the window: its last chunk) and the
+    retrieve returns it byte for byte. When the disk evicts the chunks, only
+    group 0's removals are announced: routers never heard of the others."""
+    disk = {"cache.engine_driven_transfer": "inline", "l2.disk.enabled": True,
+            "l2.disk.path": str(tmp_path / "d"), "l2.disk.size": "1MiB"}
     full_shape, swa_shape = HYBRID_SHAPES
     full_n, swa_n = HYBRID_BYTES
     plain_model = MODEL + "-one-group"
-    try:
+    toks = tokens(3, salt=85)
+
+    def register(srv, client, ct, plain=True):
         for instance, model, layers, groups in ((85, MODEL, 3, list(_hybrid_groups(ct))),
                                                 (86, plain_model, 2, [])):
+            if instance == 86 and not plain:
+                continue
             client.register_kv_cache_engine_driven_context(ct.RegisterEngineDrivenContextPayload(
                 instance_id=instance, model_name=model, world_size=1, block_size=32,
                 num_layers=layers, hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
                 num_physical_slots=CHUNK, group_layouts=groups)).result(timeout=T)
-        toks = tokens(2, salt=85)
-        assert client.commit_store(key057(lmc, toks, 0, 2 * CHUNK, "h"), 85, _grouped([
-            (0, "bfloat16", full_shape, [_chunk_bytes(50 + c, full_n) for c in range(2)]),
-            (1, "float32", swa_shape, [_chunk_bytes(60, swa_n)])])).result(timeout=T) is True
+
+    def store_hybrid(client, toks, rid, tag, swa_chunks):
+        n = len(toks) // CHUNK
+        assert client.commit_store(key057(lmc, toks, 0, n * CHUNK, rid), 85, _grouped([
+            (0, "bfloat16", full_shape, [_chunk_bytes(tag + c, full_n) for c in range(n)]),
+            (swa_chunks[0], "float32", swa_shape,
+             [_chunk_bytes(tag + 100 + c, swa_n) for c in swa_chunks])])).result(timeout=T)
+
+    def by_medium(events) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for e in events:
+            out.setdefault(e.medium, []).extend(e.block_hashes)
+        return out
+
+    ct = lmc.custom_types
+    first = cache_server(events=True, overrides=disk)
+    client = lmc.create_request_client(first.endpoint, context=first.ctx)
+    try:
+        register(first, client, ct)
+        store_hybrid(client, toks, "h", 50, [1, 2])
         pkey = key057(lmc, tokens(1, salt=86), 0, CHUNK, "p", model=plain_model)
         client.prepare_store(pkey, 86).result(timeout=T)
-        assert client.commit_store(
-            pkey, 86,
-            msgspec.msgpack.encode({"version": 1, "tensors": [
-                {"dtype": "bfloat16", "shape": list(full_shape),
-                 "data": _chunk_bytes(70, full_n)}]})).result(timeout=T) is True
-        # 2 hybrid group-0 chunks and the plain one on CPU; the plain one on DISK.
-        stored = srv.events(4, kind=vs.BlockStored, timeout=10)
-        by_medium: dict[str, list[int]] = {}
-        for e in stored:
-            by_medium.setdefault(e.medium, []).extend(e.block_hashes)
-        assert len(by_medium["CPU"]) == 3 and len(by_medium["DISK"]) == 1, by_medium
-        assert by_medium["DISK"] == by_medium["CPU"][2:], by_medium  # the plain chunk's
-        st = srv.wait_stats(lambda s: s["written"] >= 1, actor="l2", what="the plain chunk")
-        assert st["written"] == 1, st
-        srv.wait_stats(lambda s: s["stored"] == 4 and s["reserved"] == 0)
-        # Still served from L1: the 2-chunk prefix hits, every group's part back.
-        assert client.lookup(key057(lmc, toks, 0, 2 * CHUNK, "r", worker=None, readers=1),
-                             1).result(timeout=T) is None
-        assert client.wait_prefetch_status("r", 10.0).result(timeout=T) == 2
-        got = msgspec.msgpack.decode(client.prepare_retrieve(
-            key057(lmc, toks, 0, 2 * CHUNK, "r"), 85).result(timeout=T).data)
-        assert [t["data"] for t in got["groups"][0]["tensors"]] == \
-            [_chunk_bytes(50 + c, full_n) for c in range(2)]
-        assert got["groups"][1]["chunk_indices"] == [1]
-        assert got["groups"][1]["tensors"][0]["data"] == _chunk_bytes(60, swa_n)
-        assert client.commit_retrieve(key057(lmc, toks, 0, 2 * CHUNK, "r"), 85).result(timeout=T)
-        for rid in ("h", "p", "r"):
+        assert client.commit_store(pkey, 86, msgspec.msgpack.encode({"version": 1, "tensors": [
+            {"dtype": "bfloat16", "shape": list(full_shape),
+             "data": _chunk_bytes(70, full_n)}]})).result(timeout=T) is True
+        # The hybrid prefix's 3 group-0 chunks and the plain chunk, on CPU
+        # and on DISK; the window group's 2 chunks are written, not announced.
+        got = by_medium(first.events(8, kind=vs.BlockStored, timeout=10))
+        assert len(got["CPU"]) == 4 and sorted(got["DISK"]) == sorted(got["CPU"]), got
+        group0 = got["CPU"][:3]
+        st = first.wait_stats(lambda s: s["written"] >= 6, actor="l2", what="6 written")
+        assert st["written"] == 6, st  # 3 + 2 hybrid, 1 plain
+        for rid in ("h", "p"):
             client.end_session(rid).result(timeout=T)
-        srv.wait_locks(0)
-        srv.assert_no_events()
+    finally:
+        client.close()
+    first.close()
+
+    second = cache_server(events=True, overrides=disk)
+    second.wait_log(r"l2#\d+ started: disk .* 6 chunks found")
+    client = lmc.create_request_client(second.endpoint, context=second.ctx)
+    try:
+        register(second, client, ct, plain=False)
+
+        def hit(n, rid):
+            assert client.lookup(key057(lmc, toks, 0, n * CHUNK, rid, worker=None, readers=1),
+                                 1).result(timeout=T) is None
+            return client.wait_prefetch_status(rid, 10.0).result(timeout=T)
+
+        # L1 is empty: the 3-chunk hit comes from the disk (group 0's chunks
+        # 0..2, the window's chunk 2), and the retrieve returns those bytes.
+        assert hit(3, "r") == 3
+        st = second.wait_stats(lambda s: s["fetched_disk"] >= 4, actor="l2", what="4 fetched")
+        assert st["fetched_disk"] == 4, st
+        key = key057(lmc, toks, 0, 3 * CHUNK, "r")
+        env = msgspec.msgpack.decode(client.prepare_retrieve(key, 85).result(timeout=T).data)
+        assert [t["data"] for t in env["groups"][0]["tensors"]] == \
+            [_chunk_bytes(50 + c, full_n) for c in range(3)]
+        assert env["groups"][1]["chunk_indices"] == [2]
+        assert env["groups"][1]["tensors"][0]["data"] == _chunk_bytes(152, swa_n)
+        assert client.commit_retrieve(key, 85).result(timeout=T) is True
+        client.end_session("r").result(timeout=T)
+        # Two chunks: group 0's are in L1 now, the window's chunk 1 is read.
+        assert hit(2, "r2") == 2
+        st = second.wait_stats(lambda s: s["fetched_disk"] >= 5, actor="l2", what="5 fetched")
+        assert st["fetched_disk"] == 5, st
+        client.end_session("r2").result(timeout=T)
+        second.wait_idle()
+    finally:
+        client.close()
+
+
+def test_057_hybrid_window_chunks_leave_the_disk_unannounced(lmc, cache_server, tmp_path):
+    """Prefixes of a hybrid model that overflow a 1 MiB disk: the disk
+    evicts the oldest chunks of every group, and routers get a DISK
+    BlockRemoved only for chunks they got a DISK BlockStored for (group 0's);
+    the window group's chunks, never announced, leave quietly."""
+    srv = cache_server(events=True, overrides={
+        "cache.engine_driven_transfer": "inline", "l2.disk.enabled": True,
+        "l2.disk.path": str(tmp_path / "d"), "l2.disk.size": "1MiB"})
+    client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
+    ct = lmc.custom_types
+    full_shape, swa_shape = HYBRID_SHAPES
+    full_n, swa_n = HYBRID_BYTES
+    try:
+        client.register_kv_cache_engine_driven_context(ct.RegisterEngineDrivenContextPayload(
+            instance_id=87, model_name=MODEL, world_size=1, block_size=32, num_layers=3,
+            hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK,
+            group_layouts=list(_hybrid_groups(ct)))).result(timeout=T)
+        announced: set[int] = set()
+        removed: list[int] = []
+
+        def drain() -> None:
+            while (m := srv.sub.recv(0, 0.05)) is not None:
+                srv.events_seen.extend(vs.decoder.decode(m.payload).events)
+            for e in srv.events_seen:
+                if e.medium == "DISK" and isinstance(e, vs.BlockStored):
+                    announced.update(e.block_hashes)
+                elif e.medium == "DISK" and isinstance(e, vs.BlockRemoved):
+                    removed.extend(e.block_hashes)
+            srv.events_seen.clear()
+
+        # Prefixes of 3, 7 and 7 chunks (the window group's last chunk each;
+        # 448 + 960 + 960 KiB), then one of 1 chunk whose DISK event comes
+        # after every earlier removal (one stream, in order).
+        first = None
+        for i, n in enumerate((3, 7, 7, 1)):
+            toks = tokens(n, salt=90 + i)
+            assert client.commit_store(key057(lmc, toks, 0, n * CHUNK, f"e{i}"), 87, _grouped([
+                (0, "bfloat16", full_shape, [_chunk_bytes(i + c, full_n) for c in range(n)]),
+                (n - 1, "float32", swa_shape, [_chunk_bytes(i + 9, swa_n)])])).result(timeout=T)
+            wait_until(lambda: drain() or len(announced) >= sum((3, 7, 7, 1)[:i + 1]), 10,
+                       f"prefix {i}'s DISK events")
+            if first is None:
+                first = set(announced)
+        st = srv.wait_stats(lambda s: s["written"] == 22, actor="l2", what="22 written")
+        assert st["disk_quiet"] < 4, st  # window chunks were evicted too
+        assert first <= set(removed), (first, removed)  # the first prefix is gone
+        assert set(removed) <= announced, set(removed) - announced
+        for i in range(4):
+            client.end_session(f"e{i}").result(timeout=T)
+        srv.wait_idle()
     finally:
         client.close()
 

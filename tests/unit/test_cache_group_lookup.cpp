@@ -114,3 +114,20 @@ TEST_CASE("every rank holds each group's chunk; chunks below base are the engine
   CHECK(m.lookup({-1, 1}, 3, 1, 2) == 2);
   CHECK(m.ledger->held_readers() == 0);
 }
+
+TEST_CASE("an L2 prefetch's plan: each group's L1 run and the chunks L1 lacks") {
+  groups_world w;
+  w.put(0, {0, 1, 3}, 2);
+  w.put(1, {1}, 2);
+  w.put(1, {2}, 1); // rank 1 lacks group 1's part of chunk 2
+  const auto& hs = w.hashes;
+  CHECK(group_run_end(*w.index, hs, 0, 2, 0) == 2);
+  CHECK(group_run_end(*w.index, hs, 1, 2, 0) == 0);
+  CHECK(group_run_end(*w.index, hs, 1, 2, 1) == 2);   // chunk 0 is the engine's own
+  CHECK(group_run_end(*w.index, hs, 1, 1, 1) == 3);   // one rank: chunk 2 is there
+  CHECK(group_chunks_missing(*w.index, hs, 0, 2, 5, 2, 0) == std::vector<size_t>{2, 4});
+  CHECK(group_chunks_missing(*w.index, hs, 1, 0, 5, 2, 0) == std::vector<size_t>{0, 2, 3, 4});
+  CHECK(group_chunks_missing(*w.index, hs, 1, 0, 3, 2, 1) == std::vector<size_t>{2});
+  CHECK(group_chunks_missing(*w.index, hs, 1, 3, 9, 1, 0) == std::vector<size_t>{3, 4}); // to > n
+  CHECK(group_chunks_missing(*w.index, hs, 0, 4, 2, 1, 0).empty());
+}
