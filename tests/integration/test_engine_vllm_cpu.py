@@ -626,12 +626,20 @@ def test_vllm_cpu_engine_hybrid_model_lmcache_057(tmp_path, hybrid_model_dir):
     0.5.7's server this engine stores and hits; kvsidecar must too: pass 1
     stores each group's chunks, after a prefix-cache reset pass 2 gets the
     512 tokens from the sidecar with the same ids, and a control prompt
-    misses with other ids."""
+    misses with other ids. L1 holds about three prompts, a disk tier is
+    behind it: once other prompts have pushed the first one's chunks out of
+    L1, a third pass of it hits again from the disk (each group's part
+    fetched back), same ids."""
     env = _lmcache_057_env()
     if env is None:
         pytest.skip("LMCache 0.5.7rc2 not unpacked into build-venv-engine/lmcache-0.5.7 "
                     "(scripts/install-deps.sh --with-python does it)")
     h = Harness(tmp_path, hybrid_model_dir, "auto", engine_env=env)
+    # A prompt's 2 chunks: 2 x 512 KiB of group 0, 256 KiB of the window;
+    # 4 staging slots per group (4 MiB of pool: no more than L1's size).
+    h.overrides.update({"cache.l1_size": "4MiB", "cache.engine_driven_slots": 4,
+                        "l2.disk.enabled": True,
+                        "l2.disk.path": str(tmp_path / "l2"), "l2.disk.size": "64MiB"})
     try:
         h.start_sidecar()
         eng = h.engine()
@@ -651,6 +659,19 @@ def test_vllm_cpu_engine_hybrid_model_lmcache_057(tmp_path, hybrid_model_dir):
         ctl = eng.generate([ve.prompt(head=10)], timeout=GEN_TIMEOUT)
         ctl_ids, ctl_cached = out(ctl)
         assert ctl_cached == 0 and ctl_ids != ids, (ctl_ids, ids)
+        # Four more prompts (with the control, 6 x 1.25 MiB through 4 MiB of
+        # L1) evict the first one's chunks; the disk still has them.
+        for head in (11, 12, 13, 14):
+            eng.generate([ve.prompt(head=head)], timeout=GEN_TIMEOUT)
+        wait_until(lambda: sidecar_stats(h, "store").get("stored", 0) >= st["stored"] + 15,
+                   15.0, "the other prompts' chunks stored")
+        fetched = sidecar_stats(h, "l2").get("fetched_disk", 0)
+        reset_prefix_cache(eng)
+        r3 = eng.generate([ve.prompt(head=9)], timeout=GEN_TIMEOUT)
+        ids3, cached3 = out(r3)
+        assert cached3 >= FULL_CHUNKS and ids3 == ids, (cached3, ids3, ids, h.sidecar_tail())
+        wait_until(lambda: sidecar_stats(h, "l2").get("fetched_disk", 0) > fetched, 15.0,
+                   "chunks fetched from the disk")
         assert not h.sidecar.find(r"WARN .*(refused|failed)"), h.sidecar_tail()
     finally:
         h.close()
