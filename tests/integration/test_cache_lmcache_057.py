@@ -40,6 +40,7 @@ from test_cache_lmcache_client import (PAGE, _torch_stand_in, blocks,
                                        lmcache_wrappers)
 import vllm_structs as vs  # noqa: E402  (on the path conftest_cache sets)
 from kvsidecar_harness import wait_until
+from test_cache_l2 import RedisCluster, needs_redis, redis_overrides
 
 pytest_plugins = ["conftest_cache"]
 
@@ -469,6 +470,19 @@ def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server, tr
         client.close()
 
 
+def _retrieve_3_inline(lmc, client, instance: int, toks, tag: int) -> None:
+    """Request "r" retrieves chunks 0..2 of a hybrid instance (inline): group
+    0's 3 chunks and the window group's chunk 2, as stored with `tag`
+    (group 0's chunk c: _chunk_bytes(tag + c); the window's: tag + 100 + c)."""
+    key = key057(lmc, toks, 0, 3 * CHUNK, "r")
+    env = msgspec.msgpack.decode(client.prepare_retrieve(key, instance).result(timeout=T).data)
+    assert [t["data"] for t in env["groups"][0]["tensors"]] == \
+        [_chunk_bytes(tag + c, HYBRID_BYTES[0]) for c in range(3)]
+    assert env["groups"][1]["chunk_indices"] == [2]
+    assert env["groups"][1]["tensors"][0]["data"] == _chunk_bytes(tag + 102, HYBRID_BYTES[1])
+    assert client.commit_retrieve(key, instance).result(timeout=T) is True
+
+
 def test_057_hybrid_model_groups_in_l2_served_after_a_restart(lmc, cache_server, tmp_path):
     """An engine-driven hybrid model's chunks go to L2, every group's under
     its own key and layout (the one-plane window group too); routers get CPU
@@ -547,13 +561,7 @@ def test_057_hybrid_model_groups_in_l2_served_after_a_restart(lmc, cache_server,
         assert hit(3, "r") == 3
         st = second.wait_stats(lambda s: s["fetched_disk"] >= 4, actor="l2", what="4 fetched")
         assert st["fetched_disk"] == 4, st
-        key = key057(lmc, toks, 0, 3 * CHUNK, "r")
-        env = msgspec.msgpack.decode(client.prepare_retrieve(key, 85).result(timeout=T).data)
-        assert [t["data"] for t in env["groups"][0]["tensors"]] == \
-            [_chunk_bytes(50 + c, full_n) for c in range(3)]
-        assert env["groups"][1]["chunk_indices"] == [2]
-        assert env["groups"][1]["tensors"][0]["data"] == _chunk_bytes(152, swa_n)
-        assert client.commit_retrieve(key, 85).result(timeout=T) is True
+        _retrieve_3_inline(lmc, client, 85, toks, 50)
         client.end_session("r").result(timeout=T)
         # Two chunks: group 0's are in L1 now, the window's chunk 1 is read.
         assert hit(2, "r2") == 2
@@ -563,6 +571,55 @@ def test_057_hybrid_model_groups_in_l2_served_after_a_restart(lmc, cache_server,
         second.wait_idle()
     finally:
         client.close()
+
+
+@needs_redis
+def test_057_hybrid_model_shared_through_redis_with_another_node(lmc, cache_server, tmp_path):
+    """Two sidecars (two nodes) on one Redis Cluster: a hybrid prefix the
+    first stores (every group's chunks written, group 0's announced as
+    SHARED) is a hit on the second, whose L1 never held it: each group's
+    part of the hit fetched from Redis and retrieved byte for byte."""
+    cluster = RedisCluster(tmp_path / "redis")
+    full_shape, swa_shape = HYBRID_SHAPES
+    full_n, swa_n = HYBRID_BYTES
+    o = {"cache.engine_driven_transfer": "inline", **redis_overrides(cluster)}
+    clients = []
+    try:
+        a = cache_server(events=True, overrides=o)
+        b = cache_server(overrides=o)
+        ct = lmc.custom_types
+        for srv in (a, b):
+            clients.append(lmc.create_request_client(srv.endpoint, context=srv.ctx))
+            clients[-1].register_kv_cache_engine_driven_context(
+                ct.RegisterEngineDrivenContextPayload(
+                    instance_id=88, model_name=MODEL, world_size=1, block_size=32, num_layers=3,
+                    hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
+                    num_physical_slots=CHUNK,
+                    group_layouts=list(_hybrid_groups(ct)))).result(timeout=T)
+        ca, cb = clients
+        toks = tokens(3, salt=88)
+        assert ca.commit_store(key057(lmc, toks, 0, 3 * CHUNK, "s"), 88, _grouped([
+            (0, "bfloat16", full_shape, [_chunk_bytes(80 + c, full_n) for c in range(3)]),
+            (1, "float32", swa_shape, [_chunk_bytes(180 + c, swa_n) for c in (1, 2)])]),
+        ).result(timeout=T) is True
+        st = a.wait_stats(lambda s: s["written"] >= 5, actor="l2", what="5 written")
+        assert st["written"] == 5, st
+        shared = [h for e in a.events(6, kind=vs.BlockStored) if e.medium == "SHARED"
+                  for h in e.block_hashes]
+        assert len(shared) == 3, shared  # group 0's chunks only
+        assert cb.lookup(key057(lmc, toks, 0, 3 * CHUNK, "r", worker=None, readers=1),
+                         1).result(timeout=T) is None
+        assert cb.wait_prefetch_status("r", 10.0).result(timeout=T) == 3
+        st = b.wait_stats(lambda s: s["fetched_redis"] >= 4, actor="l2", what="4 fetched")
+        assert st["fetched_redis"] == 4, st  # group 0's 3 chunks, the window's last
+        _retrieve_3_inline(lmc, cb, 88, toks, 80)
+        ca.end_session("s").result(timeout=T)
+        cb.end_session("r").result(timeout=T)
+        b.wait_idle()
+    finally:
+        for c in clients:
+            c.close()
+        cluster.close()
 
 
 def test_057_hybrid_window_chunks_leave_the_disk_unannounced(lmc, cache_server, tmp_path):
