@@ -173,14 +173,19 @@ struct fixture : caf_test_fixture {
     return spawn(gpu_transfer, std::move(p));
   }
 
-  store_actor spawn_store(std::shared_ptr<slot_pool> l1) {
+  /// The store's parameters from the default config, over `l1`.
+  store_params store_params_for(std::shared_ptr<slot_pool> l1) const {
     store_params p;
     p.pool = std::move(l1);
     p.chunk_size = chunk;
     p.evict_high = cfg.cache.evict_high;
     p.evict_low = cfg.cache.evict_low;
     p.lock_ttl = cfg.cache.lock_ttl;
-    return spawn(store, std::move(p));
+    return p;
+  }
+
+  store_actor spawn_store(std::shared_ptr<slot_pool> l1) {
+    return spawn(store, store_params_for(std::move(l1)));
   }
 
   registry_actor spawn_registry(gpu_transfer_actor gpu, store_actor st) {

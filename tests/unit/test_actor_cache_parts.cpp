@@ -297,12 +297,7 @@ TEST_CASE_FIXTURE(fixture, "store: after its rank's AllBlocksCleared, L1's rank-
                            "announced again, oldest first, evicted ones not") {
   auto l1 = make_l1();
   std::vector<kv_event_batch> got;
-  store_params p;
-  p.pool = l1;
-  p.chunk_size = chunk;
-  p.evict_high = cfg.cache.evict_high;
-  p.evict_low = cfg.cache.evict_low;
-  p.lock_ttl = cfg.cache.lock_ttl;
+  auto p = store_params_for(l1);
   p.events = sys.spawn(fake_events, &got);
   p.events_queue = std::make_shared<relay_queue>(1000);
   auto st = spawn(store, std::move(p));

@@ -63,12 +63,7 @@ struct groups_fixture : fixture {
   store_actor st;
 
   groups_fixture() {
-    store_params p;
-    p.pool = l1;
-    p.chunk_size = chunk;
-    p.evict_high = cfg.cache.evict_high;
-    p.evict_low = cfg.cache.evict_low;
-    p.lock_ttl = cfg.cache.lock_ttl;
+    auto p = store_params_for(l1);
     p.l2.actor = spawn(fake_l2, log);
     p.l2.queue = std::make_shared<admit_budget>(int64_t{1} << 30);
     st = spawn(store, std::move(p));
