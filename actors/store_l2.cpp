@@ -79,9 +79,13 @@ uint64_t lookup_layout(const store_state& st) {
 
 /// Copies the fetched prefix of `hashes` (the L1 keys the fetch asked for,
 /// in its order) into L1 slots of `format` (reserve, copy, commit); stops at
-/// the first chunk that does not fit. Shards already in L1 are left as they are.
+/// the first chunk that does not fit, or (with `expect_bytes`) whose payload
+/// is not that long: an object whose header names the layout but carries
+/// another size (another writer of a shared Redis) never becomes a short L1
+/// entry. Shards already in L1 are left as they are.
 void load_into_l1(store_self self, const uint64_t* hashes, int32_t world_size,
-                  l2_fetch_reply& r, uint8_t format = chunk_format_kv_2ltd) {
+                  l2_fetch_reply& r, uint8_t format = chunk_format_kv_2ltd,
+                  size_t expect_bytes = 0) {
   auto& st = self->state;
   auto world = static_cast<size_t>(std::max(world_size, 1));
   auto now = cache_clock::now();
@@ -91,6 +95,8 @@ void load_into_l1(store_self self, const uint64_t* hashes, int32_t world_size,
       auto& bytes = r.bytes[c * world + rank];
       size_t skip = r.skip[c * world + rank];
       size_t payload = bytes.size() - skip;
+      if (expect_bytes != 0 && payload != expect_bytes)
+        return;
       auto res = st.index->reserve(k, payload, now, format);
       announce_evicted(self, res.evicted);
       if (res.status == reserve_status::already_present)
@@ -119,6 +125,7 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
   f.layout = lookup_layout(st);
   f.world_size = q.world_size;
   f.hashes.assign(q.hashes.begin() + static_cast<ptrdiff_t>(l1_hits), q.hashes.end());
+  const uint64_t layout = f.layout; // an object of this layout must be this long
   // The session's L1 locks stay held while L2 answers; the relock below
   // replaces them with the longer prefix in one step.
   auto current = [self, gen](const std::string& session) {
@@ -132,10 +139,11 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
   // High priority: a prefetch goes ahead of queued write-throughs.
   self->request<caf::message_priority::high>(st.p.l2.actor, l2_prefetch_timeout, std::move(f))
     .then(
-      [self, q, l1_hits, rp, current](l2_fetch_reply& r) mutable {
+      [self, q, l1_hits, rp, current, layout](l2_fetch_reply& r) mutable {
         auto& st = self->state;
         if (r.chunks > 0) {
-          load_into_l1(self, q.hashes.data() + l1_hits, q.world_size, r);
+          load_into_l1(self, q.hashes.data() + l1_hits, q.world_size, r, chunk_format_kv_2ltd,
+                       layout);
           // The bytes are in L1 now: their buffers go back for the next fetch.
           self->send(st.p.l2.actor, recycle_atom_v, std::move(r));
         }
@@ -208,11 +216,12 @@ void fetch_groups(store_self self, const group_prefetch_ptr& p,
       f.hashes.push_back(group_hash(p->q.hashes[c], g));
     auto keys = std::make_shared<std::vector<uint64_t>>(f.hashes);
     const uint8_t format = p->groups.formats[g];
+    const size_t bytes = p->groups.bytes[g];
     self->request<caf::message_priority::high>(st.p.l2.actor, l2_prefetch_timeout, std::move(f))
       .then(
-        [self, p, keys, format, then](l2_fetch_reply& r) {
+        [self, p, keys, format, bytes, then](l2_fetch_reply& r) {
           if (r.chunks > 0) {
-            load_into_l1(self, keys->data(), p->q.world_size, r, format);
+            load_into_l1(self, keys->data(), p->q.world_size, r, format, bytes);
             self->send(self->state.p.l2.actor, recycle_atom_v, std::move(r));
           }
           if (--p->left == 0)

@@ -177,3 +177,19 @@ TEST_CASE_FIXTURE(groups_fixture, "hybrid prefetch: a session that ends while it
   CHECK(log->fetches.size() == 2);
   ask<uint64_t>(st, store_end_session{"r"});
 }
+
+TEST_CASE_FIXTURE(groups_fixture, "hybrid prefetch: an object of the group's layout but another "
+                                  "size ends the run there, never a short L1 entry") {
+  in_l2(0, 0, 'a');
+  in_l2(0, 1, 'b');
+  log->objects[{group_hash(prompt[1], 0), full_bytes}] = std::string(full_bytes / 2, 'x');
+  in_l2(0, 2, 'c');
+  in_l2(1, 0, 'v');
+  in_l2(1, 2, 'w');
+  CHECK(lookup("s", 3) == 1u);
+  CHECK(!l1_entry(0, 1));
+  CHECK(!l1_entry(0, 2)); // loading stops at the bad object
+  REQUIRE(log->fetches.size() == 2);
+  CHECK(log->fetches[1].hashes == group_keys(1, {0})); // the window ending at chunk 1
+  ask<uint64_t>(st, store_end_session{"s"});
+}
