@@ -296,7 +296,9 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
                                  : chunk_stage(r.use_mla ? 1 : 2, r.num_layers, slots_per_chunk,
                                                r.hidden_dim_size, r.dtype_str, elem);
   const uint64_t slot = own.slot_bytes;
-  store_configure conf{r.instance_id, slot, {}, {}, {}, r.model_name, r.world_size};
+  store_configure conf{r.instance_id, slot};
+  conf.model = r.model_name;
+  conf.world_size = r.world_size;
   if (groups) {
     for (const auto& g : *groups) {
       conf.group_slot_bytes.push_back(g.slot_bytes);

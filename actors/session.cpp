@@ -379,11 +379,15 @@ void session_steps::release_staged(self_ptr self, staged_transfer& t) {
     self->send(st.p.store, std::move(*t.reserved));
     t.reserved.reset();
   }
-  for (auto& f : t.group_reserved) {
-    f.commit = false;
-    self->send(st.p.store, std::move(f));
+  finish_groups(self, t.group_reserved, false);
+}
+
+void session_steps::finish_groups(self_ptr self, std::vector<store_finish>& fins, bool commit) {
+  for (auto& f : fins) {
+    f.commit = commit;
+    self->send(self->state.p.store, std::move(f));
   }
-  t.group_reserved.clear();
+  fins.clear();
 }
 
 namespace {

@@ -110,15 +110,6 @@ void reserve_groups(self_ptr self, const mp_call& call, const cache_key& key, in
   }
 }
 
-/// Commits (or aborts) every reservation of `p`.
-void finish_all(self_ptr self, pending_reserve& p, bool commit) {
-  for (auto& f : p.fins) {
-    f.commit = commit;
-    self->send(self->state.p.store, std::move(f));
-  }
-  p.fins.clear();
-}
-
 /// A hybrid prepare_retrieve between its acquires and its answer.
 struct pending_retrieve {
   size_t left = 0;
@@ -312,7 +303,7 @@ void prepare_store_groups(self_ptr self, const mp_call& call, const gpu_stage_ta
             const auto& r = std::get<prepare_store_req>(call.request->body);
             if (!p.ok) {
               KVS_WARN(st.label, "prepare_store (hybrid) refused: {}", p.why);
-              finish_all(self, p, false);
+              finish_groups(self, p.fins, false);
               self->send(st.p.gpu, gpu_stage_give{r.instance_id, offsets});
               empty();
               prepared(self);
@@ -366,10 +357,7 @@ void commit_store_groups(self_ptr self, const mp_call& call, staged_transfer t) 
     self->request(st.p.gpu, caf::infinite, std::move(cp))
       .then(
         [self, call, staged](gpu_copy_done&) {
-          for (auto& f : staged->group_reserved) {
-            f.commit = true;
-            self->send(self->state.p.store, std::move(f));
-          }
+          finish_groups(self, staged->group_reserved, true);
           reply(self, call, encode_reply_bool(true));
           prepared(self);
         },
@@ -438,7 +426,7 @@ void commit_store_groups(self_ptr self, const mp_call& call, staged_transfer t) 
                      KVS_WARN(self->state.label, "commit_store (hybrid) refused: {}", p.why);
                    }
                    const bool ok = p.ok;
-                   finish_all(self, p, ok);
+                   finish_groups(self, p.fins, ok);
                    reply(self, call, encode_reply_bool(ok));
                    prepared(self);
                  });

@@ -29,6 +29,9 @@ void add_chunk(store_finish& fin, const cache_key& key, const std::vector<uint64
 /// A prepare's (or an engine-driven commit's) answers are back: the
 /// session may end now.
 void prepared(self_ptr self);
+/// Commits (or aborts) each of a hybrid store's per-group reservations
+/// in the store, and clears them.
+void finish_groups(self_ptr self, std::vector<store_finish>& fins, bool commit);
 /// Gives back what a staged engine-driven transfer holds: its staging
 /// slots, and a store's reservations (aborted).
 void release_staged(self_ptr self, staged_transfer& t);

@@ -111,7 +111,8 @@ caf::result<uint64_t> on_lookup(self_ptr self, store_lookup& q) {
     for (uint32_t g = static_cast<uint32_t>(windows.size()); g < groups_of(st, q.session); ++g)
       st.ledger->end_session(group_session(q.session, g)); // a model that had more groups
     st.session_groups[q.session] = static_cast<uint32_t>(windows.size());
-    st.p.l2.fetches.erase(q.session); // L2 hook: an older prefetch of it takes no locks
+    if (!st.p.l2.fetches.empty()) // L2 hook: an older prefetch of it takes no locks
+      st.p.l2.fetches.erase(q.session);
     const auto hit = lookup_groups(*st.index, *st.ledger, q.session, q.hashes, windows,
                                    q.world_size, q.readers_per_key, now, q.begin);
     if (l2_wants_group_prefetch(self, q, hit, gm->second.groups)) // L2 hook

@@ -112,6 +112,16 @@ def key057(lmc, toks, start, end, rid, worker=0, readers=0, model=MODEL):
         end=end, request_id=rid, num_kv_readers=readers)
 
 
+def _engine_driven(ct, instance: int, groups=(), model: str = MODEL, num_layers: int = 0):
+    """The RegisterEngineDrivenContextPayload of these tests' workers: 64-wide
+    bfloat16 layers in 32-token blocks (2 layers; 3 for a hybrid one, whose
+    `groups` are its group_layouts)."""
+    return ct.RegisterEngineDrivenContextPayload(
+        instance_id=instance, model_name=model, world_size=1, block_size=32,
+        num_layers=num_layers or (3 if groups else 2), hidden_dim_size=64, dtype_str="bfloat16",
+        use_mla=False, num_physical_slots=CHUNK, group_layouts=list(groups))
+
+
 def test_057_client_full_flow_and_056_client_hits_its_chunks(lmc, cache_server, kv_pools):
     """A 0.5.7 engine stores through LMCache 0.5.7's client; a 0.5.6 client
     on the same endpoint finds and retrieves those chunks (a rolling upgrade
@@ -277,10 +287,8 @@ def test_057_engine_driven_registration_and_prepare_store(lmc, cache_server):
     client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
     ct = lmc.custom_types
     try:
-        payload = ct.RegisterEngineDrivenContextPayload(
-            instance_id=77, model_name=MODEL, world_size=1, block_size=32, num_layers=2,
-            hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK)
-        reply = client.register_kv_cache_engine_driven_context(payload).result(timeout=T)
+        reply = client.register_kv_cache_engine_driven_context(
+            _engine_driven(ct, 77)).result(timeout=T)
         assert reply.shm_name.startswith("/kvsidecar.") and reply.pool_size > 0
         assert reply.null_block_id == 0
         toks = tokens(1, salt=58)
@@ -343,11 +351,8 @@ def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server, tr
     full_n, swa_n = HYBRID_BYTES
     staging = None
     try:
-        payload = ct.RegisterEngineDrivenContextPayload(
-            instance_id=81, model_name=MODEL, world_size=1, block_size=32, num_layers=3,
-            hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK,
-            group_layouts=[full, swa])
-        reply = client.register_kv_cache_engine_driven_context(payload).result(timeout=T)
+        reply = client.register_kv_cache_engine_driven_context(
+            _engine_driven(ct, 81, [full, swa])).result(timeout=T)
         assert reply.null_block_id == 0
         if transfer == "inline":
             assert (reply.shm_name, reply.pool_size) == ("", 0)
@@ -455,10 +460,8 @@ def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server, tr
         odd = ct.GroupLayout(num_layers=1, hidden_dim_size=64, dtype_str="bfloat16",
                              tokens_per_block=32, kv_size=3)
         with pytest.raises(Exception) as refused:
-            client.register_kv_cache_engine_driven_context(ct.RegisterEngineDrivenContextPayload(
-                instance_id=82, model_name=MODEL, world_size=1, block_size=32, num_layers=2,
-                hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
-                num_physical_slots=CHUNK, group_layouts=[full, odd])).result(timeout=T)
+            client.register_kv_cache_engine_driven_context(
+                _engine_driven(ct, 82, [full, odd], num_layers=2)).result(timeout=T)
         assert "group_layouts[1]: kv_size 3" in str(refused.value)
         if staging is not None:  # every slot handed out came back
             srv.wait_stats(lambda s: s["staging_free"] == 32, actor="gpu_transfer")
@@ -498,15 +501,12 @@ def test_057_hybrid_model_groups_in_l2_served_after_a_restart(lmc, cache_server,
     plain_model = MODEL + "-one-group"
     toks = tokens(3, salt=85)
 
-    def register(srv, client, ct, plain=True):
-        for instance, model, layers, groups in ((85, MODEL, 3, list(_hybrid_groups(ct))),
-                                                (86, plain_model, 2, [])):
-            if instance == 86 and not plain:
-                continue
-            client.register_kv_cache_engine_driven_context(ct.RegisterEngineDrivenContextPayload(
-                instance_id=instance, model_name=model, world_size=1, block_size=32,
-                num_layers=layers, hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
-                num_physical_slots=CHUNK, group_layouts=groups)).result(timeout=T)
+    def register(client, ct, plain=True):
+        client.register_kv_cache_engine_driven_context(
+            _engine_driven(ct, 85, _hybrid_groups(ct))).result(timeout=T)
+        if plain:
+            client.register_kv_cache_engine_driven_context(
+                _engine_driven(ct, 86, model=plain_model)).result(timeout=T)
 
     def store_hybrid(client, toks, rid, tag, swa_chunks):
         n = len(toks) // CHUNK
@@ -525,7 +525,7 @@ def test_057_hybrid_model_groups_in_l2_served_after_a_restart(lmc, cache_server,
     first = cache_server(events=True, overrides=disk)
     client = lmc.create_request_client(first.endpoint, context=first.ctx)
     try:
-        register(first, client, ct)
+        register(client, ct)
         store_hybrid(client, toks, "h", 50, [1, 2])
         pkey = key057(lmc, tokens(1, salt=86), 0, CHUNK, "p", model=plain_model)
         client.prepare_store(pkey, 86).result(timeout=T)
@@ -549,7 +549,7 @@ def test_057_hybrid_model_groups_in_l2_served_after_a_restart(lmc, cache_server,
     second.wait_log(r"l2#\d+ started: disk .* 6 chunks found")
     client = lmc.create_request_client(second.endpoint, context=second.ctx)
     try:
-        register(second, client, ct, plain=False)
+        register(client, ct, plain=False)
 
         def hit(n, rid):
             assert client.lookup(key057(lmc, toks, 0, n * CHUNK, rid, worker=None, readers=1),
@@ -591,11 +591,7 @@ def test_057_hybrid_model_shared_through_redis_with_another_node(lmc, cache_serv
         for srv in (a, b):
             clients.append(lmc.create_request_client(srv.endpoint, context=srv.ctx))
             clients[-1].register_kv_cache_engine_driven_context(
-                ct.RegisterEngineDrivenContextPayload(
-                    instance_id=88, model_name=MODEL, world_size=1, block_size=32, num_layers=3,
-                    hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
-                    num_physical_slots=CHUNK,
-                    group_layouts=list(_hybrid_groups(ct)))).result(timeout=T)
+                _engine_driven(ct, 88, _hybrid_groups(ct))).result(timeout=T)
         ca, cb = clients
         toks = tokens(3, salt=88)
         assert ca.commit_store(key057(lmc, toks, 0, 3 * CHUNK, "s"), 88, _grouped([
@@ -635,10 +631,8 @@ def test_057_hybrid_window_chunks_leave_the_disk_unannounced(lmc, cache_server, 
     full_shape, swa_shape = HYBRID_SHAPES
     full_n, swa_n = HYBRID_BYTES
     try:
-        client.register_kv_cache_engine_driven_context(ct.RegisterEngineDrivenContextPayload(
-            instance_id=87, model_name=MODEL, world_size=1, block_size=32, num_layers=3,
-            hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK,
-            group_layouts=list(_hybrid_groups(ct)))).result(timeout=T)
+        client.register_kv_cache_engine_driven_context(
+            _engine_driven(ct, 87, _hybrid_groups(ct))).result(timeout=T)
         announced: set[int] = set()
         removed: list[int] = []
 
@@ -845,10 +839,8 @@ def test_057_hybrid_inputs_under_garbage_floods_and_killed_clients(lmc, cache_se
     full_n, swa_n = HYBRID_BYTES
 
     def register(client, iid):
-        return client.register_kv_cache_engine_driven_context(ct.RegisterEngineDrivenContextPayload(
-            instance_id=iid, model_name=MODEL, world_size=1, block_size=32, num_layers=3,
-            hidden_dim_size=64, dtype_str="bfloat16", use_mla=False, num_physical_slots=CHUNK,
-            group_layouts=[full, swa])).result(timeout=T)
+        return client.register_kv_cache_engine_driven_context(
+            _engine_driven(ct, iid, [full, swa])).result(timeout=T)
 
     a = lmc.create_request_client(srv.endpoint, context=srv.ctx)
     try:
@@ -891,10 +883,8 @@ def test_057_hybrid_inputs_under_garbage_floods_and_killed_clients(lmc, cache_se
                     ct.GroupLayout(num_layers=1, hidden_dim_size=64, dtype_str="bfloat16",
                                    tokens_per_block=32, window_chunks=-3)):
             with pytest.raises(Exception) as refused:
-                a.register_kv_cache_engine_driven_context(ct.RegisterEngineDrivenContextPayload(
-                    instance_id=92, model_name=MODEL, world_size=1, block_size=32, num_layers=2,
-                    hidden_dim_size=64, dtype_str="bfloat16", use_mla=False,
-                    num_physical_slots=CHUNK, group_layouts=[full, odd])).result(timeout=T)
+                a.register_kv_cache_engine_driven_context(
+                    _engine_driven(ct, 92, [full, odd], num_layers=2)).result(timeout=T)
             assert "group_layouts[1]" in str(refused.value)
 
         # A second worker floods prepared stores and is killed without a commit.
