@@ -3,6 +3,7 @@
 #pragma once
 
 #include "log/log.hpp"
+#include "log/stats_repeat.hpp"
 #include "messages/type_ids.hpp"
 
 #include <caf/error.hpp>
@@ -42,10 +43,12 @@ void send_snapshot(Self* self, const caf::actor& to, stats_snapshot s) {
 }
 
 /// The periodic stats line from the actor's snapshot (the same snapshot
-/// /metrics reads), and the next tick.
+/// /metrics reads), when a figure changed or sidecar.stats_repeat passed
+/// (log/stats_repeat.hpp), and the next tick.
 template <class Self>
 void log_stats(Self* self, const stats_snapshot& s, std::chrono::nanoseconds interval) {
-  KVS_INFO(s.actor, "stats: {}", s.line());
+  if (auto line = s.line(); log::stats_line_due(s.actor, line))
+    KVS_INFO(s.actor, "stats: {}", line);
   self->delayed_send(self, interval, stats_atom_v);
 }
 

@@ -51,6 +51,7 @@ std::optional<std::string> engine_bridge::open() {
   // Decoders are bounded by the frame size; refuse absurd frames up front.
   router_.set(zmq::sockopt::maxmsgsize, max_request_bytes);
   serve_curve(router_, p_.curve_secret_key);
+  limit_connections(router_, "cache.endpoint", "cache.max_connections", p_.max_connections);
   auto r = open_endpoint(router_, p_.endpoint, true);
   if (!r.ok)
     return "cache.endpoint = \"" + p_.endpoint + "\": " + r.endpoint;

@@ -35,6 +35,7 @@ struct engine_bridge_params {
   session_router_actor router;
   store_actor store;            ///< asked for kv_event_records when the log is on
   std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
+  int64_t max_connections = 1024; ///< peers held at once (events.max_connections / cache.max_connections)
 };
 
 class engine_bridge : public zmq_bridge {

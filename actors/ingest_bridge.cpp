@@ -24,7 +24,8 @@ ingest_bridge::ingest_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
   : zmq_bridge(cfg, ctx, "ingest", "dp=" + std::to_string(params.rank), std::move(supervisor),
                stats_interval),
     p_(std::move(params)),
-    stream_({p_.rank, !p_.replay_endpoint.empty(), p_.jump_limit, p_.gap_timeout}),
+    stream_({p_.rank, !p_.replay_endpoint.empty(), p_.jump_limit, p_.gap_timeout,
+             p_.restart_min_interval}),
     pending_(p_.publishers.size()) {}
 
 std::optional<std::string> ingest_bridge::open() {
@@ -348,6 +349,8 @@ stats_snapshot ingest_bridge::snapshot() {
     .counter("disconnects", "kvsidecar_events_ingest_disconnects_total", disconnects_)
     .counter("reconnects", "kvsidecar_events_ingest_reconnects_total", c.reconnects)
     .counter("engine_restarts", "kvsidecar_events_engine_restarts_total", c.engine_restarts)
+    .counter("restarts_coalesced", "kvsidecar_events_engine_restarts_coalesced_total",
+             c.restarts_coalesced)
     .counter("fence_skipped", "kvsidecar_events_fence_skipped_total", c.skipped);
   if (p_.pool)
     s.gauge("payload_pool_bytes", "kvsidecar_events_payload_pool_bytes", p_.pool->kept_bytes())

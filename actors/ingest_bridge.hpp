@@ -60,6 +60,7 @@ struct ingest_bridge_params {
   int64_t hwm = 10000;                 ///< SUB / DEALER receive HWM (events.ingest_hwm)
   int64_t max_message_size = 64 << 20; ///< events.ingest_max_message_size
   uint64_t jump_limit = 10000;         ///< a bigger seq jump is a new stream (events.buffer_steps)
+  std::chrono::nanoseconds restart_min_interval{}; ///< fences at most this often (events.restart_min_interval)
   /// The published dialect: a batch already in its exact bytes passes
   /// through undecoded (kv_event_batch::wire).
   event_dialect dialect = event_dialect::vllm;

@@ -55,6 +55,7 @@ std::optional<std::string> join_bridge::open() {
   pub_.set(zmq::sockopt::xpub_verboser, 1);
   serve_curve(pub_, p_.curve_secret_key);
   pub_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 10);
+  limit_connections(pub_, p_.config_key, "events.max_connections", p_.max_connections);
   auto r = open_endpoint(pub_, p_.endpoint, true);
   if (!r.ok)
     return p_.config_key + " = \"" + p_.endpoint + "\": " + r.endpoint;

@@ -43,6 +43,7 @@ struct join_bridge_params {
   indexer_actor indexer;
   std::chrono::nanoseconds linger{};
   std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
+  int64_t max_connections = 1024; ///< peers held at once (events.max_connections / cache.max_connections)
 };
 
 class join_bridge : public zmq_bridge {

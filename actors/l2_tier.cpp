@@ -300,6 +300,66 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
 
 } // namespace
 
+stats_snapshot snapshot(const l2_state& st) {
+  stats_snapshot s;
+  s.actor = st.label;
+  s.counter("written", "kvsidecar_l2_written_chunks_total", static_cast<double>(st.written_chunks))
+    .counter("fetched_disk", "kvsidecar_l2_fetched_chunks_total",
+             static_cast<double>(st.fetched_disk), "tier", "disk")
+    .counter("fetched_redis", "kvsidecar_l2_fetched_chunks_total",
+             static_cast<double>(st.fetched_redis), "tier", "redis")
+    .gauge("queued_bytes", "", static_cast<double>(st.p.queue->in_flight()))
+    .counter("events_dropped", "kvsidecar_l2_events_dropped_total",
+             static_cast<double>(st.events_dropped))
+    .log_only("buffers_reused", static_cast<double>(st.buffers_reused))
+    .log_only("spare_bytes", static_cast<double>(st.spare_bytes))
+    .counter("clears", "", static_cast<double>(st.clears))
+    .counter("reannounce_rounds", "", static_cast<double>(st.reannounce_rounds))
+    .counter("reannounced", "kvsidecar_l2_reannounced_chunks_total",
+             static_cast<double>(st.reannounced))
+    .log_only("remembered", static_cast<double>(st.announced.size()))
+    .log_only("forgotten", static_cast<double>(st.forgotten))
+    .gauge("disk_quiet", "", static_cast<double>(st.disk_quiet.size()));
+  if (st.p.disk) {
+    auto& d = st.p.disk->stats();
+    s.gauge("disk_objects", "kvsidecar_l2_objects", static_cast<double>(d.objects), "tier", "disk")
+      .gauge("disk_bytes", "kvsidecar_l2_bytes", static_cast<double>(d.bytes), "tier", "disk")
+      .counter("disk_puts", "kvsidecar_l2_puts_total", static_cast<double>(d.puts), "tier", "disk")
+      .counter("disk_hits", "kvsidecar_l2_hits_total", static_cast<double>(d.hits), "tier", "disk")
+      .counter("disk_misses", "kvsidecar_l2_misses_total", static_cast<double>(d.misses), "tier",
+               "disk")
+      .counter("disk_evictions", "kvsidecar_l2_evictions_total", static_cast<double>(d.evictions),
+               "tier", "disk")
+      .counter("disk_no_space", "kvsidecar_l2_errors_total", static_cast<double>(d.no_space),
+               "kind", "disk_no_space")
+      .counter("disk_io_errors", "kvsidecar_l2_errors_total", static_cast<double>(d.io_errors),
+               "kind", "disk_io")
+      .counter("disk_rejected", "kvsidecar_l2_errors_total", static_cast<double>(d.rejected),
+               "kind", "disk_rejected");
+  }
+  if (st.redis) {
+    auto& r = st.redis->stats();
+    s.counter("redis_sets", "kvsidecar_l2_puts_total", static_cast<double>(r.set_ok), "tier",
+              "redis")
+      .counter("redis_gets", "", static_cast<double>(r.gets))
+      .counter("redis_hits", "kvsidecar_l2_hits_total", static_cast<double>(r.get_hits), "tier",
+               "redis")
+      .counter("redis_errors", "kvsidecar_l2_errors_total", static_cast<double>(r.errors), "kind",
+               "redis")
+      .counter("redis_unreachable", "kvsidecar_l2_errors_total",
+               static_cast<double>(r.unreachable), "kind", "redis_unreachable")
+      .counter("redis_rejected", "kvsidecar_l2_errors_total", static_cast<double>(st.redis_rejected),
+               "kind", "redis_rejected")
+      .counter("redis_moved", "", static_cast<double>(r.moved))
+      .counter("redis_asked", "", static_cast<double>(r.asked))
+      .counter("redis_refreshes", "", static_cast<double>(r.slot_refreshes))
+      .counter("redis_connects", "", static_cast<double>(r.connects))
+      .counter("redis_connect_failures", "kvsidecar_l2_errors_total",
+               static_cast<double>(r.connect_failures), "kind", "redis_connect");
+  }
+  return s;
+}
+
 l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_params params) {
   auto& st = self->state;
   st.p = std::move(params);
@@ -345,33 +405,9 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
         give_spare(self->state, std::move(b));
     },
     [self](stats_atom) {
-      auto& st = self->state;
-      if (st.p.disk) {
-        auto& d = st.p.disk->stats();
-        KVS_INFO(st.label,
-                 "stats disk: objects={} bytes={}MiB puts={} hits={} misses={} evictions={} "
-                 "no_space={} io_errors={} rejected={}",
-                 d.objects, d.bytes >> 20, d.puts, d.hits, d.misses, d.evictions, d.no_space,
-                 d.io_errors, d.rejected);
-      }
-      if (st.redis) {
-        auto& r = st.redis->stats();
-        KVS_INFO(st.label,
-                 "stats redis: sets={} set_ok={} gets={} get_hits={} errors={} unreachable={} "
-                 "moved={} asked={} refreshes={} connects={} connect_failures={} rejected={}",
-                 r.sets, r.set_ok, r.gets, r.get_hits, r.errors, r.unreachable, r.moved, r.asked,
-                 r.slot_refreshes, r.connects, r.connect_failures, st.redis_rejected);
-      }
-      KVS_INFO(st.label, "stats: written={} fetched_disk={} fetched_redis={} queued={}B "
-                         "events_dropped={} buffers_reused={} spare={}B clears={} "
-                         "reannounce_rounds={} reannounced={} remembered={} forgotten={} "
-                         "disk_quiet={}",
-               st.written_chunks, st.fetched_disk, st.fetched_redis,
-               st.p.queue->in_flight(), st.events_dropped, st.buffers_reused, st.spare_bytes,
-               st.clears, st.reannounce_rounds, st.reannounced, st.announced.size(),
-               st.forgotten, st.disk_quiet.size());
-      self->delayed_send(self, st.p.stats_interval, stats_atom_v);
+      log_stats(self, snapshot(self->state), self->state.p.stats_interval);
     },
+    [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },
   };
 }
 

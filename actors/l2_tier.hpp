@@ -91,6 +91,9 @@ struct l2_state {
 };
 
 /// Spawned detached by app/cache_tree.cpp (spawn_l2), which opens the tiers.
+/// The L2 actor's stats line and /metrics (kvsidecar_l2_*), from one place.
+stats_snapshot snapshot(const l2_state& st);
+
 l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_params params);
 
 } // namespace kvs

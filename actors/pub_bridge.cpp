@@ -2,6 +2,7 @@
 
 #include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
+#include "config/config.hpp"
 #include "log/log.hpp"
 #include "messages/type_ids.hpp"
 
@@ -23,6 +24,8 @@ std::optional<std::string> pub_bridge::open() {
   // beyond this is refused before libzmq allocates it (raw TCP garbage can
   // announce 2^63 bytes).
   pub_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 10);
+  if (endpoint_binds(p_.endpoint))
+    limit_connections(pub_, p_.config_key, "events.max_connections", p_.max_connections);
   auto r = open_endpoint(pub_, p_.endpoint, false);
   if (!r.ok)
     return p_.config_key + " = \"" + p_.endpoint + "\": " + r.endpoint;

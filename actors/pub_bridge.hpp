@@ -42,6 +42,7 @@ struct pub_bridge_params {
   relay_queue_ptr queue;
   std::chrono::nanoseconds linger{};
   std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
+  int64_t max_connections = 1024; ///< peers held at once (events.max_connections / cache.max_connections)
 };
 
 class pub_bridge : public zmq_bridge {

@@ -38,8 +38,17 @@ constexpr size_t snapshot_low_water = 8;
 // payloads (plus what its pipe holds, events.replay_hwm messages).
 constexpr size_t replay_part = 1024;
 constexpr size_t replay_low_water = 256;
-// Batches streamed since the last trim before the next (see below).
+// Batches streamed, or requests taken, since the last trim before the next
+// (see below).
 constexpr uint64_t trim_after_batches = 10000;
+constexpr uint64_t trim_after_requests = 1000;
+// Requests read per poll round at most (see on_socket).
+constexpr int max_requests_per_round = 256;
+// The ROUTER's receive high-water mark per client: a router sends one
+// request and reads its answer, so a few suffice; more wait in the client's
+// own queue (TCP back-pressure) instead of in ours, and a client that leaves
+// leaves at most this many requests behind.
+constexpr int request_hwm = 16;
 
 /// A replay storm leaves many small freed blocks (pipes, parts) that glibc
 /// keeps in its arenas: RSS would stay at the storm's peak. Once the last
@@ -71,11 +80,11 @@ std::optional<std::string> replay_bridge::open() {
   router_.set(zmq::sockopt::router_mandatory, 1);
   serve_curve(router_, p_.curve_secret_key);
   router_.set(zmq::sockopt::sndhwm, static_cast<int>(p_.hwm));
-  // Requests beyond it wait in the client's own queue (TCP back-pressure).
-  router_.set(zmq::sockopt::rcvhwm, static_cast<int>(p_.hwm));
+  router_.set(zmq::sockopt::rcvhwm, request_hwm);
   // A request is 8 bytes: a frame size announced beyond this is refused
   // before libzmq allocates it (raw TCP garbage can announce 2^63 bytes).
   router_.set(zmq::sockopt::maxmsgsize, int64_t{64} << 10);
+  limit_connections(router_, p_.config_key, "events.max_connections", p_.max_connections);
   auto r = open_endpoint(router_, p_.endpoint, true);
   if (!r.ok)
     return p_.config_key + " = \"" + p_.endpoint + "\": " + r.endpoint;
@@ -94,7 +103,10 @@ void replay_bridge::reject(const std::string& kind, const std::string& detail) {
 void replay_bridge::on_socket(size_t, short revents) {
   if (!(revents & ZMQ_POLLIN))
     return;
-  for (;;) {
+  // At most a round's worth per call: the poll comes straight back while
+  // more wait (zmq_poll is level-triggered), and streams, parts, scrapes
+  // and a stop get their turn in between.
+  for (int handled = 0; handled < max_requests_per_round; ++handled) {
     std::vector<zmq::message_t> frames;
     if (!recv_message(router_, frames))
       break;
@@ -104,44 +116,84 @@ void replay_bridge::on_socket(size_t, short revents) {
       continue;
     }
     // Frame 1 is the REQ/DEALER delimiter; like vLLM we do not inspect it.
+    request r;
+    r.client = frames[0].to_string();
     if (frames[2].to_string_view() == snapshot_verb) {
-      size_t active = 0;
-      for (auto& s : streams_)
-        active += s.snapshot != 0;
-      if (active >= max_snapshots) {
-        reject("snapshot_busy", std::to_string(active) + " snapshots are streaming already");
-        continue;
-      }
-      ++requests_;
-      pending s;
-      s.stream.client = frames[0].to_string();
-      s.snapshot = ++snapshots_;
-      s.complete = false;
-      s.awaiting = true; // the indexer sends the first parts unasked
-      streams_.push_back(std::move(s));
-      KVS_DEBUG(label(), "snapshot request {}", snapshots_);
-      send(p_.indexer, snapshot_request{snapshots_});
-      continue;
-    }
-    if (frames[2].size() != 8) {
+      r.snapshot = true;
+    } else if (frames[2].size() != 8) {
       reject("seq_length", "start_seq must be 8 bytes big-endian (or \"" + snapshot_verb
                              + "\"), got " + std::to_string(frames[2].size()) + " bytes");
       continue;
+    } else {
+      r.start_seq = get_be64(frames[2].data());
     }
     ++requests_;
-    replay_request req;
-    req.client = frames[0].to_string();
-    req.start_seq = get_be64(frames[2].data());
-    req.id = ++replay_ids_;
-    req.max_batches = replay_part;
-    KVS_DEBUG(label(), "replay request {} from seq {}", req.id, req.start_seq);
+    admit(std::move(r));
+    if (mailbox_waiting(handled))
+      break;
+  }
+}
+
+void replay_bridge::admit(request r) {
+  if (streams_.size() < static_cast<size_t>(p_.max_streams) && waiting_.empty()) {
+    start(std::move(r));
+    return;
+  }
+  if (waiting_.size() < static_cast<size_t>(p_.max_waiting)) {
+    waiting_.push_back(std::move(r));
+    return;
+  }
+  ++refused_;
+  if (rejected_kinds_.insert("busy").second)
+    KVS_WARN(label(), "refused a replay request: {} streams run (events.replay_max_streams) and "
+                      "{} wait (events.replay_max_waiting); its client hears nothing and may "
+                      "ask again (further ones are only counted: refused)",
+             streams_.size(), waiting_.size());
+}
+
+void replay_bridge::start(request r) {
+  if (r.snapshot) {
+    size_t active = 0;
+    for (auto& s : streams_)
+      active += s.snapshot != 0;
+    if (active >= max_snapshots) {
+      // Each holds the rank's index in snapshot mode while it lasts.
+      ++refused_;
+      if (rejected_kinds_.insert("snapshot_busy").second)
+        KVS_WARN(label(), "refused a snapshot request: {} snapshots are streaming already "
+                          "(further ones are only counted: refused)", active);
+      return;
+    }
     pending s;
-    s.stream.client = req.client;
-    s.replay = req.id;
+    s.stream.client = std::move(r.client);
+    s.snapshot = ++snapshots_;
     s.complete = false;
-    s.awaiting = true;
+    s.awaiting = true; // the indexer sends the first parts unasked
     streams_.push_back(std::move(s));
-    send(p_.replay, replay_atom_v, std::move(req));
+    KVS_DEBUG(label(), "snapshot request {}", snapshots_);
+    send(p_.indexer, snapshot_request{snapshots_});
+    return;
+  }
+  replay_request req;
+  req.client = r.client;
+  req.start_seq = r.start_seq;
+  req.id = ++replay_ids_;
+  req.max_batches = replay_part;
+  KVS_DEBUG(label(), "replay request {} from seq {}", req.id, req.start_seq);
+  pending s;
+  s.stream.client = std::move(r.client);
+  s.replay = req.id;
+  s.complete = false;
+  s.awaiting = true;
+  streams_.push_back(std::move(s));
+  send(p_.replay, replay_atom_v, std::move(req));
+}
+
+void replay_bridge::start_waiting() {
+  while (!waiting_.empty() && streams_.size() < static_cast<size_t>(p_.max_streams)) {
+    auto r = std::move(waiting_.front());
+    waiting_.pop_front();
+    start(std::move(r));
   }
 }
 
@@ -169,7 +221,8 @@ void replay_bridge::on_snapshot_part(snapshot_part& part) {
   }
   it->complete = part.last;
   it->awaiting = false;
-  pump();
+  // Streamed after this poll round (after_poll), once for every part that
+  // came meanwhile.
 }
 
 void replay_bridge::on_replay_part(replay_stream& part) {
@@ -189,7 +242,6 @@ void replay_bridge::on_replay_part(replay_stream& part) {
     ++fell_behind_;
     KVS_DEBUG(label(), "replay {} fell behind the buffer: it ends early", part.id);
   }
-  pump();
 }
 
 void replay_bridge::credit(pending& s) {
@@ -271,6 +323,7 @@ void replay_bridge::pump() {
           break;
         }
         if (!b) {
+          ++completed_;
           finished = true;
           break;
         }
@@ -293,10 +346,15 @@ void replay_bridge::pump() {
   }
   if (p_.rate > 0)
     tokens_ -= static_cast<double>(allowed - budget);
-  // Only after a storm's worth (a small gap replay leaves nothing to give
-  // back, and trimming takes the allocator's locks for a moment).
-  if (streaming && streams_.empty() && sent_ - trimmed_at_ >= trim_after_batches) {
+  start_waiting();
+  // Only after a storm's worth of batches or requests (a small gap replay
+  // leaves nothing to give back, and trimming takes the allocator's locks
+  // for a moment).
+  if (streaming && streams_.empty()
+      && (sent_ - trimmed_at_ >= trim_after_batches
+          || requests_ - trim_requests_ >= trim_after_requests)) {
     trimmed_at_ = sent_;
+    trim_requests_ = requests_;
     release_free_memory();
   }
 }
@@ -333,7 +391,10 @@ stats_snapshot replay_bridge::snapshot() {
     .counter("snapshots", "kvsidecar_events_snapshot_requests_total", snapshots_)
     .counter("rejected", "kvsidecar_events_replay_rejected_total", rejected_)
     .counter("batches_sent", "kvsidecar_events_replay_batches_total", sent_)
+    .counter("refused", "kvsidecar_events_replay_refused_total", refused_)
+    .counter("completed", "kvsidecar_events_replay_completed_total", completed_)
     .gauge("streaming", "kvsidecar_events_replay_streams", streams_.size())
+    .gauge("waiting", "kvsidecar_events_replay_waiting", waiting_.size())
     .counter("abandoned", "kvsidecar_events_replay_abandoned_total", abandoned_)
     .counter("fell_behind", "kvsidecar_events_replay_fell_behind_total", fell_behind_);
   return s;

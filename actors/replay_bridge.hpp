@@ -12,7 +12,20 @@
 //             consistent with (from the rank's indexer, part by part; no
 //             batch at all when the rank never published: replay from 0;
 //             encoded here, in the published dialect).
-// Anything else is logged (once per kind) and ignored. Both are streamed to
+// Anything else is logged (once per kind) and ignored.
+//
+// Bounded under any number of clients: at most `max_streams` requests stream
+// at once (each holds at most one part of the buffer and the client's pipe),
+// at most `max_waiting` more wait for a turn in arrival order, and past that
+// a request is refused (counted as `refused`, logged once; the client hears
+// nothing, times out and asks again). A client's own requests queue in its
+// pipe beyond a few (request_hwm), so thousands of peers that send and leave
+// cost bounded work: a request whose client left ends at its first send
+// (`abandoned`). Replay parts and snapshot parts only update their stream;
+// streams are pumped once per poll round, so a burst of parts costs O(1)
+// each. Every request is accounted for:
+//   requests = completed + abandoned + streaming + waiting + refused.
+// Both are streamed to
 // the client at the client's pace (ROUTER_MANDATORY: a full pipe defers the
 // client, never blocks the others or live publishing) and events.replay_rate,
 // then the end marker. Layout by dialect:
@@ -38,10 +51,15 @@ struct replay_bridge_params {
   indexer_actor indexer; ///< serves snapshots
   int64_t rate = 0; ///< batches/s streamed at most, all clients together (0 = unlimited)
   std::string curve_secret_key; ///< [security]: CURVE server key, "" = off
+  int64_t max_connections = 1024; ///< peers held at once (events.max_connections / cache.max_connections)
   int64_t hwm = 1000; ///< per-client send (and request receive) HWM: events.replay_hwm
   /// events.replay_nice: this thread's (and the replay context's I/O
   /// thread's) nice value, so streaming yields the CPU to the live relay.
   int nice = 0;
+  /// events.replay_max_streams: replays and snapshots streaming at once.
+  int64_t max_streams = 64;
+  /// events.replay_max_waiting: valid requests waiting for a stream.
+  int64_t max_waiting = 1024;
 };
 
 class replay_bridge : public zmq_bridge {
@@ -73,6 +91,18 @@ private:
     }
   };
 
+  /// A valid request (replay from `start_seq`, or a snapshot) as read.
+  struct request {
+    std::string client;
+    uint64_t start_seq = 0;
+    bool snapshot = false;
+  };
+
+  /// Starts `r` now, queues it, or refuses it (the limits above).
+  void admit(request r);
+  void start(request r);
+  /// Starts waiting requests while streams are free.
+  void start_waiting();
   void pump();
   /// Token bucket for `rate`: refills, returns how many batches may go now.
   size_t allowance();
@@ -88,11 +118,15 @@ private:
   replay_bridge_params p_;
   zmq::socket_t router_;
   std::deque<pending> streams_;
+  std::deque<request> waiting_;
   std::set<std::string> rejected_kinds_;
   uint64_t requests_ = 0;
   uint64_t rejected_ = 0;
   uint64_t sent_ = 0;
   uint64_t abandoned_ = 0;
+  uint64_t completed_ = 0;    ///< streams that ended with their end marker
+  uint64_t refused_ = 0;      ///< valid requests refused: max_streams + max_waiting reached
+  uint64_t trim_requests_ = 0; ///< requests_ when free memory was last given back
   uint64_t snapshots_ = 0; ///< snapshot requests (also the last id given)
   uint64_t replay_ids_ = 0; ///< the last replay id given
   uint64_t trimmed_at_ = 0; ///< sent_ when free memory was last given back

@@ -302,10 +302,12 @@ void l2_log_stats(store_self self) {
   auto& l2 = st.p.l2;
   if (!l2.actor)
     return;
-  KVS_INFO(st.label, "stats l2: prefetches={} prefetched_chunks={} prefetch_failures={} "
-                     "write_skipped_queue_full={} queued={}B",
-           l2.prefetches, l2.prefetched_chunks, l2.prefetch_failures, l2.queued_skipped,
-           l2.queue->in_flight());
+  auto line = fmt::format("prefetches={} prefetched_chunks={} prefetch_failures={} "
+                          "write_skipped_queue_full={} queued={}B",
+                          l2.prefetches, l2.prefetched_chunks, l2.prefetch_failures,
+                          l2.queued_skipped, l2.queue->in_flight());
+  if (log::stats_line_due(st.label + " l2", line))
+    KVS_INFO(st.label, "stats l2: {}", line);
 }
 
 } // namespace kvs

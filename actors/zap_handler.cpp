@@ -1,5 +1,6 @@
 #include "actors/zap_handler.hpp"
 
+#include "actors/connection_gate.hpp"
 #include "log/log.hpp"
 
 #include <future>
@@ -69,8 +70,11 @@ std::optional<std::string> zap_handler::start() {
     thread_.join();
     return err;
   }
-  KVS_INFO(label_, "started: CURVE clients are authorised against {} public keys",
-           allowed_keys_.size());
+  if (allowed_keys_.empty())
+    KVS_INFO(label_, "started: connection limits on every listening socket");
+  else
+    KVS_INFO(label_, "started: CURVE clients are authorised against {} public keys; connection "
+                     "limits on every listening socket", allowed_keys_.size());
   return std::nullopt;
 }
 
@@ -116,15 +120,26 @@ void zap_handler::answer(zmq::socket_t& s) {
   if (req.empty())
     return;
   auto frame = [&](size_t i) { return i < req.size() ? req[i].to_string() : std::string{}; };
+  auto reply = [&](const char* code, const std::string& text, const std::string& user) {
+    std::vector<std::string> r{"1.0", frame(1), code, text, user, ""};
+    for (size_t i = 0; i < r.size(); ++i)
+      s.send(zmq::buffer(r[i]), i + 1 < r.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  };
+  // A gated socket (zmq_bridge::limit_connections) past its cap refuses
+  // whoever it is; the gate counts and logs the refusal.
+  if (auto gate = find_connection_gate(frame(2)); gate && gate->admit() != 0) {
+    reply("400", "too many connections", "");
+    return;
+  }
   const bool curve = frame(5) == "CURVE" && req.size() >= 7;
+  if (frame(0) == "1.0" && frame(5) == "NULL") {
+    // Only a gated socket without CURVE asks about NULL peers.
+    reply("200", "OK", "");
+    return;
+  }
   const std::string key = curve ? frame(6) : std::string{};
   const bool ok = frame(0) == "1.0" && curve && allowed_keys_.count(key) > 0;
-  const char* code = ok ? "200" : "400";
-  std::vector<std::string> reply{"1.0", frame(1), code,
-                                 ok ? "OK" : "client key not allowed", ok ? z85(key) : "", ""};
-  for (size_t i = 0; i < reply.size(); ++i)
-    s.send(zmq::buffer(reply[i]),
-           i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  reply(ok ? "200" : "400", ok ? "OK" : "client key not allowed", ok ? z85(key) : "");
   if (ok) {
     ++allowed_;
     KVS_DEBUG(label_, "CURVE client {} from {} allowed", z85(key), frame(3));

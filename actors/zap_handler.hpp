@@ -1,5 +1,7 @@
-// zap_handler: CURVE client authorisation for the sockets routers and
-// engines connect to ([security], off by default).
+// zap_handler: who may finish a handshake on the sockets routers and
+// engines connect to: CURVE client authorisation ([security], off by
+// default) and every listening socket's connection limit (its
+// connection_gate, found by the socket's ZAP domain). Always running.
 //
 // libzmq asks the ZAP handler bound at inproc://zeromq.zap.01 *of the
 // socket's context* whether a CURVE client that completed the handshake may
@@ -23,7 +25,7 @@ namespace kvs {
 
 /// Makes `s` a CURVE server with the 32-byte `secret_key` whose clients the
 /// zap_handler authorises; nothing when `secret_key` is empty. Call before
-/// bind.
+/// bind (and before zmq_bridge::limit_connections, which sets the domain).
 void serve_curve(zmq::socket_t& s, const std::string& secret_key);
 
 class zap_handler {

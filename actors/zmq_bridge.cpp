@@ -2,6 +2,7 @@
 
 #include "actors/thread_name.hpp"
 #include "log/log.hpp"
+#include "log/stats_repeat.hpp"
 #include "config/config.hpp"
 #include "messages/type_ids.hpp"
 
@@ -25,6 +26,7 @@ zmq_bridge::zmq_bridge(caf::actor_config& cfg, zmq::context_t& ctx, std::string 
     ctx_(ctx),
     supervisor_(std::move(supervisor)),
     name_(std::move(name)),
+    detail_(detail),
     label_(log::label(name_, detail, id())),
     thread_name_(actor_thread_name(name_, detail)),
     stats_interval_(stats_interval) {
@@ -57,6 +59,63 @@ size_t zmq_bridge::watch(zmq::socket_t& s, short events) {
   sockets_.push_back(&s);
   items_.push_back(zmq::pollitem_t{s.handle(), 0, events, 0});
   return sockets_.size() - 1;
+}
+
+void zmq_bridge::limit_connections(zmq::socket_t& s, const std::string& what,
+                                   const std::string& setting, int64_t cap) {
+  // Unbounded: the monitor's pipe must never drop an event (the count would
+  // drift); what it holds is a few bytes per connection event.
+  constexpr int unbounded = 0;
+  constexpr int handshake_timeout_ms = 5000;
+  auto gate = make_connection_gate(what + (detail_.empty() ? "" : " " + detail_), setting, cap);
+  s.set(zmq::sockopt::zap_domain, gate->domain());
+  s.set(zmq::sockopt::handshake_ivl, handshake_timeout_ms);
+  auto ep = "inproc://kvsidecar-monitor-" + gate->domain();
+  if (zmq_socket_monitor(s.handle(), ep.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
+    throw zmq::error_t{};
+  auto& m = monitors_.emplace_back(ctx_, zmq::socket_type::pair);
+  m.set(zmq::sockopt::linger, 0);
+  m.set(zmq::sockopt::rcvhwm, unbounded);
+  m.connect(ep);
+  gates_.push_back(std::move(gate));
+}
+
+void zmq_bridge::read_monitor(size_t index) {
+  auto it = std::next(monitors_.begin(), static_cast<std::ptrdiff_t>(index));
+  auto& gate = *gates_[index];
+  zmq::message_t head;
+  // Each event is [id + value, endpoint]; all that waits is read now, so
+  // the count is current before the next handshake.
+  while (it->recv(head, zmq::recv_flags::dontwait)) {
+    uint16_t event = 0;
+    uint32_t value = 0;
+    bool ok = parse_monitor_event(head.data(), head.size(), event, value);
+    while (head.more()) {
+      zmq::message_t rest;
+      (void) it->recv(rest, zmq::recv_flags::none);
+      head.move(rest);
+    }
+    if (ok)
+      gate.on_monitor_event(event, value);
+  }
+}
+
+void zmq_bridge::close_monitors() {
+  // Not in close_sockets(): a bridge that overrides it (PUB linger) need
+  // not know about them.
+  for (auto& m : monitors_)
+    if (m.handle() != nullptr)
+      m.close();
+}
+
+stats_snapshot zmq_bridge::full_snapshot() {
+  auto s = snapshot();
+  for (auto& g : gates_)
+    s.gauge("connections", "kvsidecar_connections", static_cast<double>(g->open()), "socket",
+            g->what())
+      .counter("connections_refused", "kvsidecar_connections_refused_total",
+               static_cast<double>(g->refused()), "socket", g->what());
+  return s;
 }
 
 void zmq_bridge::close_sockets() {
@@ -100,11 +159,14 @@ void zmq_bridge::act() {
   }
   if (err) {
     close_sockets();
+    close_monitors();
     KVS_ERROR(label_, "failed to start: {}", *err);
     send(supervisor_, failed_atom_v, label_, *err);
     return;
   }
   items_.insert(items_.begin(), zmq::pollitem_t{nullptr, efd_, ZMQ_POLLIN, 0});
+  for (auto& m : monitors_)
+    items_.push_back(zmq::pollitem_t{m.handle(), 0, ZMQ_POLLIN, 0});
   KVS_DEBUG(label_, "started");
   send(supervisor_, ready_atom_v, label_);
 
@@ -117,11 +179,12 @@ void zmq_bridge::act() {
       running_ = false;
     },
     [&](stats_atom) {
-      KVS_INFO(label_, "stats: {}", snapshot().line());
+      if (auto line = full_snapshot().line(); log::stats_line_due(label_, line))
+        KVS_INFO(label_, "stats: {}", line);
       delayed_send(caf::actor_cast<caf::actor>(this), stats_interval_, stats_atom_v);
     },
     [&](metrics_atom, const caf::actor& reply_to) {
-      auto s = snapshot();
+      auto s = full_snapshot();
       s.actor = label_;
       s.actor_id = id();
       send(reply_to, std::move(s));
@@ -152,7 +215,11 @@ void zmq_bridge::act() {
     dispatch_mailbox(base, builtin);
     if (!running_)
       break;
-    for (size_t i = 1; i < items_.size(); ++i)
+    // Connection counts first: current before the sockets' traffic.
+    for (size_t m = 0; m < monitors_.size(); ++m)
+      if (items_[1 + sockets_.size() + m].revents != 0)
+        read_monitor(m);
+    for (size_t i = 1; i <= sockets_.size(); ++i)
       if (items_[i].revents != 0) {
         try {
           on_socket(i - 1, items_[i].revents);
@@ -163,6 +230,7 @@ void zmq_bridge::act() {
     after_poll();
   }
   close_sockets();
+  close_monitors();
   KVS_INFO(label_, "stopped, sockets closed{}", stopping ? "" : " (not by a stop request)");
   if (stopping)
     send(supervisor_, stop_atom_v, label_);

@@ -16,6 +16,7 @@
 // snapshot(), so the log line and /metrics share one source.
 #pragma once
 
+#include "actors/connection_gate.hpp"
 #include "messages/stats_snapshot.hpp"
 
 #include <caf/blocking_actor.hpp>
@@ -23,6 +24,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -92,6 +95,17 @@ protected:
   }
   /// Adds `s` to the poll set with interest `events`; returns its index.
   size_t watch(zmq::socket_t& s, short events);
+  /// Caps the peers the listening socket `s` holds at `cap` (> 0; call
+  /// before it binds, after serve_curve): a connection_gate counts them from
+  /// the socket's monitor, read here on this thread between the bridge's
+  /// own sockets, and the ZAP handler refuses handshakes past the cap.
+  /// `what` names the socket ("events.replay_endpoint"), `setting` the
+  /// config key of the cap. Its figures join this bridge's stats
+  /// (connections, connections_refused). A handshake that does not finish
+  /// within handshake_timeout is dropped, so silent TCP peers free their
+  /// place too.
+  void limit_connections(zmq::socket_t& s, const std::string& what, const std::string& setting,
+                         int64_t cap);
   /// For a loop draining a socket: true when the mailbox (a scrape, a
   /// reply, a stop) should get its turn now. Checked every 32 messages, so a
   /// flood of slow messages (large batches, a sanitizer build) delays the
@@ -106,8 +120,13 @@ protected:
 
 private:
   void dispatch_mailbox(caf::behavior& base, caf::behavior& builtin);
+  /// snapshot() with what the base keeps (the gates' figures).
+  stats_snapshot full_snapshot();
+  void read_monitor(size_t index);
+  void close_monitors();
 
   std::string name_;
+  std::string detail_; ///< "dp=0": names a gate's socket with its rank
   std::string label_;
   std::string thread_name_; ///< this bridge's thread, as top -H shows it
   std::chrono::nanoseconds stats_interval_;
@@ -115,7 +134,10 @@ private:
   std::atomic<bool> polling_{false}; ///< in (or entering) zmq_poll: wake via efd_
   std::vector<zmq::socket_t*> owned_;
   std::vector<zmq::socket_t*> sockets_;
-  std::vector<zmq::pollitem_t> items_; // [0] = eventfd, then sockets_
+  std::vector<zmq::pollitem_t> items_; // [0] = eventfd, then sockets_, then monitors_
+  /// One per limit_connections(): the monitor PAIR and its gate.
+  std::list<zmq::socket_t> monitors_;
+  std::vector<std::shared_ptr<connection_gate>> gates_;
   bool running_ = true;
 };
 

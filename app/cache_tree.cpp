@@ -178,6 +178,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   ep.router = router;
   ep.store = st;
   ep.curve_secret_key = cfg.security.curve_secret_key;
+  ep.max_connections = cfg.cache.max_connections;
   auto engine = sys.spawn<engine_bridge, caf::detached>(ctx, supervisor, interval, ep);
   out.input_bridges.push_back(engine);
   if (!c.grpc_endpoint.empty()) {

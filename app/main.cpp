@@ -1,5 +1,6 @@
 // kvsidecar: command line, config loading and the process exit status.
 #include "log/log.hpp"
+#include "log/stats_repeat.hpp"
 #include "app/sidecar.hpp"
 #include "config/config.hpp"
 #include "core/version.hpp"
@@ -65,5 +66,6 @@ int main(int argc, char** argv) {
   }
   kvs::block_signals();
   kvs::log::init(res->sidecar.log_format, res->sidecar.log_level, res->sidecar.name);
+  kvs::log::set_stats_repeat(res->sidecar.stats_repeat);
   return kvs::run_sidecar(*res);
 }

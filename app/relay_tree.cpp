@@ -80,6 +80,7 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
     pp.queue = queue;
     pp.linger = pub_linger(cfg);
     pp.curve_secret_key = cfg.security.curve_secret_key;
+    pp.max_connections = ev.max_connections;
     auto pub = sys.spawn<pub_bridge, caf::detached>(ctx, supervisor, interval, pp);
     t.output_bridges.push_back(pub);
 
@@ -95,6 +96,7 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
       jp.indexer = idx;
       jp.linger = pp.linger;
       jp.curve_secret_key = cfg.security.curve_secret_key;
+      jp.max_connections = ev.max_connections;
       auto join = sys.spawn<join_bridge, caf::detached>(ctx, supervisor, interval, jp);
       t.output_bridges.push_back(join);
       ppp.join_bridge = caf::actor_cast<pub_bridge_actor>(join);
@@ -126,7 +128,10 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
       rp.indexer = idx;
       rp.rate = ev.replay_rate;
       rp.curve_secret_key = cfg.security.curve_secret_key;
+      rp.max_connections = ev.max_connections;
       rp.hwm = ev.replay_hwm;
+      rp.max_streams = ev.replay_max_streams;
+      rp.max_waiting = ev.replay_max_waiting;
       rp.nice = static_cast<int>(ev.replay_nice);
       t.output_bridges.push_back(
         sys.spawn<replay_bridge, caf::detached>(replay_ctx, supervisor, interval, rp));
@@ -145,6 +150,7 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
                            ? std::string{}
                            : offset_endpoint(ev.ingest_replay_endpoint, r).value();
     ip.gap_timeout = ev.ingest_gap_timeout;
+    ip.restart_min_interval = ev.restart_min_interval;
     ip.hwm = ev.ingest_hwm;
     ip.max_message_size = static_cast<int64_t>(ev.ingest_max_message_size);
     // A seq jump past what our own replay keeps is treated as a new stream.

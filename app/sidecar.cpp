@@ -6,6 +6,7 @@
 #include "app/relay_tree.hpp"
 #include "app/open_files_limit.hpp"
 #include "actors/zap_handler.hpp"
+#include "app/memory_trim.hpp"
 #include "metrics/health.hpp"
 #include "log/log.hpp"
 #include "app/observability.hpp"
@@ -123,12 +124,15 @@ void drain_copies(caf::scoped_actor& self, const actor_tree& t, supervisor& sup,
       });
 }
 
-void stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready, supervisor& sup,
+/// Returns false when a bridge did not acknowledge its stop by `deadline`
+/// (its thread is stuck: the process must not wait for it).
+bool stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready, supervisor& sup,
               clock::time_point deadline, const std::string& me, bool drain) {
   auto start = clock::now();
   auto drain_deadline = start + (deadline - start) * 6 / 10;
   // 1. Stop taking input.
-  if (!stop_bridges(self, t.input_bridges, ready, sup, drain_deadline))
+  bool stopped = stop_bridges(self, t.input_bridges, ready, sup, drain_deadline);
+  if (!stopped)
     KVS_WARN(me, "input bridges did not stop in time");
   // 2. Let every copy in flight finish: L1 and the engines' pools stay
   //    mapped until the transfer actor has none left.
@@ -146,8 +150,10 @@ void stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready, su
       KVS_INFO(me, "drained: every accepted batch was published");
   }
   // 4. Close the outputs (each flushes and closes its sockets on its thread).
-  if (!stop_bridges(self, t.output_bridges, ready, sup, deadline))
+  if (!stop_bridges(self, t.output_bridges, ready, sup, deadline)) {
+    stopped = false;
     KVS_WARN(me, "output bridges did not stop in time");
+  }
   // 5. The rest, at once: the exit goes ahead of whatever is still queued
   // in their mailboxes (after the deadline, a publisher may hold thousands
   // of batches nobody will publish; working through them would keep the
@@ -156,6 +162,18 @@ void stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready, su
     w->enqueue(self->ctrl(), caf::make_message_id(caf::message_priority::high),
                caf::make_message(caf::exit_msg{self->address(), caf::exit_reason::user_shutdown}),
                nullptr);
+  return stopped;
+}
+
+/// The backstop of sidecar.shutdown_timeout: a bridge whose thread never
+/// answered its stop would keep the actor system (and so the process)
+/// alive forever. Everything accepted that could be drained was; exit now.
+[[noreturn]] void exit_without_stuck_bridges(const std::string& me, int status,
+                                             clock::duration timeout) {
+  KVS_ERROR(me, "a bridge did not stop within sidecar.shutdown_timeout ({}): exiting without "
+                "waiting for it, status {}",
+            to_string(timeout), status);
+  std::_Exit(status);
 }
 
 void watch_tree(caf::scoped_actor& self, supervisor& sup, const actor_tree& t) {
@@ -195,15 +213,16 @@ int run_sidecar(const config& cfg) {
              io_nice, *err);
   else if (io_nice != 0)
     KVS_INFO(me, "ZeroMQ I/O thread at nice {} (sidecar.io_nice)", io_nice);
-  // CURVE: the authoriser runs before any bridge binds and is stopped after
-  // every bridge closed its sockets, before the contexts end.
+  // The ZAP handler (connection limits; CURVE) runs before any bridge binds
+  // and is stopped after every bridge closed its sockets, before the
+  // contexts end.
   std::optional<zap_handler> zap;
+  zap.emplace(std::vector<zmq::context_t*>{&ctx, &replay_ctx}, cfg.security.curve_allowed_keys);
+  if (auto err = zap->start()) {
+    KVS_ERROR(me, "start-up failed: {}", *err);
+    return exit_startup_failed;
+  }
   if (cfg.security.curve_enabled()) {
-    zap.emplace(std::vector<zmq::context_t*>{&ctx, &replay_ctx}, cfg.security.curve_allowed_keys);
-    if (auto err = zap->start()) {
-      KVS_ERROR(me, "start-up failed: {}", *err);
-      return exit_startup_failed;
-    }
     KVS_INFO(me, "CURVE on events.endpoint, events.replay_endpoint and cache.endpoint "
                  "(security.curve_secret_key_file = \"{}\", {} allowed clients in \"{}\")",
              cfg.security.curve_secret_key_file, cfg.security.curve_allowed_keys.size(),
@@ -296,7 +315,10 @@ int run_sidecar(const config& cfg) {
         health.ready = true;
         KVS_INFO(me, "kvsidecar ready ({} bridges, {} actors, {} supervised)",
                  tree.bridge_count(), tree.workers.size(), sup.watched());
-        cause = wait_for_stop(self, sup);
+        // Thresholds of 32 MiB: well above what the idle sidecar frees and
+        // reuses, well below what a flood of clients leaves behind.
+        memory_trimmer trimmer{uint64_t{32} << 20, me};
+        cause = wait_for_stop(self, sup, [&] { trimmer.tick(); });
       }
       health.ready = false;
       if (cause.down) {
@@ -305,7 +327,9 @@ int run_sidecar(const config& cfg) {
                   cause.down->name, cause.down->reason_text(), int{exit_actor_failed});
         status = exit_actor_failed;
       } // else a signal: the watcher set draining when it arrived
-      stop_all(self, tree, ready, sup, clock::now() + cfg.sidecar.shutdown_timeout, me, true);
+      if (!stop_all(self, tree, ready, sup, clock::now() + cfg.sidecar.shutdown_timeout, me,
+                    true))
+        exit_without_stuck_bridges(me, status, cfg.sidecar.shutdown_timeout);
     }
   }
   if (zap)

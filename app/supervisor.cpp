@@ -37,7 +37,8 @@ bool supervisor::is_down(const caf::actor_addr& a) const {
   return down_.count(a) > 0;
 }
 
-stop_cause wait_for_stop(caf::scoped_actor& self, supervisor& sup) {
+stop_cause wait_for_stop(caf::scoped_actor& self, supervisor& sup,
+                         const std::function<void()>& tick) {
   stop_cause out;
   bool done = false;
   while (!done) {
@@ -55,7 +56,11 @@ stop_cause wait_for_stop(caf::scoped_actor& self, supervisor& sup) {
       // Late start-up or stop acknowledgements: nothing to do.
       [&](ready_atom, const std::string&) {},
       [&](stop_atom, const std::string&) {},
-      [&](failed_atom, const std::string&, const std::string&) {});
+      [&](failed_atom, const std::string&, const std::string&) {},
+      caf::after(std::chrono::seconds(1)) >> [&] {
+        if (tick)
+          tick();
+      });
   }
   return out;
 }

@@ -16,6 +16,7 @@
 #include <caf/error.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -54,6 +55,8 @@ struct stop_cause {
 
 /// Blocks (no polling) until `self` receives `signal_atom, int` or the down
 /// message of an actor `sup` watches. Other messages are dropped.
-stop_cause wait_for_stop(caf::scoped_actor& self, supervisor& sup);
+/// Also calls `tick` about once a second (the memory trimmer).
+stop_cause wait_for_stop(caf::scoped_actor& self, supervisor& sup,
+                         const std::function<void()>& tick = {});
 
 } // namespace kvs

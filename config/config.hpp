@@ -26,6 +26,9 @@ struct sidecar_config {
   log::level log_level = log::level::info;   // trace|debug|info|warn|error
   log::format log_format = log::format::text; // text|json
   duration stats_interval{};
+  /// An unchanged stats line is written again at most this often (0 = every
+  /// stats_interval): log/stats_repeat.hpp.
+  duration stats_repeat{};
   duration shutdown_timeout{};
   int64_t worker_threads = 0; ///< CAF scheduler threads; 0 = auto (see scheduler_threads())
   int64_t io_nice = 0;        ///< nice value of the live ZeroMQ context's I/O thread; 0 = leave it
@@ -49,6 +52,9 @@ struct events_config {
   std::string ingest_endpoint;
   std::string ingest_replay_endpoint;
   duration ingest_gap_timeout{};
+  /// events.restart_min_interval: an engine-stream fence at most this often
+  /// per rank (relay/engine_stream.hpp); 0 = every new stream.
+  duration restart_min_interval{};
   std::string endpoint;
   std::string replay_endpoint;
   /// events.join_endpoint: a PUB for one router that only replays on a gap
@@ -63,6 +69,9 @@ struct events_config {
   int64_t ingest_hwm = 0;              ///< SUB and engine-replay DEALER receive HWM
   uint64_t ingest_max_message_size = 0; ///< bigger engine frames are refused (then re-dialled)
   int64_t replay_hwm = 0;              ///< replay ROUTER, per client
+  int64_t replay_max_streams = 0;      ///< replays + snapshots streaming at once, per rank
+  int64_t replay_max_waiting = 0;      ///< valid requests waiting for a stream, per rank
+  int64_t max_connections = 0;         ///< peers each bound events socket holds at once
   int64_t max_queue_size = 0;
   uint64_t max_queue_bytes = 0; ///< what batches the indexer has not applied may hold
   std::string topic;
@@ -93,6 +102,7 @@ struct cache_config {
   int64_t events_rank = 0;
   std::vector<std::string> shm_allow_prefixes; ///< host_shm names a client may register
   int64_t hwm = 0; ///< cache ROUTER send/receive HWM per client
+  int64_t max_connections = 0; ///< peers the cache ROUTER holds at once
   /// Chunks each engine-driven instance's staging pool holds (gpu/staging_pool.hpp).
   int64_t engine_driven_slots = 0;
   /// cache.engine_driven_transfer = "inline": engine-driven registrations

@@ -39,6 +39,7 @@ void read_cache_section(reader& r, loader& l, config& c) {
     l.fail_at("cache.evict_low", "expected evict_low below evict_high");
   k.session_ttl = r.dur("cache.session_ttl", false);
   k.max_sessions = r.integer("cache.max_sessions", 1, 100000000);
+  k.max_connections = r.integer("cache.max_connections", 1, 1000000);
   k.lock_ttl = r.dur("cache.lock_ttl", false);
   k.heartbeat_timeout = r.dur("cache.heartbeat_timeout", true);
   k.registration_grace = r.dur("cache.registration_grace", true);

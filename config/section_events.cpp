@@ -16,6 +16,7 @@ void read_events_section(reader& r, loader& l, config& c) {
   e.ingest_endpoint = r.endpoint("events.ingest_endpoint", false);
   e.ingest_replay_endpoint = r.endpoint("events.ingest_replay_endpoint", true);
   e.ingest_gap_timeout = r.dur("events.ingest_gap_timeout", false);
+  e.restart_min_interval = r.dur("events.restart_min_interval", true);
   e.endpoint = r.endpoint("events.endpoint", false);
   e.replay_endpoint = r.endpoint("events.replay_endpoint", true);
   e.join_endpoint = r.endpoint("events.join_endpoint", true);
@@ -33,6 +34,9 @@ void read_events_section(reader& r, loader& l, config& c) {
   if (!l.error && e.ingest_max_message_size > (uint64_t{1} << 40))
     l.fail_at("events.ingest_max_message_size", "expected at most 1TiB");
   e.replay_hwm = r.integer("events.replay_hwm", 1, 1000000000);
+  e.replay_max_streams = r.integer("events.replay_max_streams", 1, 100000);
+  e.replay_max_waiting = r.integer("events.replay_max_waiting", 0, 1000000);
+  e.max_connections = r.integer("events.max_connections", 1, 1000000);
   e.max_queue_size = r.integer("events.max_queue_size", 1, 1000000000);
   e.max_queue_bytes = r.size("events.max_queue_bytes", 1024 * 1024);
   if (!l.error && e.max_queue_bytes > (uint64_t{1} << 50))

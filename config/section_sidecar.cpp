@@ -14,6 +14,7 @@ void read_sidecar_section(reader& r, loader& l, config& c) {
   c.sidecar.log_format = r.one_of<log::format>(
     "sidecar.log_format", {{"text", log::format::text}, {"json", log::format::json}});
   c.sidecar.stats_interval = r.dur("sidecar.stats_interval", true);
+  c.sidecar.stats_repeat = r.dur("sidecar.stats_repeat", true);
   c.sidecar.shutdown_timeout = r.dur("sidecar.shutdown_timeout", false);
   c.sidecar.worker_threads = r.integer("sidecar.worker_threads", 0, 64);
   c.sidecar.io_nice = r.integer("sidecar.io_nice", -20, 0);

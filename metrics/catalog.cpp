@@ -29,11 +29,15 @@ constexpr metric_info catalog[] = {
    "Engine batches fetched from the engine's replay at (re)connect: those published before "
    "we subscribed, and those in flight until our subscription reached the engine"},
   {"kvsidecar_events_engine_restarts_total",
-   "New engine streams fenced with AllBlocksCleared (seq went back, jumped past the replay "
-   "buffer, or the stream after a reconnect did not continue the old one)"},
+   "Restart fences (AllBlocksCleared) published for new engine streams (seq went back, jumped "
+   "past the replay buffer, or the stream after a reconnect did not continue the old one); at "
+   "most one per events.restart_min_interval, besides the first after each reconnect"},
+  {"kvsidecar_events_engine_restarts_coalesced_total",
+   "New engine streams seen within events.restart_min_interval of the last fence: no fence of "
+   "their own, one owed fence follows when the interval has passed"},
   {"kvsidecar_events_fence_skipped_total",
-   "Engine batches a restart fence skipped over: the seq jumped past events.buffer_steps, "
-   "more than any replay could fill (not counted as lost)"},
+   "Engine batches whose seq jumped past events.buffer_steps, more than any replay could fill: "
+   "a new stream, not counted as lost (one per such batch)"},
   {"kvsidecar_events_ingest_disconnects_total",
    "Engine connection lost or handshake failed (e.g. a frame above ingest_max_message_size)"},
   {"kvsidecar_events_ingest_reconnects_total", "Engine connection established again after a loss"},
@@ -48,10 +52,18 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_events_subscribers",
    "Distinct topics routers subscribe to on the PUB (XPUB reports each topic once: "
    "0 means no router listens)"},
-  {"kvsidecar_events_replay_requests_total", "Replay requests received"},
+  {"kvsidecar_events_replay_requests_total",
+   "Valid replay and snapshot requests received (= completed + abandoned + refused + streams "
+   "+ waiting)"},
   {"kvsidecar_events_replay_rejected_total", "Malformed replay requests ignored"},
+  {"kvsidecar_events_replay_refused_total",
+   "Valid replay requests refused: events.replay_max_streams streaming and "
+   "events.replay_max_waiting waiting (or 16 snapshots streaming); the client hears nothing"},
+  {"kvsidecar_events_replay_completed_total", "Replays and snapshots streamed to their end marker"},
   {"kvsidecar_events_replay_batches_total", "Batches streamed to replay clients"},
   {"kvsidecar_events_replay_streams", "Replay streams in progress"},
+  {"kvsidecar_events_replay_waiting",
+   "Replay requests waiting for a stream (events.replay_max_streams in progress)"},
   {"kvsidecar_events_replay_abandoned_total", "Replay streams given up (client gone)"},
   {"kvsidecar_events_replay_fell_behind_total",
    "Replays ended early: the client read slower than the buffer turned over"},
@@ -146,7 +158,31 @@ constexpr metric_info catalog[] = {
    "head in 5 s), write_timeout (answer not read in 10 s), evicted (the oldest, past 256 "
    "connections), bad_request (a 400 or 431)"},
   {"kvsidecar_scrape_timeouts_total",
-   "Scrapes an actor did not answer in time (its last values were exported)"},
+   "Scrapes an actor did not answer in time (its last values were exported), by actor "
+   "(its log label without the id: publisher[dp=0], l2)"},
+  {"kvsidecar_connections",
+   "Peers connected to a listening ZeroMQ socket, by socket (events.endpoint dp=0, "
+   "events.replay_endpoint dp=0, cache.endpoint, ...)"},
+  {"kvsidecar_connections_refused_total",
+   "Handshakes refused on a listening ZeroMQ socket because events.max_connections / "
+   "cache.max_connections peers were connected, by socket"},
+  // -- L2 tiers (the l2 actor) --------------------------------------------------
+  {"kvsidecar_l2_written_chunks_total", "Chunks written through to the L2 tiers"},
+  {"kvsidecar_l2_fetched_chunks_total", "Chunks fetched from an L2 tier for a prefetch, by tier"},
+  {"kvsidecar_l2_events_dropped_total",
+   "L2's BlockStored/BlockRemoved dropped (publisher queue full)"},
+  {"kvsidecar_l2_reannounced_chunks_total",
+   "L2 chunks announced again after an AllBlocksCleared (one per medium)"},
+  {"kvsidecar_l2_objects", "Objects an L2 tier holds, by tier"},
+  {"kvsidecar_l2_bytes", "Bytes an L2 tier holds (headers included), by tier"},
+  {"kvsidecar_l2_puts_total", "Objects written to an L2 tier, by tier"},
+  {"kvsidecar_l2_hits_total", "Objects found in an L2 tier, by tier"},
+  {"kvsidecar_l2_misses_total", "Objects asked of an L2 tier and not there, by tier"},
+  {"kvsidecar_l2_evictions_total", "Objects an L2 tier evicted (LRU within its size), by tier"},
+  {"kvsidecar_l2_errors_total",
+   "L2 faults by kind: disk_no_space, disk_io, disk_rejected (a file failed its header check), "
+   "redis (error replies, I/O), redis_unreachable (keys whose node is down), redis_rejected "
+   "(values failing their header check), redis_connect (failed connections)"},
   {"process_resident_memory_bytes", "Resident set size of the process"},
   {"process_start_time_seconds", "Start time of the process, seconds since the Unix epoch"},
 };

@@ -7,9 +7,24 @@
 #include "metrics/process_stats.hpp"
 
 #include <caf/actor_cast.hpp>
+#include <caf/monitorable_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
 namespace kvs {
+
+namespace {
+
+/// How a scrape timeout names an actor: its log label without the "#id"
+/// ("publisher[dp=0]", "l2"), stable across restarts of the sidecar; before
+/// its first answer, the actor's own name.
+std::string timeout_label(const caf::actor& a, const stats_snapshot* last) {
+  if (last && !last->actor.empty())
+    return last->actor.substr(0, last->actor.rfind('#'));
+  auto* p = dynamic_cast<caf::monitorable_actor*>(caf::actor_cast<caf::abstract_actor*>(a));
+  return p ? std::string{p->name()} : "actor#" + std::to_string(a.id());
+}
+
+} // namespace
 
 stats_collector::stats_collector(caf::actor_system& sys, std::chrono::milliseconds timeout)
   : sys_(sys), timeout_(timeout) {}
@@ -45,10 +60,10 @@ std::vector<stats_snapshot> stats_collector::ask() const {
       last_[id] = i->second;
       out.push_back(std::move(i->second));
     } else if (auto j = last_.find(id); j != last_.end()) {
-      ++timeouts_[j->second.actor];
+      ++timeouts_[timeout_label(t, &j->second)];
       out.push_back(j->second);
     } else {
-      ++timeouts_["#" + std::to_string(id)];
+      ++timeouts_[timeout_label(t, nullptr)];
     }
   }
   return out;

@@ -20,19 +20,60 @@ void engine_stream::publish(kv_event_batch b, stream_actions& out) {
   out.push_back(std::move(a));
 }
 
-void engine_stream::restart(const std::string& why, stream_actions& out) {
-  ++c_.engine_restarts;
-  if (c_.engine_restarts <= 10 || c_.engine_restarts % 1000 == 0)
+void engine_stream::restart(const std::string& why, clock::time_point now,
+                            stream_actions& out) {
+  expected_.reset();
+  if (last_fence_ && now - *last_fence_ < p_.restart_min_interval && !reconnected_) {
+    ++c_.restarts_coalesced;
+    fence_owed_ = true;
+    if (c_.restarts_coalesced <= 10 || c_.restarts_coalesced % 1000 == 0)
+      log(out, stream_action::kind::warn,
+          fmt::format("{}: a new engine stream within events.restart_min_interval of the last "
+                      "fence on dp={}: one AllBlocksCleared follows when the interval has "
+                      "passed (restarts_coalesced={})",
+                      why, p_.rank, c_.restarts_coalesced));
+    return;
+  }
+  if (c_.engine_restarts < 10 || (c_.engine_restarts + 1) % 1000 == 0)
     log(out, stream_action::kind::warn,
         fmt::format("{}: a new engine stream; published AllBlocksCleared on dp={} first so "
                     "routers drop the old stream's blocks (engine_restarts={})",
-                    why, p_.rank, c_.engine_restarts));
+                    why, p_.rank, c_.engine_restarts + 1));
+  publish_fence(now, out);
+}
+
+void engine_stream::publish_fence(clock::time_point now, stream_actions& out) {
+  ++c_.engine_restarts;
+  last_fence_ = now;
+  fence_owed_ = false;
+  reconnected_ = false;
   stream_action a;
   a.what = stream_action::kind::publish;
   a.batch = fence_batch(p_.rank);
   a.fence = true;
   out.push_back(std::move(a));
-  expected_.reset();
+}
+
+void engine_stream::pay_owed_fence(clock::time_point now, stream_actions& out) {
+  if (!fence_owed_ || now - *last_fence_ < p_.restart_min_interval)
+    return;
+  log(out, stream_action::kind::warn,
+      fmt::format("published the AllBlocksCleared owed on dp={} for {} new engine streams "
+                  "coalesced so far: routers drop what they announced",
+                  p_.rank, c_.restarts_coalesced));
+  publish_fence(now, out);
+}
+
+std::optional<engine_stream::clock::time_point> engine_stream::deadline() const {
+  std::optional<clock::time_point> d;
+  if (fill_)
+    d = fill_->deadline;
+  if (fence_owed_) {
+    auto due = *last_fence_ + p_.restart_min_interval;
+    if (!d || due < *d)
+      d = due;
+  }
+  return d;
 }
 
 void engine_stream::on_undecodable_live(uint64_t seq) {
@@ -54,18 +95,19 @@ void engine_stream::accept(uint64_t seq, kv_event_batch batch, clock::time_point
       finish(now, out);
     return;
   }
+  pay_owed_fence(now, out);
   if (expected_ && seq < *expected_) {
     restart(fmt::format("engine seq went back from {} to {} (engine restarted)", *expected_ - 1,
                         seq),
-            out);
+            now, out);
   } else if (expected_ && seq - *expected_ > p_.jump_limit) {
     // Nothing could fill this (and a forged seq must not count 2^64 losses
-    // as lost); the skipped count says how far it jumped.
-    c_.skipped += seq - *expected_;
+    // as lost): one skipped batch, however far it jumped.
+    ++c_.skipped;
     restart(fmt::format("engine seq jumped from {} to {}, more than events.buffer_steps ({}) "
                         "ahead",
                         *expected_ - 1, seq, p_.jump_limit),
-            out);
+            now, out);
   }
   if (!expected_ && seq > 0 && p_.have_replay) {
     // Started after the engine (or the engine restarted and we missed its
@@ -137,6 +179,7 @@ void engine_stream::on_connected(clock::time_point now, stream_actions& out) {
           fmt::format("engine connection established again (reconnect #{})", c_.reconnects));
   }
   was_connected_ = true;
+  reconnected_ = true;
   // Eager catch-up: what the engine published while we were not connected
   // (at start: everything its replay keeps) is asked for now, not when the
   // engine next publishes.
@@ -188,6 +231,8 @@ void engine_stream::replay_end(clock::time_point now, stream_actions& out) {
 void engine_stream::on_tick(clock::time_point now, stream_actions& out) {
   if (fill_ && now >= fill_->deadline)
     finish(now, out);
+  if (!fill_)
+    pay_owed_fence(now, out);
 }
 
 void engine_stream::drain(clock::time_point now, stream_actions& out) {
@@ -204,7 +249,7 @@ void engine_stream::finish(clock::time_point now, stream_actions& out) {
     restart(fmt::format("after a reconnect the engine's replay no longer holds seq {} as "
                         "published (engine restarted)",
                         *f.verify_seq),
-            out);
+            now, out);
     start_fill(0, open_end, std::nullopt, fill_kind::catch_up, now, out);
     fill_->live = std::move(f.live);
     return;

@@ -14,6 +14,14 @@
 //   serve by gap_timeout is lost. Without one the jump is lost at once.
 // - seq going back, or jumping more than jump_limit: a new engine stream.
 //   The fence (AllBlocksCleared) is published first, the jump is not lost.
+//   At most one fence per restart_min_interval: a new stream seen sooner
+//   after the last fence (a burst of forged or random seqs from one
+//   connection; no engine restarts that fast) publishes none at once and is
+//   counted as coalesced; one fence is owed instead and published when the
+//   interval has passed (before the next batch, or on the tick), so routers
+//   still drop whatever the coalesced streams announced: never a stale index.
+//   The first new stream after a reconnect is always fenced at once (one
+//   fence per reconnect or per interval).
 // - the connection comes up: the replay is asked for everything from what
 //   was not published yet (catch-up, never lost); after a reconnect the
 //   replay must still hold our last live batch byte for byte, or the engine
@@ -54,9 +62,13 @@ struct stream_counters {
   uint64_t lost = 0;            ///< batches neither received nor fetched
   uint64_t caught_up = 0;       ///< batches fetched at (re)connect (catch-up, join)
   uint64_t reconnects = 0;      ///< connection established again after the first
-  uint64_t engine_restarts = 0; ///< new streams fenced
-  /// Batches a fence skipped over: a seq jump past jump_limit (never
-  /// fetched, never counted as lost: nothing could have filled it).
+  uint64_t engine_restarts = 0; ///< fences published (what routers see as restarts)
+  /// New streams seen within restart_min_interval of the last fence: no
+  /// fence of their own (one owed fence covers them all).
+  uint64_t restarts_coalesced = 0;
+  /// Batches whose seq jumped past jump_limit: a new stream, never fetched,
+  /// never counted as lost (nothing could have filled it). One per such
+  /// batch, so never more than the batches received.
   uint64_t skipped = 0;
 };
 
@@ -69,6 +81,9 @@ public:
     bool have_replay = false;        ///< events.ingest_replay_endpoint is set
     uint64_t jump_limit = 10000;     ///< events.buffer_steps
     std::chrono::nanoseconds gap_timeout{};
+    /// events.restart_min_interval: fences at most this often (0 = every
+    /// new stream gets its own).
+    std::chrono::nanoseconds restart_min_interval{};
   };
 
   /// The replay's end-of-answer marker (vLLM's -1 as uint64).
@@ -106,9 +121,8 @@ public:
   void drain(clock::time_point now, stream_actions& out);
 
   bool filling() const { return fill_.has_value(); }
-  std::optional<clock::time_point> deadline() const {
-    return fill_ ? std::optional<clock::time_point>{fill_->deadline} : std::nullopt;
-  }
+  /// When on_tick must run next: a fill's deadline, or an owed fence's.
+  std::optional<clock::time_point> deadline() const;
   /// After a reconnect: the seq whose replayed bytes must equal our last live batch.
   std::optional<uint64_t> verify_seq() const { return fill_ ? fill_->verify_seq : std::nullopt; }
   std::optional<uint64_t> expected() const { return expected_; }
@@ -139,7 +153,10 @@ private:
   void start_fill(uint64_t from, uint64_t to, std::optional<kv_event_batch> live, fill_kind kind,
                   clock::time_point now, stream_actions& out);
   void finish(clock::time_point now, stream_actions& out);
-  void restart(const std::string& why, stream_actions& out);
+  void restart(const std::string& why, clock::time_point now, stream_actions& out);
+  /// Publishes the owed fence once restart_min_interval has passed.
+  void pay_owed_fence(clock::time_point now, stream_actions& out);
+  void publish_fence(clock::time_point now, stream_actions& out);
   void publish(kv_event_batch b, stream_actions& out);
   static void log(stream_actions& out, stream_action::kind k, std::string text);
 
@@ -148,6 +165,9 @@ private:
   std::optional<uint64_t> expected_;
   std::optional<uint64_t> last_live_seq_;
   std::optional<fill> fill_;
+  std::optional<clock::time_point> last_fence_;
+  bool fence_owed_ = false;
+  bool reconnected_ = false; ///< connected again since the last fence
   bool joining_ = false;       ///< a catch-up was asked for and no live batch accepted since
   bool was_connected_ = false;
 };

@@ -180,6 +180,13 @@ class Sidecar:
             self.overrides["http.listen"] = f"127.0.0.1:{self.http_port}"
         elif isinstance(self.overrides.get("http.listen"), str):
             self.http_port = int(self.overrides["http.listen"].rsplit(":", 1)[1])
+        # Tests read each actor's latest stats line as its current figures,
+        # some as a series (three lines in a row unchanged: stalled): every
+        # line is written. The quiet default (an unchanged line only every
+        # sidecar.stats_repeat) has a test of its own.
+        if "sidecar.stats_repeat" not in self.overrides and \
+                (config_text is None or "stats_repeat" not in config_text):
+            self.overrides["sidecar.stats_repeat"] = "0s"
         self.config_text = config_text
         self.extra_args = list(extra_args)
         self.log_path = self.workdir / f"{name}.stderr.log"

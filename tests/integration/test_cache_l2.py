@@ -228,8 +228,8 @@ def test_small_disk_evicts_lru_and_announces_disk_medium(cache_server, kv_pools,
     disk_removed = [h for e in removed if e.medium == "DISK" for h in e.block_hashes]
     assert disk_removed == by_medium["DISK"][:2]  # the two least recently written
     assert len(list(path.glob("*.kvl2"))) == 16
-    line = srv.wait_log(r"l2#\d+ stats disk: objects=(\d+) .* evictions=(\d+)")
-    assert (int(line.group(1)), int(line.group(2))) == (16, 2)
+    st = srv.wait_stats(lambda s: "disk_objects" in s, actor="l2", what="the disk's figures")
+    assert (st["disk_objects"], st["disk_evictions"]) == (16, 2), st
 
 
 def stored_by_medium(events) -> dict[str, list[tuple]]:

@@ -125,11 +125,16 @@ def send(r, *events, ts=1.0):
 
 def received_state(r, n: int, state: dict) -> int:
     """Applies the next n batches the rig's subscriber receives; returns the
-    last seq."""
+    last seq, once the rank's index has applied it too (the index runs on its
+    own thread: a snapshot asked before it caught up is consistent with an
+    earlier seq, which is right for a router but not what these tests compare)."""
     last = -1
     for m in r.sub.recv_n(n, 0, timeout=20.0):
         apply(state, m.payload)
         last = m.seq
+    r.sidecar.wait_stats("index", lambda s: isinstance(s.get("seq"), int) and s["seq"] >= last,
+                         timeout=10,
+                         what=f"the index to apply seq {last}")
     return last
 
 

@@ -54,6 +54,7 @@ l2_actor::behavior_type fake_l2(std::shared_ptr<fake_l2_log> log) {
     [](cleared_atom) {},
     [](reannounce_atom) {},
     [](stats_atom) {},
+    [](metrics_atom, const caf::actor&) {},
   };
 }
 

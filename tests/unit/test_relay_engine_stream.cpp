@@ -213,7 +213,7 @@ TEST_CASE("restart by a jump past jump_limit: fenced, counted as skipped, not lo
   CHECK(r.published.front() == -1);
   CHECK(has(r.warns, "more than events.buffer_steps (100) ahead"));
   CHECK(s.counters().engine_restarts == 1);
-  CHECK(s.counters().skipped == 1000000 - 51);
+  CHECK(s.counters().skipped == 1);  // one batch jumped, however far
   CHECK(s.counters().lost == 48);  // only the real gap's
   // After the fence the new stream starts at seq > 0 with a replay: caught up from 0.
   CHECK(r.fetched_from == std::vector<uint64_t>{0});
@@ -312,4 +312,61 @@ TEST_CASE("drain publishes what a fill holds back") {
   s.drain(t0, acts);
   CHECK(read(acts).published == std::vector<int64_t>{1, 3});
   CHECK(s.counters().lost == 1);
+}
+
+TEST_CASE("a burst of new streams within restart_min_interval: one fence now, one owed") {
+  // Random seqs on one connection (issue #35: 105 fences for one burst).
+  engine_stream s({0, false, 100, 1s, 1s});
+  stream_actions acts;
+  live(s, {0, 1}, acts);
+  read(acts);
+  live(s, {900000, 5, 800000, 3}, acts, t0 + 10ms);  // 4 new streams in 10 ms
+  auto r = read(acts);
+  CHECK(r.published == std::vector<int64_t>{-1, 900000, 5, 800000, 3});
+  CHECK(s.counters().engine_restarts == 1);
+  CHECK(s.counters().restarts_coalesced == 3);
+  CHECK(s.counters().skipped == 2);  // the two forward jumps, one batch each
+  CHECK(s.counters().lost == 0);
+  // The owed fence is due when the interval has passed: the bridge ticks then.
+  REQUIRE(s.deadline().has_value());
+  CHECK(*s.deadline() == t0 + 10ms + 1s);
+  s.on_tick(t0 + 500ms, acts);
+  CHECK(read(acts).published.empty());
+  s.on_tick(t0 + 10ms + 1s, acts);
+  r = read(acts);
+  CHECK(r.published == std::vector<int64_t>{-1});
+  CHECK(has(r.warns, "owed"));
+  CHECK(s.counters().engine_restarts == 2);
+  CHECK_FALSE(s.deadline().has_value());
+  // The stream goes on from the last batch; nothing more is owed.
+  live(s, {4, 5}, acts, t0 + 2s);
+  CHECK(read(acts).published == std::vector<int64_t>{4, 5});
+  CHECK(s.counters().engine_restarts == 2);
+}
+
+TEST_CASE("an owed fence is published before the next batch after the interval") {
+  engine_stream s({0, false, 100, 1s, 1s});
+  stream_actions acts;
+  live(s, {0, 1, 2}, acts);
+  live(s, {0}, acts, t0 + 1ms);       // went back: fenced
+  live(s, {500000}, acts, t0 + 2ms);  // jumped: coalesced
+  CHECK(read(acts).published == std::vector<int64_t>{0, 1, 2, -1, 0, 500000});
+  live(s, {500001}, acts, t0 + 3s);  // no tick came: the batch pays it first
+  CHECK(read(acts).published == std::vector<int64_t>{-1, 500001});
+  CHECK(s.counters().engine_restarts == 2);
+  CHECK(s.counters().restarts_coalesced == 1);
+}
+
+TEST_CASE("the first new stream after a reconnect is fenced at once, within the interval") {
+  engine_stream s({0, false, 100, 1s, 1s});
+  stream_actions acts;
+  s.on_connected(t0, acts);
+  live(s, {0, 1, 2}, acts);
+  live(s, {0}, acts, t0 + 1ms);  // fenced
+  s.on_connected(t0 + 2ms, acts);  // the engine connection came back
+  live(s, {7, 0}, acts, t0 + 3ms);  // a new stream again: fenced at once
+  auto r = read(acts);
+  CHECK(r.published == std::vector<int64_t>{0, 1, 2, -1, 0, 7, -1, 0});
+  CHECK(s.counters().engine_restarts == 2);
+  CHECK(s.counters().restarts_coalesced == 0);
 }
