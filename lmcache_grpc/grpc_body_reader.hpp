@@ -44,6 +44,28 @@ struct body_reader {
   static std::string_view as_view(const item& it) {
     return {reinterpret_cast<const char*>(it.ptr), it.len};
   }
+  /// A map field's value of kind `want`, handed to `set`; true (handled),
+  /// for each_field. `name` names it in the error.
+  template <class Set>
+  expected<bool> field(value_type want, const char* name, Set&& set) {
+    auto it = next(want, name);
+    if (!it)
+      return it.error_value();
+    set(*it);
+    return true;
+  }
+  /// An array field whose items are all of kind `want`, each handed to
+  /// `add`; true (handled). `name` names the array, `item_name` an item.
+  template <class Add>
+  expected<bool> array_of(const char* name, value_type want, const char* item_name, Add&& add) {
+    auto head = next(value_type::array, name);
+    if (!head)
+      return head.error_value();
+    for (uint32_t i = 0; i < head->len; ++i)
+      if (auto f = field(want, item_name, add); !f)
+        return f;
+    return true;
+  }
   /// The raw bytes of the next value (for fields that travel as msgpack bytes).
   expected<std::string_view> raw_value(const char* field) {
     const size_t from = r.offset();

@@ -9,6 +9,7 @@ namespace kvs {
 namespace pb = lmcache::mp;
 using grpc_reply::body_reader;
 using grpc_reply::each_field;
+using msgpack_io::item;
 using msgpack_io::value_type;
 
 expected<std::string> grpc_kv_event_batch(std::string_view body) {
@@ -43,13 +44,9 @@ expected<std::string> grpc_kv_event_batch(std::string_view body) {
     for (uint32_t i = 0; i < n->len; ++i) {
       auto* ev = out.add_events();
       auto e = each_field(b, [&](std::string_view g) -> expected<bool> {
-        if (g == "seq") {
-          auto it = b.next(value_type::uint, "seq");
-          if (!it)
-            return it.error_value();
-          ev->set_seq(body_reader::as_int(*it));
-          return true;
-        }
+        if (g == "seq")
+          return b.field(value_type::uint, "seq",
+                         [&](const item& it) { ev->set_seq(body_reader::as_int(it)); });
         if (g == "kind" || g == "medium" || g == "model_name") {
           auto it = b.next(value_type::str, "kind");
           if (!it)
@@ -63,18 +60,11 @@ expected<std::string> grpc_kv_event_batch(std::string_view body) {
             ev->set_model_name(std::move(v));
           return true;
         }
-        if (g == "block_hashes") {
-          auto h = b.next(value_type::array, "block_hashes");
-          if (!h)
-            return h.error_value();
-          for (uint32_t k = 0; k < h->len; ++k) {
-            auto it = b.next(value_type::bin, "block_hashes[]");
-            if (!it)
-              return it.error_value();
-            ev->add_block_hashes(std::string{body_reader::as_view(*it)});
-          }
-          return true;
-        }
+        if (g == "block_hashes")
+          return b.array_of("block_hashes", value_type::bin, "block_hashes[]",
+                            [&](const item& it) {
+                              ev->add_block_hashes(std::string{body_reader::as_view(it)});
+                            });
         if (g == "parent_block_hash") {
           auto it = b.next();
           if (!it)
@@ -85,18 +75,10 @@ expected<std::string> grpc_kv_event_batch(std::string_view body) {
             return b.fail("parent_block_hash: expected bin or nil");
           return true;
         }
-        if (g == "token_ids") {
-          auto t = b.next(value_type::array, "token_ids");
-          if (!t)
-            return t.error_value();
-          for (uint32_t k = 0; k < t->len; ++k) {
-            auto it = b.next(value_type::uint, "token_ids[]");
-            if (!it)
-              return it.error_value();
-            ev->add_token_ids(body_reader::as_int(*it));
-          }
-          return true;
-        }
+        if (g == "token_ids")
+          return b.array_of("token_ids", value_type::uint, "token_ids[]", [&](const item& it) {
+            ev->add_token_ids(body_reader::as_int(it));
+          });
         return false;
       });
       if (!e)

@@ -18,6 +18,10 @@ using msgpack_io::value_type;
 
 namespace {
 
+std::string text(const item& it) {
+  return std::string{body_reader::as_view(it)};
+}
+
 template <class Message>
 std::string serialized(const Message& m) {
   return m.SerializeAsString();
@@ -71,7 +75,7 @@ expected<std::string> reply_of(const grpc_method& m, const std::optional<std::st
     auto h = b.next(value_type::bin, "event_ipc_handle");
     if (!h)
       return h.error_value();
-    out.set_event_ipc_handle(std::string{body_reader::as_view(*h)});
+    out.set_event_ipc_handle(text(*h));
     auto ok = b.next(value_type::boolean, "success");
     if (!ok)
       return ok.error_value();
@@ -87,6 +91,18 @@ expected<std::string> reply_of(const grpc_method& m, const std::optional<std::st
     if (!s)
       return s.error_value();
     return serialized(out);
+  };
+  // Fields more than one map body has.
+  auto success = [&](auto& out) {
+    return b.field(value_type::boolean, "success",
+                   [&](const item& it) { out.set_success(it.u != 0); });
+  };
+  auto context = [&](auto& out) -> expected<bool> {
+    auto raw = b.raw_value("context");
+    if (!raw)
+      return raw.error_value();
+    out.set_encoded_context(std::string{*raw});
+    return true;
   };
   auto set_result = [](auto& out, const pb::EventIpcHandleResult& r) { *out.mutable_result() = r; };
   auto set_chunk_size = [](auto& out, int64_t v) { out.set_chunk_size(v); };
@@ -137,44 +153,31 @@ expected<std::string> reply_of(const grpc_method& m, const std::optional<std::st
       if (!it)
         return it.error_value();
       pb::NoopResponse out;
-      out.set_message(std::string{body_reader::as_view(*it)});
+      out.set_message(text(*it));
       return serialized(out);
     }
     case mp_op::get_experimental: {
       if (auto s = need_body(); !s)
         return s.error_value();
-      auto head = b.next(value_type::array, "names");
-      if (!head)
-        return head.error_value();
       pb::GetExperimentalResponse out;
-      for (uint32_t i = 0; i < head->len; ++i) {
-        auto it = b.next(value_type::str, "names[]");
-        if (!it)
-          return it.error_value();
-        out.add_names(std::string{body_reader::as_view(*it)});
-      }
+      auto names = b.array_of("names", value_type::str, "names[]",
+                              [&](const item& it) { out.add_names(text(it)); });
+      if (!names)
+        return names.error_value();
       return serialized(out);
     }
     case mp_op::register_kv_cache_engine_driven_context: {
       return map_response(pb::RegisterKvCacheEngineDrivenContextResponse{},
                           [&](auto& out, std::string_view f) -> expected<bool> {
-        if (f == "shm_name") {
-          auto it = b.next(value_type::str, "shm_name");
-          if (!it)
-            return it.error_value();
-          out.set_shm_name(std::string{body_reader::as_view(*it)});
-          return true;
-        }
-        if (f == "pool_size" || f == "null_block_id") {
-          auto it = b.next(value_type::uint, "pool_size");
-          if (!it)
-            return it.error_value();
-          if (f == "pool_size")
-            out.set_pool_size(body_reader::as_int(*it));
-          else
-            out.set_null_block_id(body_reader::as_int(*it));
-          return true;
-        }
+        if (f == "shm_name")
+          return b.field(value_type::str, "shm_name",
+                         [&](const item& it) { out.set_shm_name(text(it)); });
+        if (f == "pool_size")
+          return b.field(value_type::uint, "pool_size",
+                         [&](const item& it) { out.set_pool_size(body_reader::as_int(it)); });
+        if (f == "null_block_id") // named pool_size in its error, as before
+          return b.field(value_type::uint, "pool_size",
+                         [&](const item& it) { out.set_null_block_id(body_reader::as_int(it)); });
         return false;
       });
     }
@@ -183,37 +186,18 @@ expected<std::string> reply_of(const grpc_method& m, const std::optional<std::st
                           [&](auto& out, std::string_view f) -> expected<bool> {
         if (f != "context")
           return false;
-        auto raw = b.raw_value("context");
-        if (!raw)
-          return raw.error_value();
-        out.set_encoded_context(std::string{*raw});
-        return true;
+        return context(out);
       });
     }
     case mp_op::prepare_retrieve: {
       return map_response(pb::PrepareRetrieveResponse{},
                           [&](auto& out, std::string_view f) -> expected<bool> {
-        if (f == "success") {
-          auto it = b.next(value_type::boolean, "success");
-          if (!it)
-            return it.error_value();
-          out.set_success(it->u != 0);
-          return true;
-        }
-        if (f == "data") {
-          auto it = b.next(value_type::bin, "data");
-          if (!it)
-            return it.error_value();
-          out.set_data(std::string{body_reader::as_view(*it)});
-          return true;
-        }
-        if (f == "context") {
-          auto raw = b.raw_value("context");
-          if (!raw)
-            return raw.error_value();
-          out.set_encoded_context(std::string{*raw});
-          return true;
-        }
+        if (f == "success")
+          return success(out);
+        if (f == "data")
+          return b.field(value_type::bin, "data", [&](const item& it) { out.set_data(text(it)); });
+        if (f == "context")
+          return context(out);
         return false;
       });
     }
@@ -221,13 +205,8 @@ expected<std::string> reply_of(const grpc_method& m, const std::optional<std::st
     case mp_op::server_module_affinity_call: {
       return map_response(pb::ServerModuleCallResponse{},
                           [&](auto& out, std::string_view f) -> expected<bool> {
-        if (f == "success") {
-          auto it = b.next(value_type::boolean, "success");
-          if (!it)
-            return it.error_value();
-          out.set_success(it->u != 0);
-          return true;
-        }
+        if (f == "success")
+          return success(out);
         if (f == "payload" || f == "error") {
           auto it = b.next();
           if (!it)
@@ -235,9 +214,9 @@ expected<std::string> reply_of(const grpc_method& m, const std::optional<std::st
           if (it->kind != value_type::bin && it->kind != value_type::str)
             return b.fail(std::string(f) + ": expected bytes or str");
           if (f == "payload")
-            out.set_payload(std::string{body_reader::as_view(*it)});
+            out.set_payload(text(*it));
           else
-            out.set_error(std::string{body_reader::as_view(*it)});
+            out.set_error(text(*it));
           return true;
         }
         return false;
