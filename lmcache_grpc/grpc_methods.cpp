@@ -1,5 +1,7 @@
 #include "lmcache_grpc/grpc_methods.hpp"
 
+#include <iterator>
+
 namespace kvs {
 
 namespace {
@@ -61,6 +63,10 @@ const grpc_method* find_grpc_method(std::string_view path) {
     if (m.path == path)
       return &m;
   return nullptr;
+}
+
+grpc_method_rows all_grpc_methods() {
+  return {std::begin(methods), std::end(methods)};
 }
 
 std::string_view op_name(const grpc_method& m) {

@@ -35,6 +35,15 @@ struct grpc_method {
 /// The row for an HTTP/2 path, or nullptr (answered UNIMPLEMENTED).
 const grpc_method* find_grpc_method(std::string_view path);
 
+/// Every row, for walking the table (tests: each method has a transcoder).
+struct grpc_method_rows {
+  const grpc_method* first;
+  const grpc_method* last;
+  const grpc_method* begin() const { return first; }
+  const grpc_method* end() const { return last; }
+};
+grpc_method_rows all_grpc_methods();
+
 /// LMCache's op name of a method ("lookup", "subscribe_kv_events").
 std::string_view op_name(const grpc_method& m);
 

@@ -343,3 +343,43 @@ TEST_CASE("grpc: failure replies' reason, and kv event batches") {
   CHECK(e.has_parent_block_hash());
   CHECK(e.token_ids_size() == 2);
 }
+
+TEST_CASE("grpc: every method's row makes frames the shared decoder reads as its op") {
+  // Every path kvsidecar serves (the rows of grpc_methods.cpp), each with the message's
+  // fields left at their defaults (an empty message; register_kv_cache needs
+  // a known engine type), as a client of each release: the row exists, the
+  // frames are uid · op name · arguments, and the engine bridge's decoder
+  // reads them as the method's op. A method added without a row, or a row
+  // whose frames the decoder would refuse, fails here.
+  pb::RegisterKvCacheRequest register_msg;
+  register_msg.set_engine_type("vllm");
+  size_t methods = 0;
+  for (const auto& method : all_grpc_methods()) {
+    const auto* m = &method;
+    ++methods;
+    for (auto rel : {client_release::unknown, client_release::v0_5_6, client_release::v0_5_7}) {
+      if (m->release != client_release::unknown && rel != client_release::unknown &&
+          rel != m->release)
+        continue; // a release-specific service is only called by its release
+      const std::string where{m->path};
+      CAPTURE(where);
+      CAPTURE(static_cast<int>(rel));
+      const std::string msg =
+        m->op == mp_op::register_kv_cache ? register_msg.SerializeAsString() : std::string{};
+      auto frames = grpc_request_frames(*m, msg, rel, 5);
+      REQUIRE_MESSAGE(frames, (frames ? "" : frames.error_value().detail));
+      REQUIRE(frames->size() >= 2);
+      CHECK(grpc_call_id((*frames)[0]) == 5u);
+      CHECK(grpc_failure_text((*frames)[1]) == std::string(op_name(*m)));
+      if (m->subscribe) {
+        CHECK(frames->size() == 6); // instance, model, cursor, max_events
+        continue;
+      }
+      std::vector<std::string_view> views(frames->begin(), frames->end());
+      auto req = decode_mp_request(views);
+      REQUIRE_MESSAGE(req, (req ? "" : req.error_value().detail));
+      CHECK(req->op == m->op);
+    }
+  }
+  CHECK(methods == 33); // 15 shared, 8 of 0.5.6's services, 10 of 0.5.7's
+}
