@@ -198,9 +198,11 @@ void engine_bridge::serve(std::string identity, const std::vector<std::string_vi
     if (releases_.size() >= max_known_peers)
       releases_.clear();
     auto [it, fresh] = releases_.emplace(identity, req->release);
-    if (fresh)
-      KVS_INFO(label(), "peer {}: LMCache client {} (from its {})", hex(identity),
-               to_string(req->release), to_string(req->op));
+    // The first peers, then one in a thousand: thousands of short-lived
+    // clients must not flood the log.
+    if (fresh && (++peers_seen_ <= 10 || peers_seen_ % 1000 == 0))
+      KVS_INFO(label(), "peer {} (#{}): LMCache client {} (from its {})", hex(identity),
+               peers_seen_, to_string(req->release), to_string(req->op));
   }
   mp_call call{std::move(identity), std::move(req), std::nullopt, received};
   if (auto known = releases_.find(call.identity); known != releases_.end())

@@ -86,6 +86,7 @@ private:
   /// that do not show it, and for the log). Bounded: past max_known_peers
   /// it is forgotten and learnt again.
   std::unordered_map<std::string, client_release> releases_;
+  uint64_t peers_seen_ = 0; ///< peers whose release was learnt (log lines: the first 10, then 1 in 1000)
   static constexpr size_t max_known_peers = 65536;
   bool ipc_ = false; ///< cache.endpoint is ipc://: registrations carry the peer's uid
   kv_event_streams streams_;

@@ -1,6 +1,7 @@
 #include "actors/ingest_bridge.hpp"
 
 #include "actors/zmq_frames.hpp"
+#include "config/config.hpp"
 #include "log/log.hpp"
 #include "events_wire/kv_event_codec.hpp"
 
@@ -37,10 +38,16 @@ std::optional<std::string> ingest_bridge::open() {
   sub_.set(zmq::sockopt::rcvhwm, static_cast<int>(p_.hwm));
   // A batch is a few KiB; refuse absurd frames before they are buffered.
   sub_.set(zmq::sockopt::maxmsgsize, p_.max_message_size);
+  // Bound (engines connect to us): as many engine connections as
+  // events.max_connections; this bridge reads the socket's one monitor, so
+  // it counts them for the gate itself.
+  if (endpoint_binds(p_.endpoint))
+    gate_ = gate_connections(sub_, "events.ingest_endpoint", "events.max_connections",
+                             p_.max_connections);
   // The monitor PAIR is connected before the SUB dials, so no event is missed.
   auto monitor_ep = "inproc://kvs-ingest-monitor-" + std::to_string(id());
   if (zmq_socket_monitor(sub_.handle(), monitor_ep.c_str(),
-                         ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED
+                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED
                            | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
                            | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
                            | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
@@ -166,10 +173,14 @@ void ingest_bridge::on_monitor_event() {
     if (!recv_message(monitor_, frames))
       return;
     // [event (u16) + value (u32), endpoint], both in host byte order.
-    if (frames.size() != 2 || frames[0].size() < 6)
+    uint16_t event = 0;
+    uint32_t value = 0;
+    if (frames.size() != 2 || !parse_monitor_event(frames[0].data(), frames[0].size(), event, value))
       continue;
-    uint16_t event;
-    std::memcpy(&event, frames[0].data(), sizeof(event));
+    if (gate_)
+      gate_->on_monitor_event(event, value);
+    if (event == ZMQ_EVENT_ACCEPTED)
+      continue;
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       engine_connected();
       continue;

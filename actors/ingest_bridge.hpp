@@ -61,6 +61,7 @@ struct ingest_bridge_params {
   int64_t max_message_size = 64 << 20; ///< events.ingest_max_message_size
   uint64_t jump_limit = 10000;         ///< a bigger seq jump is a new stream (events.buffer_steps)
   std::chrono::nanoseconds restart_min_interval{}; ///< fences at most this often (events.restart_min_interval)
+  int64_t max_connections = 1024; ///< engines a bound ingest SUB holds at once (events.max_connections)
   /// The published dialect: a batch already in its exact bytes passes
   /// through undecoded (kv_event_batch::wire).
   event_dialect dialect = event_dialect::vllm;
@@ -102,6 +103,7 @@ private:
 
   ingest_bridge_params p_;
   zmq::socket_t sub_;
+  std::shared_ptr<connection_gate> gate_; ///< a bound SUB's connection cap (null: it dials)
   zmq::socket_t monitor_; ///< PAIR fed by zmq_socket_monitor(sub_)
   zmq::socket_t dealer_;
   bool sub_binds_ = false;

@@ -66,33 +66,43 @@ void zmq_bridge::limit_connections(zmq::socket_t& s, const std::string& what,
   // Unbounded: the monitor's pipe must never drop an event (the count would
   // drift); what it holds is a few bytes per connection event.
   constexpr int unbounded = 0;
+  auto gate = gate_connections(s, what, setting, cap);
+  auto ep = "inproc://kvsidecar-monitor-" + gate->domain();
+  if (zmq_socket_monitor(s.handle(), ep.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
+    throw zmq::error_t{};
+  auto& gm = monitors_.emplace_back(gate_monitor{zmq::socket_t{ctx_, zmq::socket_type::pair}, gate});
+  auto& m = gm.pair;
+  m.set(zmq::sockopt::linger, 0);
+  m.set(zmq::sockopt::rcvhwm, unbounded);
+  m.connect(ep);
+}
+
+std::shared_ptr<connection_gate> zmq_bridge::gate_connections(zmq::socket_t& s,
+                                                             const std::string& what,
+                                                             const std::string& setting,
+                                                             int64_t cap) {
   constexpr int handshake_timeout_ms = 5000;
   auto gate = make_connection_gate(what + (detail_.empty() ? "" : " " + detail_), setting, cap);
   s.set(zmq::sockopt::zap_domain, gate->domain());
   s.set(zmq::sockopt::handshake_ivl, handshake_timeout_ms);
-  auto ep = "inproc://kvsidecar-monitor-" + gate->domain();
-  if (zmq_socket_monitor(s.handle(), ep.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
-    throw zmq::error_t{};
-  auto& m = monitors_.emplace_back(ctx_, zmq::socket_type::pair);
-  m.set(zmq::sockopt::linger, 0);
-  m.set(zmq::sockopt::rcvhwm, unbounded);
-  m.connect(ep);
-  gates_.push_back(std::move(gate));
+  gates_.push_back(gate);
+  return gate;
 }
 
 void zmq_bridge::read_monitor(size_t index) {
   auto it = std::next(monitors_.begin(), static_cast<std::ptrdiff_t>(index));
-  auto& gate = *gates_[index];
+  auto& gate = *it->gate;
+  auto& pair = it->pair;
   zmq::message_t head;
   // Each event is [id + value, endpoint]; all that waits is read now, so
   // the count is current before the next handshake.
-  while (it->recv(head, zmq::recv_flags::dontwait)) {
+  while (pair.recv(head, zmq::recv_flags::dontwait)) {
     uint16_t event = 0;
     uint32_t value = 0;
     bool ok = parse_monitor_event(head.data(), head.size(), event, value);
     while (head.more()) {
       zmq::message_t rest;
-      (void) it->recv(rest, zmq::recv_flags::none);
+      (void) pair.recv(rest, zmq::recv_flags::none);
       head.move(rest);
     }
     if (ok)
@@ -104,8 +114,8 @@ void zmq_bridge::close_monitors() {
   // Not in close_sockets(): a bridge that overrides it (PUB linger) need
   // not know about them.
   for (auto& m : monitors_)
-    if (m.handle() != nullptr)
-      m.close();
+    if (m.pair.handle() != nullptr)
+      m.pair.close();
 }
 
 stats_snapshot zmq_bridge::full_snapshot() {
@@ -166,7 +176,7 @@ void zmq_bridge::act() {
   }
   items_.insert(items_.begin(), zmq::pollitem_t{nullptr, efd_, ZMQ_POLLIN, 0});
   for (auto& m : monitors_)
-    items_.push_back(zmq::pollitem_t{m.handle(), 0, ZMQ_POLLIN, 0});
+    items_.push_back(zmq::pollitem_t{m.pair.handle(), 0, ZMQ_POLLIN, 0});
   KVS_DEBUG(label_, "started");
   send(supervisor_, ready_atom_v, label_);
 

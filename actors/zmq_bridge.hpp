@@ -106,6 +106,11 @@ protected:
   /// place too.
   void limit_connections(zmq::socket_t& s, const std::string& what, const std::string& setting,
                          int64_t cap);
+  /// The same for a socket whose monitor the bridge reads itself (one
+  /// monitor per socket in libzmq): it passes ACCEPTED / DISCONNECTED
+  /// events to the returned gate.
+  std::shared_ptr<connection_gate> gate_connections(zmq::socket_t& s, const std::string& what,
+                                                    const std::string& setting, int64_t cap);
   /// For a loop draining a socket: true when the mailbox (a scrape, a
   /// reply, a stop) should get its turn now. Checked every 32 messages, so a
   /// flood of slow messages (large batches, a sanitizer build) delays the
@@ -135,8 +140,14 @@ private:
   std::vector<zmq::socket_t*> owned_;
   std::vector<zmq::socket_t*> sockets_;
   std::vector<zmq::pollitem_t> items_; // [0] = eventfd, then sockets_, then monitors_
-  /// One per limit_connections(): the monitor PAIR and its gate.
-  std::list<zmq::socket_t> monitors_;
+  /// One per limit_connections(): the monitor PAIR this bridge reads, and
+  /// the gate its events go to.
+  struct gate_monitor {
+    zmq::socket_t pair;
+    std::shared_ptr<connection_gate> gate;
+  };
+  std::list<gate_monitor> monitors_;
+  /// Every gate (limit_connections' and gate_connections'): their figures.
   std::vector<std::shared_ptr<connection_gate>> gates_;
   bool running_ = true;
 };

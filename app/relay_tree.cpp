@@ -151,6 +151,7 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
                            : offset_endpoint(ev.ingest_replay_endpoint, r).value();
     ip.gap_timeout = ev.ingest_gap_timeout;
     ip.restart_min_interval = ev.restart_min_interval;
+    ip.max_connections = ev.max_connections;
     ip.hwm = ev.ingest_hwm;
     ip.max_message_size = static_cast<int64_t>(ev.ingest_max_message_size);
     // A seq jump past what our own replay keeps is treated as a new stream.

@@ -198,6 +198,9 @@ struct grpc_server::impl {
 
   void on_read(call* c, bool ok) {
     if (!ok) { // the client closed without a message, or went away
+      // Gone before its request: counted with the calls cancelled before
+      // their answer, so that every call is accounted for.
+      counters.cancelled.fetch_add(1, std::memory_order_relaxed);
       finish(c, grpc::Status{grpc::StatusCode::INVALID_ARGUMENT,
                              std::string(op_name(*c->method)) + ": no request message"});
       return;
@@ -206,6 +209,7 @@ struct grpc_server::impl {
     {
       std::vector<grpc::Slice> slices;
       if (!c->in.Dump(&slices).ok()) {
+        counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
         finish(c, grpc::Status{grpc::StatusCode::INTERNAL, "unreadable request"});
         return;
       }
@@ -286,6 +290,7 @@ struct grpc_server::impl {
       auto out = grpc_response(m, r.body);
       unsubmit(c);
       if (!out) {
+        counters.failed.fetch_add(1, std::memory_order_relaxed);
         finish(c, grpc::Status{grpc::StatusCode::INTERNAL, out.error_value().detail});
         return;
       }

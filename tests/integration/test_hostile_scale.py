@@ -238,3 +238,136 @@ def test_http_port_thousands_of_hostile_connections(sidecar):
     closed = sum(v for (name, labels), v in m.items() if name == "kvsidecar_http_closed_total")
     assert closed > 0
     stops_on_sigterm(sc)
+
+
+# --- the join endpoint --------------------------------------------------------------------
+
+
+def test_join_port_thousands_of_subscribers_that_come_and_go(rig, zctx):
+    """Each first subscriber takes a snapshot of the rank: thousands of them
+    coming and going must not pile up snapshots or memory, and a router that
+    subscribes afterwards still gets the rank's state, then live."""
+    from kvsidecar_harness import free_port_range
+    from test_events_snapshot import join_sub, received_state, send, stored
+    port, hwm, conns = free_port_range(1), 1000, 64
+    r = rig(overrides={"events.join_endpoint": f"tcp://*:{port}", "events.hwm": hwm,
+                       "events.max_connections": conns,
+                       "sidecar.shutdown_timeout": f"{SHUTDOWN_S}s"})
+    pid = r.sidecar.proc.pid
+    live: dict = {}
+    for b in range(10):  # 1,000 blocks: a snapshot of several batches
+        base = 1_000_000 * (b + 1)
+        send(r, stored(list(range(base, base + 100)), None, bs=2), ts=float(b))
+    last = received_state(r, 10, live)
+    rss0 = rss_kib(pid)
+    report, peak = flood("sub", f"tcp://127.0.0.1:{port}", pid, open_=conns + 36)
+    report2, peak2 = flood("tcp", f"tcp://127.0.0.1:{port}", pid, seconds=3, open_=50)
+    assert report["peers"] + report2["peers"] >= 1000, (report, report2)
+    s = r.sidecar.wait_stats("join", lambda s: s["subscribers"] == 0 and s["connections"] == 0,
+                             timeout=20, what="the hostile subscribers to be gone")
+    assert s["connections_refused"] > 0, s
+    # Per subscriber: its pipe (events.hwm batches); snapshots one at a time.
+    check_rss(pid, rss0, max(peak, peak2), conns * hwm * 250 // 1024 + SLACK_KIB, "join flood")
+
+    # Not deaf: the next router gets the state (every block stored) up to the last seq.
+    sub = join_sub(zctx, port)
+    try:
+        got: dict = {}
+        from test_events_snapshot import apply
+        seq = -1
+        while seq < last:
+            assert sub.poll(10_000), f"the join endpoint sent nothing after seq {seq}"
+            _, seqb, payload = sub.recv_multipart()
+            seq = int.from_bytes(seqb, "big")
+            apply(got, payload)
+        assert got == live
+    finally:
+        sub.close(linger=0)
+    stops_on_sigterm(r.sidecar)
+
+
+# --- the cache's gRPC endpoint --------------------------------------------------------------
+
+
+def test_grpc_port_thousands_of_hostile_clients(cache_server):
+    grpc = pytest.importorskip("grpc")
+    from kvsidecar_harness import free_port_range
+    port = free_port_range(1)
+    srv = cache_server(overrides={"cache.grpc_endpoint": f"grpc://127.0.0.1:{port}",
+                                  "sidecar.shutdown_timeout": f"{SHUTDOWN_S}s"})
+    pid = srv.sidecar.proc.pid
+    target = f"127.0.0.1:{port}"
+    noop = "/lmcache.mp.DebugService/Noop"
+
+    def call_noop() -> bytes:
+        with grpc.insecure_channel(target) as ch:
+            return ch.unary_unary(noop, request_serializer=None,
+                                  response_deserializer=None)(b"", timeout=10)
+    call_noop()
+    rss0 = rss_kib(pid)
+    valid = [[noop, ""], ["/lmcache.mp.ControllerService/GetChunkSize", ""],
+             ["/lmcache.mp.ManagementService/Ping", "0a00"]]
+    report, peak = flood("grpc", f"grpc://{target}", pid, open_=50, per_peer=20, valid=valid)
+    assert report["peers"] >= 1000, report
+    def balanced(s) -> bool:  # every call answered one way or another
+        return s["calls"] == (s["replies"] + s["failed"] + s["bad_requests"] + s["unimplemented"]
+                              + s["overloaded"] + s["cancelled"])
+    s = srv.wait_stats(balanced, actor="grpc_bridge", timeout=20,
+                       what="every hostile call to be answered or cancelled")
+    assert s["calls"] > 1000, s
+    # gRPC's core bounds what it buffers per connection; 50 connections open
+    # at a time with 20 small calls each.
+    check_rss(pid, rss0, peak, 64 * MIB + SLACK_KIB, "gRPC flood")
+    call_noop()  # not deaf
+    stops_on_sigterm(srv.sidecar)
+
+
+# --- a bound ingest (engines connect to the sidecar) ----------------------------------------
+
+
+def test_bound_ingest_thousands_of_hostile_publishers(rig, zctx):
+    """Hostile PUBs connect to a bound ingest and send batches with random
+    seqs and garbage: memory stays bounded, fences stay within one per
+    connection or per events.restart_min_interval (not one per batch), and
+    a real engine connecting afterwards is relayed."""
+    from kvsidecar_harness import free_port_range
+    port, ingest_hwm, conns = free_port_range(1), 100, 64
+    r = rig(engine=False, sync=False,
+            overrides={"events.ingest_endpoint": f"tcp://*:{port}", "events.ingest_hwm": ingest_hwm,
+                       "events.max_connections": conns,
+                       "sidecar.shutdown_timeout": f"{SHUTDOWN_S}s"})
+    pid = r.sidecar.proc.pid
+    rss0 = rss_kib(pid)
+    valid = [batch_at(float(k)).hex() for k in range(5)]
+    report, peak = flood("pub", f"tcp://127.0.0.1:{port}", pid, open_=conns + 36, valid=valid)
+    assert report["peers"] >= 1000, report
+    s = r.sidecar.wait_stats("ingest", lambda s: s["connections"] == 0, timeout=20,
+                             what="the hostile publishers to be gone")
+    assert s["connections_refused"] > 0 and s["received"] > 0, s
+    # One fence per connection at most (the first new stream after each is
+    # fenced at once), plus one per second of the flood; never one per batch.
+    assert s["engine_restarts"] <= s["reconnects"] + FLOOD_S + 2, s
+    assert s["fence_skipped"] <= s["received"], s
+    check_rss(pid, rss0, peak, conns * ingest_hwm * 300 // 1024 + SLACK_KIB, "ingest flood")
+
+    # A real engine connects and is relayed, in order.
+    pub = zctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        seq = [0]
+
+        def probe() -> bool:
+            pub.send_multipart([b"", struct.pack(">Q", seq[0]), batch_at(-1.0)])
+            seq[0] += 1
+            return r.sub.recv(0, 0.1) is not None
+        wait_until(probe, 10, "the engine's batches to be relayed")
+        while r.sub.recv(0, 0.3) is not None:
+            pass
+        for k in range(20):
+            pub.send_multipart([b"", struct.pack(">Q", seq[0] + k), batch_at(1e6 + k)])
+        got = r.sub.recv_n(20, 0, timeout=10)
+        assert [m.seq for m in got] == list(range(got[0].seq, got[0].seq + 20))
+    finally:
+        pub.close(linger=0)
+    stops_on_sigterm(r.sidecar)
