@@ -617,3 +617,28 @@ def test_hostile_redis_is_a_miss_with_a_named_error(cache_server, kv_pools, repl
         assert srv.stats("l2")["fetched_redis"] == 0
     finally:
         fake.close()
+
+
+@needs_redis
+def test_metrics_scrape_with_every_tier_on_waits_for_no_actor(cache_server, redis_cluster,
+                                                               tmp_path):
+    """Issue #35: with an L2 tier on, every scrape waited its whole 200 ms
+    for the L2 actor, which had no metrics handler, and counted a timeout
+    labelled with an actor id. With every tier and endpoint on (disk, a
+    Redis Cluster, replay, join, gRPC), each scrape hears from every actor
+    at once, and the L2 actor's figures are there."""
+    o = redis_overrides(redis_cluster)
+    o.update({"l2.disk.enabled": True, "l2.disk.path": str(tmp_path / "disk"),
+              "events.replay_endpoint": f"tcp://*:{free_port_range(1)}",
+              "events.join_endpoint": f"tcp://*:{free_port_range(1)}",
+              "cache.grpc_endpoint": f"grpc://127.0.0.1:{free_port_range(1)}"})
+    srv = cache_server(events=True, overrides=o)
+    for _ in range(5):
+        t0 = time.monotonic()
+        m = srv.sidecar.metrics()
+        took = time.monotonic() - t0
+        assert took < 0.15, f"a scrape took {took * 1000:.0f} ms: an actor did not answer"
+    timeouts = {k: v for k, v in m.items() if k[0] == "kvsidecar_scrape_timeouts_total"}
+    assert not timeouts, timeouts
+    assert ("kvsidecar_l2_written_chunks_total", frozenset()) in m
+    assert ("kvsidecar_l2_objects", frozenset({("tier", "disk")})) in m

@@ -461,3 +461,33 @@ def test_http_disabled_serves_nothing(sidecar):
     with pytest.raises(ConnectionRefusedError):
         probe(port, "/healthz")
     assert "serving /metrics" not in sc.log_text()
+
+
+def test_idle_actors_write_a_stats_line_only_when_a_figure_changed(rig):
+    """sidecar.stats_repeat: an unchanged stats line is not written again
+    (issue #37: idle sidecars wrote ten all-zero lines every interval); a
+    changed figure is written at the next tick."""
+    r = rig(overrides={"sidecar.stats_interval": "100ms", "sidecar.stats_repeat": "10m"})
+    sc = r.sidecar
+
+    def stats_lines(since: int) -> list[str]:
+        return [l for l in sc.lines()[since:] if " stats: " in l]
+
+    def settled() -> bool:  # the start-up figures (fence, warm-up batches) written
+        since = len(sc.lines())
+        time.sleep(0.5)
+        return not stats_lines(since)
+    wait_until(settled, 10, "five intervals without a stats line")
+    mark = len(sc.lines())
+    # Fifteen intervals of nothing: no line at all.
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stats_lines(mark) == [], stats_lines(mark)
+    # A batch: the actors it passes write their changed figures.
+    r.engine.send(0, batch(7))
+    r.sub.recv_n(1, 0, timeout=5)
+    wait_until(lambda: any(" ingest[dp=0]#" in l for l in stats_lines(mark)), 2,
+               "the ingest's stats line after a batch")
+    s = r.sidecar.stats("ingest")
+    assert s["received"] >= 1
