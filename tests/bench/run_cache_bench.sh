@@ -93,8 +93,12 @@ LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- servers ----------------------------------------------------------------------------
 # Stats lines are INFO: log_level stays info so the driver can read locks and
-# sessions from them; nothing else logs per request at that level.
-"$SIDECAR" --set events.enabled=false --set gpu.backend=\"host\" --set cache.l1_size=\"1GiB\" \
+# sessions from them; nothing else logs per request at that level. Every
+# line is written (sidecar.stats_repeat = 0s, where the binary has it: an
+# A/B against an older build runs the same script).
+REPEAT=()
+"$SIDECAR" --print-default-config | grep '^stats_repeat' >/dev/null && REPEAT=(--set 'sidecar.stats_repeat="0s"')
+"$SIDECAR" "${REPEAT[@]}" --set events.enabled=false --set gpu.backend=\"host\" --set cache.l1_size=\"1GiB\" \
   --set cache.endpoint=\"tcp://127.0.0.1:$P_CACHE\" --set sidecar.log_level=\"info\" \
   --set sidecar.stats_interval=\"250ms\" $(metrics_args "$P_HTTP") \
   $(for kv in ${SIDECAR_SETS:-}; do printf -- '--set %s ' "$kv"; done) \

@@ -39,6 +39,8 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 INGEST=$(port); PUB=$(port); REPLAY=$(port)
 EXTRA=()
 [[ -n "${REPLAY_NICE:-}" ]] && EXTRA+=(--set events.replay_nice="$REPLAY_NICE")
+# Every stats line written (the driver reads them), where the binary has the key.
+"$SIDECAR" --print-default-config | grep '^stats_repeat' >/dev/null && EXTRA+=(--set 'sidecar.stats_repeat="0s"')
 
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 # The replay buffer is kept small so the RSS delta is the index alone.
