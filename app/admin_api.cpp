@@ -1,0 +1,248 @@
+#include "app/admin_api.hpp"
+
+#include "core/cache_salt.hpp"
+#include "core/version.hpp"
+#include "metrics/health.hpp"
+#include "metrics/json_text.hpp"
+#include "messages/type_ids.hpp"
+
+#include <caf/scoped_actor.hpp>
+
+#include <cstdlib>
+
+namespace kvs {
+
+namespace {
+
+constexpr double gib = 1073741824.0;
+
+http_answer json(json_writer& w, int status = 200) {
+  return {status, w.take()};
+}
+
+/// LMCache's /config/adapters and /status' l2_adapters, from [l2].
+void adapters(json_writer& w, const config& cfg, bool status_shape) {
+  int index = 0;
+  auto one = [&](const char* type, const char* detail_key, const std::string& detail) {
+    w.begin_object();
+    if (status_shape) {
+      w.str("type", type).str(detail_key, detail);
+    } else {
+      w.integer("index", static_cast<uint64_t>(index))
+        .str("type_name", type)
+        .str("tier", "l2")
+        .boolean("primary", index == 0)
+        .boolean("reconfigurable", false);
+    }
+    w.end_object();
+    ++index;
+  };
+  if (cfg.l2.disk.enabled)
+    one("disk", "base_path", cfg.l2.disk.path);
+  if (cfg.l2.redis.enabled)
+    one("redis", "backend", cfg.l2.redis.cluster ? "redis-cluster" : "redis");
+}
+
+} // namespace
+
+admin_policy admin_api::policy_of(const config& cfg) {
+  admin_policy p;
+  auto host = cfg.http.listen.substr(0, cfg.http.listen.rfind(':'));
+  p.loopback = host.rfind("127.", 0) == 0 || host == "[::1]";
+  p.token = cfg.http.admin_token;
+  if (p.token.empty())
+    if (const char* env = std::getenv("KVSIDECAR_ADMIN_TOKEN"))
+      p.token = env;
+  return p;
+}
+
+void admin_api::watch(store_actor store) {
+  std::lock_guard<std::mutex> lock{mu_};
+  store_ = std::move(store);
+}
+
+std::variant<store_admin_reply, http_answer> admin_api::ask(store_admin q) {
+  store_actor store;
+  {
+    std::lock_guard<std::mutex> lock{mu_};
+    store = store_;
+  }
+  if (!store)
+    return admin_error(503, cfg_.cache.enabled ? "the cache server is starting"
+                                               : "the cache server is off (cache.enabled = false)");
+  std::variant<store_admin_reply, http_answer> out = admin_error(504, "the store did not answer");
+  caf::scoped_actor self{sys_};
+  self->request(store, admin_store_timeout, std::move(q))
+    .receive([&](store_admin_reply& r) { out = std::move(r); },
+             [&](caf::error& e) {
+               out = e == caf::sec::request_timeout
+                       ? admin_error(504, "the store did not answer within "
+                                            + std::to_string(admin_store_timeout.count())
+                                            + " ms (busy?): try again")
+                       : admin_error(503, "the store is gone: " + caf::to_string(e));
+             });
+  return out;
+}
+
+http_answer admin_api::status() {
+  auto& h = health();
+  bool healthy = h.alive.load() && h.ready.load() && !h.draining.load();
+  json_writer w;
+  w.begin_object()
+    .boolean("is_healthy", healthy)
+    .str("engine_type", "kvsidecar")
+    .integer("chunk_size", static_cast<uint64_t>(cfg_.cache.chunk_size));
+  std::optional<store_admin_reply> r;
+  if (cfg_.cache.enabled) {
+    auto a = ask(store_admin{});
+    if (auto* e = std::get_if<http_answer>(&a))
+      return *e;
+    r = std::get<store_admin_reply>(std::move(a));
+  }
+  if (r) {
+    double ratio = r->capacity_bytes ? static_cast<double>(r->used_bytes)
+                                         / static_cast<double>(r->capacity_bytes)
+                                     : 0.0;
+    w.integer("active_sessions", r->sessions)
+      .begin_object("storage_manager")
+      .begin_object("l1_manager")
+      .integer("memory_total_bytes", r->capacity_bytes)
+      .integer("memory_used_bytes", r->used_bytes)
+      .num("memory_usage_ratio", ratio)
+      .integer("total_object_count", r->chunks)
+      .integer("reserved_object_count", r->reserved)
+      .integer("locked_object_count", r->locked_chunks)
+      .integer("outstanding_read_locks", r->locks)
+      .end_object()
+      .begin_object("eviction_controller")
+      .str("eviction_policy", r->quota_isolated ? "IsolatedLRU" : "LRU")
+      .end_object()
+      .begin_array("l2_adapters");
+    adapters(w, cfg_, true);
+    w.end_array().end_object();
+  }
+  w.begin_object("kvsidecar")
+    .str("version", kvs::version)
+    .boolean("alive", h.alive.load())
+    .boolean("ready", h.ready.load())
+    .boolean("draining", h.draining.load());
+  if (r)
+    w.integer("registered_instances", r->instances)
+      .integer("stored_chunks_total", r->stored)
+      .integer("evicted_chunks_total", r->evicted)
+      .integer("lookups_total", r->lookups)
+      .integer("lookup_hit_chunks_total", r->hit_chunks);
+  w.end_object().end_object();
+  return json(w);
+}
+
+http_answer admin_api::quota(const admin_call& c) {
+  store_admin q;
+  q.salt = c.salt;
+  q.limit_bytes = c.limit_bytes;
+  q.what = c.op == admin_op::quota_list  ? store_admin::op::quota_list
+           : c.op == admin_op::quota_get ? store_admin::op::quota_get
+           : c.op == admin_op::quota_set ? store_admin::op::quota_set
+                                         : store_admin::op::quota_delete;
+  auto a = ask(q);
+  if (auto* e = std::get_if<http_answer>(&a))
+    return *e;
+  auto& r = std::get<store_admin_reply>(a);
+  json_writer w;
+  auto name = std::string{cache_salt_name(c.salt)};
+  switch (c.op) {
+  case admin_op::quota_list:
+    w.begin_object().begin_object("users");
+    for (auto& u : r.salts)
+      w.begin_object(cache_salt_name(u.salt))
+        .num("limit_gb", static_cast<double>(u.limit.value_or(0)) / gib)
+        .num("current_usage_gb", static_cast<double>(u.bytes) / gib)
+        .end_object();
+    w.end_object().end_object();
+    break;
+  case admin_op::quota_get: {
+    auto& u = r.salts.at(0);
+    w.begin_object()
+      .str("cache_salt", name)
+      .num("limit_gb", static_cast<double>(u.limit.value_or(0)) / gib)
+      .num("current_usage_gb", static_cast<double>(u.bytes) / gib)
+      .boolean("exists", r.ok)
+      .end_object();
+    break;
+  }
+  case admin_op::quota_set:
+    if (!r.ok)
+      return admin_error(400, "too many quotas: at most "
+                                + std::to_string(salt_quota_max_limits) + " salts have one");
+    w.begin_object()
+      .str("cache_salt", name)
+      .num("limit_gb", c.limit_gb)
+      .str("status", "ok")
+      .integer("evicted_chunks", r.removed)
+      .end_object();
+    break;
+  default:
+    w.begin_object()
+      .str("cache_salt", name)
+      .str("status", r.ok ? "removed" : "not_found")
+      .end_object();
+    break;
+  }
+  return json(w);
+}
+
+http_answer admin_api::serve(const admin_call& c) {
+  json_writer w;
+  switch (c.op) {
+  case admin_op::root:
+    w.begin_object().str("status", "ok").str("service", "LMCache HTTP API")
+      .str("server", std::string{"kvsidecar "} + kvs::version).end_object();
+    return json(w);
+  case admin_op::healthcheck: {
+    auto& h = health();
+    const char* why = !h.alive.load()    ? "an actor died: see the log"
+                      : h.draining.load() ? "draining"
+                      : !h.ready.load()   ? "starting"
+                                          : nullptr;
+    if (why) {
+      w.begin_object().str("status", "unhealthy").str("reason", why).end_object();
+      return json(w, 503);
+    }
+    w.begin_object().str("status", "healthy").end_object();
+    return json(w);
+  }
+  case admin_op::status:
+    return status();
+  case admin_op::config:
+    return {200, cfg_.effective_json};
+  case admin_op::config_adapters:
+    w.begin_object().begin_array("adapters");
+    adapters(w, cfg_, false);
+    w.end_array().end_object();
+    return json(w);
+  case admin_op::version:
+    return {200, json_quote(c.path == "/version" ? std::string{"kvsidecar "} + kvs::version
+                                                 : std::string{kvs::version})};
+  case admin_op::cache_clear: {
+    store_admin q;
+    q.what = store_admin::op::clear_l1;
+    auto a = ask(q);
+    if (auto* e = std::get_if<http_answer>(&a))
+      return *e;
+    w.begin_object()
+      .str("status", "ok")
+      .begin_object("cleared").str("tier", "l1").end_object()
+      .integer("chunks", std::get<store_admin_reply>(a).removed)
+      .end_object();
+    return json(w);
+  }
+  case admin_op::quota_list:
+  case admin_op::quota_get:
+  case admin_op::quota_set:
+  case admin_op::quota_delete:
+    return quota(c);
+  }
+  return admin_error(500, "unknown call");
+}
+
+} // namespace kvs
