@@ -110,12 +110,17 @@ http_answer admin_api::status() {
       .integer("memory_used_bytes", r->used_bytes)
       .num("memory_usage_ratio", ratio)
       .integer("total_object_count", r->chunks)
-      .integer("reserved_object_count", r->reserved)
-      .integer("locked_object_count", r->locked_chunks)
+      .integer("write_locked_count", r->reserved) // being copied in
+      .integer("read_locked_count", r->locked_chunks)
       .integer("outstanding_read_locks", r->locks)
       .end_object()
+      // describe reads eviction_controller (0.5.6 serves l1_eviction_controller).
       .begin_object("eviction_controller")
       .str("eviction_policy", r->quota_isolated ? "IsolatedLRU" : "LRU")
+      .end_object()
+      .begin_object("l1_eviction_controller")
+      .str("eviction_policy", r->quota_isolated ? "IsolatedLRU" : "LRU")
+      .num("trigger_watermark", cfg_.cache.evict_high)
       .end_object()
       .begin_array("l2_adapters");
     adapters(w, cfg_, true);

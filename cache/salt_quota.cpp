@@ -70,12 +70,12 @@ void salt_quota::touched(chunk_key k) {
 bool salt_quota::set_limit(std::string_view salt, uint64_t bytes) {
   auto i = limits_.find(salt);
   if (i != limits_.end()) {
-    i->second = bytes;
+    i->second.bytes = bytes;
     return true;
   }
   if (limits_.size() >= salt_quota_max_limits)
     return false;
-  limits_.emplace(std::string{salt}, bytes);
+  limits_.emplace(std::string{salt}, limit_entry{bytes, next_order_++});
   return true;
 }
 
@@ -91,7 +91,7 @@ std::optional<uint64_t> salt_quota::limit(std::string_view salt) const {
   auto i = limits_.find(salt);
   if (i == limits_.end())
     return std::nullopt;
-  return i->second;
+  return i->second.bytes;
 }
 
 std::optional<uint64_t> salt_quota::enforced_limit(std::string_view salt) const {
@@ -131,9 +131,13 @@ salt_usage salt_quota::usage(std::string_view salt) const {
 }
 
 std::vector<salt_usage> salt_quota::limited() const {
-  std::vector<salt_usage> out;
+  std::vector<std::pair<uint64_t, const std::string*>> order;
   for (auto& [salt, lim] : limits_)
-    out.push_back(usage(salt));
+    order.emplace_back(lim.order, &salt);
+  std::sort(order.begin(), order.end());
+  std::vector<salt_usage> out;
+  for (auto& [when, salt] : order)
+    out.push_back(usage(*salt));
   return out;
 }
 

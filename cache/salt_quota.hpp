@@ -75,7 +75,8 @@ public:
 
   // --- observation -----------------------------------------------------------
   salt_usage usage(std::string_view salt) const;
-  /// Every salt with a limit, by name.
+  /// Every salt with a limit, in the order their limits were first set
+  /// (LMCache's quota list order).
   std::vector<salt_usage> limited() const;
   /// Up to `n` salts by bytes (largest first), then everything else summed
   /// under `others` (for metrics with a bounded label set).
@@ -116,7 +117,12 @@ private:
   std::vector<bucket> buckets_;
   std::vector<uint32_t> free_;
   std::unordered_map<std::string, uint32_t> ids_;
-  std::map<std::string, uint64_t, std::less<>> limits_;
+  struct limit_entry {
+    uint64_t bytes = 0;
+    uint64_t order = 0; ///< when first set
+  };
+  std::map<std::string, limit_entry, std::less<>> limits_;
+  uint64_t next_order_ = 0;
   uint64_t bytes_ = 0;
 };
 

@@ -90,6 +90,8 @@ TEST_CASE("salt_quota bounds the number of limits and ranks salts for metrics") 
   CHECK(!q.set_limit("one-more", 1));
   CHECK(q.set_limit("s0", 2)); // updating an existing one still works
   CHECK(q.limited().size() == salt_quota_max_limits);
+  CHECK(q.limited()[1].salt == "s1"); // in the order first set, not by name ("s10" < "s2")
+  CHECK(q.limited()[2].salt == "s2");
 
   salt_quota m;
   m.committed(key(1), "big", 300);
