@@ -285,6 +285,8 @@ def test_quota_keeps_a_tenant_within_its_limit_and_off_the_others(lmc, cache_ser
         status = request(port, "GET", "/status")[1]
         assert status["storage_manager"]["l1_manager"]["total_object_count"] == 20
         assert status["storage_manager"]["eviction_controller"]["eviction_policy"] == "IsolatedLRU"
+        body = srv.sidecar.http_get("/metrics")[1]
+        assert "(undocumented)" not in body
         m = srv.sidecar.metrics()
         assert m[("kvsidecar_cache_quota_evictions_total", frozenset())] == 16
         assert m[("kvsidecar_cache_salt_bytes", frozenset({("salt", "tenant-b")}))] \
