@@ -469,19 +469,31 @@ struct echo_backend : admin_backend {
   }
 };
 
+/// A server on a free port with an echo_backend behind the control plane.
+struct admin_served {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::shared_ptr<stats_collector> col =
+    std::make_shared<stats_collector>(sys, std::chrono::milliseconds{50});
+  health_state h;
+  std::shared_ptr<echo_backend> backend = std::make_shared<echo_backend>();
+  int port = free_port();
+  std::unique_ptr<http_server> srv;
+
+  explicit admin_served(admin_policy p) {
+    std::string err;
+    srv = http_server::start("127.0.0.1:" + std::to_string(port), col, h, err,
+                             http_admin_options{backend, std::move(p)});
+    REQUIRE_MESSAGE(srv, err);
+  }
+};
+
 } // namespace
 
 TEST_CASE("server: control-plane calls get their body, off the loop thread") {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{cfg};
-  auto col = std::make_shared<stats_collector>(sys, std::chrono::milliseconds{50});
-  health_state h;
-  auto backend = std::make_shared<echo_backend>();
-  int port = free_port();
-  std::string err;
-  auto srv = http_server::start("127.0.0.1:" + std::to_string(port), col, h, err,
-                                http_admin_options{backend, admin_policy{}});
-  REQUIRE_MESSAGE(srv, err);
+  admin_served a{admin_policy{}};
+  auto& backend = a.backend;
+  int port = a.port;
 
   // A body sent with its head, and one sent in three pieces after it.
   std::string body_text = "{\"limit_gb\": 2}";
@@ -526,16 +538,9 @@ TEST_CASE("server: control-plane calls get their body, off the loop thread") {
 }
 
 TEST_CASE("server: off loopback a state change without the bearer token is 401") {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{cfg};
-  auto col = std::make_shared<stats_collector>(sys, std::chrono::milliseconds{50});
-  health_state h;
-  auto backend = std::make_shared<echo_backend>();
-  int port = free_port();
-  std::string err;
-  auto srv = http_server::start("127.0.0.1:" + std::to_string(port), col, h, err,
-                                http_admin_options{backend, admin_policy{false, "0123456789abcdef"}});
-  REQUIRE_MESSAGE(srv, err);
+  admin_served a{admin_policy{false, "0123456789abcdef"}};
+  auto& backend = a.backend;
+  int port = a.port;
   auto refused = exchange(dial(port), "POST /cache/clear HTTP/1.1\r\n\r\n");
   CHECK(status_line(refused) == "HTTP/1.1 401 Unauthorized");
   CHECK(backend->calls.load() == 0);
