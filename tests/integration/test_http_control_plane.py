@@ -352,3 +352,23 @@ def test_off_loopback_state_changes_need_the_token(tmp_path):
         assert m[("kvsidecar_http_requests_total", frozenset({("code", "401")}))] >= 6
     finally:
         sc.stop()
+
+
+def test_quotas_from_the_config_are_served(tmp_path):
+    """[cache.quotas] (here by --set) is what GET /quota lists at start,
+    "_default" being the empty salt; GET /config shows it, secrets redacted."""
+    sc = Sidecar(tmp_path, {"events.enabled": False, "cache.l1_size": "64MiB",
+                            "gpu.backend": "host", "cache.quota_mode": "isolated",
+                            "cache.quotas.tenant-x": "1GiB", "cache.quotas._default": "512MiB",
+                            "cache.endpoint": f"tcp://127.0.0.1:{free_port_range(1)}"}).start()
+    try:
+        st, js = request(sc.http_port, "GET", "/quota")
+        assert st == 200
+        assert js == {"users": {"tenant-x": {"limit_gb": 1.0, "current_usage_gb": 0.0},
+                                "_default": {"limit_gb": 0.5, "current_usage_gb": 0.0}}}
+        cfg = request(sc.http_port, "GET", "/config")[1]
+        assert cfg["cache"]["quotas"] == {"tenant-x": "1GiB", "_default": "512MiB"}
+        assert cfg["http"]["admin_token"] == "<redacted>"
+        assert cfg["l2"]["redis"]["password"] == "<redacted>"
+    finally:
+        sc.stop()
