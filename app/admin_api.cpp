@@ -1,13 +1,17 @@
 #include "app/admin_api.hpp"
 
+#include "cache/chunk_hash.hpp"
 #include "core/cache_salt.hpp"
 #include "core/version.hpp"
 #include "metrics/health.hpp"
 #include "metrics/json_text.hpp"
 #include "messages/type_ids.hpp"
 
+#include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace kvs {
@@ -196,6 +200,100 @@ http_answer admin_api::quota(const admin_call& c) {
   return json(w);
 }
 
+http_answer admin_api::prefetch(const admin_call& c) {
+  auto cs = static_cast<size_t>(cfg_.cache.chunk_size);
+  auto hashes = chunk_hashes(c.tokens.data(), c.tokens.size(), cs,
+                             identity_seed(c.model, c.world_size, c.salt));
+  json_writer w;
+  if (hashes.empty()) {
+    w.begin_object().integer("chunks", 0).str("status", "noop").end_object();
+    return {202, w.take()};
+  }
+  store_actor store;
+  {
+    std::lock_guard<std::mutex> lock{mu_};
+    store = store_;
+  }
+  if (!store)
+    return admin_error(503, cfg_.cache.enabled ? "the cache server is starting"
+                                               : "the cache server is off (cache.enabled = false)");
+  const uint64_t n_chunks = hashes.size();
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lock{jobs_->mu};
+    if (jobs_->running >= admin_max_prefetches)
+      return admin_error(503, "too many prefetches in flight (at most "
+                                + std::to_string(admin_max_prefetches) + "); try again");
+    id = "pf-" + std::to_string(jobs_->next++);
+    ++jobs_->running;
+    jobs_->jobs[id].total = hashes.size() * static_cast<uint64_t>(c.world_size);
+  }
+  // The store's LOOKUP is the prefetch: what L1 misses comes from L2 into
+  // L1, under a session of its own whose locks are given back at once.
+  std::string session = "http-prefetch:" + id;
+  auto ranks = static_cast<uint64_t>(c.world_size);
+  store_lookup q{session, std::move(hashes), static_cast<int32_t>(c.world_size), 1, c.model,
+                 c.salt, 0};
+  sys_.spawn([jobs = jobs_, store, id, session, ranks,
+              q = std::move(q)](caf::event_based_actor* self) mutable {
+    auto finish = [jobs, id](uint64_t found, std::string error) {
+      std::lock_guard<std::mutex> lock{jobs->mu};
+      --jobs->running;
+      auto& j = jobs->jobs[id];
+      j.done = true;
+      j.found = found;
+      j.error = std::move(error);
+      jobs->finished.push_back(id);
+      while (jobs->finished.size() > admin_kept_prefetches) {
+        jobs->jobs.erase(jobs->finished.front());
+        jobs->finished.pop_front();
+      }
+    };
+    self->request(store, caf::infinite, std::move(q))
+      .then(
+        [self, store, session, ranks, finish](uint64_t hit) {
+          caf::anon_send(store, store_end_session{session});
+          finish(hit * ranks, {});
+          self->quit();
+        },
+        [self, store, session, finish](caf::error& e) {
+          caf::anon_send(store, store_end_session{session});
+          finish(0, caf::to_string(e));
+          self->quit();
+        });
+  });
+  w.begin_object()
+    .str("request_id", id)
+    .integer("chunks", n_chunks)
+    .str("status", "submitted")
+    .end_object();
+  return {202, w.take()};
+}
+
+http_answer admin_api::prefetch_status(const admin_call& c) {
+  std::lock_guard<std::mutex> lock{jobs_->mu};
+  auto i = jobs_->jobs.find(c.request_id);
+  if (i == jobs_->jobs.end())
+    return admin_error(404, "unknown prefetch request_id='" + c.request_id
+                              + "' (already completed or never submitted)");
+  json_writer w;
+  w.begin_object().str("request_id", c.request_id);
+  if (!i->second.done) {
+    w.str("status", "pending").end_object();
+    return {200, w.take()};
+  }
+  w.str("status", "completed")
+    .integer("found_keys", i->second.found)
+    .integer("total_keys", i->second.total);
+  if (!i->second.error.empty())
+    w.str("error", i->second.error);
+  w.end_object();
+  // As LMCache: a completed job is reported once, then forgotten.
+  jobs_->finished.erase(std::find(jobs_->finished.begin(), jobs_->finished.end(), c.request_id));
+  jobs_->jobs.erase(i);
+  return {200, w.take()};
+}
+
 http_answer admin_api::serve(const admin_call& c) {
   json_writer w;
   switch (c.op) {
@@ -246,6 +344,10 @@ http_answer admin_api::serve(const admin_call& c) {
   case admin_op::quota_set:
   case admin_op::quota_delete:
     return quota(c);
+  case admin_op::prefetch_submit:
+    return prefetch(c);
+  case admin_op::prefetch_status:
+    return prefetch_status(c);
   }
   return admin_error(500, "unknown call");
 }

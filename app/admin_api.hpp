@@ -14,12 +14,20 @@
 #include <caf/actor_system.hpp>
 
 #include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 
 namespace kvs {
 
 /// How long a control-plane call waits for the store (then 504).
 inline constexpr std::chrono::milliseconds admin_store_timeout{2000};
+/// Prefetches (POST /cache/prefetches) in flight at most (then 503), and
+/// finished ones kept for their status poll (the oldest dropped past it).
+inline constexpr size_t admin_max_prefetches = 64;
+inline constexpr size_t admin_kept_prefetches = 1024;
 
 class admin_api : public admin_backend {
 public:
@@ -39,6 +47,24 @@ private:
   std::variant<store_admin_reply, http_answer> ask(store_admin q);
   http_answer status();
   http_answer quota(const admin_call& call);
+  http_answer prefetch(const admin_call& call);
+  http_answer prefetch_status(const admin_call& call);
+
+  /// Prefetch jobs; shared with the actors that run them, which may finish
+  /// after this object is gone.
+  struct prefetch_jobs {
+    struct job {
+      bool done = false;
+      uint64_t found = 0, total = 0;
+      std::string error;
+    };
+    std::mutex mu;
+    std::map<std::string, job> jobs;
+    std::deque<std::string> finished; ///< oldest first
+    size_t running = 0;
+    uint64_t next = 1;
+  };
+  std::shared_ptr<prefetch_jobs> jobs_ = std::make_shared<prefetch_jobs>();
 
   caf::actor_system& sys_;
   const config& cfg_;

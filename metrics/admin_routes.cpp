@@ -63,9 +63,6 @@ std::optional<std::string_view> unsupported(std::string_view path) {
   if (path == "/cache/objects")
     return "listing and deleting cache objects by key is not supported by kvsidecar yet; "
            "POST /cache/clear drops L1";
-  if (path == "/cache/prefetches" || starts("/cache/prefetches/"))
-    return "prefetch by token list is not supported by kvsidecar yet: engines prefetch "
-           "through LOOKUP (L2 -> L1)";
   if (path == "/cache/checksums")
     return "checksums of GPU KV blocks need the engine's tensors, which kvsidecar's HTTP "
            "side does not read";
@@ -127,6 +124,53 @@ admin_route route_quota_set(admin_call c, std::string_view body) {
     return admin_error(400, "limit_gb must be at most 16777216 (16 PiB)");
   c.limit_gb = v->n;
   c.limit_bytes = static_cast<uint64_t>(v->n * 1073741824.0);
+  return c;
+}
+
+/// LMCache's PrefetchRequest: model_name, world_size, token_ids, cache_salt
+/// (""), source_tier ("l2"), target_tier ("l1").
+admin_route route_prefetch(std::string_view body) {
+  auto o = parse_json_object(body);
+  if (!o.error.empty())
+    return bad_body(o.error);
+  for (auto& [name, v] : o.members)
+    if (name != "model_name" && name != "world_size" && name != "token_ids"
+        && name != "cache_salt" && name != "source_tier" && name != "target_tier")
+      return admin_error(422, "unknown field \"" + name.substr(0, 64) + "\"");
+  admin_call c;
+  c.op = admin_op::prefetch_submit;
+  auto m = o.get("model_name");
+  if (!m || m->k != json_value::kind::string || m->s.empty() || m->s.size() > 1024)
+    return admin_error(422, "model_name must be a non-empty string of at most 1024 bytes");
+  c.model = m->s;
+  auto w = o.get("world_size");
+  if (!w || w->k != json_value::kind::number || w->n != static_cast<double>(
+                                                  static_cast<int64_t>(w->n))
+      || w->n < 1 || w->n > 1024)
+    return admin_error(422, "world_size must be an integer in 1..1024");
+  c.world_size = static_cast<int64_t>(w->n);
+  auto t = o.get("token_ids");
+  if (!t || t->k != json_value::kind::int_array)
+    return admin_error(422, "token_ids must be an array of integers");
+  c.tokens = t->ints;
+  if (auto s = o.get("cache_salt")) {
+    if (s->k != json_value::kind::string)
+      return admin_error(422, "cache_salt must be a string");
+    if (auto why = check_cache_salt(s->s))
+      return admin_error(400, why);
+    c.salt = s->s;
+  }
+  std::string from = "l2", to = "l1";
+  for (auto [key, out] : {std::pair{"source_tier", &from}, std::pair{"target_tier", &to}})
+    if (auto v = o.get(key)) {
+      if (v->k != json_value::kind::string
+          || (v->s != "l1" && v->s != "l2" && v->s != "all"))
+        return admin_error(422, std::string{key} + " must be \"l1\", \"l2\" or \"all\"");
+      *out = v->s;
+    }
+  if (from != "l2" || to != "l1")
+    return admin_error(400, "unsupported prefetch direction '" + from + "'->'" + to
+                              + "'; only 'l2'->'l1'");
   return c;
 }
 
@@ -192,6 +236,25 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
   }
   if (path == "/quota")
     return only(read, admin_op::quota_list);
+  if (path == "/cache/prefetches") {
+    if (method != "POST")
+      return detail(405, "Method Not Allowed");
+    return route_prefetch(body);
+  }
+  constexpr std::string_view prefetch_prefix = "/cache/prefetches/";
+  if (path.substr(0, prefetch_prefix.size()) == prefetch_prefix) {
+    auto id = path.substr(prefetch_prefix.size());
+    if (!read)
+      return detail(405, "Method Not Allowed");
+    if (id.empty() || id.size() > 64
+        || id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+             != std::string_view::npos)
+      return admin_error(404, "unknown prefetch request_id (ids are letters, digits and '-')");
+    admin_call c;
+    c.op = admin_op::prefetch_status;
+    c.request_id = std::string{id};
+    return c;
+  }
   constexpr std::string_view quota_prefix = "/quota/";
   if (path.substr(0, quota_prefix.size()) == quota_prefix) {
     admin_call c;

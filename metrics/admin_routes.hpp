@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace kvs {
 
@@ -47,6 +48,8 @@ enum class admin_op {
   quota_get,       ///< GET /quota/{salt}
   quota_set,       ///< PUT /quota/{salt}
   quota_delete,    ///< DELETE /quota/{salt}
+  prefetch_submit, ///< POST /cache/prefetches (L2 -> L1 by token ids)
+  prefetch_status, ///< GET /cache/prefetches/{request_id}
 };
 
 struct admin_call {
@@ -57,6 +60,11 @@ struct admin_call {
   uint64_t limit_bytes = 0; ///< quota_set: limit_gb * 2^30
   std::string tier = "l1";  ///< cache_clear: "l1" (the only tier cleared)
   bool force = false;       ///< cache_clear: also locked chunks (refused: 501)
+  // prefetch_submit: LMCache's PrefetchRequest (salt above)
+  std::string model;
+  int64_t world_size = 0;
+  std::vector<int64_t> tokens;
+  std::string request_id; ///< prefetch_status
 };
 
 struct admin_policy {

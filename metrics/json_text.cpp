@@ -149,6 +149,32 @@ struct cursor {
     return true;
   }
 
+  /// [int, int, ...]: integers only (token ids), exactly representable.
+  bool int_array(std::vector<int64_t>& out) {
+    ++i; // '['
+    skip_ws();
+    if (i < t.size() && t[i] == ']') {
+      ++i;
+      return true;
+    }
+    for (;;) {
+      skip_ws();
+      double d;
+      size_t at = i;
+      if (!number(d))
+        return false;
+      if (t.substr(at, i - at).find_first_of(".eE") != std::string_view::npos
+          || !(d >= -9007199254740992.0 && d <= 9007199254740992.0))
+        return fail("an array may hold only integers (at most 2^53)");
+      out.push_back(static_cast<int64_t>(d));
+      if (eat(','))
+        continue;
+      if (eat(']'))
+        return true;
+      return fail("expected ',' or ']'");
+    }
+  }
+
   bool literal(std::string_view word) {
     if (t.substr(i, word.size()) != word)
       return fail("expected a value");
@@ -165,8 +191,12 @@ struct cursor {
       v.k = json_value::kind::string;
       return string(v.s);
     }
-    if (c == '{' || c == '[')
-      return fail("nested objects and arrays are not accepted");
+    if (c == '{')
+      return fail("nested objects are not accepted");
+    if (c == '[') {
+      v.k = json_value::kind::int_array;
+      return int_array(v.ints);
+    }
     if (c == 't') {
       v.k = json_value::kind::boolean;
       v.b = true;

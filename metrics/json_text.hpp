@@ -1,10 +1,11 @@
 // json_text: the small JSON the HTTP API reads and writes.
 //
 // Reading: LMCache's request bodies are flat objects ({"tier": "l1",
-// "force": false}, {"limit_gb": 1.5}); parse_json_object reads exactly
-// that -- an object of strings, numbers, booleans and nulls, at most
-// json_max_members members -- and refuses anything else (nesting, arrays,
-// trailing bytes, bad escapes) naming what and where. Pure; fuzzed
+// "force": false}, {"limit_gb": 1.5}, {"token_ids": [1, 2, ...]});
+// parse_json_object reads exactly that -- an object of strings, numbers,
+// booleans, nulls and arrays of integers, at most json_max_members members
+// -- and refuses anything else (nesting, other arrays, trailing bytes, bad
+// escapes) naming what and where. Pure; fuzzed
 // (tests/fuzz/fuzz_http_admin).
 //
 // Writing: json_writer appends members to an object or array with the
@@ -17,16 +18,18 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvs {
 
 inline constexpr size_t json_max_members = 64;
 
 struct json_value {
-  enum class kind { null, boolean, number, string } k = kind::null;
+  enum class kind { null, boolean, number, string, int_array } k = kind::null;
   bool b = false;
   double n = 0;
   std::string s;
+  std::vector<int64_t> ints; ///< int_array: integers in [-2^53, 2^53]
 };
 
 struct json_object {

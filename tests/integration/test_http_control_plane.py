@@ -372,3 +372,47 @@ def test_quotas_from_the_config_are_served(tmp_path):
         assert cfg["l2"]["redis"]["password"] == "<redacted>"
     finally:
         sc.stop()
+
+
+def completed_prefetch(port: int, rid: str) -> dict:
+    """Polls GET /cache/prefetches/{rid} until it reports completed."""
+    def completed():
+        st, s = request(port, "GET", f"/cache/prefetches/{rid}")
+        assert st == 200 and s["status"] in ("pending", "completed"), s
+        return s if s["status"] == "completed" else None
+    return wait_until(completed, 10, f"prefetch {rid} completed", interval=0.02)
+
+
+def test_prefetch_by_token_ids_loads_l2_into_l1(lmc, cache_server, kv_pools, tmp_path):
+    """POST /cache/prefetches (LMCache's PrefetchRequest) warms L1 from the
+    disk tier after a clear; GET /cache/prefetches/{id} reports pending or
+    completed with found/total keys once, then 404 as LMCache does."""
+    srv = cache_server(overrides={"l2.disk.enabled": True, "l2.disk.path": str(tmp_path / "l2"),
+                                  "l2.disk.size": "16MiB"})
+    port = srv.sidecar.http_port
+    eng = Engine(lmc, srv, kv_pools("vllm", num_blocks=160))
+    try:
+        toks = tokens(3, salt=95)
+        eng.store(toks, "tenant-p")
+        srv.wait_stats(lambda s: s["written"] >= 3, actor="l2", timeout=10, what="written=3")
+        assert request(port, "POST", "/cache/clear")[1]["chunks"] == 3
+        srv.wait_stats(lambda s: s["chunks"] == 0)
+        body = {"model_name": MODEL, "world_size": 1, "token_ids": toks + [7] * 10,
+                "cache_salt": "tenant-p"}
+        st, js = request(port, "POST", "/cache/prefetches", body)
+        assert st == 202 and js["chunks"] == 3 and js["status"] == "submitted", js
+        rid = js["request_id"]
+        done = completed_prefetch(port, rid)
+        assert done == {"request_id": rid, "status": "completed", "found_keys": 3,
+                        "total_keys": 3}
+        assert request(port, "GET", f"/cache/prefetches/{rid}")[0] == 404  # reported once
+        # In L1 now, and the prefetch holds no lock.
+        srv.wait_stats(lambda s: s["chunks"] == 3 and s["locks"] == 0 and s["sessions"] == 0)
+        # Another salt's identity finds nothing; a sub-chunk sequence is a no-op.
+        st, js = request(port, "POST", "/cache/prefetches", dict(body, cache_salt="other"))
+        miss = completed_prefetch(port, js["request_id"])
+        assert miss["found_keys"] == 0 and miss["total_keys"] == 3
+        assert request(port, "POST", "/cache/prefetches",
+                       dict(body, token_ids=[1, 2, 3])) == (202, {"chunks": 0, "status": "noop"})
+    finally:
+        eng.close()

@@ -101,12 +101,49 @@ TEST_CASE("unknown paths 404, wrong methods 405, what kvsidecar lacks 501 with a
   CHECK(answer("PATCH", "/quota/t").status == 405);
   for (auto p : {"/reconfigure/dax/l1/status", "/run_script", "/threads", "/periodic-threads",
                  "/periodic-threads-health", "/env", "/loglevel", "/metrics/reset",
-                 "/cache/objects", "/cache/prefetches", "/cache/prefetches/abc",
-                 "/cache/checksums"}) {
+                 "/cache/objects", "/cache/checksums"}) {
     auto a = answer(std::string_view{p} == "/run_script" ? "POST" : "GET", p);
     CHECK_MESSAGE(a.status == 501, p);
     CHECK(a.body.find("\"error\"") != std::string::npos);
   }
+}
+
+TEST_CASE("prefetches: LMCache's PrefetchRequest, validated; status by request id") {
+  auto p = call("POST", "/cache/prefetches",
+                R"({"model_name": "m/x", "world_size": 2, "token_ids": [1, 2, 3],
+                    "cache_salt": "t", "source_tier": "l2", "target_tier": "l1"})");
+  CHECK(p.op == admin_op::prefetch_submit);
+  CHECK(p.model == "m/x");
+  CHECK(p.world_size == 2);
+  CHECK(p.tokens == std::vector<int64_t>{1, 2, 3});
+  CHECK(p.salt == "t");
+  CHECK(call("POST", "/cache/prefetches",
+             R"({"model_name": "m", "world_size": 1, "token_ids": []})").tokens.empty());
+  auto s = call("GET", "/cache/prefetches/pf-12");
+  CHECK(s.op == admin_op::prefetch_status);
+  CHECK(s.request_id == "pf-12");
+  CHECK(answer("GET", "/cache/prefetches/a_b").status == 404);
+  CHECK(answer("GET", "/cache/prefetches").status == 405);
+  CHECK(answer("POST", "/cache/prefetches/pf-1").status == 405);
+  for (auto bad : {R"({"world_size": 1, "token_ids": [1]})",
+                   R"({"model_name": "", "world_size": 1, "token_ids": [1]})",
+                   R"({"model_name": "m", "world_size": 0, "token_ids": [1]})",
+                   R"({"model_name": "m", "world_size": 1.5, "token_ids": [1]})",
+                   R"({"model_name": "m", "world_size": 1, "token_ids": "1"})",
+                   R"({"model_name": "m", "world_size": 1, "token_ids": [1], "x": 1})"})
+    CHECK_MESSAGE(answer("POST", "/cache/prefetches", bad).status == 422, bad);
+  auto frac = answer("POST", "/cache/prefetches",
+                     R"({"model_name": "m", "world_size": 1, "token_ids": [1.5]})");
+  CHECK(frac.status == 400); // the body reader refuses it: integers only
+  CHECK(frac.body.find("only integers") != std::string::npos);
+  CHECK(answer("POST", "/cache/prefetches",
+               R"({"model_name": "m", "world_size": 1, "token_ids": [1], "cache_salt": "a@b"})")
+          .status == 400);
+  auto dir = answer("POST", "/cache/prefetches",
+                    R"({"model_name": "m", "world_size": 1, "token_ids": [1],
+                        "source_tier": "l1", "target_tier": "l2"})");
+  CHECK(dir.status == 400);
+  CHECK(dir.body.find("only 'l2'->'l1'") != std::string::npos);
 }
 
 TEST_CASE("off loopback, state changes need the bearer token; reads stay open") {
@@ -139,8 +176,13 @@ TEST_CASE("parse_json_object reads flat objects and names what is wrong") {
   CHECK(o.get("d")->k == json_value::kind::null);
   CHECK(parse_json_object("{}").error.empty());
   CHECK(parse_json_object(R"({"s": "\ud83d\ude00"})").get("s")->s == "\xf0\x9f\x98\x80");
+  auto arr = parse_json_object(R"({"t": [1, -2, 9007199254740992], "e": [ ]})");
+  REQUIRE(arr.error.empty());
+  CHECK(arr.get("t")->ints == std::vector<int64_t>{1, -2, 9007199254740992});
+  CHECK(arr.get("e")->k == json_value::kind::int_array);
+  CHECK(!parse_json_object(R"({"t": [9007199254740993e0]})").error.empty());
   for (auto bad : {"", "[]", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{\"a\":1} x",
-                   "{\"a\":{}}", "{\"a\":[1]}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":\"\\x\"}",
+                   "{\"a\":{}}", "{\"a\":[1.5]}", "{\"a\":[\"x\"]}", "{\"a\":[1,]}", "{\"a\":[[1]]}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":\"\\x\"}",
                    "{\"a\":\"\\ud800\"}", "{\"a\":1,\"a\":2}", "{\"a\":tru}", "{a:1}",
                    "{\"a\":\"unterminated}"}) {
     auto e = parse_json_object(bad);
