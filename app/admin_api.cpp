@@ -65,15 +65,20 @@ void admin_api::watch(store_actor store) {
   store_ = std::move(store);
 }
 
+store_actor admin_api::current_store() {
+  std::lock_guard<std::mutex> lock{mu_};
+  return store_;
+}
+
+http_answer admin_api::store_missing() const {
+  return admin_error(503, cfg_.cache.enabled ? "the cache server is starting"
+                                             : "the cache server is off (cache.enabled = false)");
+}
+
 std::variant<store_admin_reply, http_answer> admin_api::ask(store_admin q) {
-  store_actor store;
-  {
-    std::lock_guard<std::mutex> lock{mu_};
-    store = store_;
-  }
+  auto store = current_store();
   if (!store)
-    return admin_error(503, cfg_.cache.enabled ? "the cache server is starting"
-                                               : "the cache server is off (cache.enabled = false)");
+    return store_missing();
   std::variant<store_admin_reply, http_answer> out = admin_error(504, "the store did not answer");
   caf::scoped_actor self{sys_};
   self->request(store, admin_store_timeout, std::move(q))
@@ -209,14 +214,9 @@ http_answer admin_api::prefetch(const admin_call& c) {
     w.begin_object().integer("chunks", 0).str("status", "noop").end_object();
     return {202, w.take()};
   }
-  store_actor store;
-  {
-    std::lock_guard<std::mutex> lock{mu_};
-    store = store_;
-  }
+  auto store = current_store();
   if (!store)
-    return admin_error(503, cfg_.cache.enabled ? "the cache server is starting"
-                                               : "the cache server is off (cache.enabled = false)");
+    return store_missing();
   const uint64_t n_chunks = hashes.size();
   std::string id;
   {

@@ -43,6 +43,9 @@ public:
   static admin_policy policy_of(const config& cfg);
 
 private:
+  store_actor current_store();
+  /// 503: why there is no store to ask.
+  http_answer store_missing() const;
   /// The store's reply, or the answer that says why there is none.
   std::variant<store_admin_reply, http_answer> ask(store_admin q);
   http_answer status();
