@@ -75,6 +75,18 @@ store_admin_reply on_admin(store_self self, store_admin& q) {
     out.evicted = st.evicted;
     out.lookups = x.lookups;
     out.hit_chunks = x.hit_chunks;
+    out.events_dropped = st.events_dropped;
+    out.reannounced = st.reannounced;
+    out.quota_evicted = st.quota_evicted;
+    if (st.p.l2.actor) {
+      auto& l2 = st.p.l2;
+      out.l2 = true;
+      out.l2_prefetches = l2.prefetches;
+      out.l2_prefetched_chunks = l2.prefetched_chunks;
+      out.l2_prefetch_failures = l2.prefetch_failures;
+      out.l2_write_skipped = l2.queued_skipped;
+      out.l2_queued_bytes = l2.queue->in_flight();
+    }
     break;
   }
   case store_admin::op::clear_l1:

@@ -145,7 +145,18 @@ http_answer admin_api::status() {
       .integer("stored_chunks_total", r->stored)
       .integer("evicted_chunks_total", r->evicted)
       .integer("lookups_total", r->lookups)
-      .integer("lookup_hit_chunks_total", r->hit_chunks);
+      .integer("lookup_hit_chunks_total", r->hit_chunks)
+      .integer("events_dropped_total", r->events_dropped)
+      .integer("reannounced_chunks_total", r->reannounced)
+      .integer("quota_evicted_chunks_total", r->quota_evicted);
+  if (r && r->l2)
+    w.begin_object("l2")
+      .integer("prefetches_total", r->l2_prefetches)
+      .integer("prefetched_chunks_total", r->l2_prefetched_chunks)
+      .integer("prefetch_failures_total", r->l2_prefetch_failures)
+      .integer("write_skipped_total", r->l2_write_skipped)
+      .integer("queued_bytes", r->l2_queued_bytes)
+      .end_object();
   w.end_object().end_object();
   return json(w);
 }

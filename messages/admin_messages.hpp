@@ -31,6 +31,10 @@ struct store_admin_reply {
   uint64_t used_bytes = 0, capacity_bytes = 0;
   uint64_t sessions = 0, instances = 0;
   uint64_t stored = 0, evicted = 0, lookups = 0, hit_chunks = 0;
+  uint64_t events_dropped = 0, reannounced = 0, quota_evicted = 0;
+  bool l2 = false; ///< an L2 tier is configured: the figures below mean something
+  uint64_t l2_prefetches = 0, l2_prefetched_chunks = 0, l2_prefetch_failures = 0;
+  uint64_t l2_write_skipped = 0, l2_queued_bytes = 0;
   bool quota_isolated = false;
   // clear_l1: chunks dropped; quota_set/delete: chunks evicted by the quota
   uint64_t removed = 0;

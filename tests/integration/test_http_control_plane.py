@@ -285,6 +285,8 @@ def test_quota_keeps_a_tenant_within_its_limit_and_off_the_others(lmc, cache_ser
         status = request(port, "GET", "/status")[1]
         assert status["storage_manager"]["l1_manager"]["total_object_count"] == 20
         assert status["storage_manager"]["eviction_controller"]["eviction_policy"] == "IsolatedLRU"
+        assert status["kvsidecar"]["quota_evicted_chunks_total"] == 16
+        assert "l2" not in status["kvsidecar"]  # no L2 tier configured
         body = srv.sidecar.http_get("/metrics")[1]
         assert "(undocumented)" not in body
         m = srv.sidecar.metrics()
@@ -408,6 +410,9 @@ def test_prefetch_by_token_ids_loads_l2_into_l1(lmc, cache_server, kv_pools, tmp
         assert request(port, "GET", f"/cache/prefetches/{rid}")[0] == 404  # reported once
         # In L1 now, and the prefetch holds no lock.
         srv.wait_stats(lambda s: s["chunks"] == 3 and s["locks"] == 0 and s["sessions"] == 0)
+        status = request(port, "GET", "/status")[1]
+        assert status["kvsidecar"]["l2"]["prefetched_chunks_total"] == 3
+        assert status["storage_manager"]["l1_manager"]["total_object_count"] == 3
         # Another salt's identity finds nothing; a sub-chunk sequence is a no-op.
         st, js = request(port, "POST", "/cache/prefetches", dict(body, cache_salt="other"))
         miss = completed_prefetch(port, js["request_id"])
