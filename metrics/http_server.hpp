@@ -5,7 +5,8 @@
 //   GET /healthz  200 "ok" while the process and its long-lived actors live
 //   GET /readyz   200 "ready" once start-up is done; 503 during start-up and drain
 //   anything else: admin_routes, when an admin backend is given; a request
-//     body (Content-Length, at most http_max_body) is read for it. A call
+//     body (Content-Length, at most http_max_body, else 413) is read for it,
+//     within the same http_head_timeout as the head. A call
 //     that needs the actors runs on a third thread ("http-admin"), one at
 //     a time, so neither probes nor scrapes wait for it.
 //
