@@ -2,7 +2,11 @@
 #
 #   docker build -t kvsidecar:0.1.0 .
 #   docker run --rm -p 5555:5555 -p 5600:5600 -p 5700:5700 -p 9090:9090 \
-#     --shm-size=1g kvsidecar:0.1.0 --set gpu.backend=host
+#     --shm-size=1g kvsidecar:0.1.0 --set gpu.backend=host --set http.listen=0.0.0.0:9090
+#
+# http.listen defaults to loopback (127.0.0.1:9090: the HEALTHCHECK below
+# still reaches it); publishing 9090 needs 0.0.0.0, and then the control
+# plane's state-changing calls need http.admin_token / KVSIDECAR_ADMIN_TOKEN.
 #
 # Stage 1 builds the binary and the .deb (cpack) with the Debian packages of
 # scripts/install-deps.sh; stage 2 installs only that .deb into a slim

@@ -166,6 +166,7 @@ using store_actor = caf::typed_actor<
   caf::reacts_to<mp_call>, ///< clear
   caf::reacts_to<record_atom, caf::actor>, ///< where kv_event_records go (the engine bridge)
   caf::reacts_to<cleared_atom>,            ///< routers dropped L1's chunks: announce them again
+  caf::replies_to<store_admin>::with<store_admin_reply>, ///< the HTTP control plane
   caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< lock and reservation expiry
 
 /// gpu_transfer — opens engine pools (CUDA IPC or host shared memory) once

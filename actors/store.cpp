@@ -3,6 +3,7 @@
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
 #include "actors/event_announce.hpp"
+#include "actors/store_admin.hpp"
 #include "actors/sweep.hpp"
 #include "cache/group_lookup.hpp"
 #include "config/config.hpp"
@@ -51,6 +52,7 @@ void announce_removed(self_ptr self, const std::vector<chunk_key>& keys) {
   std::map<uint32_t, std::vector<uint64_t>> by_model;
   for (auto& k : keys) {
     ++st.evicted;
+    st.quota.removed(k);
     if (k.rank != 0)
       continue;
     if (auto a = st.announced.find(k.hash); a != st.announced.end()) {
@@ -219,6 +221,7 @@ void on_finish(self_ptr self, store_finish& f) {
     if (!st.index->commit(k))
       continue;
     ++st.stored;
+    quota_committed(st, k, f.salt);
     l2_stage(self, f, i); // L2 hook: write-through
     if (f.group != 0)
       continue; // a hybrid model's other groups: group 0's chunk is announced
@@ -246,6 +249,8 @@ void on_finish(self_ptr self, store_finish& f) {
   l2_flush(self); // L2 hook
   announce(self, std::move(events));
   record(self, std::move(records));
+  if (f.commit && !f.hashes.empty())
+    quota_enforce(self, {f.salt}); // after the BlockStored: a removal follows its store
 }
 
 /// RETRIEVE, step 1: pins the chunks the request's lookup found, for the copy.
@@ -296,6 +301,7 @@ caf::result<store_acquire_reply> on_acquire(self_ptr self, store_acquire& q) {
                                          + std::to_string(q.rank) + " is not in L1");
     }
     t.locks.push_back(*tok);
+    st.quota.touched(k); // read: the most recently used of its salt's chunks
     out.slots.push_back(reinterpret_cast<uint8_t*>(e->data));
     out.slot_bytes = std::min(out.slot_bytes, e->bytes);
   }
@@ -458,6 +464,7 @@ stats_snapshot snapshot(const store_state& st) {
       .counter("", "kvsidecar_cache_l2_write_skipped_total", l2.queued_skipped)
       .gauge("", "kvsidecar_cache_l2_queued_bytes", l2.queue->in_flight());
   }
+  quota_snapshot(st, s);
   return s;
 }
 
@@ -476,6 +483,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
   io.lock_ttl = st.p.lock_ttl;
   st.index = std::make_unique<chunk_index>(*st.p.pool, io);
   st.ledger = std::make_unique<lock_ledger>(*st.index, ledger_options{});
+  quota_init(st);
   log_lifecycle(self, st.label,
                 fmt::format("started: L1 pool of {} MiB, evict between {:.0f}% and {:.0f}%, "
                             "lock_ttl {}",
@@ -498,6 +506,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     },
     [self](mp_call& call) { on_clear(self, call); },
     [self](cleared_atom) { on_cleared(self); },
+    [self](store_admin& q) -> store_admin_reply { return on_admin(self, q); },
     [self](record_atom, caf::actor& sink) {
       self->state.records_sink = caf::actor_cast<engine_bridge_actor>(std::move(sink));
     },

@@ -6,6 +6,7 @@
 #include "actors/store_l2.hpp"
 #include "cache/chunk_index.hpp"
 #include "cache/lock_ledger.hpp"
+#include "cache/salt_quota.hpp"
 #include "cache/slot_pool.hpp"
 
 #include <chrono>
@@ -30,6 +31,8 @@ struct store_params {
   relay_queue_ptr events_queue;
   std::chrono::nanoseconds stats_interval{};
   store_l2_link l2;         ///< L2 tiers (actor null: none)
+  bool quota_isolated = false; ///< cache.quota_mode = "isolated"
+  std::vector<std::pair<std::string, uint64_t>> quotas; ///< [cache.quotas]: salt, bytes
 };
 
 struct store_state {
@@ -86,6 +89,10 @@ struct store_state {
   std::map<uint64_t, uint64_t> announce_order; ///< order -> hash, oldest first
   uint64_t next_order = 0;
   uint64_t reannounced = 0; ///< chunks announced again after an AllBlocksCleared
+
+  /// L1 bytes per cache_salt and the per-salt limits (store_quota.cpp).
+  salt_quota quota;
+  uint64_t quota_evicted = 0; ///< chunks evicted to keep a salt within its limit
 
   uint64_t stored = 0;
   uint64_t evicted = 0;

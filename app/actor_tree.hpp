@@ -26,6 +26,8 @@ struct actor_tree {
   /// The cache's copy engine (null without the cache): drained after the
   /// input stops and before the workers exit, so no copy is cut short.
   gpu_transfer_actor gpu;
+  /// The cache's store (null without the cache): the HTTP control plane asks it.
+  store_actor store;
   /// Set when shutdown begins: the transfer actor starts no copy after it.
   std::shared_ptr<std::atomic<bool>> refuse_copies;
   /// One per DP rank: empty once everything accepted has been sent.

@@ -129,6 +129,8 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   sp.events = events;
   sp.events_queue = events_queue;
   sp.stats_interval = interval;
+  sp.quota_isolated = c.quota_isolated;
+  sp.quotas = c.quotas;
   auto l2 = spawn_l2(sys, cfg, events, events_queue); // L2 tiers (none by default)
   if (!l2) {
     out.error = l2.error_value().detail;
@@ -137,6 +139,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   }
   sp.l2 = std::move(*l2);
   auto st = sys.spawn(store, sp);
+  out.store = st;
   // After each AllBlocksCleared of its rank, the store announces L1 again,
   // the L2 actor what its tiers hold.
   if (events) {

@@ -21,6 +21,7 @@ struct cache_tree {
   std::vector<caf::actor> input_bridges; ///< the engine bridge
   std::vector<caf::actor> workers;       ///< session router, registry, store, gpu transfer
   gpu_transfer_actor gpu;                ///< drained at shutdown before the workers exit
+  store_actor store;                     ///< the HTTP control plane's (app/admin_api.hpp)
   std::shared_ptr<std::atomic<bool>> refuse_copies; ///< set at shutdown: no new copy starts
   std::vector<std::string> summary;
   std::string error; ///< non-empty: could not start (e.g. backend "cuda" without a GPU)

@@ -20,17 +20,29 @@ observability start_observability(caf::actor_system& sys, const config& cfg,
     return o;
   o.collector = std::make_shared<stats_collector>(sys, scrape_timeout);
   std::string why;
-  o.server = http_server::start(cfg.http.listen, o.collector, health(), why);
-  if (!o.server)
+  o.admin = std::make_shared<admin_api>(sys, cfg);
+  auto policy = admin_api::policy_of(cfg);
+  bool open = !policy.loopback && policy.token.empty();
+  o.server = http_server::start(cfg.http.listen, o.collector, health(), why,
+                                http_admin_options{o.admin, std::move(policy)});
+  if (!o.server) {
     o.error = "http.listen = \"" + cfg.http.listen + "\": " + why;
-  else
-    KVS_INFO(me, "serving /metrics, /healthz and /readyz on {} (http.listen)", cfg.http.listen);
+  } else {
+    KVS_INFO(me, "serving /metrics, /healthz, /readyz and LMCache's HTTP control plane on {} "
+                 "(http.listen)", cfg.http.listen);
+    if (open)
+      KVS_WARN(me, "http.listen {} is not loopback and no http.admin_token (or "
+                   "KVSIDECAR_ADMIN_TOKEN) is set: control-plane calls that change state "
+                   "(clear, quotas) are refused with 401", cfg.http.listen);
+  }
   return o;
 }
 
 void watch_actors(observability& o, const actor_tree& t) {
   // Liveness (/healthz) is the supervisor's: an actor that exits while
   // running stops the process (app/supervisor.hpp) after /healthz turns 503.
+  if (o.admin)
+    o.admin->watch(t.store);
   if (!o.collector)
     return;
   std::vector<caf::actor> all;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "app/actor_tree.hpp"
+#include "app/admin_api.hpp"
 #include "config/config.hpp"
 #include "metrics/collector.hpp"
 #include "metrics/http_server.hpp"
@@ -16,6 +17,7 @@ namespace kvs {
 
 struct observability {
   std::shared_ptr<stats_collector> collector;
+  std::shared_ptr<admin_api> admin; ///< LMCache's HTTP control plane
   std::unique_ptr<http_server> server;
   /// Set when [http] is enabled and the server could not start.
   std::string error;
@@ -26,7 +28,7 @@ struct observability {
 observability start_observability(caf::actor_system& sys, const config& cfg,
                                   const std::string& me);
 
-/// Scrapes ask every actor of `t` from now on.
+/// Scrapes ask every actor of `t` from now on; the control plane asks its store.
 void watch_actors(observability& o, const actor_tree& t);
 
 } // namespace kvs

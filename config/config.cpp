@@ -206,6 +206,20 @@ namespace {
 // the one line main() prints.
 error to_error(const config_error& e) { return make_error("config", e.to_string()); }
 
+/// The merged TOML as JSON for GET /config, with every secret's value
+/// replaced by "<redacted>" (whether set or not, so its length does not show).
+std::string effective_config_json(toml::table t) {
+  for (const char* secret : {"l2.redis.password", "http.admin_token"}) {
+    auto dot = std::string_view{secret}.rfind('.');
+    auto parent = std::string{std::string_view{secret}.substr(0, dot)};
+    if (auto* tbl = t.at_path(parent).as_table())
+      tbl->insert_or_assign(std::string{std::string_view{secret}.substr(dot + 1)}, "<redacted>");
+  }
+  std::ostringstream os;
+  os << toml::json_formatter{t};
+  return os.str();
+}
+
 expected<config> finish(const toml::table& t, loader& l) {
   config c;
   reader r{t, l};
@@ -215,8 +229,10 @@ expected<config> finish(const toml::table& t, loader& l) {
   read_cache_section(r, l, c);
   read_security_section(r, l, c);
   read_l2_section(r, l, c);
+  read_control_section(r, l, c);
   if (l.error)
     return to_error(*l.error);
+  c.effective_json = effective_config_json(t);
   return c;
 }
 

@@ -118,6 +118,12 @@ struct cache_config {
   /// The three files' contents, read when the config is loaded (as the
   /// CURVE keys), so a missing file is a config error naming its key.
   std::string grpc_tls_cert_pem, grpc_tls_key_pem, grpc_tls_client_ca_pem;
+  /// cache.quota_mode = "isolated": per-cache_salt limits are enforced
+  /// (LMCache's IsolatedLRU rules, cache/salt_quota.hpp); "off": recorded
+  /// and reported only.
+  bool quota_isolated = false;
+  /// [cache.quotas]: salt ("_default" = the empty salt) -> byte limit.
+  std::vector<std::pair<std::string, uint64_t>> quotas;
 };
 
 /// L2 tiers behind the L1 pool (l2/, actors/l2_tier.hpp).
@@ -169,7 +175,10 @@ struct security_config {
 
 struct http_config {
   bool enabled = true;
-  std::string listen; // "0.0.0.0:9090", "[::]:9090"
+  std::string listen; // "127.0.0.1:9090", "0.0.0.0:9090", "[::]:9090"
+  /// http.admin_token: the bearer token of state-changing control-plane
+  /// calls when `listen` is not loopback ("" = none: such calls refused).
+  std::string admin_token;
 };
 
 struct config {
@@ -180,6 +189,8 @@ struct config {
   security_config security;
   http_config http;
   l2_config l2;
+  /// The effective configuration as JSON, secrets redacted (GET /config).
+  std::string effective_json;
 };
 
 /// The compiled-in default TOML text (config/default.toml).

@@ -187,6 +187,13 @@ private:
       std::string key = path + "." + std::string{k.str()};
       auto vline = static_cast<int64_t>(v.source().begin.line);
       auto* old = dtbl->get(k.str());
+      // [cache.quotas] is keyed by cache_salt: its keys are the user's
+      // (section_quotas.cpp checks them and their values).
+      if (!is_default && !old && path == "cache.quotas") {
+        dtbl->insert_or_assign(k.str(), v);
+        origins_[key] = origin{source, vline};
+        continue;
+      }
       if (!is_default) {
         if (!old) {
           fail(source, key, vline, "unknown key");
@@ -340,6 +347,12 @@ public:
     return out;
   }
 
+  /// A table (nullptr when absent or not a table).
+  const toml::table* table(const char* key) {
+    auto* n = node(key);
+    return n ? n->as_table() : nullptr;
+  }
+
 private:
   const toml::node* node(const char* key) {
     return t_.at_path(key).node();
@@ -355,5 +368,6 @@ void read_events_section(reader& r, loader& l, config& c);  // [events]
 void read_cache_section(reader& r, loader& l, config& c);   // [cache]
 void read_security_section(reader& r, loader& l, config& c); // [security]
 void read_l2_section(reader& r, loader& l, config& c);      // [l2], [l2.disk], [l2.redis]
+void read_control_section(reader& r, loader& l, config& c); // cache.quota_mode, [cache.quotas], http.admin_token
 
 } // namespace kvs::config_detail

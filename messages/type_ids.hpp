@@ -16,6 +16,7 @@
 #include "events_wire/kv_events.hpp"
 #include "messages/stats_snapshot.hpp"
 #include "messages/l2_messages.hpp"
+#include "messages/admin_messages.hpp"
 
 /// Gives message type `T` the next type id of the block and allows it in
 /// messages without serialization (both expand to specializations at global
@@ -111,5 +112,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   /// The L2 actor's own turn to announce again, once for every clear queued
   /// before it (a flood of clears costs Redis one EXISTS round, not one each).
   CAF_ADD_ATOM(kvsidecar, kvs, reannounce_atom, "reannounce")
+  /// The HTTP control plane's requests to the store (messages/admin_messages.hpp).
+  KVS_ADD_MESSAGE_TYPE(kvs::store_admin)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_admin_reply)
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)

@@ -30,6 +30,82 @@ bool is_target_char(char c) {
   return c > 0x20 && c < 0x7f;
 }
 
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z')
+      x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z')
+      y = static_cast<char>(y - 'A' + 'a');
+    if (x != y)
+      return false;
+  }
+  return true;
+}
+
+std::string_view trim_ows(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t'))
+    v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r'))
+    v.remove_suffix(1);
+  return v;
+}
+
+/// Reads the header fields (between the request line and the blank line)
+/// into `h`; false (and `h` bad) on a malformed or refused field.
+bool read_fields(std::string_view fields, http_head& h) {
+  bool seen_length = false;
+  while (!fields.empty()) {
+    auto nl = fields.find('\n');
+    auto line = fields.substr(0, nl);
+    fields = nl == std::string_view::npos ? std::string_view{} : fields.substr(nl + 1);
+    if (!line.empty() && line.back() == '\r')
+      line.remove_suffix(1);
+    if (line.empty())
+      break;
+    auto colon = line.find(':');
+    if (colon == std::string_view::npos || colon == 0) {
+      h = bad(400, "malformed header field: expected NAME: VALUE");
+      return false;
+    }
+    auto name = line.substr(0, colon);
+    for (char c : name)
+      if (!is_tchar(c)) {
+        h = bad(400, "malformed header field: name is not a token");
+        return false;
+      }
+    auto value = trim_ows(line.substr(colon + 1));
+    if (iequals(name, "content-length")) {
+      if (value.empty() || value.size() > 12) {
+        h = bad(400, "malformed Content-Length");
+        return false;
+      }
+      size_t n = 0;
+      for (char c : value) {
+        if (c < '0' || c > '9') {
+          h = bad(400, "malformed Content-Length");
+          return false;
+        }
+        n = n * 10 + static_cast<size_t>(c - '0');
+      }
+      if (seen_length && n != h.content_length) {
+        h = bad(400, "conflicting Content-Length fields");
+        return false;
+      }
+      seen_length = true;
+      h.content_length = n;
+    } else if (iequals(name, "transfer-encoding")) {
+      h = bad(400, "Transfer-Encoding is not supported: send the body with Content-Length");
+      return false;
+    } else if (iequals(name, "authorization")) {
+      h.authorization = value;
+    }
+  }
+  return true;
+}
+
 } // namespace
 
 http_head parse_http_head(std::string_view bytes, size_t max_head) {
@@ -80,9 +156,15 @@ http_head parse_http_head(std::string_view bytes, size_t max_head) {
     if (!is_target_char(c))
       return bad(400, "malformed request line: target has a control or non-ASCII byte");
   http_head h;
+  auto fields_at = bytes.find('\n') + 1;
+  if (!read_fields(bytes.substr(fields_at, end - fields_at), h))
+    return h;
   h.st = http_head::state::complete;
   h.method = method;
-  h.path = target.substr(0, target.find('?'));
+  auto q = target.find('?');
+  h.path = target.substr(0, q);
+  h.query = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
+  h.head_size = end;
   return h;
 }
 

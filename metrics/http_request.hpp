@@ -2,10 +2,12 @@
 // client has sent so far. Pure (no sockets, no allocation): the HTTP server
 // calls it after each read, and it is fuzzed (tests/fuzz/fuzz_http_request).
 //
-// Only what the probes and Prometheus need: the request line's method and
-// path (query string cut off). Header fields are skipped, a body is never
-// read (the server answers and closes). Anything else is a 400 naming what
-// was wrong, a head past the limit a 431.
+// The request line's method, path and query string, and the two header
+// fields the admin API needs: Content-Length (a body follows the head; the
+// server reads it, up to its own limit) and Authorization (the bearer
+// token of mutating calls). Other header fields are skipped; a chunked body
+// (Transfer-Encoding) is refused. Anything else is a 400 naming what was
+// wrong, a head past the limit a 431.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +24,10 @@ struct http_head {
   state st = state::incomplete;
   std::string_view method; ///< "GET", "HEAD", ...
   std::string_view path;   ///< "/metrics" (the target up to '?')
+  std::string_view query;  ///< what follows '?' ("" if none)
+  std::string_view authorization; ///< the Authorization field's value ("" if none)
+  size_t content_length = 0;      ///< body bytes after the head
+  size_t head_size = 0;           ///< bytes of the head, blank line included
   int status = 0;          ///< 400 or 431 when bad
   const char* why = "";    ///< what was wrong, for the answer's body
 };

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <optional>
 #include <sstream>
+#include <variant>
 
 namespace kvs {
 
@@ -68,8 +69,8 @@ constexpr std::chrono::minutes reason_log_interval{1};
 
 struct http_server::connection {
   enum class phase {
-    reading,  ///< waiting for the whole request head
-    scraping, ///< /metrics: waiting for the scrape thread
+    reading,  ///< waiting for the whole request head (and body)
+    scraping, ///< /metrics or an admin call: waiting for its thread
     writing,  ///< sending the answer
     draining, ///< answer sent, write side shut: waiting for the client to close
   };
@@ -98,7 +99,12 @@ struct http_server::connection {
   clock::time_point accepted;
   clock::time_point deadline;
   phase ph = phase::reading;
-  std::string in;  ///< the request head so far (at most http_max_head bytes)
+  std::string in;  ///< the request head so far (at most http_max_head bytes), then its body
+  /// Once the head is read and announces a body: head + body bytes, and
+  /// the head's parts (copied: `in` grows while the body arrives).
+  size_t need = 0;
+  size_t head_size = 0;
+  std::string method, path, query, authorization;
   std::string out; ///< the answer
   size_t written = 0;
   size_t drained = 0;
@@ -107,8 +113,10 @@ struct http_server::connection {
 
 std::unique_ptr<http_server> http_server::start(const std::string& listen,
                                                 std::shared_ptr<const stats_collector> collector,
-                                                health_state& health, std::string& error) {
-  std::unique_ptr<http_server> s{new http_server(std::move(collector), health)};
+                                                health_state& health, std::string& error,
+                                                http_admin_options admin) {
+  std::unique_ptr<http_server> s{
+    new http_server(std::move(collector), health, std::move(admin))};
   s->label_ = log::label("http", listen, 0);
   auto addr = parse_listen_address(listen); // the config checked it too
   if (!addr) {
@@ -149,22 +157,29 @@ std::unique_ptr<http_server> http_server::start(const std::string& listen,
   // Named from here, so that they have their names once start() returns.
   ::pthread_setname_np(s->loop_.native_handle(), "http");
   ::pthread_setname_np(s->scraper_.native_handle(), "http-scrape");
+  if (s->admin_.backend) {
+    s->admin_thread_ = std::thread{[p = s.get()] { p->admin_loop(); }};
+    ::pthread_setname_np(s->admin_thread_.native_handle(), "http-admin");
+  }
   return s;
 }
 
 http_server::~http_server() {
-  if (loop_.joinable() || scraper_.joinable()) {
+  if (loop_.joinable() || scraper_.joinable() || admin_thread_.joinable()) {
     {
       std::lock_guard<std::mutex> lock{mu_};
       stopping_ = true;
     }
     scrape_cv_.notify_all();
+    admin_cv_.notify_all();
     uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof(one));
     if (loop_.joinable())
       loop_.join();
     if (scraper_.joinable())
       scraper_.join();
+    if (admin_thread_.joinable())
+      admin_thread_.join();
   }
   if (listen_fd_ >= 0)
     ::close(listen_fd_);
@@ -292,8 +307,19 @@ void http_server::on_readable(connection& c) {
       continue;
     }
     std::string_view chunk{buf, static_cast<size_t>(n)};
+    if (c.need > 0) { // the head is read: its body arrives
+      c.in.append(chunk.substr(0, c.need - std::min(c.in.size(), c.need)));
+      if (c.in.size() < c.need)
+        continue;
+      route(c, c.method, c.path, c.query, std::string_view{c.in}.substr(c.head_size),
+            c.authorization);
+      return;
+    }
     bool first = c.in.empty();
-    c.in.append(chunk.substr(0, http_max_head + 1 - std::min(c.in.size(), http_max_head + 1)));
+    // Up to a head and a body: a body sent with its head in one segment is
+    // kept; a head past http_max_head is judged (431) before more arrives.
+    constexpr size_t most = http_max_head + http_max_body;
+    c.in.append(chunk.substr(0, most - std::min(c.in.size(), most)));
     // The head can only end on a newline: parsed when one arrives (and on
     // the first bytes, so garbage is answered at once), not on every byte.
     if (!first && chunk.find('\n') == std::string_view::npos && c.in.size() <= http_max_head)
@@ -307,14 +333,59 @@ void http_server::on_readable(connection& c) {
               "text/plain", std::string{h.why} + "\n");
       return;
     }
-    route(c, h.method, h.path);
+    if (h.content_length > http_max_body) {
+      closed(c, closed_reason::bad_request, "body too large");
+      respond(c, admin_error(413, "request body of " + std::to_string(h.content_length)
+                                    + " bytes: at most " + std::to_string(http_max_body)));
+      return;
+    }
+    if (h.content_length > 0) {
+      // The body follows (maybe already in part): the head's parts are
+      // kept, and the rest is read before routing.
+      c.method = std::string{h.method};
+      c.path = std::string{h.path};
+      c.query = std::string{h.query};
+      c.authorization = std::string{h.authorization};
+      c.head_size = h.head_size;
+      c.need = h.head_size + h.content_length;
+      if (c.in.size() >= c.need) {
+        c.in.resize(c.need);
+        route(c, c.method, c.path, c.query, std::string_view{c.in}.substr(c.head_size),
+              c.authorization);
+        return;
+      }
+      continue;
+    }
+    route(c, h.method, h.path, h.query, {}, h.authorization);
     return;
   }
 }
 
-void http_server::route(connection& c, std::string_view method, std::string_view path) {
+void http_server::route(connection& c, std::string_view method, std::string_view path,
+                        std::string_view query, std::string_view body,
+                        std::string_view authorization) {
   c.head = method == "HEAD";
   bool known = path == "/metrics" || path == "/healthz" || path == "/readyz";
+  if (!known && admin_.backend) {
+    auto r = route_admin(method, path, query, body, authorization, admin_.policy);
+    if (auto* a = std::get_if<http_answer>(&r)) {
+      respond(c, *a);
+      return;
+    }
+    // The backend may wait for the actors: on the admin thread, never here.
+    // Calls of connections closed meanwhile still run: the queue is bounded.
+    {
+      std::lock_guard<std::mutex> lock{mu_};
+      if (admin_queue_.size() >= http_max_connections) {
+        respond(c, admin_error(503, "too many control-plane calls waiting; try again"));
+        return;
+      }
+      admin_queue_.emplace_back(c.id, std::move(std::get<admin_call>(r)));
+    }
+    c.ph = connection::phase::scraping;
+    admin_cv_.notify_one();
+    return;
+  }
   if (!known) {
     respond(c, 404, "Not Found", "text/plain", "not found: serving /metrics, /healthz, /readyz\n");
     return;
@@ -368,6 +439,31 @@ void http_server::respond(connection& c, int status, const char* reason, const c
   on_writable(c); // most answers fit in the socket's buffer: sent at once
 }
 
+namespace {
+const char* status_reason(int status) {
+  switch (status) {
+  case 200: return "OK";
+  case 202: return "Accepted";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 413: return "Content Too Large";
+  case 422: return "Unprocessable Content";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 501: return "Not Implemented";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  default: return "Unknown";
+  }
+}
+} // namespace
+
+void http_server::respond(connection& c, const http_answer& a) {
+  respond(c, a.status, status_reason(a.status), a.content_type.c_str(), a.body);
+}
+
 void http_server::on_writable(connection& c) {
   while (c.written < c.out.size()) {
     auto n = ::send(c.fd, c.out.data() + c.written, c.out.size() - c.written, MSG_NOSIGNAL);
@@ -393,10 +489,45 @@ void http_server::take_scrapes(std::vector<std::unique_ptr<connection>>& conns) 
     std::lock_guard<std::mutex> lock{mu_};
     done.swap(scraped_);
   }
+  std::vector<std::pair<uint64_t, http_answer>> answered;
+  {
+    std::lock_guard<std::mutex> lock{mu_};
+    answered.swap(admin_done_);
+  }
   for (auto& [id, text] : done)
     for (auto& c : conns)
       if (c->id == id && !c->closed() && c->ph == connection::phase::scraping)
         respond(*c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", text);
+  for (auto& [id, a] : answered)
+    for (auto& c : conns)
+      if (c->id == id && !c->closed() && c->ph == connection::phase::scraping)
+        respond(*c, a);
+}
+
+void http_server::admin_loop() {
+  for (;;) {
+    std::pair<uint64_t, admin_call> job;
+    {
+      std::unique_lock<std::mutex> lock{mu_};
+      admin_cv_.wait(lock, [this] { return stopping_ || !admin_queue_.empty(); });
+      if (stopping_)
+        return;
+      job = std::move(admin_queue_.front());
+      admin_queue_.pop_front();
+    }
+    http_answer a;
+    try {
+      a = admin_.backend->serve(job.second);
+    } catch (const std::exception& e) {
+      a = admin_error(500, std::string{"internal error: "} + e.what());
+    }
+    {
+      std::lock_guard<std::mutex> lock{mu_};
+      admin_done_.emplace_back(job.first, std::move(a));
+    }
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof(one));
+  }
 }
 
 void http_server::scrape_loop() {

@@ -1,8 +1,14 @@
-// http_server: /metrics, /healthz and /readyz on [http] listen.
+// http_server: /metrics, /healthz and /readyz on [http] listen, and
+// LMCache's HTTP control plane (metrics/admin_routes.hpp) beside them.
 //
 //   GET /metrics  Prometheus text format (prometheus-cpp's TextSerializer)
 //   GET /healthz  200 "ok" while the process and its long-lived actors live
 //   GET /readyz   200 "ready" once start-up is done; 503 during start-up and drain
+//   anything else: admin_routes, when an admin backend is given; a request
+//     body (Content-Length, at most http_max_body, else 413) is read for it,
+//     within the same http_head_timeout as the head. A call
+//     that needs the actors runs on a third thread ("http-admin"), one at
+//     a time, so neither probes nor scrapes wait for it.
 //
 // One thread ("http") owns the listening socket and every connection and
 // polls them all (non-blocking, no per-connection thread): a client that
@@ -27,6 +33,7 @@
 // its thread.
 #pragma once
 
+#include "metrics/admin_routes.hpp"
 #include "metrics/collector.hpp"
 #include "metrics/health.hpp"
 
@@ -61,6 +68,12 @@ inline constexpr std::chrono::milliseconds http_write_timeout{10000};
 /// took ~18% of a core from them; now at most ~0.2%.
 inline constexpr std::chrono::milliseconds http_min_scrape_interval{100};
 
+/// The control plane's backend and who may change state through it.
+struct http_admin_options {
+  std::shared_ptr<admin_backend> backend; ///< null: only /metrics and the probes
+  admin_policy policy;
+};
+
 class http_server {
 public:
   /// Starts listening on `listen` ("0.0.0.0:9090", or "[::]:9090" for IPv6
@@ -69,7 +82,8 @@ public:
   /// when it cannot.
   static std::unique_ptr<http_server> start(const std::string& listen,
                                             std::shared_ptr<const stats_collector> collector,
-                                            health_state& health, std::string& error);
+                                            health_state& health, std::string& error,
+                                            http_admin_options admin = {});
   /// Stops both threads and closes every connection.
   ~http_server();
 
@@ -88,7 +102,8 @@ private:
   /// Why the server closed a connection or refused a request (stats, log).
   enum class closed_reason { head_timeout, write_timeout, evicted, bad_request, count };
   /// The status codes this server answers with, in kvsidecar_http_requests_total.
-  static constexpr std::array<int, 6> answered_codes{200, 400, 404, 405, 431, 503};
+  static constexpr std::array<int, 12> answered_codes{200, 400, 401, 404, 405, 413,
+                                                       422, 431, 500, 501, 503, 504};
 
   /// Rate-limited log of one closed_reason (the loop thread's only).
   struct reason_log {
@@ -96,17 +111,20 @@ private:
     std::optional<clock::time_point> last_line;
   };
 
-  http_server(std::shared_ptr<const stats_collector> collector, health_state& health)
-    : collector_(std::move(collector)), health_(health) {}
+  http_server(std::shared_ptr<const stats_collector> collector, health_state& health,
+              http_admin_options admin)
+    : collector_(std::move(collector)), health_(health), admin_(std::move(admin)) {}
 
   // The loop thread.
   void run();
   void accept_all(std::vector<std::unique_ptr<connection>>& conns);
   void on_readable(connection& c);
   void on_writable(connection& c);
-  void route(connection& c, std::string_view method, std::string_view path);
+  void route(connection& c, std::string_view method, std::string_view path,
+             std::string_view query, std::string_view body, std::string_view authorization);
   void respond(connection& c, int status, const char* reason, const char* type,
                const std::string& body);
+  void respond(connection& c, const http_answer& a);
   void take_scrapes(std::vector<std::unique_ptr<connection>>& conns);
 
   /// Counts and (rate-limited) logs why `c` is closed; `detail`: a bad
@@ -115,11 +133,14 @@ private:
 
   // The scrape thread.
   void scrape_loop();
+  // The admin thread.
+  void admin_loop();
   /// This server's own counters, for /metrics.
   stats_snapshot snapshot() const;
 
   std::shared_ptr<const stats_collector> collector_;
   health_state& health_;
+  http_admin_options admin_;
   int listen_fd_ = -1;
   int wake_fd_ = -1; ///< eventfd: stop, or scrapes done
   int port_ = 0;
@@ -137,9 +158,13 @@ private:
   bool stopping_ = false;
   std::deque<uint64_t> scrape_queue_;                       ///< connection ids
   std::vector<std::pair<uint64_t, std::string>> scraped_;   ///< id, text body
+  std::condition_variable admin_cv_;
+  std::deque<std::pair<uint64_t, admin_call>> admin_queue_; ///< at most one per connection
+  std::vector<std::pair<uint64_t, http_answer>> admin_done_;
 
   std::thread loop_;
   std::thread scraper_;
+  std::thread admin_thread_;
 };
 
 } // namespace kvs

@@ -76,7 +76,7 @@ if [ -z "${KVS_SKIP_FUZZ:-}" ]; then
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
         -DKVSIDECAR_FUZZ=ON -DKVSIDECAR_CUDA=OFF -DKVSIDECAR_BENCH=OFF >/dev/null
-  fuzzers=(fuzz_events_decode fuzz_lmcache_decode fuzz_pickle fuzz_http_request fuzz_grpc_transcode
+  fuzzers=(fuzz_events_decode fuzz_lmcache_decode fuzz_pickle fuzz_http_request fuzz_http_admin fuzz_grpc_transcode
            fuzz_tensor_envelope)
   cmake --build build-fuzz -j"$jobs" --target "${fuzzers[@]}"
   for f in "${fuzzers[@]}"; do

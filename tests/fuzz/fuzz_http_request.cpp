@@ -19,6 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (h.method.empty() || h.path.empty() || h.path.front() != '/' || !inside(h.method)
           || !inside(h.path))
         __builtin_trap();
+      if ((!h.query.empty() && !inside(h.query))
+          || (!h.authorization.empty() && !inside(h.authorization)) || h.head_size == 0
+          || h.head_size > size || h.head_size > limit)
+        __builtin_trap();
       break;
     case kvs::http_head::state::bad:
       if ((h.status != 400 && h.status != 431) || !h.why || !*h.why)

@@ -447,7 +447,7 @@ TEST_CASE("[security]: CURVE keys are loaded and validated, errors name the key"
 TEST_CASE("[http]: enabled and listen, validated") {
   auto c = ok("");
   CHECK(c.http.enabled);
-  CHECK(c.http.listen == "0.0.0.0:9090");
+  CHECK(c.http.listen == "127.0.0.1:9090"); // loopback: the control plane changes state
   CHECK(ok("[http]\nlisten = \"127.0.0.1:19090\"\n").http.listen == "127.0.0.1:19090");
   CHECK_FALSE(ok("", {"http.enabled=false"}).http.enabled);
   for (auto v6 : {"[::]:9090", "[::1]:9090", "[fd00::2]:19090"})
@@ -461,6 +461,34 @@ TEST_CASE("[http]: enabled and listen, validated") {
     CHECK(e.what.find(bad) != std::string::npos);
   }
   CHECK(error_of("[http]\nenabled = \"yes\"\n").key == "http.enabled");
+}
+
+TEST_CASE("control plane keys: quota_mode, [cache.quotas], http.admin_token, /config's JSON") {
+  auto d = ok("");
+  CHECK_FALSE(d.cache.quota_isolated);
+  CHECK(d.cache.quotas.empty());
+  CHECK(d.http.admin_token.empty());
+  auto c = ok("[cache]\nquota_mode = \"isolated\"\n[cache.quotas]\ntenant-a = \"2GiB\"\n"
+              "_default = \"1MiB\"\n[http]\nadmin_token = \"0123456789abcdef\"\n"
+              "[l2.redis]\npassword = \"hunter2-secret\"\n");
+  CHECK(c.cache.quota_isolated);
+  REQUIRE(c.cache.quotas.size() == 2);
+  // "_default" is the empty salt; toml++ keeps keys in order.
+  CHECK(c.cache.quotas[0] == std::pair<std::string, uint64_t>{"", uint64_t{1} << 20});
+  CHECK(c.cache.quotas[1] == std::pair<std::string, uint64_t>{"tenant-a", uint64_t{2} << 30});
+  CHECK(c.http.admin_token == "0123456789abcdef");
+  // Secrets never reach GET /config.
+  CHECK(c.effective_json.find("hunter2") == std::string::npos);
+  CHECK(c.effective_json.find("0123456789abcdef") == std::string::npos);
+  CHECK(c.effective_json.find("<redacted>") != std::string::npos);
+  CHECK(c.effective_json.find("\"tenant-a\"") != std::string::npos);
+  auto e = error_of("[cache.quotas]\n\"a@b\" = \"1GiB\"\n");
+  CHECK(e.key == "cache.quotas.a@b");
+  CHECK(e.what.find("'@'") != std::string::npos);
+  CHECK(error_of("[cache.quotas]\nt = \"lots\"\n").key == "cache.quotas.t");
+  CHECK(error_of("[cache.quotas]\nt = 5\n").key == "cache.quotas.t");
+  CHECK(error_of("[cache]\nquota_mode = \"strict\"\n").key == "cache.quota_mode");
+  CHECK(error_of("[http]\nadmin_token = \"short\"\n").key == "http.admin_token");
 }
 
 TEST_CASE("[l2]: defaults, nested sections keep their defaults, --set reaches them") {

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -450,4 +451,102 @@ TEST_CASE_FIXTURE(served, "server: scrapes in a loop make at most one collection
   // Every scrape was answered, several of them from one collection.
   CHECK(scrapes.load() >= 2 * static_cast<int>(last_seen.load()));
   caf::anon_send_exit(counter, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+/// Echoes each call (op, salt, limit) as JSON; blocks while `hold` is set.
+struct echo_backend : admin_backend {
+  std::atomic<bool> hold{false};
+  std::atomic<int> calls{0};
+  http_answer serve(const admin_call& c) override {
+    ++calls;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+    while (hold.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds{5});
+    return {200, "{\"op\":" + std::to_string(static_cast<int>(c.op)) + ",\"salt\":\"" + c.salt
+                   + "\",\"bytes\":" + std::to_string(c.limit_bytes) + "}"};
+  }
+};
+
+/// A server on a free port with an echo_backend behind the control plane.
+struct admin_served {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::shared_ptr<stats_collector> col =
+    std::make_shared<stats_collector>(sys, std::chrono::milliseconds{50});
+  health_state h;
+  std::shared_ptr<echo_backend> backend = std::make_shared<echo_backend>();
+  int port = free_port();
+  std::unique_ptr<http_server> srv;
+
+  explicit admin_served(admin_policy p) {
+    std::string err;
+    srv = http_server::start("127.0.0.1:" + std::to_string(port), col, h, err,
+                             http_admin_options{backend, std::move(p)});
+    REQUIRE_MESSAGE(srv, err);
+  }
+};
+
+} // namespace
+
+TEST_CASE("server: control-plane calls get their body, off the loop thread") {
+  admin_served a{admin_policy{}};
+  auto& backend = a.backend;
+  int port = a.port;
+
+  // A body sent with its head, and one sent in three pieces after it.
+  std::string body_text = "{\"limit_gb\": 2}";
+  auto put = exchange(dial(port), "PUT /quota/tenant-a HTTP/1.1\r\nContent-Length: "
+                                    + std::to_string(body_text.size()) + "\r\n\r\n" + body_text);
+  CHECK(status_line(put) == "HTTP/1.1 200 OK");
+  CHECK(body(put) == "{\"op\":9,\"salt\":\"tenant-a\",\"bytes\":2147483648}");
+  int fd = dial(port);
+  std::string head = "PUT /quota/b HTTP/1.1\r\ncontent-length: 17\r\n\r\n";
+  REQUIRE(::send(fd, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size()));
+  for (std::string piece : {"{\"limit_", "gb\": ", "0.5}"}) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{20});
+    REQUIRE(::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) > 0);
+  }
+  CHECK(body(exchange(fd, "")) == "{\"op\":9,\"salt\":\"b\",\"bytes\":536870912}");
+  // Validation answers come from the loop thread; the backend never sees them.
+  int before = backend->calls.load();
+  auto bad = exchange(dial(port), "PUT /quota/a@b HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}");
+  CHECK(status_line(bad) == "HTTP/1.1 400 Bad Request");
+  CHECK(body(bad).find("'@'") != std::string::npos);
+  CHECK(status_line(http(port, "GET", "/run_script")) == "HTTP/1.1 501 Not Implemented");
+  CHECK(status_line(http(port, "GET", "/nope")) == "HTTP/1.1 404 Not Found");
+  CHECK(backend->calls.load() == before);
+  // A body past the limit: 413 at once, nothing read.
+  auto big = exchange(dial(port), "PUT /quota/t HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n{");
+  CHECK(status_line(big) == "HTTP/1.1 413 Content Too Large");
+  // A slow call holds neither the probes nor /metrics.
+  backend->hold = true;
+  int slow = dial(port);
+  std::string get = "GET /status HTTP/1.0\r\n\r\n";
+  REQUIRE(::send(slow, get.data(), get.size(), MSG_NOSIGNAL) > 0);
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(status_line(http(port, "GET", "/healthz")) == "HTTP/1.1 200 OK");
+  CHECK(status_line(http(port, "GET", "/metrics")) == "HTTP/1.1 200 OK");
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds{1000});
+  backend->hold = false;
+  CHECK(body(exchange(slow, "")).find("\"op\":2") != std::string::npos);
+  // Counted by status.
+  auto m = body(http(port, "GET", "/metrics"));
+  CHECK(sample(m, "kvsidecar_http_requests_total{code=\"413\"}") == 1);
+  CHECK(sample(m, "kvsidecar_http_requests_total{code=\"501\"}") == 1);
+}
+
+TEST_CASE("server: off loopback a state change without the bearer token is 401") {
+  admin_served a{admin_policy{false, "0123456789abcdef"}};
+  auto& backend = a.backend;
+  int port = a.port;
+  auto refused = exchange(dial(port), "POST /cache/clear HTTP/1.1\r\n\r\n");
+  CHECK(status_line(refused) == "HTTP/1.1 401 Unauthorized");
+  CHECK(backend->calls.load() == 0);
+  auto ok = exchange(dial(port), "POST /cache/clear HTTP/1.1\r\nAuthorization: Bearer "
+                                 "0123456789abcdef\r\n\r\n");
+  CHECK(status_line(ok) == "HTTP/1.1 200 OK");
+  CHECK(status_line(http(port, "GET", "/status")) == "HTTP/1.1 200 OK");
+  CHECK(backend->calls.load() == 2);
 }

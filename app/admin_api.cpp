@@ -1,0 +1,366 @@
+#include "app/admin_api.hpp"
+
+#include "cache/chunk_hash.hpp"
+#include "core/cache_salt.hpp"
+#include "core/version.hpp"
+#include "metrics/health.hpp"
+#include "metrics/json_text.hpp"
+#include "messages/type_ids.hpp"
+
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace kvs {
+
+namespace {
+
+constexpr double gib = 1073741824.0;
+
+http_answer json(json_writer& w, int status = 200) {
+  return {status, w.take()};
+}
+
+/// LMCache's /config/adapters and /status' l2_adapters, from [l2].
+void adapters(json_writer& w, const config& cfg, bool status_shape) {
+  int index = 0;
+  auto one = [&](const char* type, const char* detail_key, const std::string& detail) {
+    w.begin_object();
+    if (status_shape) {
+      w.str("type", type).str(detail_key, detail);
+    } else {
+      w.integer("index", static_cast<uint64_t>(index))
+        .str("type_name", type)
+        .str("tier", "l2")
+        .boolean("primary", index == 0)
+        .boolean("reconfigurable", false);
+    }
+    w.end_object();
+    ++index;
+  };
+  if (cfg.l2.disk.enabled)
+    one("disk", "base_path", cfg.l2.disk.path);
+  if (cfg.l2.redis.enabled)
+    one("redis", "backend", cfg.l2.redis.cluster ? "redis-cluster" : "redis");
+}
+
+} // namespace
+
+admin_policy admin_api::policy_of(const config& cfg) {
+  admin_policy p;
+  auto host = cfg.http.listen.substr(0, cfg.http.listen.rfind(':'));
+  p.loopback = host.rfind("127.", 0) == 0 || host == "[::1]";
+  p.token = cfg.http.admin_token;
+  if (p.token.empty())
+    if (const char* env = std::getenv("KVSIDECAR_ADMIN_TOKEN"))
+      p.token = env;
+  return p;
+}
+
+void admin_api::watch(store_actor store) {
+  std::lock_guard<std::mutex> lock{mu_};
+  store_ = std::move(store);
+}
+
+store_actor admin_api::current_store() {
+  std::lock_guard<std::mutex> lock{mu_};
+  return store_;
+}
+
+http_answer admin_api::store_missing() const {
+  return admin_error(503, cfg_.cache.enabled ? "the cache server is starting"
+                                             : "the cache server is off (cache.enabled = false)");
+}
+
+std::variant<store_admin_reply, http_answer> admin_api::ask(store_admin q) {
+  auto store = current_store();
+  if (!store)
+    return store_missing();
+  std::variant<store_admin_reply, http_answer> out = admin_error(504, "the store did not answer");
+  caf::scoped_actor self{sys_};
+  self->request(store, admin_store_timeout, std::move(q))
+    .receive([&](store_admin_reply& r) { out = std::move(r); },
+             [&](caf::error& e) {
+               out = e == caf::sec::request_timeout
+                       ? admin_error(504, "the store did not answer within "
+                                            + std::to_string(admin_store_timeout.count())
+                                            + " ms (busy?): try again")
+                       : admin_error(503, "the store is gone: " + caf::to_string(e));
+             });
+  return out;
+}
+
+http_answer admin_api::status() {
+  auto& h = health();
+  bool healthy = h.alive.load() && h.ready.load() && !h.draining.load();
+  json_writer w;
+  w.begin_object()
+    .boolean("is_healthy", healthy)
+    .str("engine_type", "kvsidecar")
+    .integer("chunk_size", static_cast<uint64_t>(cfg_.cache.chunk_size));
+  std::optional<store_admin_reply> r;
+  if (cfg_.cache.enabled) {
+    auto a = ask(store_admin{});
+    if (auto* e = std::get_if<http_answer>(&a))
+      return *e;
+    r = std::get<store_admin_reply>(std::move(a));
+  }
+  if (r) {
+    double ratio = r->capacity_bytes ? static_cast<double>(r->used_bytes)
+                                         / static_cast<double>(r->capacity_bytes)
+                                     : 0.0;
+    w.integer("active_sessions", r->sessions)
+      .begin_object("storage_manager")
+      .begin_object("l1_manager")
+      .integer("memory_total_bytes", r->capacity_bytes)
+      .integer("memory_used_bytes", r->used_bytes)
+      .num("memory_usage_ratio", ratio)
+      .integer("total_object_count", r->chunks)
+      .integer("write_locked_count", r->reserved) // being copied in
+      .integer("read_locked_count", r->locked_chunks)
+      .integer("outstanding_read_locks", r->locks)
+      .end_object()
+      // describe reads eviction_controller (0.5.6 serves l1_eviction_controller).
+      .begin_object("eviction_controller")
+      .str("eviction_policy", r->quota_isolated ? "IsolatedLRU" : "LRU")
+      .end_object()
+      .begin_object("l1_eviction_controller")
+      .str("eviction_policy", r->quota_isolated ? "IsolatedLRU" : "LRU")
+      .num("trigger_watermark", cfg_.cache.evict_high)
+      .end_object()
+      .begin_array("l2_adapters");
+    adapters(w, cfg_, true);
+    w.end_array().end_object();
+  }
+  w.begin_object("kvsidecar")
+    .str("version", kvs::version)
+    .boolean("alive", h.alive.load())
+    .boolean("ready", h.ready.load())
+    .boolean("draining", h.draining.load());
+  if (r)
+    w.integer("registered_instances", r->instances)
+      .integer("stored_chunks_total", r->stored)
+      .integer("evicted_chunks_total", r->evicted)
+      .integer("lookups_total", r->lookups)
+      .integer("lookup_hit_chunks_total", r->hit_chunks)
+      .integer("events_dropped_total", r->events_dropped)
+      .integer("reannounced_chunks_total", r->reannounced)
+      .integer("quota_evicted_chunks_total", r->quota_evicted);
+  if (r && r->l2)
+    w.begin_object("l2")
+      .integer("prefetches_total", r->l2_prefetches)
+      .integer("prefetched_chunks_total", r->l2_prefetched_chunks)
+      .integer("prefetch_failures_total", r->l2_prefetch_failures)
+      .integer("write_skipped_total", r->l2_write_skipped)
+      .integer("queued_bytes", r->l2_queued_bytes)
+      .end_object();
+  w.end_object().end_object();
+  return json(w);
+}
+
+http_answer admin_api::quota(const admin_call& c) {
+  store_admin q;
+  q.salt = c.salt;
+  q.limit_bytes = c.limit_bytes;
+  q.what = c.op == admin_op::quota_list  ? store_admin::op::quota_list
+           : c.op == admin_op::quota_get ? store_admin::op::quota_get
+           : c.op == admin_op::quota_set ? store_admin::op::quota_set
+                                         : store_admin::op::quota_delete;
+  auto a = ask(q);
+  if (auto* e = std::get_if<http_answer>(&a))
+    return *e;
+  auto& r = std::get<store_admin_reply>(a);
+  json_writer w;
+  auto name = std::string{cache_salt_name(c.salt)};
+  switch (c.op) {
+  case admin_op::quota_list:
+    w.begin_object().begin_object("users");
+    for (auto& u : r.salts)
+      w.begin_object(cache_salt_name(u.salt))
+        .num("limit_gb", static_cast<double>(u.limit.value_or(0)) / gib)
+        .num("current_usage_gb", static_cast<double>(u.bytes) / gib)
+        .end_object();
+    w.end_object().end_object();
+    break;
+  case admin_op::quota_get: {
+    auto& u = r.salts.at(0);
+    w.begin_object()
+      .str("cache_salt", name)
+      .num("limit_gb", static_cast<double>(u.limit.value_or(0)) / gib)
+      .num("current_usage_gb", static_cast<double>(u.bytes) / gib)
+      .boolean("exists", r.ok)
+      .end_object();
+    break;
+  }
+  case admin_op::quota_set:
+    if (!r.ok)
+      return admin_error(400, "too many quotas: at most "
+                                + std::to_string(salt_quota_max_limits) + " salts have one");
+    w.begin_object()
+      .str("cache_salt", name)
+      .num("limit_gb", c.limit_gb)
+      .str("status", "ok")
+      .integer("evicted_chunks", r.removed)
+      .end_object();
+    break;
+  default:
+    w.begin_object()
+      .str("cache_salt", name)
+      .str("status", r.ok ? "removed" : "not_found")
+      .end_object();
+    break;
+  }
+  return json(w);
+}
+
+http_answer admin_api::prefetch(const admin_call& c) {
+  auto cs = static_cast<size_t>(cfg_.cache.chunk_size);
+  auto hashes = chunk_hashes(c.tokens.data(), c.tokens.size(), cs,
+                             identity_seed(c.model, c.world_size, c.salt));
+  json_writer w;
+  if (hashes.empty()) {
+    w.begin_object().integer("chunks", 0).str("status", "noop").end_object();
+    return {202, w.take()};
+  }
+  auto store = current_store();
+  if (!store)
+    return store_missing();
+  const uint64_t n_chunks = hashes.size();
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lock{jobs_->mu};
+    if (jobs_->running >= admin_max_prefetches)
+      return admin_error(503, "too many prefetches in flight (at most "
+                                + std::to_string(admin_max_prefetches) + "); try again");
+    id = "pf-" + std::to_string(jobs_->next++);
+    ++jobs_->running;
+    jobs_->jobs[id].total = hashes.size() * static_cast<uint64_t>(c.world_size);
+  }
+  // The store's LOOKUP is the prefetch: what L1 misses comes from L2 into
+  // L1, under a session of its own whose locks are given back at once.
+  std::string session = "http-prefetch:" + id;
+  auto ranks = static_cast<uint64_t>(c.world_size);
+  store_lookup q{session, std::move(hashes), static_cast<int32_t>(c.world_size), 1, c.model,
+                 c.salt, 0};
+  sys_.spawn([jobs = jobs_, store, id, session, ranks,
+              q = std::move(q)](caf::event_based_actor* self) mutable {
+    auto finish = [jobs, id](uint64_t found, std::string error) {
+      std::lock_guard<std::mutex> lock{jobs->mu};
+      --jobs->running;
+      auto& j = jobs->jobs[id];
+      j.done = true;
+      j.found = found;
+      j.error = std::move(error);
+      jobs->finished.push_back(id);
+      while (jobs->finished.size() > admin_kept_prefetches) {
+        jobs->jobs.erase(jobs->finished.front());
+        jobs->finished.pop_front();
+      }
+    };
+    self->request(store, caf::infinite, std::move(q))
+      .then(
+        [self, store, session, ranks, finish](uint64_t hit) {
+          caf::anon_send(store, store_end_session{session});
+          finish(hit * ranks, {});
+          self->quit();
+        },
+        [self, store, session, finish](caf::error& e) {
+          caf::anon_send(store, store_end_session{session});
+          finish(0, caf::to_string(e));
+          self->quit();
+        });
+  });
+  w.begin_object()
+    .str("request_id", id)
+    .integer("chunks", n_chunks)
+    .str("status", "submitted")
+    .end_object();
+  return {202, w.take()};
+}
+
+http_answer admin_api::prefetch_status(const admin_call& c) {
+  std::lock_guard<std::mutex> lock{jobs_->mu};
+  auto i = jobs_->jobs.find(c.request_id);
+  if (i == jobs_->jobs.end())
+    return admin_error(404, "unknown prefetch request_id='" + c.request_id
+                              + "' (already completed or never submitted)");
+  json_writer w;
+  w.begin_object().str("request_id", c.request_id);
+  if (!i->second.done) {
+    w.str("status", "pending").end_object();
+    return {200, w.take()};
+  }
+  w.str("status", "completed")
+    .integer("found_keys", i->second.found)
+    .integer("total_keys", i->second.total);
+  if (!i->second.error.empty())
+    w.str("error", i->second.error);
+  w.end_object();
+  // As LMCache: a completed job is reported once, then forgotten.
+  jobs_->finished.erase(std::find(jobs_->finished.begin(), jobs_->finished.end(), c.request_id));
+  jobs_->jobs.erase(i);
+  return {200, w.take()};
+}
+
+http_answer admin_api::serve(const admin_call& c) {
+  json_writer w;
+  switch (c.op) {
+  case admin_op::root:
+    w.begin_object().str("status", "ok").str("service", "LMCache HTTP API")
+      .str("server", std::string{"kvsidecar "} + kvs::version).end_object();
+    return json(w);
+  case admin_op::healthcheck: {
+    auto& h = health();
+    const char* why = !h.alive.load()    ? "an actor died: see the log"
+                      : h.draining.load() ? "draining"
+                      : !h.ready.load()   ? "starting"
+                                          : nullptr;
+    if (why) {
+      w.begin_object().str("status", "unhealthy").str("reason", why).end_object();
+      return json(w, 503);
+    }
+    w.begin_object().str("status", "healthy").end_object();
+    return json(w);
+  }
+  case admin_op::status:
+    return status();
+  case admin_op::config:
+    return {200, cfg_.effective_json};
+  case admin_op::config_adapters:
+    w.begin_object().begin_array("adapters");
+    adapters(w, cfg_, false);
+    w.end_array().end_object();
+    return json(w);
+  case admin_op::version:
+    return {200, json_quote(c.path == "/version" ? std::string{"kvsidecar "} + kvs::version
+                                                 : std::string{kvs::version})};
+  case admin_op::cache_clear: {
+    store_admin q;
+    q.what = store_admin::op::clear_l1;
+    auto a = ask(q);
+    if (auto* e = std::get_if<http_answer>(&a))
+      return *e;
+    w.begin_object()
+      .str("status", "ok")
+      .begin_object("cleared").str("tier", "l1").end_object()
+      .integer("chunks", std::get<store_admin_reply>(a).removed)
+      .end_object();
+    return json(w);
+  }
+  case admin_op::quota_list:
+  case admin_op::quota_get:
+  case admin_op::quota_set:
+  case admin_op::quota_delete:
+    return quota(c);
+  case admin_op::prefetch_submit:
+    return prefetch(c);
+  case admin_op::prefetch_status:
+    return prefetch_status(c);
+  }
+  return admin_error(500, "unknown call");
+}
+
+} // namespace kvs

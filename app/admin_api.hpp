@@ -1,0 +1,78 @@
+// admin_api: the backend of LMCache's HTTP control plane
+// (metrics/admin_routes.hpp): answers each call from the health atomics,
+// the effective config, and the store actor, which it asks with a
+// deadline (admin_store_timeout) and a fresh scoped actor per call, as the
+// /metrics collector does, so a late answer is never taken for another
+// call's. Runs on the HTTP server's admin thread; no actor state is
+// touched here.
+#pragma once
+
+#include "actors/interfaces.hpp"
+#include "config/config.hpp"
+#include "metrics/admin_routes.hpp"
+
+#include <caf/actor_system.hpp>
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace kvs {
+
+/// How long a control-plane call waits for the store (then 504).
+inline constexpr std::chrono::milliseconds admin_store_timeout{2000};
+/// Prefetches (POST /cache/prefetches) in flight at most (then 503), and
+/// finished ones kept for their status poll (the oldest dropped past it).
+inline constexpr size_t admin_max_prefetches = 64;
+inline constexpr size_t admin_kept_prefetches = 1024;
+
+class admin_api : public admin_backend {
+public:
+  admin_api(caf::actor_system& sys, const config& cfg) : sys_(sys), cfg_(cfg) {}
+
+  /// The store to ask from now on (null: the cache server is off).
+  void watch(store_actor store);
+
+  http_answer serve(const admin_call& call) override;
+
+  /// The policy of `cfg`: loopback from http.listen, the token from
+  /// http.admin_token or else $KVSIDECAR_ADMIN_TOKEN.
+  static admin_policy policy_of(const config& cfg);
+
+private:
+  store_actor current_store();
+  /// 503: why there is no store to ask.
+  http_answer store_missing() const;
+  /// The store's reply, or the answer that says why there is none.
+  std::variant<store_admin_reply, http_answer> ask(store_admin q);
+  http_answer status();
+  http_answer quota(const admin_call& call);
+  http_answer prefetch(const admin_call& call);
+  http_answer prefetch_status(const admin_call& call);
+
+  /// Prefetch jobs; shared with the actors that run them, which may finish
+  /// after this object is gone.
+  struct prefetch_jobs {
+    struct job {
+      bool done = false;
+      uint64_t found = 0, total = 0;
+      std::string error;
+    };
+    std::mutex mu;
+    std::map<std::string, job> jobs;
+    std::deque<std::string> finished; ///< oldest first
+    size_t running = 0;
+    uint64_t next = 1;
+  };
+  std::shared_ptr<prefetch_jobs> jobs_ = std::make_shared<prefetch_jobs>();
+
+  caf::actor_system& sys_;
+  const config& cfg_;
+  std::mutex mu_;
+  store_actor store_;
+};
+
+} // namespace kvs

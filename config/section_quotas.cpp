@@ -1,0 +1,33 @@
+// The control plane's keys: cache.quota_mode, [cache.quotas] (per-tenant
+// byte limits, keyed by cache_salt) and http.admin_token.
+#include "config/config_reader.hpp"
+
+#include "core/cache_salt.hpp"
+
+namespace kvs::config_detail {
+
+void read_control_section(reader& r, loader& l, config& c) {
+  c.cache.quota_isolated = r.one_of<bool>("cache.quota_mode", {{"off", false}, {"isolated", true}});
+  if (auto* q = r.table("cache.quotas")) {
+    for (auto&& [k, v] : *q) {
+      std::string name{k.str()};
+      std::string key = "cache.quotas." + name;
+      if (auto why = check_cache_salt(name)) {
+        l.fail_at(key, std::string{"not a valid cache_salt: "} + why);
+        return;
+      }
+      auto* s = v.as_string();
+      auto bytes = s ? parse_size(s->get()) : std::nullopt;
+      if (!bytes) {
+        l.fail_at(key, "expected a size like \"2GiB\" (the salt's L1 byte limit)");
+        return;
+      }
+      c.cache.quotas.emplace_back(std::string{cache_salt_from_name(name)}, *bytes);
+    }
+  }
+  c.http.admin_token = r.str("http.admin_token");
+  if (!c.http.admin_token.empty() && c.http.admin_token.size() < 16)
+    l.fail_at("http.admin_token", "expected at least 16 characters (or \"\" for none)");
+}
+
+} // namespace kvs::config_detail

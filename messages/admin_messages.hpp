@@ -1,0 +1,48 @@
+// The control plane's requests to the store (GET /status, POST
+// /cache/clear, /quota...: metrics/admin_routes.hpp, app/admin_api.cpp).
+// Answered on the store's own thread, between its other messages.
+#pragma once
+
+#include "cache/salt_quota.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvs {
+
+struct store_admin {
+  enum class op : uint8_t {
+    status,       ///< L1 figures for /status
+    clear_l1,     ///< drop every unlocked chunk (BlockRemoved / records as CLEAR)
+    quota_list,   ///< every salt with a limit, with its usage
+    quota_get,    ///< one salt
+    quota_set,    ///< set `salt`'s limit to limit_bytes (then enforce it)
+    quota_delete, ///< remove `salt`'s limit (then enforce the allowlist rule)
+  };
+  op what = op::status;
+  std::string salt;
+  uint64_t limit_bytes = 0;
+};
+
+struct store_admin_reply {
+  // status
+  uint64_t chunks = 0, reserved = 0, locked_chunks = 0, locks = 0;
+  uint64_t used_bytes = 0, capacity_bytes = 0;
+  uint64_t sessions = 0, instances = 0;
+  uint64_t stored = 0, evicted = 0, lookups = 0, hit_chunks = 0;
+  uint64_t events_dropped = 0, reannounced = 0, quota_evicted = 0;
+  bool l2 = false; ///< an L2 tier is configured: the figures below mean something
+  uint64_t l2_prefetches = 0, l2_prefetched_chunks = 0, l2_prefetch_failures = 0;
+  uint64_t l2_write_skipped = 0, l2_queued_bytes = 0;
+  bool quota_isolated = false;
+  // clear_l1: chunks dropped; quota_set/delete: chunks evicted by the quota
+  uint64_t removed = 0;
+  // quota_*: the salts asked about
+  std::vector<salt_usage> salts;
+  /// quota_get: the salt has a limit; quota_delete: it had one;
+  /// quota_set: false when salt_quota_max_limits salts have one already.
+  bool ok = false;
+};
+
+} // namespace kvs

@@ -1,0 +1,99 @@
+// admin_routes: LMCache's HTTP control plane (the routers of its MP
+// http_server, lmcache/v1/multiprocess/http_apis/ in 0.5.6 and 0.5.7), as
+// the paths and bodies kvsidecar's HTTP server accepts. Pure: a request
+// (method, path, query, body, Authorization) becomes either an admin_call
+// for the backend (app/admin_api.cpp asks the actors) or a finished
+// answer -- a 400 naming the bad parameter, a 401, a 404/405, or a 501 for
+// what kvsidecar does not have (DAX reconfiguration, run_script, Python
+// thread dumps...). Fuzzed with the JSON body reader (tests/fuzz/fuzz_http_admin).
+//
+// Answers use LMCache's JSON shapes: FastAPI's {"detail": ...} for unknown
+// paths and methods, the routers' own {"error": ...} elsewhere (our errors
+// carry both keys, so the `lmcache` CLI, which prints "message" or
+// "error", shows the reason).
+//
+// Authorization: when the listener is not loopback, every request that is
+// not GET or HEAD (clear, quota changes, deletes, prefetches, metrics
+// reset: everything that changes state) needs "Authorization: Bearer
+// <http.admin_token>"; without a configured token such calls are refused.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace kvs {
+
+/// The largest request body read (a quota or clear body is tens of bytes).
+inline constexpr size_t http_max_body = 64 * 1024;
+
+struct http_answer {
+  int status = 200;
+  std::string body; ///< JSON unless content_type says otherwise
+  std::string content_type = "application/json";
+};
+
+enum class admin_op {
+  root,            ///< GET /
+  healthcheck,     ///< GET /healthcheck
+  status,          ///< GET /status
+  config,          ///< GET /config
+  config_adapters, ///< GET /config/adapters
+  version,         ///< GET /version, /lmc_version, /commit_id
+  cache_clear,     ///< POST /cache/clear
+  quota_list,      ///< GET /quota
+  quota_get,       ///< GET /quota/{salt}
+  quota_set,       ///< PUT /quota/{salt}
+  quota_delete,    ///< DELETE /quota/{salt}
+  prefetch_submit, ///< POST /cache/prefetches (L2 -> L1 by token ids)
+  prefetch_status, ///< GET /cache/prefetches/{request_id}
+};
+
+struct admin_call {
+  admin_op op = admin_op::root;
+  std::string path; ///< as requested (version: which of the three)
+  std::string salt; ///< quota_*: the cache_salt ("_default" already mapped to "")
+  double limit_gb = 0;      ///< quota_set, as given
+  uint64_t limit_bytes = 0; ///< quota_set: limit_gb * 2^30
+  std::string tier = "l1";  ///< cache_clear: "l1" (the only tier cleared)
+  bool force = false;       ///< cache_clear: also locked chunks (refused: 501)
+  // prefetch_submit: LMCache's PrefetchRequest (salt above)
+  std::string model;
+  int64_t world_size = 0;
+  std::vector<int64_t> tokens;
+  std::string request_id; ///< prefetch_status
+};
+
+struct admin_policy {
+  /// The listener is a loopback address: no token is asked.
+  bool loopback = true;
+  /// http.admin_token (or KVSIDECAR_ADMIN_TOKEN); "" = none configured.
+  std::string token;
+};
+
+/// A call for the backend, or the answer already.
+using admin_route = std::variant<admin_call, http_answer>;
+
+/// Routes one request. `path` is the target up to '?', `query` the rest.
+admin_route route_admin(std::string_view method, std::string_view path, std::string_view query,
+                        std::string_view body, std::string_view authorization,
+                        const admin_policy& policy);
+
+/// {"error": why, "detail": why} with `status`.
+http_answer admin_error(int status, std::string_view why);
+
+/// Decodes %XX escapes (a path segment); false on a malformed escape.
+bool percent_decode(std::string_view in, std::string& out);
+
+/// Answers admin calls (app/admin_api.cpp); called on the HTTP server's
+/// admin thread, one call at a time; may block up to its own deadline.
+class admin_backend {
+public:
+  virtual ~admin_backend() = default;
+  virtual http_answer serve(const admin_call& call) = 0;
+};
+
+} // namespace kvs

@@ -1,0 +1,71 @@
+// libFuzzer target: the control plane's request parsing -- the request head
+// (with Content-Length and Authorization), the route and its path
+// parameters (%-decoding, cache_salt rules), and the JSON body reader.
+// Whatever the bytes: a route is a call or an answer with a status the
+// server knows and a JSON body; a call's salt passes LMCache's rules; a
+// parsed JSON object has no error and at most json_max_members members.
+#include "core/cache_salt.hpp"
+#include "metrics/admin_routes.hpp"
+#include "metrics/http_request.hpp"
+#include "metrics/json_text.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace {
+
+void check_route(std::string_view method, std::string_view path, std::string_view body,
+                 std::string_view auth, const kvs::admin_policy& p) {
+  auto r = kvs::route_admin(method, path, {}, body, auth, p);
+  if (auto* a = std::get_if<kvs::http_answer>(&r)) {
+    switch (a->status) {
+    case 400: case 401: case 404: case 405: case 422: case 501:
+      break;
+    default:
+      __builtin_trap();
+    }
+    if (a->body.empty() || a->body.front() != '{' || a->body.back() != '}')
+      __builtin_trap();
+    auto o = kvs::parse_json_object(a->body); // our own answers parse
+    if (!o.error.empty())
+      __builtin_trap();
+    return;
+  }
+  auto& c = std::get<kvs::admin_call>(r);
+  if (kvs::check_cache_salt(c.salt) != nullptr)
+    __builtin_trap();
+  if (!p.loopback && method != "GET" && method != "HEAD" && auth != "Bearer 0123456789abcdef")
+    __builtin_trap(); // a state change without the token
+  if (c.op == kvs::admin_op::cache_clear && (c.tier != "l1" || c.force))
+    __builtin_trap();
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view in(reinterpret_cast<const char*>(data), size);
+  // 1. The bytes as a JSON body.
+  auto o = kvs::parse_json_object(in);
+  if (!o.error.empty() && !o.members.empty())
+    __builtin_trap();
+  if (o.members.size() > kvs::json_max_members)
+    __builtin_trap();
+  // 2. The bytes as a whole request: head, then the body it announces.
+  auto h = kvs::parse_http_head(in, 8192);
+  if (h.st == kvs::http_head::state::complete) {
+    if (h.head_size == 0 || h.head_size > in.size())
+      __builtin_trap();
+    auto body = in.substr(h.head_size, h.content_length);
+    for (const auto& p : {kvs::admin_policy{true, ""}, kvs::admin_policy{false, "0123456789abcdef"}})
+      check_route(h.method, h.path, body, h.authorization, p);
+  }
+  // 3. The bytes as a path under /quota/ and as a body of each body route.
+  std::string path = "/quota/";
+  path.append(in.substr(0, 300));
+  kvs::admin_policy local{true, ""};
+  for (auto m : {"GET", "PUT", "DELETE"})
+    check_route(m, path, in, {}, local);
+  check_route("POST", "/cache/clear", in, {}, local);
+  return 0;
+}

@@ -1,0 +1,224 @@
+// admin_routes and json_text: LMCache's control-plane paths, their bodies,
+// their validation and the bearer-token rule; the flat JSON reader.
+#include "metrics/admin_routes.hpp"
+#include "metrics/http_request.hpp"
+#include "metrics/json_text.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace kvs;
+
+namespace {
+
+const admin_policy loopback{};
+const admin_policy exposed{false, "0123456789abcdef"};
+
+admin_call call(std::string_view method, std::string_view path, std::string_view body = {},
+                const admin_policy& p = loopback, std::string_view auth = {}) {
+  auto r = route_admin(method, path, {}, body, auth, p);
+  auto* c = std::get_if<admin_call>(&r);
+  REQUIRE_MESSAGE(c, std::get<http_answer>(r).body);
+  return *c;
+}
+
+http_answer answer(std::string_view method, std::string_view path, std::string_view body = {},
+                   const admin_policy& p = loopback, std::string_view auth = {}) {
+  auto r = route_admin(method, path, {}, body, auth, p);
+  auto* a = std::get_if<http_answer>(&r);
+  REQUIRE_MESSAGE(a, path);
+  return *a;
+}
+
+} // namespace
+
+TEST_CASE("the paths the lmcache CLI calls become calls") {
+  CHECK(call("GET", "/").op == admin_op::root);
+  CHECK(call("GET", "/healthcheck").op == admin_op::healthcheck);
+  CHECK(call("HEAD", "/status").op == admin_op::status);
+  CHECK(call("GET", "/config").op == admin_op::config);
+  CHECK(call("GET", "/config/adapters").op == admin_op::config_adapters);
+  for (auto v : {"/version", "/lmc_version", "/commit_id"}) {
+    auto c = call("GET", v);
+    CHECK(c.op == admin_op::version);
+    CHECK(c.path == v);
+  }
+  CHECK(call("GET", "/quota").op == admin_op::quota_list);
+  auto g = call("GET", "/quota/_default");
+  CHECK(g.op == admin_op::quota_get);
+  CHECK(g.salt.empty()); // LMCache's sentinel for the un-salted traffic
+  auto s = call("PUT", "/quota/tenant%2Da", R"({"limit_gb": 1.5})");
+  CHECK(s.op == admin_op::quota_set);
+  CHECK(s.salt == "tenant-a");
+  CHECK(s.limit_gb == 1.5);
+  CHECK(s.limit_bytes == 1610612736u);
+  CHECK(call("PUT", "/quota/t", R"({"limit_gb": 0})").limit_bytes == 0);
+  CHECK(call("DELETE", "/quota/t").op == admin_op::quota_delete);
+  auto clear = call("POST", "/cache/clear", R"({"tier": "l1"})");
+  CHECK(clear.op == admin_op::cache_clear);
+  CHECK(clear.tier == "l1");
+  CHECK(call("POST", "/cache/clear").op == admin_op::cache_clear); // no body: l1
+  CHECK(call("POST", "/cache/clear", R"({"tier": "l1", "force": false})").op
+        == admin_op::cache_clear);
+}
+
+TEST_CASE("bad parameters are answered with what was wrong") {
+  auto a = answer("PUT", "/quota/a@b", R"({"limit_gb": 1})");
+  CHECK(a.status == 400);
+  CHECK(a.body.find("'@'") != std::string::npos);
+  CHECK(answer("PUT", "/quota/a%40b", R"({"limit_gb": 1})").status == 400); // decoded first
+  CHECK(answer("PUT", "/quota/a%4", R"({"limit_gb": 1})").status == 400);
+  CHECK(answer("PUT", "/quota/a%zz", R"({"limit_gb": 1})").status == 400);
+  CHECK(answer("GET", "/quota/" + std::string(129, 'x')).status == 400);
+  CHECK(answer("GET", "/quota/a/b").status == 404);
+  CHECK(answer("GET", "/quota/").status == 404);
+  CHECK(answer("PUT", "/quota/t", "").body.find("invalid JSON body") != std::string::npos);
+  CHECK(answer("PUT", "/quota/t", "{}").body.find("limit_gb") != std::string::npos);
+  CHECK(answer("PUT", "/quota/t", R"({"limit_gb": "1"})").body.find("numeric")
+        != std::string::npos);
+  CHECK(answer("PUT", "/quota/t", R"({"limit_gb": -1})").body.find("non-negative")
+        != std::string::npos);
+  CHECK(answer("PUT", "/quota/t", R"({"limit_gb": 1e400})").body.find("finite")
+        != std::string::npos);
+  CHECK(answer("PUT", "/quota/t", R"({"limit_gb": 1e300})").status == 400);
+  CHECK(answer("PUT", "/quota/t", R"({"limit_gb": [1]})").status == 400);
+  auto tier = answer("POST", "/cache/clear", R"({"tier": "l2"})");
+  CHECK(tier.status == 400);
+  CHECK(tier.body.find("only 'l1'") != std::string::npos);
+  CHECK(answer("POST", "/cache/clear", R"({"tier": "gpu"})").status == 422);
+  CHECK(answer("POST", "/cache/clear", R"({"tier": 1})").status == 422);
+  CHECK(answer("POST", "/cache/clear", R"({"force": "yes"})").status == 422);
+  CHECK(answer("POST", "/cache/clear", R"({"force": true})").status == 501);
+  CHECK(answer("POST", "/cache/clear", R"({"tierr": "l1"})").status == 422);
+}
+
+TEST_CASE("unknown paths 404, wrong methods 405, what kvsidecar lacks 501 with a reason") {
+  auto nf = answer("GET", "/nope");
+  CHECK(nf.status == 404);
+  CHECK(nf.body == R"({"detail":"Not Found"})"); // FastAPI's shape
+  CHECK(answer("POST", "/status").status == 405);
+  CHECK(answer("GET", "/cache/clear").status == 405);
+  CHECK(answer("POST", "/quota/t/x").status == 404);
+  CHECK(answer("PATCH", "/quota/t").status == 405);
+  for (auto p : {"/reconfigure/dax/l1/status", "/run_script", "/threads", "/periodic-threads",
+                 "/periodic-threads-health", "/env", "/loglevel", "/metrics/reset",
+                 "/cache/objects", "/cache/checksums"}) {
+    auto a = answer(std::string_view{p} == "/run_script" ? "POST" : "GET", p);
+    CHECK_MESSAGE(a.status == 501, p);
+    CHECK(a.body.find("\"error\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("prefetches: LMCache's PrefetchRequest, validated; status by request id") {
+  auto p = call("POST", "/cache/prefetches",
+                R"({"model_name": "m/x", "world_size": 2, "token_ids": [1, 2, 3],
+                    "cache_salt": "t", "source_tier": "l2", "target_tier": "l1"})");
+  CHECK(p.op == admin_op::prefetch_submit);
+  CHECK(p.model == "m/x");
+  CHECK(p.world_size == 2);
+  CHECK(p.tokens == std::vector<int64_t>{1, 2, 3});
+  CHECK(p.salt == "t");
+  CHECK(call("POST", "/cache/prefetches",
+             R"({"model_name": "m", "world_size": 1, "token_ids": []})").tokens.empty());
+  auto s = call("GET", "/cache/prefetches/pf-12");
+  CHECK(s.op == admin_op::prefetch_status);
+  CHECK(s.request_id == "pf-12");
+  CHECK(answer("GET", "/cache/prefetches/a_b").status == 404);
+  CHECK(answer("GET", "/cache/prefetches").status == 405);
+  CHECK(answer("POST", "/cache/prefetches/pf-1").status == 405);
+  for (auto bad : {R"({"world_size": 1, "token_ids": [1]})",
+                   R"({"model_name": "", "world_size": 1, "token_ids": [1]})",
+                   R"({"model_name": "m", "world_size": 0, "token_ids": [1]})",
+                   R"({"model_name": "m", "world_size": 1.5, "token_ids": [1]})",
+                   R"({"model_name": "m", "world_size": 1, "token_ids": "1"})",
+                   R"({"model_name": "m", "world_size": 1, "token_ids": [1], "x": 1})"})
+    CHECK_MESSAGE(answer("POST", "/cache/prefetches", bad).status == 422, bad);
+  auto frac = answer("POST", "/cache/prefetches",
+                     R"({"model_name": "m", "world_size": 1, "token_ids": [1.5]})");
+  CHECK(frac.status == 400); // the body reader refuses it: integers only
+  CHECK(frac.body.find("only integers") != std::string::npos);
+  CHECK(answer("POST", "/cache/prefetches",
+               R"({"model_name": "m", "world_size": 1, "token_ids": [1], "cache_salt": "a@b"})")
+          .status == 400);
+  auto dir = answer("POST", "/cache/prefetches",
+                    R"({"model_name": "m", "world_size": 1, "token_ids": [1],
+                        "source_tier": "l1", "target_tier": "l2"})");
+  CHECK(dir.status == 400);
+  CHECK(dir.body.find("only 'l2'->'l1'") != std::string::npos);
+}
+
+TEST_CASE("off loopback, state changes need the bearer token; reads stay open") {
+  CHECK(call("GET", "/status", {}, exposed).op == admin_op::status);
+  CHECK(call("GET", "/quota/t", {}, exposed).op == admin_op::quota_get);
+  auto none = answer("POST", "/cache/clear", {}, exposed);
+  CHECK(none.status == 401);
+  CHECK(none.body.find("Bearer") != std::string::npos);
+  CHECK(answer("PUT", "/quota/t", R"({"limit_gb": 1})", exposed, "Bearer wrong-token-123456")
+          .status == 401);
+  CHECK(answer("DELETE", "/quota/t", {}, exposed, "0123456789abcdef").status == 401);
+  CHECK(answer("POST", "/run_script", {}, exposed).status == 401); // before anything else
+  CHECK(call("PUT", "/quota/t", R"({"limit_gb": 1})", exposed, "Bearer 0123456789abcdef").op
+        == admin_op::quota_set);
+  CHECK(call("POST", "/cache/clear", {}, exposed, "Bearer 0123456789abcdef").op
+        == admin_op::cache_clear);
+  // No token configured and not loopback: every state change is refused.
+  admin_policy open{false, ""};
+  auto a = answer("POST", "/cache/clear", {}, open, "Bearer ");
+  CHECK(a.status == 401);
+  CHECK(a.body.find("http.admin_token") != std::string::npos);
+}
+
+TEST_CASE("parse_json_object reads flat objects and names what is wrong") {
+  auto o = parse_json_object(R"( {"a": "x\u00e9\n", "b": -1.5e2, "c": true, "d": null} )");
+  REQUIRE(o.error.empty());
+  CHECK(o.get("a")->s == "x\xc3\xa9\n");
+  CHECK(o.get("b")->n == -150);
+  CHECK(o.get("c")->b);
+  CHECK(o.get("d")->k == json_value::kind::null);
+  CHECK(parse_json_object("{}").error.empty());
+  CHECK(parse_json_object(R"({"s": "\ud83d\ude00"})").get("s")->s == "\xf0\x9f\x98\x80");
+  auto arr = parse_json_object(R"({"t": [1, -2, 9007199254740992], "e": [ ]})");
+  REQUIRE(arr.error.empty());
+  CHECK(arr.get("t")->ints == std::vector<int64_t>{1, -2, 9007199254740992});
+  CHECK(arr.get("e")->k == json_value::kind::int_array);
+  CHECK(!parse_json_object(R"({"t": [9007199254740993e0]})").error.empty());
+  for (auto bad : {"", "[]", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{\"a\":1} x",
+                   "{\"a\":{}}", "{\"a\":[1.5]}", "{\"a\":[\"x\"]}", "{\"a\":[1,]}", "{\"a\":[[1]]}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":\"\\x\"}",
+                   "{\"a\":\"\\ud800\"}", "{\"a\":1,\"a\":2}", "{\"a\":tru}", "{a:1}",
+                   "{\"a\":\"unterminated}"}) {
+    auto e = parse_json_object(bad);
+    CHECK_MESSAGE(!e.error.empty(), bad);
+    CHECK(e.members.empty());
+  }
+  std::string many = "{";
+  for (size_t i = 0; i <= json_max_members; ++i)
+    many += (i ? "," : "") + std::string{"\"k"} + std::to_string(i) + "\":1";
+  many += "}";
+  CHECK(parse_json_object(many).error.find("members") != std::string::npos);
+}
+
+TEST_CASE("json_writer escapes and keeps floats floats") {
+  json_writer w;
+  w.begin_object().str("a\"", "x\\y\n\x01").num("f", 2).integer("i", 7).boolean("b", false)
+    .begin_array("l").num("", 0.5).end_array().end_object();
+  CHECK(w.take() == R"({"a\"":"x\\y\n\u0001","f":2.0,"i":7,"b":false,"l":[0.5]})");
+}
+
+TEST_CASE("the request head reader takes Content-Length, Authorization and the query") {
+  std::string req = "PUT /quota/t?x=1 HTTP/1.1\r\nHost: h\r\ncontent-length: 17\r\n"
+                    "Authorization: Bearer abc\r\n\r\n{\"limit_gb\": 1.0}";
+  auto h = parse_http_head(req, 8192);
+  REQUIRE(h.st == http_head::state::complete);
+  CHECK(h.path == "/quota/t");
+  CHECK(h.query == "x=1");
+  CHECK(h.content_length == 17);
+  CHECK(h.authorization == "Bearer abc");
+  CHECK(req.substr(h.head_size) == "{\"limit_gb\": 1.0}");
+  for (auto bad : {"POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+                   "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                   "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                   "POST / HTTP/1.1\r\nno colon here\r\n\r\n"}) {
+    auto b = parse_http_head(bad, 8192);
+    CHECK_MESSAGE(b.st == http_head::state::bad, bad);
+    CHECK(b.status == 400);
+  }
+}
