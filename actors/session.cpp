@@ -33,6 +33,13 @@ void reply(self_ptr self, const mp_call& call, std::optional<std::string> body) 
   self->send(self->state.p.bridge, make_reply(call, std::move(body)));
 }
 
+void reply_failed(self_ptr self, const mp_call& call, std::string_view why) {
+  if (auto body = failure_body(call.request->op))
+    reply(self, call, std::move(body));
+  else
+    self->send(self->state.p.bridge, make_failure_reply(call, why));
+}
+
 } // namespace session_steps
 
 namespace {
@@ -186,10 +193,10 @@ void fail_job(self_ptr self, uint64_t id, copy_step step, const caf::error& err)
   // refused first step holds nothing, and is answered at once.
   auto call = std::move(job.call);
   if (step == copy_step::first)
-    reply_copy(self, call, {}, false);
+    reply_failed(self, call, "copy refused: " + e.detail);
   finish_job(self, id, false);
   if (step == copy_step::start)
-    reply_copy(self, call, {}, false);
+    reply_failed(self, call, "copy failed to start: " + e.detail);
 }
 
 /// The chunks a hybrid layout's store found all-null in an engine group
@@ -325,7 +332,7 @@ void on_store(self_ptr self, mp_call& call) {
   const auto& r = std::get<store_req>(call.request->body);
   if (!r.key.worker_id) {
     KVS_WARN(st.label, "store without worker_id: refused");
-    reply_copy(self, call, {}, false);
+    reply_failed(self, call, "store without worker_id");
     return;
   }
   auto [begin, end] = chunk_range(r.key, static_cast<size_t>(st.p.chunk_size));
@@ -341,8 +348,9 @@ void on_retrieve(self_ptr self, mp_call& call) {
   const auto& r = std::get<retrieve_req>(call.request->body);
   auto [begin, end] = chunk_range(r.key, static_cast<size_t>(st.p.chunk_size));
   if (!r.key.worker_id || end <= begin) {
-    KVS_WARN(st.label, "retrieve refused: {}", !r.key.worker_id ? "no worker_id" : "no full chunk in range");
-    reply_copy(self, call, {}, false);
+    const char* why = !r.key.worker_id ? "no worker_id" : "no full chunk in range";
+    KVS_WARN(st.label, "retrieve refused: {}", why);
+    reply_failed(self, call, std::string("retrieve refused: ") + why);
     return;
   }
   auto id = add_job(self, call, r.key, false, begin, end);
@@ -541,7 +549,7 @@ void commit_inline(self_ptr self, mp_call& call,
       release_staged(self, i->second);
       st.staged.erase(i);
     }
-    reply(self, call, encode_reply_bool(false));
+    reply_failed(self, call, "commit failed");
   };
   if (i == st.staged.end()) {
     fail("no prepared store for tokens " + std::to_string(r.key.start) + ".."
@@ -626,7 +634,7 @@ void on_commit_store(self_ptr self, mp_call& call) {
   if (i == st.staged.end()) {
     KVS_WARN(st.label, "commit_store of instance {} without a prepared store for tokens {}..{}",
              r.instance_id, r.key.start, r.key.end);
-    reply(self, call, encode_reply_bool(false));
+    reply_failed(self, call, "commit failed");
     return;
   }
   auto t = std::make_shared<staged_transfer>(std::move(i->second));
@@ -646,7 +654,7 @@ void on_commit_store(self_ptr self, mp_call& call) {
         KVS_WARN(self->state.label, "commit_store copy failed: {}", from_caf_error(err).detail);
         t->reserved->commit = false;
         self->send(self->state.p.store, std::move(*t->reserved));
-        reply(self, call, encode_reply_bool(false));
+        reply_failed(self, call, "commit failed");
         prepared(self);
       });
 }
@@ -658,7 +666,7 @@ void on_prepare_retrieve(self_ptr self, mp_call& call) {
   if (!r.key.worker_id || end <= begin) {
     KVS_WARN(st.label, "prepare_retrieve refused: {}",
              !r.key.worker_id ? "no worker_id" : "no full chunk in range");
-    reply(self, call, encode_reply_prepare_retrieve(false, {}));
+    reply_failed(self, call, "prepare_retrieve refused");
     return;
   }
   const auto key = staged_key_of(r.key, r.instance_id, false);
@@ -669,7 +677,7 @@ void on_prepare_retrieve(self_ptr self, mp_call& call) {
     KVS_WARN(st.label, "prepare_retrieve refused: {}", why);
     if (!give.empty())
       self->send(st.p.gpu, gpu_stage_give{instance, std::move(give)});
-    reply(self, call, encode_reply_prepare_retrieve(false, {}));
+    reply_failed(self, call, "prepare_retrieve refused");
     prepared(self);
   };
   const auto count = static_cast<uint32_t>(end - begin);

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,10 @@ std::vector<uint64_t> key_hashes(const cache_key& key, size_t chunk_size, size_t
 std::pair<size_t, size_t> chunk_range(const cache_key& key, size_t cs);
 /// Answers `call` with `body` (nullopt: None).
 void reply(self_ptr self, const mp_call& call, std::optional<std::string> body);
+/// Answers `call` as failed: LMCache's failure value of its op (the op
+/// table's row: (b"", False), False, a failed PrepareRetrieveResponse), or
+/// the failure reply naming `why` where the op has none.
+void reply_failed(self_ptr self, const mp_call& call, std::string_view why);
 /// What a store commits (or aborts): who it is for (L2 names, records).
 store_finish finish_for(const cache_key& key, int32_t rank);
 /// Adds chunk `abs` (counted from the key's token 0) of `key` to `fin`.
