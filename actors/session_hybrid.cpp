@@ -1,4 +1,4 @@
-#include "actors/session_hybrid.hpp"
+#include "actors/session_steps.hpp"
 
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
