@@ -7,7 +7,9 @@
 //   session_lookup.cpp         on_lookup, the prefetch queries, free_lookup_locks
 //   session_copy.cpp           on_store / on_retrieve: one copy job,
 //                              first step (reserve | acquire) -> copy -> finish
-//   session_engine_driven.cpp  on_prepare_* / on_commit_* of single-group instances
+//   session_engine_driven.cpp  on_prepare_* / on_commit_* of single-group instances,
+//                              each a run of named steps (take slots -> reserve |
+//                              acquire -> copy -> answer) joined by `ask`
 //   session_hybrid.cpp         the same for hybrid-KV instances (*_groups)
 #pragma once
 
