@@ -6,6 +6,7 @@
 #include "log/log.hpp"
 #include "config/config.hpp"
 #include "lmcache_wire/lmcache_failure.hpp"
+#include "lmcache_wire/lmcache_ops.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 
 #include <caf/exit_reason.hpp>
@@ -210,8 +211,8 @@ void engine_bridge::serve(std::string identity, const std::vector<std::string_vi
   // Over ipc:// the peer's uid comes with its frames; a gRPC client has
   // none (first_frame null): its endpoint's own rule applies (a 0600 unix
   // socket, or the sidecar's uid as over tcp://).
-  if (ipc_ && first_frame && (call.request->op == mp_op::register_kv_cache
-               || call.request->op == mp_op::register_kv_cache_engine_driven_context)) {
+  if (ipc_ && first_frame
+      && op_row(call.request->op).instance_use == mp_instance_use::registers) {
     // The identity frame is made up by the ROUTER; the peer's metadata
     // travels on the frames it sent.
     call.peer_uid = peer_uid(*first_frame);
@@ -243,6 +244,70 @@ void engine_bridge::on_subscribe(const std::string& identity,
 }
 
 void engine_bridge::route(mp_call call) {
+  // The op's row says who serves it: the bridge answers its own ops here;
+  // every other request goes to the session router once its instance is
+  // this connection's (lmcache_wire/lmcache_ops.cpp).
+  const auto& row = op_row(call.request->op);
+  if (row.route == mp_route::bridge) {
+    answer(call);
+    return;
+  }
+  if (!claim_instance(call, row))
+    return;
+  send(p_.router, std::move(call));
+}
+
+bool engine_bridge::claim_instance(const mp_call& call, const mp_op_row& row) {
+  const auto& req = *call.request;
+  switch (row.instance_use) {
+    case mp_instance_use::none:
+      return true;
+    case mp_instance_use::registers: {
+      // Refused like a failed registration: the failure reply (the
+      // connector's start-up fails at once with the reason; LMCache's vLLM
+      // adapter retries on its next ping).
+      auto id = *instance_of(req);
+      if (foreign(call, id)) {
+        send_reply(make_failure_reply(call, std::string(row.name) + " refused: instance "
+                                              + std::to_string(id)
+                                              + " belongs to another connection"));
+        return false;
+      }
+      owners_[id] = call.identity;
+      return true;
+    }
+    case mp_instance_use::unregisters: {
+      // unregister has no failure reply in LMCache (None): a foreign one is
+      // answered None and changes nothing.
+      auto id = *instance_of(req);
+      if (foreign(call, id)) {
+        send_reply(make_reply(call, std::nullopt));
+        return false;
+      }
+      owners_.erase(id);
+      return true;
+    }
+    case mp_instance_use::uses: {
+      auto instance = *instance_of(req);
+      if (instance >= 0 && foreign(call, instance)) {
+        // LMCache's failure value of the op ((b"", False), False, ...), or
+        // the failure reply where it has none (prepare_store).
+        if (auto body = failure_body(req.op))
+          send_reply(make_reply(call, std::move(body)));
+        else
+          send_reply(make_failure_reply(call, std::string(row.name) + " refused: instance "
+                                                + std::to_string(instance)
+                                                + " belongs to another connection"));
+        return false;
+      }
+      return true;
+    }
+  }
+  return true;
+}
+
+void engine_bridge::answer(const mp_call& call) {
+  // The handlers of the ops whose row routes them to the bridge.
   const auto& req = *call.request;
   switch (req.op) {
     case mp_op::get_chunk_size:
@@ -301,58 +366,12 @@ void engine_bridge::route(mp_call call) {
       send_reply(make_reply(call, encode_mp_bool(true)));
       return;
     }
-    case mp_op::register_kv_cache:
-    case mp_op::register_kv_cache_engine_driven_context: {
-      // Refused like a failed registration: the failure reply (the
-      // connector's start-up fails at once with the reason; LMCache's vLLM
-      // adapter retries on its next ping).
-      auto id = *instance_of(req);
-      if (foreign(call, id)) {
-        send_reply(make_failure_reply(call, std::string(to_string(req.op)) + " refused: instance "
-                                              + std::to_string(id)
-                                              + " belongs to another connection"));
-        return;
-      }
-      owners_[id] = call.identity;
-      break;
-    }
-    case mp_op::unregister_kv_cache:
-    case mp_op::unregister_kv_cache_engine_driven_context: {
-      // unregister has no failure reply in LMCache (None): a foreign one is
-      // answered None and changes nothing.
-      auto id = *instance_of(req);
-      if (foreign(call, id)) {
-        send_reply(make_reply(call, std::nullopt));
-        return;
-      }
-      owners_.erase(id);
-      break;
-    }
-    case mp_op::store:
-    case mp_op::retrieve:
-    case mp_op::prepare_store:
-    case mp_op::commit_store:
-    case mp_op::prepare_retrieve:
-    case mp_op::commit_retrieve: {
-      auto instance = *instance_of(req);
-      if (instance >= 0 && foreign(call, instance)) {
-        // LMCache's failure value of the op ((b"", False), False, ...), or
-        // the failure reply where it has none (prepare_store).
-        if (auto body = failure_body(req.op))
-          send_reply(make_reply(call, std::move(body)));
-        else
-          send_reply(make_failure_reply(call, std::string(to_string(req.op))
-                                                + " refused: instance "
-                                                + std::to_string(instance)
-                                                + " belongs to another connection"));
-        return;
-      }
-      break;
-    }
     default:
-      break;
+      // A row routed to the bridge with no handler here: a failure, never silence.
+      KVS_ERROR(label(), "op {} is routed to the bridge but has no handler", to_string(req.op));
+      send_reply(make_failure_reply(call, "no handler for this operation"));
+      return;
   }
-  send(p_.router, std::move(call));
 }
 
 void engine_bridge::send_reply(const mp_reply& r) {

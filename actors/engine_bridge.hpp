@@ -14,6 +14,7 @@
 #include "actors/rejected_requests.hpp"
 #include "actors/zmq_bridge.hpp"
 #include "core/error.hpp"
+#include "lmcache_wire/lmcache_ops.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 
 #include <array>
@@ -59,7 +60,13 @@ private:
   /// (nullptr for gRPC).
   void serve(std::string identity, const std::vector<std::string_view>& args,
              clock::time_point received, zmq::message_t* first_frame);
+  /// Serves `call` where its op's row says (lmcache_ops.hpp): here, or the router.
   void route(mp_call call);
+  /// The bridge's own ops (row route `bridge`): answered at once.
+  void answer(const mp_call& call);
+  /// Binds or checks the instance `call` names, as its row's instance_use
+  /// says; false when it was refused (and answered).
+  bool claim_instance(const mp_call& call, const mp_op_row& row);
   void send_reply(const mp_reply& r);
   void count_reply(const mp_reply& r); ///< replies_ and the op's latency
   void on_subscribe(const std::string& identity, const std::vector<std::string_view>& args);

@@ -1,4 +1,4 @@
-#include "actors/session_hybrid.hpp"
+#include "actors/session_steps.hpp"
 
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
@@ -140,7 +140,7 @@ void settle_retrieve(self_ptr self, const mp_call& call, const stage_groups& gro
     }
   auto miss = [self, call](const std::string& why) {
     KVS_WARN(self->state.label, "prepare_retrieve (hybrid) refused: {}", why);
-    reply(self, call, encode_reply_prepare_retrieve(false, {}));
+    reply_failed(self, call, "prepare_retrieve refused");
     prepared(self);
   };
   if (!p.ok) {
@@ -365,7 +365,7 @@ void commit_store_groups(self_ptr self, const mp_call& call, staged_transfer t) 
           KVS_WARN(self->state.label, "commit_store (hybrid) copy failed: {}",
                    from_caf_error(err).detail);
           release_staged(self, *staged);
-          reply(self, call, encode_reply_bool(false));
+          reply_failed(self, call, "commit failed");
           prepared(self);
         });
     return;
@@ -376,7 +376,7 @@ void commit_store_groups(self_ptr self, const mp_call& call, staged_transfer t) 
   auto fail = [&](const std::string& why) {
     KVS_WARN(st.label, "commit_store of instance {} (hybrid, {} bytes inline) refused: {}",
              r.instance_id, r.cpu_data.size(), why);
-    reply(self, call, encode_reply_bool(false));
+    reply_failed(self, call, "commit failed");
   };
   const auto cs = static_cast<size_t>(st.p.chunk_size);
   auto [begin, end] = chunk_range(r.key, cs);

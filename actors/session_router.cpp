@@ -4,6 +4,7 @@
 #include "actors/session.hpp"
 #include "actors/sweep.hpp"
 #include "config/config.hpp"
+#include "lmcache_wire/lmcache_ops.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 
 #include <caf/exit_reason.hpp>
@@ -54,36 +55,38 @@ void end_session(self_ptr self, const std::string& rid) {
   ++st.ended;
 }
 
-/// LOOKUP, STORE, RETRIEVE: to the request's session, spawned on demand.
+/// Ops whose row routes them to a new session (LOOKUP, the copies): to the
+/// request's session, spawned on demand.
 void route_to_session(self_ptr self, mp_call& call, const std::string& rid) {
   auto& st = self->state;
   const auto& req = *call.request;
+  const auto& row = op_row(req.op);
   auto* s = session_for(self, rid);
   if (!s) {
     // cache.max_sessions are live: refused like an unknown job, so a client
-    // inventing request ids cannot grow the process without bound. A LOOKUP
-    // is acked (its prefetch queries then report 0 hits), a STORE/RETRIEVE
-    // fails (LMCache's failure answer: (b"", False)).
-    st.rejected.note(st.label, hex(call.identity), hex(req.uid_frame), to_string(req.op),
+    // inventing request ids cannot grow the process without bound. An op
+    // the router acks (LOOKUP) is acked (its prefetch queries then report 0
+    // hits); one with a failure value gets it (STORE/RETRIEVE: (b"", False)).
+    st.rejected.note(st.label, hex(call.identity), hex(req.uid_frame), row.name,
                      "session_limit",
                      std::to_string(st.sessions.size())
                        + " sessions live (cache.max_sessions): request id " + rid + " refused");
-    if (auto body = failure_body(req.op); body || req.op == mp_op::lookup)
+    if (auto body = failure_body(req.op); body || row.ack == mp_ack::router)
       reply(self, make_reply(call, std::move(body)));
     else
       reply(self, make_failure_reply(call, "too many sessions (cache.max_sessions)"));
     return;
   }
   s->last_active = session_router_state::clock::now();
-  int64_t instance = req.op == mp_op::lookup ? -1 : instance_of(req).value_or(-1);
+  int64_t instance = instance_of(req).value_or(-1);
   if (instance >= 0) {
     self->send(st.p.registry, seen_atom_v, instance, false);
     if (std::find(s->instances.begin(), s->instances.end(), instance) == s->instances.end())
       s->instances.push_back(instance);
   }
   // LMCache acks a LOOKUP at once (the result comes through the prefetch
-  // queries): answered here, without a hop to the session.
-  if (req.op == mp_op::lookup)
+  // queries): the row says the router answers, without a hop to the session.
+  if (row.ack == mp_ack::router)
     reply(self, make_reply(call, std::nullopt));
   self->send(s->actor, std::move(call));
 }
@@ -91,24 +94,24 @@ void route_to_session(self_ptr self, mp_call& call, const std::string& rid) {
 void route(self_ptr self, mp_call& call) {
   auto& st = self->state;
   const auto& req = *call.request;
-  const mp_route where = route_of(req.op);
-  if (where == mp_route::registry || where == mp_route::store) {
+  const auto& row = op_row(req.op);
+  if (row.route == mp_route::registry || row.route == mp_route::store) {
     // Delegated: the registry / store answers the bridge, which stays the sender.
-    if (where == mp_route::registry)
+    if (row.route == mp_route::registry)
       self->delegate(st.p.registry, std::move(call));
     else
       self->delegate(st.p.store, std::move(call));
     return;
   }
   const auto* rid = request_id_of(req);
-  if (where == mp_route::bridge || !rid) {
+  if (row.route == mp_route::bridge || !rid) {
     // The bridge answers its ops itself; one that reaches here (or a
     // session op without a request id) gets a failure, never silence.
     KVS_ERROR(st.label, "op {} has no route: answered as failed", hex(req.op_frame));
     reply(self, make_failure_reply(call, "no route for this operation"));
     return;
   }
-  switch (where) {
+  switch (row.route) {
     case mp_route::new_session:
       route_to_session(self, call, *rid);
       return;
@@ -130,11 +133,9 @@ void route(self_ptr self, mp_call& call) {
         self->send(i->second.actor, std::move(call));
         return;
       }
-      // No such request: LMCache's answers for an unknown job.
-      if (req.op == mp_op::query_prefetch_status || req.op == mp_op::wait_prefetch_status)
-        reply(self, make_reply(call, encode_mp_int(0)));
-      else
-        reply(self, make_reply(call, std::nullopt));
+      // No such request: LMCache's answer for an unknown job, from the row.
+      reply(self, make_reply(call, row.unknown_job ? std::optional<std::string>{row.unknown_job()}
+                                                   : std::nullopt));
       return;
     }
   }

@@ -12,7 +12,9 @@
 // Naming: `mp_` here (mp_op, mp_request) always means LMCache's
 // multi-process protocol; reply bodies are encode_reply_*; the msgpack reader and writer are
 // msgpack_io::reader / msgpack_io::writer (msgpack_reader.hpp,
-// msgpack_writer.hpp). Decoding is lmcache_decode.cpp, reply bodies
+// msgpack_writer.hpp). Each op is one row of the op table
+// (lmcache_ops.hpp); decoding is lmcache_decode.cpp (frames) over
+// lmcache_body_decode.cpp (arguments), reply bodies
 // lmcache_encode.cpp, the register_kv_cache tensor wrappers
 // tensor_wrappers.hpp.
 //
@@ -304,8 +306,8 @@ struct mp_request {
   client_release release = client_release::unknown; ///< what this request showed
 };
 
-/// Where an op is served: the one table every actor routes by (adding an op
-/// is its codec entry, this row, and one handler where the row points).
+/// Where an op is served: its op-table row's `route` (lmcache_ops.hpp), which
+/// the engine bridge and the session router route by.
 enum class mp_route : uint8_t {
   bridge,      ///< answered by the engine bridge at once (no state, or the heartbeat)
   registry,    ///< (un)registrations
@@ -315,6 +317,8 @@ enum class mp_route : uint8_t {
   end_session, ///< ends the request's session
 };
 mp_route route_of(mp_op op);
+
+// The questions below are answered from the op's row (lmcache_ops.cpp).
 
 /// The request id (session) a request belongs to, or nullptr for the ops
 /// that have none (registration, ping, clear, ...).

@@ -1,5 +1,5 @@
-// The LMCache decoders' typed reads (internal to messages/: lmcache_decode.cpp
-// and tensor_wrappers.cpp). They sit on the one shared msgpack_io::reader;
+// The LMCache decoders' typed reads (internal to lmcache_wire/: lmcache_decode.cpp,
+// lmcache_body_decode.cpp and tensor_wrappers.cpp). They sit on the one shared msgpack_io::reader;
 // each takes the place ("arg 0 'key': field 'start'") it reads, for errors.
 // Type rules follow msgspec's strict decoding, which is what LMCache's own
 // server applies (transport/zmq_impl/mq.py msgspec_decode).

@@ -1,0 +1,103 @@
+// The LMCache op table: one row per op kvsidecar serves, read by every layer
+// instead of a switch on the op. A row says how the op is named and numbered
+// per client release, how its arguments decode (the body decoder's entry,
+// lmcache_body_decode.cpp), where its request id and worker instance are, who
+// serves it and who acks it, and LMCache's failure value for it. The rows are
+// in lmcache_ops.cpp; docs/ARCHITECTURE.md "Op -> files" lists where each
+// op's handler is (checked by tests/unit/test_lmcache_op_table.cpp).
+//
+// Adding an op: its request struct (lmcache_protocol.hpp), its body decoder,
+// its row, and one handler where the row's route points.
+//
+// No msgpack and no CAF here: actors include it freely.
+#pragma once
+
+#include "core/error.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace kvs {
+
+namespace lmcache_wire {
+class op_args; // the body decoder's view of the argument frames
+}
+
+/// Who sends a request's reply.
+enum class mp_ack : uint8_t {
+  served, ///< whoever serves it (the route's actor) answers
+  router, ///< the session router answers None at once; the session keeps the
+          ///< result for later queries (LOOKUP: its hits come through the prefetch queries)
+};
+
+/// What an op does with the worker instance it names (the engine bridge binds
+/// instances to connections by this).
+enum class mp_instance_use : uint8_t {
+  none,        ///< names none, or only reports it (ping: the heartbeat)
+  registers,   ///< binds the instance to the connection (refused when another owns it)
+  unregisters, ///< unbinds it (a foreign one is answered None, nothing changes)
+  uses,        ///< a copy on the instance's memory (refused when another owns it)
+};
+
+struct mp_op_row {
+  mp_op op;
+  const char* name; ///< snake_case, as LMCache routes ops by name (0.5.6+)
+  /// The frozen legacy id (wire.py LEGACY_OPERATION_IDS, 0.5.5+); -1: the
+  /// op travels by name only (newer than the frozen table).
+  int16_t id;
+  /// The id 0.5.3 / 0.5.4 send where theirs differs (their table differs
+  /// from 25 on); -1: the same or none. A request sent by it is legacy.
+  int16_t id_pre_055;
+  /// The one release that sends this op (v0_5_7 for ops new there);
+  /// unknown: every release that has it.
+  client_release only_in;
+  uint8_t min_args;
+  uint8_t max_args;
+  /// The argument past min_args is 0.5.7's: 0.5.7 always sends it (it binds
+  /// every default), older releases never do.
+  bool last_arg_057;
+  const char* arg_names[7];
+  /// The body decoder entry (lmcache_body_decode.hpp).
+  status (*decode)(const lmcache_wire::op_args&, mp_request_body&);
+  /// The release a decoded body shows beyond its key's token form, or
+  /// nullptr (register_kv_cache_engine_driven_context: its group_layouts).
+  client_release (*release_of)(const mp_request_body&);
+  /// The request id (session) of a decoded body, nullptr: none.
+  const std::string* (*request_id)(const mp_request_body&);
+  /// The worker instance a decoded body names (ping may send nil), nullptr: none.
+  std::optional<int64_t> (*instance)(const mp_request_body&);
+  mp_instance_use instance_use;
+  mp_route route; ///< who serves it
+  mp_ack ack;     ///< who answers it
+  /// LMCache's failure value for the op ((b"", False), False, a failed
+  /// PrepareRetrieveResponse); nullptr: it has none, a failed request gets
+  /// the failure reply of lmcache_failure.hpp.
+  std::string (*failure)();
+  /// The answer for a request id with no session (route session): LMCache's
+  /// unknown-job answer. nullptr: None.
+  std::string (*unknown_job)();
+  /// LMCache has a gRPC method for it (lmcache_grpc/grpc_methods.cpp).
+  bool grpc;
+};
+
+/// The row of `op` (every mp_op has one).
+const mp_op_row& op_row(mp_op op);
+/// The row of a snake_case name / a legacy id (either table), or nullptr.
+const mp_op_row* op_row_by_name(std::string_view name);
+const mp_op_row* op_row_by_id(int64_t id);
+
+/// Every row, for walking the table.
+struct mp_op_rows {
+  const mp_op_row* first;
+  const mp_op_row* last;
+  const mp_op_row* begin() const { return first; }
+  const mp_op_row* end() const { return last; }
+};
+mp_op_rows all_op_rows();
+
+const char* to_string(mp_route r);
+const char* to_string(mp_ack a);
+
+} // namespace kvs
