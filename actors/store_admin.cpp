@@ -1,5 +1,7 @@
 #include "actors/store_admin.hpp"
 
+#include "actors/store_objects.hpp"
+
 #include "core/cache_salt.hpp"
 #include "log/log.hpp"
 
@@ -92,6 +94,19 @@ store_admin_reply on_admin(store_self self, store_admin& q) {
   case store_admin::op::clear_l1:
     out.removed = clear_l1(self);
     KVS_INFO(st.label, "clear (HTTP control plane): {} chunks dropped", out.removed);
+    out.ok = true;
+    break;
+  case store_admin::op::list_objects:
+    list_objects(self, q, out);
+    break;
+  case store_admin::op::delete_objects:
+    delete_objects(self, q, out);
+    break;
+  case store_admin::op::lock_chunks:
+    lock_chunks(self, q, out);
+    break;
+  case store_admin::op::unlock_chunks:
+    unlock_chunks(self, q);
     out.ok = true;
     break;
   case store_admin::op::quota_list:

@@ -1,6 +1,7 @@
 #include "app/admin_api.hpp"
 
 #include "cache/chunk_hash.hpp"
+#include "cache/md5.hpp"
 #include "core/cache_salt.hpp"
 #include "core/version.hpp"
 #include "metrics/health.hpp"
@@ -12,6 +13,7 @@
 #include <caf/send.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 namespace kvs {
@@ -216,10 +218,13 @@ http_answer admin_api::quota(const admin_call& c) {
   return json(w);
 }
 
+std::vector<uint64_t> admin_api::hashes_of(const admin_call& c) const {
+  return chunk_hashes(c.tokens.data(), c.tokens.size(), static_cast<size_t>(cfg_.cache.chunk_size),
+                      identity_seed(c.model, c.world_size, c.salt));
+}
+
 http_answer admin_api::prefetch(const admin_call& c) {
-  auto cs = static_cast<size_t>(cfg_.cache.chunk_size);
-  auto hashes = chunk_hashes(c.tokens.data(), c.tokens.size(), cs,
-                             identity_seed(c.model, c.world_size, c.salt));
+  auto hashes = hashes_of(c);
   json_writer w;
   if (hashes.empty()) {
     w.begin_object().integer("chunks", 0).str("status", "noop").end_object();
@@ -305,6 +310,129 @@ http_answer admin_api::prefetch_status(const admin_call& c) {
   return {200, w.take()};
 }
 
+namespace {
+
+/// LMCache's EncodedObjectKey of an L1 chunk: its 64-bit prefix hash as 16
+/// hex digits (big-endian), the TP rank as kv_rank, no object groups.
+void object_key(json_writer& w, const stored_object& o) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(o.key.hash));
+  w.begin_object("key")
+    .str("chunk_hash_hex", hex)
+    .str("model_name", o.model)
+    .integer("kv_rank", static_cast<uint64_t>(o.key.rank))
+    .integer("object_group_id", 0)
+    .str("cache_salt", o.salt)
+    .end_object();
+}
+
+store_admin filter_of(const admin_call& c, store_admin::op what) {
+  store_admin q;
+  q.what = what;
+  q.by_model = c.by_model;
+  q.model = c.model;
+  q.by_salt = c.by_salt;
+  q.salt = c.salt;
+  return q;
+}
+
+} // namespace
+
+http_answer admin_api::objects_list(const admin_call& c) {
+  auto q = filter_of(c, store_admin::op::list_objects);
+  q.cursor = c.cursor;
+  q.limit = c.page_size;
+  auto a = ask(std::move(q));
+  if (auto* e = std::get_if<http_answer>(&a))
+    return *e;
+  auto& r = std::get<store_admin_reply>(a);
+  json_writer w;
+  w.begin_object().str("adapter", "l1").boolean("shared", false).begin_array("entries");
+  for (auto& o : r.objects) {
+    w.begin_object();
+    object_key(w, o);
+    w.integer("size_bytes", o.bytes).str("tier", "l1").boolean("locked", o.locked).end_object();
+  }
+  w.end_array();
+  if (r.done)
+    w.null("next_page_token");
+  else
+    w.str("next_page_token", std::to_string(r.next_cursor));
+  w.end_object();
+  return json(w);
+}
+
+http_answer admin_api::objects_delete(const admin_call& c) {
+  auto a = ask(filter_of(c, store_admin::op::delete_objects));
+  if (auto* e = std::get_if<http_answer>(&a))
+    return *e;
+  auto& r = std::get<store_admin_reply>(a);
+  json_writer w;
+  // LMCache's answer ("skipped": the locked ones), and the tier it was.
+  w.begin_object()
+    .integer("deleted", r.removed)
+    .integer("skipped", r.locked)
+    .boolean("ok", true)
+    .str("tier", "l1")
+    .end_object();
+  return json(w);
+}
+
+http_answer admin_api::checksums(const admin_call& c) {
+  auto cs = static_cast<size_t>(cfg_.cache.chunk_size);
+  auto hashes = hashes_of(c);
+  store_admin q;
+  q.what = store_admin::op::lock_chunks;
+  for (auto h : hashes)
+    q.keys.push_back(chunk_key{h, static_cast<int32_t>(c.kv_rank)});
+  std::vector<stored_object> objects;
+  std::vector<lock_token> tokens;
+  if (!hashes.empty()) {
+    auto a = ask(std::move(q));
+    if (auto* e = std::get_if<http_answer>(&a))
+      return *e;
+    auto& r = std::get<store_admin_reply>(a);
+    objects = std::move(r.objects);
+    tokens = std::move(r.tokens);
+  }
+  // The chunks stay read-locked (in place, unevictable) while hashed here,
+  // off the store's thread; the locks go back whatever happens.
+  uint64_t bytes = 0;
+  for (auto& o : objects)
+    bytes += o.found ? o.bytes : 0;
+  std::vector<std::string> digests;
+  if (bytes <= admin_checksum_max_bytes)
+    for (auto& o : objects)
+      digests.push_back(o.found ? md5_hex(o.data, o.bytes) : std::string{});
+  if (!tokens.empty()) {
+    store_admin u;
+    u.what = store_admin::op::unlock_chunks;
+    u.tokens = std::move(tokens);
+    ask(std::move(u)); // unanswered: the locks expire with cache.lock_ttl
+  }
+  if (bytes > admin_checksum_max_bytes)
+    return admin_error(413, "those chunks hold " + std::to_string(bytes >> 20)
+                              + " MiB; one call hashes at most "
+                              + std::to_string(admin_checksum_max_bytes >> 20)
+                              + " MiB: ask for fewer tokens");
+  json_writer w;
+  w.begin_object()
+    .str("status", "success")
+    .integer("chunk_size", cs)
+    .integer("num_chunks", objects.size())
+    .begin_array("chunk_checksums");
+  for (auto& d : digests)
+    if (d.empty())
+      w.null("");
+    else
+      w.str("", d);
+  w.end_array().boolean("layerwise", false).begin_array("token_ranges");
+  for (size_t i = 0; i < objects.size(); ++i)
+    w.begin_array().integer("", i * cs).integer("", (i + 1) * cs).end_array();
+  w.end_array().integer("kv_rank", static_cast<uint64_t>(c.kv_rank)).end_object();
+  return json(w);
+}
+
 http_answer admin_api::serve(const admin_call& c) {
   json_writer w;
   switch (c.op) {
@@ -359,6 +487,12 @@ http_answer admin_api::serve(const admin_call& c) {
     return prefetch(c);
   case admin_op::prefetch_status:
     return prefetch_status(c);
+  case admin_op::objects_list:
+    return objects_list(c);
+  case admin_op::objects_delete:
+    return objects_delete(c);
+  case admin_op::checksums:
+    return checksums(c);
   }
   return admin_error(500, "unknown call");
 }

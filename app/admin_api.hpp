@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace kvs {
 
@@ -28,6 +29,9 @@ inline constexpr std::chrono::milliseconds admin_store_timeout{2000};
 /// finished ones kept for their status poll (the oldest dropped past it).
 inline constexpr size_t admin_max_prefetches = 64;
 inline constexpr size_t admin_kept_prefetches = 1024;
+/// POST /cache/checksums hashes at most this many chunk bytes (then 413):
+/// the HTTP side's admin thread does it, and probes wait behind it.
+inline constexpr uint64_t admin_checksum_max_bytes = 512ull << 20;
 
 class admin_api : public admin_backend {
 public:
@@ -50,8 +54,13 @@ private:
   std::variant<store_admin_reply, http_answer> ask(store_admin q);
   http_answer status();
   http_answer quota(const admin_call& call);
+  /// The chunk hashes of a call's tokens under its model, world size and salt.
+  std::vector<uint64_t> hashes_of(const admin_call& call) const;
   http_answer prefetch(const admin_call& call);
   http_answer prefetch_status(const admin_call& call);
+  http_answer objects_list(const admin_call& call);
+  http_answer objects_delete(const admin_call& call);
+  http_answer checksums(const admin_call& call);
 
   /// Prefetch jobs; shared with the actors that run them, which may finish
   /// after this object is gone.

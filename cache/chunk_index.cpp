@@ -464,6 +464,19 @@ std::vector<chunk_key> chunk_index::erase_rank(int rank) {
 
 // --- observation -------------------------------------------------------------------
 
+size_t chunk_index::scan(size_t from, size_t budget,
+                         const std::function<bool(chunk_key, const entry_info&)>& visit) const {
+  size_t i = from;
+  for (; i < entries_.size() && budget > 0; ++i, --budget) {
+    const entry& e = entries_[i];
+    if (e.at != where::lru && e.at != where::locked)
+      continue;
+    if (!visit(chunk_key{e.hash, e.rank}, info(e)))
+      return i + 1;
+  }
+  return i >= entries_.size() ? SIZE_MAX : i;
+}
+
 index_stats chunk_index::stats() const {
   index_stats s;
   s.chunks = lru_size_ + locked_.size();

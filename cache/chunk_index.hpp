@@ -39,6 +39,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -198,6 +199,13 @@ public:
   std::vector<chunk_key> erase_rank(int rank);
 
   // --- observation ----------------------------------------------------------
+  /// Visits committed entries in table order from position `from` (0 to
+  /// start) until `visit` returns false or `budget` entries were looked at;
+  /// returns the position to resume from, or SIZE_MAX when every entry was
+  /// visited. Positions are entry slots: a resume after entries came and
+  /// went may skip or repeat a few (a listing's page cursor, not a snapshot).
+  size_t scan(size_t from, size_t budget,
+              const std::function<bool(chunk_key, const entry_info&)>& visit) const;
   index_stats stats() const;
   uint64_t outstanding_readers() const { return outstanding_readers_; }
   size_t locked_entries() const { return locked_.size(); }

@@ -46,6 +46,11 @@ void salt_quota::committed(chunk_key k, std::string_view salt, uint64_t bytes) {
   chunks_.emplace(k, record{id, bytes, std::prev(b.order.end())});
 }
 
+const std::string* salt_quota::salt_of(chunk_key k) const {
+  auto i = chunks_.find(k);
+  return i == chunks_.end() ? nullptr : &buckets_[i->second.salt].salt;
+}
+
 void salt_quota::removed(chunk_key k) {
   auto i = chunks_.find(k);
   if (i == chunks_.end())

@@ -54,6 +54,8 @@ public:
   void committed(chunk_key k, std::string_view salt, uint64_t bytes);
   /// `k` left L1 (no-op for a key never committed here).
   void removed(chunk_key k);
+  /// The salt `k` was committed under (null: not committed here).
+  const std::string* salt_of(chunk_key k) const;
   /// `k` was used: it goes to the back of its salt's order.
   void touched(chunk_key k);
 

@@ -3,7 +3,9 @@
 #include "core/cache_salt.hpp"
 #include "metrics/json_text.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <optional>
 
 namespace kvs {
@@ -60,12 +62,6 @@ std::optional<std::string_view> unsupported(std::string_view path) {
   if (path == "/metrics/reset")
     return "kvsidecar's Prometheus counters are monotonic and never reset; use rate() or "
            "increase() in queries";
-  if (path == "/cache/objects")
-    return "listing and deleting cache objects by key is not supported by kvsidecar yet; "
-           "POST /cache/clear drops L1";
-  if (path == "/cache/checksums")
-    return "checksums of GPU KV blocks need the engine's tensors, which kvsidecar's HTTP "
-           "side does not read";
   return std::nullopt;
 }
 
@@ -127,18 +123,9 @@ admin_route route_quota_set(admin_call c, std::string_view body) {
   return c;
 }
 
-/// LMCache's PrefetchRequest: model_name, world_size, token_ids, cache_salt
-/// (""), source_tier ("l2"), target_tier ("l1").
-admin_route route_prefetch(std::string_view body) {
-  auto o = parse_json_object(body);
-  if (!o.error.empty())
-    return bad_body(o.error);
-  for (auto& [name, v] : o.members)
-    if (name != "model_name" && name != "world_size" && name != "token_ids"
-        && name != "cache_salt" && name != "source_tier" && name != "target_tier")
-      return admin_error(422, "unknown field \"" + name.substr(0, 64) + "\"");
-  admin_call c;
-  c.op = admin_op::prefetch_submit;
+/// model_name, world_size, token_ids and cache_salt of a body that names
+/// chunks by their tokens (LMCache's PrefetchRequest; our checksum body).
+std::optional<http_answer> token_fields(const json_object& o, admin_call& c) {
   auto m = o.get("model_name");
   if (!m || m->k != json_value::kind::string || m->s.empty() || m->s.size() > 1024)
     return admin_error(422, "model_name must be a non-empty string of at most 1024 bytes");
@@ -160,6 +147,52 @@ admin_route route_prefetch(std::string_view body) {
       return admin_error(400, why);
     c.salt = s->s;
   }
+  return std::nullopt;
+}
+
+std::optional<http_answer> unknown_field(const json_object& o,
+                                         std::initializer_list<std::string_view> known);
+
+/// A body naming chunks by their tokens, with no members but `known`;
+/// `o` is the parsed body, for the caller's own members.
+admin_route token_request(std::string_view body, admin_op op,
+                          std::initializer_list<std::string_view> known, json_object& o) {
+  o = parse_json_object(body);
+  if (!o.error.empty())
+    return bad_body(o.error);
+  if (op == admin_op::checksums && (o.get("block_ids") || o.get("instance_id")))
+    return admin_error(501, "checksums of GPU KV blocks (block_ids) need the engine's tensors, "
+                            "which kvsidecar does not read: send {\"model_name\", "
+                            "\"world_size\", \"token_ids\", \"cache_salt\", \"kv_rank\"} "
+                            "for MD5s of the L1 chunks those tokens stored");
+  if (auto bad = unknown_field(o, known))
+    return *bad;
+  admin_call c;
+  c.op = op;
+  if (auto bad = token_fields(o, c))
+    return *bad;
+  return c;
+}
+
+std::optional<http_answer> unknown_field(const json_object& o,
+                                         std::initializer_list<std::string_view> known) {
+  for (auto& [name, v] : o.members)
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      return admin_error(422, "unknown field \"" + name.substr(0, 64) + "\"");
+  return std::nullopt;
+}
+
+/// LMCache's PrefetchRequest: model_name, world_size, token_ids, cache_salt
+/// (""), source_tier ("l2"), target_tier ("l1").
+admin_route route_prefetch(std::string_view body) {
+  json_object o;
+  auto r = token_request(body, admin_op::prefetch_submit,
+                         {"model_name", "world_size", "token_ids", "cache_salt", "source_tier",
+                          "target_tier"},
+                         o);
+  auto* c = std::get_if<admin_call>(&r);
+  if (!c)
+    return r;
   std::string from = "l2", to = "l1";
   for (auto [key, out] : {std::pair{"source_tier", &from}, std::pair{"target_tier", &to}})
     if (auto v = o.get(key)) {
@@ -171,7 +204,148 @@ admin_route route_prefetch(std::string_view body) {
   if (from != "l2" || to != "l1")
     return admin_error(400, "unsupported prefetch direction '" + from + "'->'" + to
                               + "'; only 'l2'->'l1'");
+  return r;
+}
+
+/// Decimal digits only, at most 18 of them (no sign, no overflow).
+bool small_uint(std::string_view v, uint64_t& out) {
+  if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string_view::npos)
+    return false;
+  out = std::stoull(std::string{v});
+  return true;
+}
+
+/// GET /cache/objects: LMCache's query (tier, adapter, model_name,
+/// page_size, page_token), plus cache_salt; `limit` / `cursor` are taken
+/// as page_size / page_token.
+admin_route route_objects_list(std::string_view query) {
+  admin_call c;
+  c.op = admin_op::objects_list;
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    auto pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (pair.empty())
+      continue;
+    auto eq = pair.find('=');
+    auto raw_name = pair.substr(0, eq);
+    auto raw_value = eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
+    std::string name, value;
+    if (!percent_decode(raw_name, name) || !percent_decode(raw_value, value))
+      return admin_error(400, "query: malformed %-escape");
+    for (auto& ch : value)
+      if (ch == '+')
+        ch = ' ';
+    uint64_t n = 0;
+    if (name == "tier") {
+      if (value == "l2" || value == "all")
+        return admin_error(400, "tier '" + value + "' not supported: kvsidecar lists its L1 "
+                                "chunks only (tier=l1)");
+      if (value != "l1")
+        return admin_error(422, "tier must be \"l1\", \"l2\" or \"all\"");
+    } else if (name == "adapter") {
+      return admin_error(400, "adapter selects an L2 adapter; kvsidecar lists L1 only");
+    } else if (name == "model_name") {
+      if (value.empty() || value.size() > 1024)
+        return admin_error(422, "model_name must be a non-empty string of at most 1024 bytes");
+      c.by_model = true;
+      c.model = value;
+    } else if (name == "cache_salt") {
+      if (auto why = check_cache_salt(value))
+        return admin_error(400, why);
+      c.by_salt = true;
+      c.salt = std::string{cache_salt_from_name(value)};
+    } else if (name == "page_size" || name == "limit") {
+      if (!small_uint(value, n) || n < 1 || n > objects_max_page)
+        return admin_error(422, name + " must be an integer in 1.."
+                                  + std::to_string(objects_max_page));
+      c.page_size = static_cast<uint32_t>(n);
+    } else if (name == "page_token" || name == "cursor") {
+      if (!small_uint(value, n))
+        return admin_error(400, "malformed " + name + ": pass next_page_token verbatim");
+      c.cursor = n;
+    } else {
+      return admin_error(422, "unknown query parameter \"" + name.substr(0, 64)
+                                + "\": expected tier, model_name, cache_salt, page_size, "
+                                  "page_token");
+    }
+  }
   return c;
+}
+
+/// DELETE /cache/objects by filter: {"model_name"?, "cache_salt"?, "tier":
+/// "l1", "force": false}. LMCache's own body lists keys instead.
+admin_route route_objects_delete(std::string_view body) {
+  auto o = parse_json_object(body);
+  if (!o.error.empty()) {
+    if (body.find("\"keys\"") != std::string_view::npos)
+      return admin_error(501, "a key-addressed delete (\"keys\": [...]) is not supported by "
+                              "kvsidecar yet: delete by {\"model_name\", \"cache_salt\"}");
+    return bad_body(o.error);
+  }
+  if (auto bad = unknown_field(o, {"model_name", "cache_salt", "tier", "force", "adapter"}))
+    return *bad;
+  admin_call c;
+  c.op = admin_op::objects_delete;
+  if (auto m = o.get("model_name")) {
+    if (m->k != json_value::kind::string || m->s.empty() || m->s.size() > 1024)
+      return admin_error(422, "model_name must be a non-empty string of at most 1024 bytes");
+    c.by_model = true;
+    c.model = m->s;
+  }
+  if (auto s = o.get("cache_salt")) {
+    if (s->k != json_value::kind::string)
+      return admin_error(422, "cache_salt must be a string");
+    if (auto why = check_cache_salt(s->s))
+      return admin_error(400, why);
+    c.by_salt = true;
+    c.salt = std::string{cache_salt_from_name(s->s)};
+  }
+  if (!c.by_model && !c.by_salt)
+    return admin_error(400, "name what to delete: \"model_name\" and/or \"cache_salt\" "
+                            "(POST /cache/clear drops everything)");
+  if (auto t = o.get("tier")) {
+    if (t->k != json_value::kind::string
+        || (t->s != "l1" && t->s != "l2" && t->s != "all"))
+      return admin_error(422, "tier must be \"l1\", \"l2\" or \"all\"");
+    if (t->s != "l1")
+      return admin_error(400, "tier '" + t->s + "' not supported; only 'l1'");
+  } else {
+    // LMCache's default tier is l2; kvsidecar deletes from L1 only, so it
+    // wants the tier said rather than guessed.
+    return admin_error(400, "say \"tier\": \"l1\" (kvsidecar deletes L1 chunks only; "
+                            "LMCache's default is l2)");
+  }
+  if (o.get("adapter"))
+    return admin_error(400, "adapter selects an L2 adapter; kvsidecar deletes L1 only");
+  if (auto f = o.get("force")) {
+    if (f->k != json_value::kind::boolean)
+      return admin_error(422, "force must be true or false");
+    if (f->b)
+      return admin_error(501, "force=true is not supported: kvsidecar never drops chunks a "
+                              "reader has locked or a copy is writing");
+  }
+  return c;
+}
+
+/// POST /cache/checksums. LMCache's body names GPU block ids, which
+/// kvsidecar cannot read; ours names chunks by their tokens, as a prefetch
+/// does, plus the kv_rank (0) whose chunks to hash.
+admin_route route_checksums(std::string_view body) {
+  json_object o;
+  auto r = token_request(body, admin_op::checksums,
+                         {"model_name", "world_size", "token_ids", "cache_salt", "kv_rank"}, o);
+  auto* c = std::get_if<admin_call>(&r);
+  if (!c)
+    return r;
+  if (auto k = o.get("kv_rank")) {
+    if (k->k != json_value::kind::number || k->n != static_cast<double>(
+                                                    static_cast<int64_t>(k->n))
+        || k->n < 0 || k->n >= static_cast<double>(c->world_size))
+      return admin_error(422, "kv_rank must be an integer in 0..world_size-1");
+    c->kv_rank = static_cast<int64_t>(k->n);
+  }
+  return r;
 }
 
 } // namespace
@@ -203,7 +377,6 @@ bool percent_decode(std::string_view in, std::string& out) {
 admin_route route_admin(std::string_view method, std::string_view path, std::string_view query,
                         std::string_view body, std::string_view authorization,
                         const admin_policy& policy) {
-  (void)query; // no route served here takes query parameters
   bool read = method == "GET" || method == "HEAD";
   if (!read) {
     if (auto refused = check_token(authorization, policy))
@@ -240,6 +413,18 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
     if (method != "POST")
       return detail(405, "Method Not Allowed");
     return route_prefetch(body);
+  }
+  if (path == "/cache/objects") {
+    if (read)
+      return route_objects_list(query);
+    if (method == "DELETE")
+      return route_objects_delete(body);
+    return detail(405, "Method Not Allowed");
+  }
+  if (path == "/cache/checksums") {
+    if (method != "POST")
+      return detail(405, "Method Not Allowed");
+    return route_checksums(body);
   }
   constexpr std::string_view prefetch_prefix = "/cache/prefetches/";
   if (path.substr(0, prefetch_prefix.size()) == prefetch_prefix) {

@@ -50,7 +50,14 @@ enum class admin_op {
   quota_delete,    ///< DELETE /quota/{salt}
   prefetch_submit, ///< POST /cache/prefetches (L2 -> L1 by token ids)
   prefetch_status, ///< GET /cache/prefetches/{request_id}
+  objects_list,    ///< GET /cache/objects (L1 chunks, paged)
+  objects_delete,  ///< DELETE /cache/objects (by model_name / cache_salt filter)
+  checksums,       ///< POST /cache/checksums (by token ids: MD5 of each L1 chunk)
 };
+
+/// GET /cache/objects' page size: default, and the most one page holds.
+inline constexpr uint32_t objects_default_page = 100;
+inline constexpr uint32_t objects_max_page = 1000;
 
 struct admin_call {
   admin_op op = admin_op::root;
@@ -65,6 +72,11 @@ struct admin_call {
   int64_t world_size = 0;
   std::vector<int64_t> tokens;
   std::string request_id; ///< prefetch_status
+  // objects_list / objects_delete: the filter (salt above with by_salt)
+  bool by_model = false, by_salt = false;
+  uint32_t page_size = objects_default_page; ///< objects_list
+  uint64_t cursor = 0;                       ///< objects_list: page_token
+  int64_t kv_rank = 0;                       ///< checksums: whose chunks
 };
 
 struct admin_policy {

@@ -1,6 +1,7 @@
 // libFuzzer target: the control plane's request parsing -- the request head
 // (with Content-Length and Authorization), the route and its path
-// parameters (%-decoding, cache_salt rules), and the JSON body reader.
+// parameters (%-decoding, cache_salt rules), the query of GET /cache/objects,
+// and the JSON body reader.
 // Whatever the bytes: a route is a call or an answer with a status the
 // server knows and a JSON body; a call's salt passes LMCache's rules; a
 // parsed JSON object has no error and at most json_max_members members.
@@ -16,8 +17,9 @@
 namespace {
 
 void check_route(std::string_view method, std::string_view path, std::string_view body,
-                 std::string_view auth, const kvs::admin_policy& p) {
-  auto r = kvs::route_admin(method, path, {}, body, auth, p);
+                 std::string_view auth, const kvs::admin_policy& p,
+                 std::string_view query = {}) {
+  auto r = kvs::route_admin(method, path, query, body, auth, p);
   if (auto* a = std::get_if<kvs::http_answer>(&r)) {
     switch (a->status) {
     case 400: case 401: case 404: case 405: case 422: case 501:
@@ -39,6 +41,13 @@ void check_route(std::string_view method, std::string_view path, std::string_vie
     __builtin_trap(); // a state change without the token
   if (c.op == kvs::admin_op::cache_clear && (c.tier != "l1" || c.force))
     __builtin_trap();
+  if (c.op == kvs::admin_op::objects_list
+      && (c.page_size < 1 || c.page_size > kvs::objects_max_page))
+    __builtin_trap(); // a page is always bounded
+  if (c.op == kvs::admin_op::objects_delete && !c.by_model && !c.by_salt)
+    __builtin_trap(); // a delete always names what (a clear is another call)
+  if (c.op == kvs::admin_op::checksums && (c.kv_rank < 0 || c.kv_rank >= c.world_size))
+    __builtin_trap();
 }
 
 } // namespace
@@ -58,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       __builtin_trap();
     auto body = in.substr(h.head_size, h.content_length);
     for (const auto& p : {kvs::admin_policy{true, ""}, kvs::admin_policy{false, "0123456789abcdef"}})
-      check_route(h.method, h.path, body, h.authorization, p);
+      check_route(h.method, h.path, body, h.authorization, p, h.query);
   }
   // 3. The bytes as a path under /quota/ and as a body of each body route.
   std::string path = "/quota/";
@@ -67,5 +76,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (auto m : {"GET", "PUT", "DELETE"})
     check_route(m, path, in, {}, local);
   check_route("POST", "/cache/clear", in, {}, local);
+  check_route("DELETE", "/cache/objects", in, {}, local);
+  check_route("POST", "/cache/checksums", in, {}, local);
+  check_route("GET", "/cache/objects", {}, {}, local, in.substr(0, 2048)); // as a query
   return 0;
 }

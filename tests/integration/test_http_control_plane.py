@@ -421,3 +421,120 @@ def test_prefetch_by_token_ids_loads_l2_into_l1(lmc, cache_server, kv_pools, tmp
                        dict(body, token_ids=[1, 2, 3])) == (202, {"chunks": 0, "status": "noop"})
     finally:
         eng.close()
+
+
+# -- cache objects: listed, deleted by salt, checksummed --------------------------------
+
+
+def list_all(port: int, query: str = "", page_size: int = 2) -> tuple[list[dict], int]:
+    """Every entry of GET /cache/objects, page by page; and the page count."""
+    entries, token, pages = [], None, 0
+    while True:
+        q = f"page_size={page_size}" + (f"&page_token={token}" if token else "") \
+            + (f"&{query}" if query else "")
+        st, js = request(port, "GET", f"/cache/objects?{q}")
+        assert st == 200, js
+        assert set(js) == {"adapter", "shared", "entries", "next_page_token"}, js
+        assert len(js["entries"]) <= page_size
+        entries += js["entries"]
+        pages += 1
+        token = js["next_page_token"]
+        if token is None:
+            return entries, pages
+        assert pages < 100, "the listing never ends"
+
+
+def u64(h: int) -> int:
+    return h & ((1 << 64) - 1)
+
+
+def test_objects_listed_deleted_by_salt_and_checksummed(lmc, cache_server, kv_pools):
+    """GET /cache/objects pages add up to what LMCache's client stored, with
+    model, salt, size and lock; DELETE /cache/objects by cache_salt drops
+    exactly that salt's chunks with BlockRemoved for each and leaves the
+    other salt's; POST /cache/checksums gives the MD5 of the bytes stored."""
+    import hashlib
+    import vllm_structs as vs
+    srv = cache_server(events=True)
+    port = srv.sidecar.http_port
+    pools = kv_pools("vllm", num_blocks=160)
+    eng = Engine(lmc, srv, pools)
+    try:
+        a_toks, b_toks = tokens(3, salt=61), tokens(2, salt=62)
+        eng.store(a_toks, "tenant-a")
+        stored_a = srv.events(3, kind=vs.BlockStored)
+        eng.store(b_toks, "")
+        stored_b = srv.events(2, kind=vs.BlockStored)
+        srv.wait_stats(lambda s: s["chunks"] == 5)
+        hashes_a = {u64(e.block_hashes[0]) for e in stored_a}
+        hashes_b = {u64(e.block_hashes[0]) for e in stored_b}
+
+        entries, pages = list_all(port)
+        assert pages == 3  # 5 chunks, 2 a page
+        assert len(entries) == 5
+        by_hash = {int(e["key"]["chunk_hash_hex"], 16): e for e in entries}
+        assert set(by_hash) == hashes_a | hashes_b
+        for h, e in by_hash.items():
+            assert e["key"]["model_name"] == MODEL and e["key"]["kv_rank"] == 0
+            assert e["key"]["cache_salt"] == ("tenant-a" if h in hashes_a else "")
+            assert e["size_bytes"] == CHUNK_BYTES and e["tier"] == "l1"
+            assert e["locked"] is False
+        # Filters: by salt ("_default" is the empty one) and by model.
+        assert {int(e["key"]["chunk_hash_hex"], 16)
+                for e in list_all(port, "cache_salt=tenant-a")[0]} == hashes_a
+        assert len(list_all(port, "cache_salt=_default", page_size=100)[0]) == 2
+        assert list_all(port, "model_name=other%2Fmodel")[0] == []
+        st, js = request(port, "GET", "/cache/objects")  # default page: all 5, no next
+        assert st == 200 and len(js["entries"]) == 5 and js["next_page_token"] is None
+        assert request(port, "GET", "/cache/objects?page_size=5000")[0] == 422
+        assert request(port, "GET", "/cache/objects?tier=l2")[0] == 400
+
+        # Checksums: MD5 of each chunk's bytes as stored (KV_2LTD: K then V,
+        # layer by layer, the chunk's 16 pages of 16 tokens in order).
+        def chunk_bytes(i: int) -> bytes:
+            blocks = range(i * CHUNK // PAGE, (i + 1) * CHUNK // PAGE)
+            return b"".join(pools.page(kv, layer, b) for kv in range(2)
+                            for layer in range(pools.num_layers) for b in blocks)
+        body = {"model_name": MODEL, "world_size": 1, "token_ids": a_toks + [5] * 7,
+                "cache_salt": "tenant-a"}
+        st, js = request(port, "POST", "/cache/checksums", body)
+        assert st == 200, js
+        assert js["num_chunks"] == 3 and js["chunk_size"] == CHUNK and js["layerwise"] is False
+        assert js["chunk_checksums"] == [hashlib.md5(chunk_bytes(i)).hexdigest()
+                                         for i in range(3)]
+        assert js["token_ranges"] == [[0, CHUNK], [CHUNK, 2 * CHUNK], [2 * CHUNK, 3 * CHUNK]]
+        # Another salt's identity has no such chunks; the locks went back.
+        st, js = request(port, "POST", "/cache/checksums", dict(body, cache_salt="other"))
+        assert st == 200 and js["chunk_checksums"] == [None, None, None]
+        srv.wait_stats(lambda s: s["locks"] == 0)
+        st, js = request(port, "POST", "/cache/checksums", {"block_ids": [0, 1], "chunk_size": 16})
+        assert st == 501 and "token_ids" in js["error"]
+
+        # Delete by salt: exactly tenant-a's chunks go, announced.
+        st, js = request(port, "DELETE", "/cache/objects", {"cache_salt": "tenant-a",
+                                                            "tier": "l1"})
+        assert (st, js) == (200, {"deleted": 3, "skipped": 0, "ok": True, "tier": "l1"})
+        removed = srv.events(3, kind=vs.BlockRemoved)
+        assert {u64(e.block_hashes[0]) for e in removed} == hashes_a
+        srv.assert_no_events()
+        left = list_all(port)[0]
+        assert {int(e["key"]["chunk_hash_hex"], 16) for e in left} == hashes_b
+        assert request(port, "GET", "/quota/tenant-a")[1]["current_usage_gb"] == 0
+        # A chunk a reader holds stays, and is said to.
+        k = eng.key(b_toks, "", None, "held")
+        assert eng.client.lookup(k, 1).result(timeout=5) is None
+        assert eng.client.wait_prefetch_status("held", 30.0).result(timeout=5) == 2
+        assert all(e["locked"] for e in list_all(port)[0])
+        assert request(port, "DELETE", "/cache/objects", {"cache_salt": "", "tier": "l1"}) \
+            == (200, {"deleted": 0, "skipped": 2, "ok": True, "tier": "l1"})
+        assert eng.client.free_lookup_locks(k, 1).result(timeout=5) is None
+        assert eng.client.end_session("held").result(timeout=5) is None
+        assert eng.hits(b_toks, "") == 2
+        # Nothing left to match: nothing deleted; a filter is required.
+        assert request(port, "DELETE", "/cache/objects",
+                       {"cache_salt": "tenant-a", "tier": "l1"})[1]["deleted"] == 0
+        assert request(port, "DELETE", "/cache/objects", {"tier": "l1"})[0] == 400
+        assert request(port, "DELETE", "/cache/objects",
+                       {"cache_salt": "a@b", "tier": "l1"})[0] == 400
+    finally:
+        eng.close()

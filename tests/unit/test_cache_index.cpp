@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -559,4 +560,35 @@ TEST_CASE("1M chunks: 32-chunk prefix lookup is fast") {
   // Misses: a prefix whose first chunk is absent answers at once.
   const uint64_t miss[] = {12345, hashes[0]};
   CHECK(idx.lookup_prefix(miss, 2, 4) == 0);
+}
+
+TEST_CASE("scan: committed chunks in pages, locked ones included, reserved ones not") {
+  fixture f(16);
+  for (uint64_t h = 1; h <= 5; ++h)
+    f.put(h);
+  REQUIRE(f.index->reserve(chunk_key{99, 0}, 64, t0).status == reserve_status::reserved);
+  REQUIRE(f.index->lock(chunk_key{3, 0}, 1, t0));
+  std::vector<uint64_t> seen;
+  std::vector<bool> locked;
+  size_t pos = 0;
+  int pages = 0;
+  do {
+    size_t n = 0;
+    pos = f.index->scan(pos, SIZE_MAX, [&](chunk_key k, const entry_info& e) {
+      seen.push_back(k.hash);
+      locked.push_back(e.readers > 0);
+      CHECK(e.bytes == 64);
+      return ++n < 2; // pages of two
+    });
+    ++pages;
+  } while (pos != SIZE_MAX && pages < 10);
+  std::sort(seen.begin(), seen.end());
+  CHECK(seen == std::vector<uint64_t>{1, 2, 3, 4, 5});
+  CHECK(std::count(locked.begin(), locked.end(), true) == 1);
+  CHECK(pages == 3);
+  // The budget bounds the entries looked at, matching or not.
+  size_t visited = 0;
+  auto next = f.index->scan(0, 2, [&](chunk_key, const entry_info&) { return ++visited, true; });
+  CHECK(next == 2);
+  CHECK(visited <= 2);
 }

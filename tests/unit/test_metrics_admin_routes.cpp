@@ -100,8 +100,7 @@ TEST_CASE("unknown paths 404, wrong methods 405, what kvsidecar lacks 501 with a
   CHECK(answer("POST", "/quota/t/x").status == 404);
   CHECK(answer("PATCH", "/quota/t").status == 405);
   for (auto p : {"/reconfigure/dax/l1/status", "/run_script", "/threads", "/periodic-threads",
-                 "/periodic-threads-health", "/env", "/loglevel", "/metrics/reset",
-                 "/cache/objects", "/cache/checksums"}) {
+                 "/periodic-threads-health", "/env", "/loglevel", "/metrics/reset"}) {
     auto a = answer(std::string_view{p} == "/run_script" ? "POST" : "GET", p);
     CHECK_MESSAGE(a.status == 501, p);
     CHECK(a.body.find("\"error\"") != std::string::npos);
@@ -146,7 +145,102 @@ TEST_CASE("prefetches: LMCache's PrefetchRequest, validated; status by request i
   CHECK(dir.body.find("only 'l2'->'l1'") != std::string::npos);
 }
 
+admin_call list(std::string_view query) {
+  auto r = route_admin("GET", "/cache/objects", query, {}, {}, loopback);
+  auto* c = std::get_if<admin_call>(&r);
+  REQUIRE_MESSAGE(c, std::get<http_answer>(r).body);
+  return *c;
+}
+
+int list_status(std::string_view query) {
+  auto r = route_admin("GET", "/cache/objects", query, {}, {}, loopback);
+  auto* a = std::get_if<http_answer>(&r);
+  REQUIRE_MESSAGE(a, query);
+  return a->status;
+}
+
+TEST_CASE("GET /cache/objects: LMCache's query, paged and bounded, L1 only") {
+  auto d = list("");
+  CHECK(d.op == admin_op::objects_list);
+  CHECK(d.page_size == objects_default_page);
+  CHECK(d.cursor == 0);
+  CHECK(!d.by_model);
+  CHECK(!d.by_salt);
+  auto q = list("tier=l1&model_name=org%2Fm&cache_salt=_default&page_size=1000&page_token=42");
+  CHECK(q.page_size == 1000);
+  CHECK(q.cursor == 42);
+  CHECK(q.by_model);
+  CHECK(q.model == "org/m");
+  CHECK(q.by_salt);
+  CHECK(q.salt.empty()); // "_default" is the empty salt
+  CHECK(list("limit=7&cursor=9").page_size == 7); // aliases
+  CHECK(list("cache_salt=t%2Da&").salt == "t-a");
+  for (auto bad : {"page_size=0", "page_size=1001", "page_size=-1", "page_size=1e3",
+                   "limit=", "tier=l3", "model_name=", "x=1"})
+    CHECK_MESSAGE(list_status(bad) == 422, bad);
+  for (auto bad : {"tier=l2", "tier=all", "adapter=fs", "page_token=abc",
+                   "page_token=99999999999999999999", "cache_salt=a%40b", "cache_salt=%4"})
+    CHECK_MESSAGE(list_status(bad) == 400, bad);
+  CHECK(answer("POST", "/cache/objects", "{}").status == 405);
+}
+
+TEST_CASE("DELETE /cache/objects: by model_name and/or cache_salt, tier l1, validated") {
+  auto d = call("DELETE", "/cache/objects", R"({"cache_salt": "t", "tier": "l1"})");
+  CHECK(d.op == admin_op::objects_delete);
+  CHECK(d.by_salt);
+  CHECK(!d.by_model);
+  CHECK(d.salt == "t");
+  auto m = call("DELETE", "/cache/objects",
+                R"({"model_name": "m", "cache_salt": "", "tier": "l1", "force": false})");
+  CHECK(m.by_model);
+  CHECK(m.model == "m");
+  CHECK(m.by_salt);
+  CHECK(m.salt.empty());
+  for (auto [body, status] : std::initializer_list<std::pair<const char*, int>>{
+         {R"({"tier": "l1"})", 400},                        // no filter: not a clear
+         {R"({"cache_salt": "t"})", 400},                   // tier unsaid (LMCache: l2)
+         {R"({"cache_salt": "t", "tier": "l2"})", 400},
+         {R"({"cache_salt": "t", "tier": "x"})", 422},
+         {R"({"cache_salt": "a@b", "tier": "l1"})", 400},
+         {R"({"cache_salt": 1, "tier": "l1"})", 422},
+         {R"({"model_name": "", "tier": "l1"})", 422},
+         {R"({"cache_salt": "t", "tier": "l1", "force": true})", 501},
+         {R"({"cache_salt": "t", "tier": "l1", "force": 1})", 422},
+         {R"({"cache_salt": "t", "tier": "l1", "adapter": "fs"})", 400},
+         {R"({"cache_salt": "t", "tier": "l1", "what": 1})", 422},
+         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "m", "kv_rank": 0}]})", 501},
+         {"not json", 400}})
+    CHECK_MESSAGE(answer("DELETE", "/cache/objects", body).status == status, body);
+  // It changes state: off loopback it needs the token.
+  CHECK(answer("DELETE", "/cache/objects", R"({"cache_salt": "t", "tier": "l1"})", exposed)
+          .status == 401);
+}
+
+TEST_CASE("POST /cache/checksums: chunks by token ids; GPU block ids answered 501") {
+  auto c = call("POST", "/cache/checksums",
+                R"({"model_name": "m", "world_size": 2, "token_ids": [1, 2], "cache_salt": "t",
+                    "kv_rank": 1})");
+  CHECK(c.op == admin_op::checksums);
+  CHECK(c.world_size == 2);
+  CHECK(c.kv_rank == 1);
+  CHECK(c.salt == "t");
+  CHECK(c.tokens == std::vector<int64_t>{1, 2});
+  CHECK(call("POST", "/cache/checksums", R"({"model_name": "m", "world_size": 1,
+                                             "token_ids": []})").kv_rank == 0);
+  auto gpu = answer("POST", "/cache/checksums", R"({"block_ids": [1, 2], "chunk_size": 16})");
+  CHECK(gpu.status == 501);
+  CHECK(gpu.body.find("token_ids") != std::string::npos);
+  for (auto bad : {R"({"model_name": "m", "world_size": 2, "token_ids": [1], "kv_rank": 2})",
+                   R"({"model_name": "m", "world_size": 1, "token_ids": [1], "kv_rank": -1})",
+                   R"({"model_name": "m", "world_size": 1, "token_ids": [1], "kv_rank": 0.5})",
+                   R"({"model_name": "m", "world_size": 1, "token_ids": [1], "y": 0})",
+                   R"({"world_size": 1, "token_ids": [1]})"})
+    CHECK_MESSAGE(answer("POST", "/cache/checksums", bad).status == 422, bad);
+  CHECK(answer("GET", "/cache/checksums").status == 405);
+}
+
 TEST_CASE("off loopback, state changes need the bearer token; reads stay open") {
+  CHECK(call("GET", "/cache/objects", {}, exposed).op == admin_op::objects_list);
   CHECK(call("GET", "/status", {}, exposed).op == admin_op::status);
   CHECK(call("GET", "/quota/t", {}, exposed).op == admin_op::quota_get);
   auto none = answer("POST", "/cache/clear", {}, exposed);
