@@ -48,11 +48,25 @@ void list_objects(store_self self, const store_admin& q, store_admin_reply& out)
 void delete_objects(store_self self, const store_admin& q, store_admin_reply& out) {
   auto& st = self->state;
   std::vector<chunk_key> match;
-  st.index->scan(0, SIZE_MAX, [&](chunk_key k, const entry_info&) {
-    if (matches(st, q, k))
-      match.push_back(k);
-    return true;
-  });
+  if (q.by_keys) {
+    // LMCache's keys: the chunk must be the one named, model and salt
+    // included (a model this store no longer knows for the hash is taken
+    // as named).
+    for (auto& n : q.named) {
+      auto e = st.index->find(n.key);
+      if (!e || e->state != entry_state::committed || salt_of(st, n.key) != n.salt)
+        continue;
+      auto model = model_of(st, n.key.hash);
+      if (model.empty() || model == n.model)
+        match.push_back(n.key);
+    }
+  } else {
+    st.index->scan(0, SIZE_MAX, [&](chunk_key k, const entry_info&) {
+      if (matches(st, q, k))
+        match.push_back(k);
+      return true;
+    });
+  }
   std::vector<chunk_key> gone;
   for (auto& k : match) {
     if (st.index->erase(k))
@@ -63,10 +77,14 @@ void delete_objects(store_self self, const store_admin& q, store_admin_reply& ou
   announce_evicted(self, gone); // BlockRemoved, records, quota accounting
   out.removed = gone.size();
   out.ok = true;
-  KVS_INFO(st.label, "delete (HTTP control plane, model {} salt {}): {} chunks dropped, {} locked",
-           q.by_model ? "\"" + q.model + "\"" : std::string{"any"},
-           q.by_salt ? "\"" + std::string{cache_salt_name(q.salt)} + "\"" : std::string{"any"},
-           out.removed, out.locked);
+  if (q.by_keys)
+    KVS_INFO(st.label, "delete (HTTP control plane, {} keys): {} chunks dropped, {} locked",
+             q.named.size(), out.removed, out.locked);
+  else
+    KVS_INFO(st.label, "delete (HTTP control plane, model {} salt {}): {} chunks dropped, {} locked",
+             q.by_model ? "\"" + q.model + "\"" : std::string{"any"},
+             q.by_salt ? "\"" + std::string{cache_salt_name(q.salt)} + "\"" : std::string{"any"},
+             out.removed, out.locked);
 }
 
 void lock_chunks(store_self self, const store_admin& q, store_admin_reply& out) {

@@ -363,17 +363,25 @@ http_answer admin_api::objects_list(const admin_call& c) {
 }
 
 http_answer admin_api::objects_delete(const admin_call& c) {
-  auto a = ask(filter_of(c, store_admin::op::delete_objects));
+  auto q = filter_of(c, store_admin::op::delete_objects);
+  q.by_keys = c.by_keys;
+  for (auto& k : c.keys) {
+    stored_object n;
+    n.key = chunk_key{k.hash, k.rank};
+    n.model = k.model;
+    n.salt = k.salt;
+    q.named.push_back(std::move(n));
+  }
+  auto a = ask(std::move(q));
   if (auto* e = std::get_if<http_answer>(&a))
     return *e;
   auto& r = std::get<store_admin_reply>(a);
   json_writer w;
-  // LMCache's answer ("skipped": the locked ones), and the tier it was.
+  // LMCache's answer ("skipped": the locked ones).
   w.begin_object()
     .integer("deleted", r.removed)
     .integer("skipped", r.locked)
     .boolean("ok", true)
-    .str("tier", "l1")
     .end_object();
   return json(w);
 }

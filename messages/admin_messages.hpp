@@ -14,6 +14,17 @@
 
 namespace kvs {
 
+/// One L1 chunk as GET /cache/objects shows it (and as lock_chunks hands it).
+struct stored_object {
+  chunk_key key;
+  uint64_t bytes = 0;
+  std::string model; ///< "" when not known (the rank-0 chunk of its hash left L1)
+  std::string salt;
+  bool locked = false;
+  bool found = false;            ///< lock_chunks: the chunk is in L1 and now read-locked
+  const std::byte* data = nullptr; ///< lock_chunks: its bytes, valid while locked
+};
+
 struct store_admin {
   enum class op : uint8_t {
     status,       ///< L1 figures for /status
@@ -35,20 +46,12 @@ struct store_admin {
   std::string model; ///< with by_model (`salt` above with by_salt)
   uint64_t cursor = 0;
   uint32_t limit = 0;
+  /// delete_objects by key (LMCache's body): key, model and salt of each.
+  bool by_keys = false;
+  std::vector<stored_object> named;
   /// lock_chunks: the chunks asked for; unlock_chunks: their locks.
   std::vector<chunk_key> keys;
   std::vector<lock_token> tokens;
-};
-
-/// One L1 chunk as GET /cache/objects shows it (and as lock_chunks hands it).
-struct stored_object {
-  chunk_key key;
-  uint64_t bytes = 0;
-  std::string model; ///< "" when not known (the rank-0 chunk of its hash left L1)
-  std::string salt;
-  bool locked = false;
-  bool found = false;            ///< lock_chunks: the chunk is in L1 and now read-locked
-  const std::byte* data = nullptr; ///< lock_chunks: its bytes, valid while locked
 };
 
 struct store_admin_reply {

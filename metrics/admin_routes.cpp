@@ -273,20 +273,73 @@ admin_route route_objects_list(std::string_view query) {
   return c;
 }
 
-/// DELETE /cache/objects by filter: {"model_name"?, "cache_salt"?, "tier":
-/// "l1", "force": false}. LMCache's own body lists keys instead.
+/// One EncodedObjectKey: chunk_hash_hex, model_name, kv_rank,
+/// object_group_id (0), cache_salt ("").
+std::optional<http_answer> object_key(const json_object& o, size_t at, admin_object_key& k) {
+  auto where = "keys[" + std::to_string(at) + "]: ";
+  for (auto& [name, v] : o.members)
+    if (name != "chunk_hash_hex" && name != "model_name" && name != "kv_rank"
+        && name != "object_group_id" && name != "cache_salt")
+      return admin_error(422, where + "unknown field \"" + name.substr(0, 64) + "\"");
+  auto h = o.get("chunk_hash_hex");
+  if (!h || h->k != json_value::kind::string || h->s.empty() || h->s.size() > 16
+      || h->s.size() % 2 != 0 || h->s.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+    return admin_error(400, where + "chunk_hash_hex must be 2 to 16 hex digits, an even "
+                                    "count (kvsidecar's chunk hashes are 64-bit)");
+  k.hash = std::stoull(h->s, nullptr, 16);
+  auto m = o.get("model_name");
+  if (!m || m->k != json_value::kind::string || m->s.empty() || m->s.size() > 1024)
+    return admin_error(422, where + "model_name must be a non-empty string of at most 1024 bytes");
+  if (m->s.find('@') != std::string::npos)
+    return admin_error(400, where + "model_name must not contain '@'");
+  k.model = m->s;
+  auto r = o.get("kv_rank");
+  if (!r || r->k != json_value::kind::number || r->n != static_cast<double>(
+                                                  static_cast<int64_t>(r->n))
+      || r->n < 0 || r->n > 2147483647.0)
+    return admin_error(422, where + "kv_rank must be a non-negative integer");
+  k.rank = static_cast<int32_t>(r->n);
+  if (auto g = o.get("object_group_id"))
+    if (g->k != json_value::kind::number || g->n != 0)
+      return admin_error(400, where + "object_group_id must be 0: kvsidecar keeps one object "
+                                      "group per chunk key");
+  if (auto s = o.get("cache_salt")) {
+    if (s->k != json_value::kind::string)
+      return admin_error(422, where + "cache_salt must be a string");
+    if (auto why = check_cache_salt(s->s))
+      return admin_error(400, where + why);
+    k.salt = s->s;
+  }
+  return std::nullopt;
+}
+
+/// DELETE /cache/objects: LMCache's body ({"keys": [EncodedObjectKey...],
+/// "tier", "force", "adapter"}) or kvsidecar's filter ({"model_name"?,
+/// "cache_salt"?}) instead of the keys; "tier": "l1" either way.
 admin_route route_objects_delete(std::string_view body) {
   auto o = parse_json_object(body);
-  if (!o.error.empty()) {
-    if (body.find("\"keys\"") != std::string_view::npos)
-      return admin_error(501, "a key-addressed delete (\"keys\": [...]) is not supported by "
-                              "kvsidecar yet: delete by {\"model_name\", \"cache_salt\"}");
+  if (!o.error.empty())
     return bad_body(o.error);
-  }
-  if (auto bad = unknown_field(o, {"model_name", "cache_salt", "tier", "force", "adapter"}))
+  if (auto bad = unknown_field(o, {"keys", "model_name", "cache_salt", "tier", "force",
+                                   "adapter"}))
     return *bad;
   admin_call c;
   c.op = admin_op::objects_delete;
+  if (auto ks = o.get("keys")) {
+    if (o.get("model_name") || o.get("cache_salt"))
+      return admin_error(422, "send either \"keys\" or a model_name/cache_salt filter");
+    if (ks->k == json_value::kind::int_array && !ks->ints.empty())
+      return admin_error(422, "keys must be a list of {\"chunk_hash_hex\", \"model_name\", "
+                              "\"kv_rank\", \"cache_salt\"} objects");
+    if (ks->k != json_value::kind::object_array && ks->k != json_value::kind::int_array)
+      return admin_error(422, "keys must be a list of objects");
+    c.by_keys = true;
+    for (size_t i = 0; i < ks->objects.size(); ++i) {
+      c.keys.emplace_back();
+      if (auto bad = object_key(ks->objects[i], i, c.keys.back()))
+        return *bad;
+    }
+  }
   if (auto m = o.get("model_name")) {
     if (m->k != json_value::kind::string || m->s.empty() || m->s.size() > 1024)
       return admin_error(422, "model_name must be a non-empty string of at most 1024 bytes");
@@ -301,9 +354,9 @@ admin_route route_objects_delete(std::string_view body) {
     c.by_salt = true;
     c.salt = std::string{cache_salt_from_name(s->s)};
   }
-  if (!c.by_model && !c.by_salt)
-    return admin_error(400, "name what to delete: \"model_name\" and/or \"cache_salt\" "
-                            "(POST /cache/clear drops everything)");
+  if (!c.by_keys && !c.by_model && !c.by_salt)
+    return admin_error(400, "name what to delete: \"keys\", or \"model_name\" and/or "
+                            "\"cache_salt\" (POST /cache/clear drops everything)");
   if (auto t = o.get("tier")) {
     if (t->k != json_value::kind::string
         || (t->s != "l1" && t->s != "l2" && t->s != "all"))

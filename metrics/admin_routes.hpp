@@ -59,6 +59,14 @@ enum class admin_op {
 inline constexpr uint32_t objects_default_page = 100;
 inline constexpr uint32_t objects_max_page = 1000;
 
+/// One of LMCache's EncodedObjectKeys (DELETE /cache/objects' "keys").
+struct admin_object_key {
+  uint64_t hash = 0;  ///< chunk_hash_hex: kvsidecar's 64-bit chunk hashes
+  int32_t rank = 0;   ///< kv_rank
+  std::string model;  ///< model_name
+  std::string salt;   ///< cache_salt
+};
+
 struct admin_call {
   admin_op op = admin_op::root;
   std::string path; ///< as requested (version: which of the three)
@@ -77,6 +85,9 @@ struct admin_call {
   uint32_t page_size = objects_default_page; ///< objects_list
   uint64_t cursor = 0;                       ///< objects_list: page_token
   int64_t kv_rank = 0;                       ///< checksums: whose chunks
+  /// objects_delete by key (LMCache's body) instead of by filter.
+  bool by_keys = false;
+  std::vector<admin_object_key> keys;
 };
 
 struct admin_policy {

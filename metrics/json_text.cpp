@@ -182,7 +182,52 @@ struct cursor {
     return true;
   }
 
-  bool value(json_value& v) {
+  /// [{...}, {...}]: flat objects (a list of keys), at most json_max_objects.
+  bool object_array(std::vector<json_object>& out) {
+    ++i; // '['
+    for (;;) {
+      if (out.size() >= json_max_objects)
+        return fail("more than " + std::to_string(json_max_objects) + " objects in an array");
+      out.emplace_back();
+      if (!object(out.back(), 1))
+        return false;
+      if (eat(','))
+        continue;
+      if (eat(']'))
+        return true;
+      return fail("expected ',' or ']'");
+    }
+  }
+
+  /// One object; `depth` 1 inside an array (where arrays are refused).
+  bool object(json_object& o, int depth) {
+    if (!eat('{'))
+      return fail("expected a JSON object");
+    if (eat('}'))
+      return true;
+    for (;;) {
+      std::string name;
+      json_value v;
+      if (!string(name))
+        return false;
+      if (!eat(':'))
+        return fail("expected ':'");
+      if (!value(v, depth))
+        return false;
+      if (o.members.count(name))
+        return fail("member \"" + name.substr(0, 64) + "\" given twice");
+      if (o.members.size() >= json_max_members)
+        return fail("more than " + std::to_string(json_max_members) + " members");
+      o.members.emplace(std::move(name), std::move(v));
+      if (eat(','))
+        continue;
+      if (eat('}'))
+        return true;
+      return fail("expected ',' or '}'");
+    }
+  }
+
+  bool value(json_value& v, int depth) {
     skip_ws();
     if (i >= t.size())
       return fail("expected a value");
@@ -194,6 +239,15 @@ struct cursor {
     if (c == '{')
       return fail("nested objects are not accepted");
     if (c == '[') {
+      if (depth > 0)
+        return fail("arrays inside an array's objects are not accepted");
+      size_t at = i + 1;
+      while (at < t.size() && (t[at] == ' ' || t[at] == '\t' || t[at] == '\r' || t[at] == '\n'))
+        ++at;
+      if (at < t.size() && t[at] == '{') {
+        v.k = json_value::kind::object_array;
+        return object_array(v.objects);
+      }
       v.k = json_value::kind::int_array;
       return int_array(v.ints);
     }
@@ -226,39 +280,8 @@ json_object parse_json_object(std::string_view text) {
       o.members.clear();
     return std::move(o);
   };
-  if (!c.eat('{')) {
-    c.fail("expected a JSON object");
+  if (!c.object(o, 0))
     return done();
-  }
-  if (!c.eat('}')) {
-    for (;;) {
-      std::string name;
-      json_value v;
-      if (!c.string(name))
-        return done();
-      if (!c.eat(':')) {
-        c.fail("expected ':'");
-        return done();
-      }
-      if (!c.value(v))
-        return done();
-      if (o.members.count(name)) {
-        c.fail("member \"" + name.substr(0, 64) + "\" given twice");
-        return done();
-      }
-      if (o.members.size() >= json_max_members) {
-        c.fail("more than " + std::to_string(json_max_members) + " members");
-        return done();
-      }
-      o.members.emplace(std::move(name), std::move(v));
-      if (c.eat(','))
-        continue;
-      if (c.eat('}'))
-        break;
-      c.fail("expected ',' or '}'");
-      return done();
-    }
-  }
   c.skip_ws();
   if (c.i != text.size())
     c.fail("bytes after the object");

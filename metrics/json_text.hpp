@@ -1,11 +1,14 @@
 // json_text: the small JSON the HTTP API reads and writes.
 //
 // Reading: LMCache's request bodies are flat objects ({"tier": "l1",
-// "force": false}, {"limit_gb": 1.5}, {"token_ids": [1, 2, ...]});
+// "force": false}, {"limit_gb": 1.5}, {"token_ids": [1, 2, ...]}, and
+// DELETE /cache/objects' {"keys": [{"chunk_hash_hex": ..., ...}, ...]});
 // parse_json_object reads exactly that -- an object of strings, numbers,
-// booleans, nulls and arrays of integers, at most json_max_members members
-// -- and refuses anything else (nesting, other arrays, trailing bytes, bad
-// escapes) naming what and where. Pure; fuzzed
+// booleans, nulls, arrays of integers and arrays of such flat objects
+// (one level: no arrays inside them), at most json_max_members members an
+// object and json_max_objects objects an array -- and refuses anything else
+// (deeper nesting, other arrays, trailing bytes, bad escapes) naming what
+// and where. Pure; fuzzed
 // (tests/fuzz/fuzz_http_admin).
 //
 // Writing: json_writer appends members to an object or array with the
@@ -23,13 +26,17 @@
 namespace kvs {
 
 inline constexpr size_t json_max_members = 64;
+inline constexpr size_t json_max_objects = 1024;
+
+struct json_object;
 
 struct json_value {
-  enum class kind { null, boolean, number, string, int_array } k = kind::null;
+  enum class kind { null, boolean, number, string, int_array, object_array } k = kind::null;
   bool b = false;
   double n = 0;
   std::string s;
   std::vector<int64_t> ints; ///< int_array: integers in [-2^53, 2^53]
+  std::vector<json_object> objects; ///< object_array: flat objects
 };
 
 struct json_object {

@@ -37,6 +37,9 @@ void check_route(std::string_view method, std::string_view path, std::string_vie
   auto& c = std::get<kvs::admin_call>(r);
   if (kvs::check_cache_salt(c.salt) != nullptr)
     __builtin_trap();
+  for (auto& k : c.keys)
+    if (kvs::check_cache_salt(k.salt) != nullptr || k.rank < 0)
+      __builtin_trap();
   if (!p.loopback && method != "GET" && method != "HEAD" && auth != "Bearer 0123456789abcdef")
     __builtin_trap(); // a state change without the token
   if (c.op == kvs::admin_op::cache_clear && (c.tier != "l1" || c.force))
@@ -44,7 +47,7 @@ void check_route(std::string_view method, std::string_view path, std::string_vie
   if (c.op == kvs::admin_op::objects_list
       && (c.page_size < 1 || c.page_size > kvs::objects_max_page))
     __builtin_trap(); // a page is always bounded
-  if (c.op == kvs::admin_op::objects_delete && !c.by_model && !c.by_salt)
+  if (c.op == kvs::admin_op::objects_delete && !c.by_keys && !c.by_model && !c.by_salt)
     __builtin_trap(); // a delete always names what (a clear is another call)
   if (c.op == kvs::admin_op::checksums && (c.kv_rank < 0 || c.kv_rank >= c.world_size))
     __builtin_trap();

@@ -216,6 +216,40 @@ DIFFERENT_BY_DESIGN = {
 }
 
 
+def test_cache_objects_calls_answer_as_on_lmcache_server(lmcache_server, tmp_path):
+    """The /cache/objects and /cache/checksums calls whose answers compare:
+    a key-addressed L1 delete (LMCache's body) answers the same on both; the
+    rest differ by design (README), and both sides' statuses are pinned here
+    so a change on either shows."""
+    sc = Sidecar(tmp_path, {"events.enabled": False, "cache.l1_size": "64MiB",
+                            "gpu.backend": "host",
+                            "cache.endpoint": f"tcp://127.0.0.1:{free_port_range(1)}"}).start()
+    theirs_port = int(lmcache_server.rsplit(":", 1)[1])
+    try:
+        key = {"chunk_hash_hex": "00000000000000ff", "model_name": MODEL, "kv_rank": 0,
+               "object_group_id": 0, "cache_salt": "tenant-a"}
+        for body in ({"keys": [key], "tier": "l1"}, {"keys": [], "tier": "l1"},
+                     {"keys": [key], "tier": "l1", "force": False}):
+            theirs = request(theirs_port, "DELETE", "/cache/objects", body)
+            ours = request(sc.http_port, "DELETE", "/cache/objects", body)
+            assert theirs == ours == (200, {"deleted": 0, "skipped": 0, "ok": True}), \
+                (body, theirs, ours)
+        # Listing: LMCache lists L2 adapters only (none configured: 503, tier
+        # l1: 400); kvsidecar lists L1 (200) and refuses l2 (400).
+        assert request(theirs_port, "GET", "/cache/objects")[0] == 503
+        assert request(theirs_port, "GET", "/cache/objects?tier=l1")[0] == 400
+        assert request(sc.http_port, "GET", "/cache/objects") \
+            == (200, {"adapter": "l1", "shared": False, "entries": [], "next_page_token": None})
+        assert request(sc.http_port, "GET", "/cache/objects?tier=l2")[0] == 400
+        # Checksums by GPU block ids: LMCache needs a registered GPU context
+        # (404 without), kvsidecar never reads GPU blocks (501).
+        blocks = {"block_ids": [0, 1], "chunk_size": 16}
+        assert request(theirs_port, "POST", "/cache/checksums", blocks)[0] == 404
+        assert request(sc.http_port, "POST", "/cache/checksums", blocks)[0] == 501
+    finally:
+        sc.stop()
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_cli_sees_the_same_as_on_lmcache_server(release, lmcache_server, tmp_path):
     sc = Sidecar(tmp_path, {"events.enabled": False, "cache.l1_size": "64MiB",
@@ -513,7 +547,7 @@ def test_objects_listed_deleted_by_salt_and_checksummed(lmc, cache_server, kv_po
         # Delete by salt: exactly tenant-a's chunks go, announced.
         st, js = request(port, "DELETE", "/cache/objects", {"cache_salt": "tenant-a",
                                                             "tier": "l1"})
-        assert (st, js) == (200, {"deleted": 3, "skipped": 0, "ok": True, "tier": "l1"})
+        assert (st, js) == (200, {"deleted": 3, "skipped": 0, "ok": True})
         removed = srv.events(3, kind=vs.BlockRemoved)
         assert {u64(e.block_hashes[0]) for e in removed} == hashes_a
         srv.assert_no_events()
@@ -526,10 +560,21 @@ def test_objects_listed_deleted_by_salt_and_checksummed(lmc, cache_server, kv_po
         assert eng.client.wait_prefetch_status("held", 30.0).result(timeout=5) == 2
         assert all(e["locked"] for e in list_all(port)[0])
         assert request(port, "DELETE", "/cache/objects", {"cache_salt": "", "tier": "l1"}) \
-            == (200, {"deleted": 0, "skipped": 2, "ok": True, "tier": "l1"})
+            == (200, {"deleted": 0, "skipped": 2, "ok": True})
         assert eng.client.free_lookup_locks(k, 1).result(timeout=5) is None
         assert eng.client.end_session("held").result(timeout=5) is None
         assert eng.hits(b_toks, "") == 2
+        # LMCache's own body: the keys as listed. One of salt b's goes; a key
+        # naming the wrong salt or model matches nothing.
+        listed = [e["key"] for e in list_all(port)[0]]
+        wrong = [dict(listed[1], cache_salt="tenant-a"), dict(listed[1], model_name="x/y")]
+        assert request(port, "DELETE", "/cache/objects", {"keys": wrong, "tier": "l1"}) \
+            == (200, {"deleted": 0, "skipped": 0, "ok": True})
+        assert request(port, "DELETE", "/cache/objects", {"keys": listed[:1], "tier": "l1"}) \
+            == (200, {"deleted": 1, "skipped": 0, "ok": True})
+        gone = srv.events(1, kind=vs.BlockRemoved)
+        assert [u64(e.block_hashes[0]) for e in gone] == [int(listed[0]["chunk_hash_hex"], 16)]
+        assert [e["key"] for e in list_all(port)[0]] == listed[1:]
         # Nothing left to match: nothing deleted; a filter is required.
         assert request(port, "DELETE", "/cache/objects",
                        {"cache_salt": "tenant-a", "tier": "l1"})[1]["deleted"] == 0

@@ -208,9 +208,45 @@ TEST_CASE("DELETE /cache/objects: by model_name and/or cache_salt, tier l1, vali
          {R"({"cache_salt": "t", "tier": "l1", "force": 1})", 422},
          {R"({"cache_salt": "t", "tier": "l1", "adapter": "fs"})", 400},
          {R"({"cache_salt": "t", "tier": "l1", "what": 1})", 422},
-         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "m", "kv_rank": 0}]})", 501},
+         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "m", "kv_rank": 0}]})", 400},
+         {R"({"keys": [{"chunk_hash_hex": "abc", "model_name": "m", "kv_rank": 0}],
+              "tier": "l1"})", 400},
+         {R"({"keys": [{"chunk_hash_hex": "00112233445566778899", "model_name": "m",
+              "kv_rank": 0}], "tier": "l1"})", 400},
+         {R"({"keys": [{"chunk_hash_hex": "zz", "model_name": "m", "kv_rank": 0}],
+              "tier": "l1"})", 400},
+         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "a@b", "kv_rank": 0}],
+              "tier": "l1"})", 400},
+         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "m", "kv_rank": -1}],
+              "tier": "l1"})", 422},
+         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "m", "kv_rank": 0,
+              "cache_salt": "a/b"}], "tier": "l1"})", 400},
+         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "m", "kv_rank": 0,
+              "object_group_id": 1}], "tier": "l1"})", 400},
+         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "m", "kv_rank": 0, "x": 1}],
+              "tier": "l1"})", 422},
+         {R"({"keys": [1, 2], "tier": "l1"})", 422},
+         {R"({"keys": "ab", "tier": "l1"})", 422},
+         {R"({"keys": [], "cache_salt": "t", "tier": "l1"})", 422},
          {"not json", 400}})
     CHECK_MESSAGE(answer("DELETE", "/cache/objects", body).status == status, body);
+  // LMCache's own body: a list of EncodedObjectKeys.
+  auto k = call("DELETE", "/cache/objects",
+                R"({"keys": [{"chunk_hash_hex": "00000000000000ff", "model_name": "org/m",
+                              "kv_rank": 3, "object_group_id": 0, "cache_salt": "t"},
+                             {"chunk_hash_hex": "AB", "model_name": "m", "kv_rank": 0}],
+                    "tier": "l1", "force": false})");
+  CHECK(k.by_keys);
+  REQUIRE(k.keys.size() == 2);
+  CHECK(k.keys[0].hash == 255);
+  CHECK(k.keys[0].rank == 3);
+  CHECK(k.keys[0].model == "org/m");
+  CHECK(k.keys[0].salt == "t");
+  CHECK(k.keys[1].hash == 0xab);
+  CHECK(k.keys[1].salt.empty());
+  auto none = call("DELETE", "/cache/objects", R"({"keys": [], "tier": "l1"})");
+  CHECK(none.by_keys);
+  CHECK(none.keys.empty());
   // It changes state: off loopback it needs the token.
   CHECK(answer("DELETE", "/cache/objects", R"({"cache_salt": "t", "tier": "l1"})", exposed)
           .status == 401);
@@ -288,6 +324,26 @@ TEST_CASE("parse_json_object reads flat objects and names what is wrong") {
     many += (i ? "," : "") + std::string{"\"k"} + std::to_string(i) + "\":1";
   many += "}";
   CHECK(parse_json_object(many).error.find("members") != std::string::npos);
+}
+
+TEST_CASE("parse_json_object reads arrays of flat objects, one level deep") {
+  auto o = parse_json_object(R"({"keys": [ {"h": "ab", "r": 1}, {"h": "cd"} ], "t": "l1"})");
+  REQUIRE_MESSAGE(o.error.empty(), o.error);
+  auto* k = o.get("keys");
+  REQUIRE(k->k == json_value::kind::object_array);
+  REQUIRE(k->objects.size() == 2);
+  CHECK(k->objects[0].get("h")->s == "ab");
+  CHECK(k->objects[0].get("r")->n == 1);
+  CHECK(k->objects[1].members.size() == 1);
+  for (auto bad : {R"({"k": [{"a": [1]}]})", R"({"k": [{"a": {}}]})", R"({"k": [{}, 1]})",
+                   R"({"k": [{"a": 1},]})", R"({"k": [{"a": 1, "a": 2}]})", R"({"k": [{]})",
+                   R"({"k": [{"a": [{"b": 1}]}]})"})
+    CHECK_MESSAGE(!parse_json_object(bad).error.empty(), bad);
+  std::string many = R"({"k": [)";
+  for (size_t i = 0; i <= json_max_objects; ++i)
+    many += i ? ",{}" : "{}";
+  many += "]}";
+  CHECK(parse_json_object(many).error.find("objects in an array") != std::string::npos);
 }
 
 TEST_CASE("json_writer escapes and keeps floats floats") {
