@@ -472,7 +472,7 @@ size_t chunk_index::scan(size_t from, size_t budget,
     if (e.at != where::lru && e.at != where::locked)
       continue;
     if (!visit(chunk_key{e.hash, e.rank}, info(e)))
-      return i + 1;
+      return i + 1 < entries_.size() ? i + 1 : SIZE_MAX;
   }
   return i >= entries_.size() ? SIZE_MAX : i;
 }
