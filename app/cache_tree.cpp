@@ -1,14 +1,14 @@
 #include "app/cache_tree.hpp"
 
-#include "actors/engine_bridge.hpp"
-#include "actors/grpc_bridge.hpp"
-#include "actors/gpu_transfer.hpp"
-#include "actors/l1_prefault.hpp"
-#include "actors/l2_tier.hpp"
-#include "actors/registry.hpp"
-#include "actors/session_router.hpp"
-#include "actors/store.hpp"
-#include "actors/store_l2.hpp"
+#include "actors/cache/engine_bridge.hpp"
+#include "actors/cache/grpc_bridge.hpp"
+#include "actors/cache/gpu_transfer.hpp"
+#include "actors/cache/l1_prefault.hpp"
+#include "actors/cache/l2_tier.hpp"
+#include "actors/cache/registry.hpp"
+#include "actors/cache/session_router.hpp"
+#include "actors/cache/store.hpp"
+#include "actors/cache/store_l2.hpp"
 #include "log/log.hpp"
 
 #include <caf/actor_cast.hpp>

@@ -191,7 +191,7 @@ struct store_finish {
   /// A multi-group (hybrid-KV) instance's chunk, of any group: written to
   /// L2 under its group's key in its group's format (a one-plane group too),
   /// as the model's lookups fetch every group's chunks back
-  /// (actors/store_l2.hpp); only group 0's are announced.
+  /// (actors/cache/store_l2.hpp); only group 0's are announced.
   bool grouped = false;
 };
 

@@ -1,4 +1,4 @@
-// Messages between the store and the L2 actor (actors/l2_tier.hpp).
+// Messages between the store and the L2 actor (actors/cache/l2_tier.hpp).
 #pragma once
 
 #include <cstdint>

@@ -7,10 +7,10 @@
 #pragma once
 
 #include "actors/caf_error.hpp"
-#include "actors/gpu_transfer.hpp"
-#include "actors/registry.hpp"
-#include "actors/session_router.hpp"
-#include "actors/store.hpp"
+#include "actors/cache/gpu_transfer.hpp"
+#include "actors/cache/registry.hpp"
+#include "actors/cache/session_router.hpp"
+#include "actors/cache/store.hpp"
 #include "config/config.hpp"
 #include "gpu/transfer_backend.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
