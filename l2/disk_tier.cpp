@@ -1,4 +1,5 @@
 #include "l2/disk_tier.hpp"
+#include "l2/file_io.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,38 +23,6 @@ constexpr const char* k_tmp_suffix = ".tmp";
 bool ends_with(const std::string& s, const char* suffix) {
   size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-/// mkdir -p.
-status make_dirs(const std::string& path) {
-  std::string cur;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || (path[i] == '/' && i > 0)) {
-      cur = path.substr(0, i);
-      if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-        return make_error("io", "cannot create directory " + cur + ": " + std::strerror(errno));
-    }
-  }
-  struct stat sb;
-  if (::stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return make_error("io", path + " is not a directory");
-  return {};
-}
-
-/// Reads exactly n bytes at offset; false on error or short file.
-bool pread_all(int fd, void* buf, size_t n, off_t off) {
-  auto* p = static_cast<char*>(buf);
-  while (n > 0) {
-    ssize_t r = ::pread(fd, p, n, off);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-    off += r;
-  }
-  return true;
 }
 
 } // namespace
@@ -190,25 +159,8 @@ disk_put disk_tier::put(const l2_object_id& id, const void* data, size_t bytes) 
   uint8_t header[l2_header_bytes];
   encode_l2_header(id, bytes, header);
   iovec iov[2] = {{header, sizeof header}, {const_cast<void*>(data), bytes}};
-  int iovcnt = 2;
-  iovec* cur = iov;
-  while (iovcnt > 0) {
-    ssize_t w = opts_.writev(fd, cur, iovcnt);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return fail(w < 0 ? errno : ENOSPC);
-    auto left = static_cast<size_t>(w);
-    while (iovcnt > 0 && left >= cur->iov_len) {
-      left -= cur->iov_len;
-      ++cur;
-      --iovcnt;
-    }
-    if (iovcnt > 0) {
-      cur->iov_base = static_cast<char*>(cur->iov_base) + left;
-      cur->iov_len -= left;
-    }
-  }
+  if (int err = writev_all(opts_.writev, fd, iov, 2); err != 0)
+    return fail(err);
   if (opts_.fsync && ::fdatasync(fd) != 0)
     return fail(errno);
   if (::close(fd) != 0) {
