@@ -1,5 +1,6 @@
 #include "l2/file_io.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,8 +39,9 @@ bool pread_all(int fd, void* buf, size_t n, off_t off) {
   return true;
 }
 
-int writev_all(const std::function<ssize_t(int, const iovec*, int)>& writev, int fd, iovec* cur,
-               int iovcnt) {
+namespace {
+
+int writev_all(const writev_fn& writev, int fd, iovec* cur, int iovcnt) {
   while (iovcnt > 0) {
     ssize_t w = writev(fd, cur, iovcnt);
     if (w < 0 && errno == EINTR)
@@ -58,6 +60,43 @@ int writev_all(const std::function<ssize_t(int, const iovec*, int)>& writev, int
     }
   }
   return 0;
+}
+
+} // namespace
+
+writev_fn default_writev() {
+  return [](int fd, const iovec* iov, int n) { return ::writev(fd, iov, n); };
+}
+
+status open_dir_rw(const std::string& path) {
+  if (path.empty())
+    return make_error("io", "no path");
+  if (auto made = make_dirs(path); !made)
+    return made.error_value();
+  if (::access(path.c_str(), R_OK | W_OK | X_OK) != 0)
+    return make_error("io", "cannot read and write " + path + ": " + std::strerror(errno));
+  return {};
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+int write_then_rename(const writev_fn& writev, const std::string& tmp,
+                      const std::string& final_path, iovec* iov, int n, bool fsync) {
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return errno;
+  int err = writev_all(writev, fd, iov, n);
+  if (err == 0 && fsync && ::fdatasync(fd) != 0)
+    err = errno;
+  if (::close(fd) != 0 && err == 0)
+    err = errno;
+  if (err == 0 && ::rename(tmp.c_str(), final_path.c_str()) != 0)
+    err = errno;
+  if (err != 0)
+    ::unlink(tmp.c_str());
+  return err;
 }
 
 } // namespace kvs

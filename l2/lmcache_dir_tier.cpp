@@ -20,24 +20,16 @@ namespace {
 
 constexpr std::string_view k_tmp_suffix = ".kvstmp";
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 } // namespace
 
 lmcache_dir_tier::lmcache_dir_tier(lmcache_dir_options opts) : opts_(std::move(opts)) {
   if (!opts_.writev)
-    opts_.writev = [](int fd, const iovec* iov, int n) { return ::writev(fd, iov, n); };
+    opts_.writev = default_writev();
 }
 
 expected<std::unique_ptr<lmcache_dir_tier>> lmcache_dir_tier::open(lmcache_dir_options opts) {
-  if (opts.path.empty())
-    return make_error("io", "no path");
-  if (auto made = make_dirs(opts.path); !made)
-    return made.error_value();
-  if (::access(opts.path.c_str(), R_OK | W_OK | X_OK) != 0)
-    return make_error("io", "cannot read and write " + opts.path + ": " + std::strerror(errno));
+  if (auto ok = open_dir_rw(opts.path); !ok)
+    return ok.error_value();
   std::unique_ptr<lmcache_dir_tier> t{new lmcache_dir_tier(std::move(opts))};
   t->scan();
   return t;
@@ -130,33 +122,17 @@ lmcache_dir_put lmcache_dir_tier::put(const std::string& name, const void* data,
     return lmcache_dir_put::too_large;
   }
   const auto final_name = full_path(name);
+  // The pid keeps two nodes writing one object from sharing a temporary.
   const auto tmp = final_name + "." + std::to_string(::getpid()) + std::string(k_tmp_suffix);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  auto fail = [&](int err) {
-    if (fd >= 0)
-      ::close(fd);
-    ::unlink(tmp.c_str());
+  iovec iov[1] = {{const_cast<void*>(data), bytes}};
+  if (int err = write_then_rename(opts_.writev, tmp, final_name, iov, 1, opts_.fsync); err != 0) {
     if (err == ENOSPC || err == EDQUOT) {
       ++stats_.no_space;
       return lmcache_dir_put::no_space;
     }
     ++stats_.io_errors;
     return lmcache_dir_put::io_error;
-  };
-  if (fd < 0)
-    return fail(errno);
-  iovec iov[1] = {{const_cast<void*>(data), bytes}};
-  if (int err = writev_all(opts_.writev, fd, iov, 1); err != 0)
-    return fail(err);
-  if (opts_.fsync && ::fdatasync(fd) != 0)
-    return fail(errno);
-  if (::close(fd) != 0) {
-    fd = -1;
-    return fail(errno);
   }
-  fd = -1;
-  if (::rename(tmp.c_str(), final_name.c_str()) != 0)
-    return fail(errno);
   index(name, bytes);
   ++stats_.puts;
   return lmcache_dir_put::stored;
