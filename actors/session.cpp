@@ -5,6 +5,7 @@
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
 #include "cache/chunk_hash.hpp"
+#include "cache/lmcache_token_hash.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 #include "lmcache_wire/tensor_envelope.hpp"
 
@@ -20,6 +21,17 @@ std::vector<uint64_t> key_hashes(const cache_key& key, size_t chunk_size, size_t
                               key.token_ids.begin() + static_cast<ptrdiff_t>(n_tokens));
   return chunk_hashes(tokens.data(), tokens.size(), chunk_size,
                       identity_seed(key.model_name, key.world_size, key.cache_salt));
+}
+
+std::vector<std::string> key_l2_names(const session_params& p, const cache_key& key,
+                                      size_t n_chunks) {
+  std::vector<std::string> out;
+  if (!p.l2_lmcache_names || p.chunk_size <= 0)
+    return out;
+  auto cs = static_cast<size_t>(p.chunk_size);
+  size_t n_tokens = std::min(key.token_ids.size(), n_chunks * cs);
+  append_lmcache_chunk_hashes(key.token_ids.data(), n_tokens, cs, out);
+  return out;
 }
 
 std::pair<size_t, size_t> chunk_range(const cache_key& key, size_t cs) {
@@ -95,6 +107,7 @@ void on_lookup(self_ptr self, const lookup_req& r) {
   // (store_lookup::begin). 0.5.6 looks up from chunk 0 whatever start says.
   auto [begin, end] = chunk_range(r.key, cs);
   auto hashes = key_hashes(r.key, cs, end);
+  auto names = key_l2_names(st.p, r.key, end);
   st.lookup_running = true;
   st.matched.reset();
   auto gen = ++st.lookup_generation;
@@ -104,7 +117,8 @@ void on_lookup(self_ptr self, const lookup_req& r) {
   self->request(st.p.store, caf::infinite,
                 store_lookup{st.p.request_id, std::move(hashes), world, 1, r.key.model_name,
                              r.key.cache_salt,
-                             r.key.release == client_release::v0_5_7 ? begin : 0})
+                             r.key.release == client_release::v0_5_7 ? begin : 0,
+                             std::move(names)})
     .then(
       [self, gen](uint64_t n) {
         auto& st = self->state;
@@ -199,7 +213,8 @@ void abort_null_chunks(self_ptr self, store_finish& fin, const std::vector<uint3
   store_finish drop;
   drop.rank = fin.rank;
   drop.commit = false;
-  store_finish keep{fin.commit, fin.rank, {}, {}, {}, fin.model, fin.salt, fin.group, fin.grouped};
+  store_finish keep{fin.commit, fin.rank, {}, {}, {}, fin.model, fin.salt, fin.group, fin.grouped,
+                    {}, fin.world_size};
   size_t n = 0;
   for (size_t k = 0; k < fin.hashes.size(); ++k) {
     if (n < null_chunks.size() && null_chunks[n] == k) {
@@ -210,6 +225,8 @@ void abort_null_chunks(self_ptr self, store_finish& fin, const std::vector<uint3
     keep.hashes.push_back(fin.hashes[k]);
     keep.tokens.push_back(std::move(fin.tokens[k]));
     keep.parents.push_back(fin.parents[k]);
+    if (k < fin.l2_names.size())
+      keep.l2_names.push_back(std::move(fin.l2_names[k]));
   }
   KVS_DEBUG(self->state.label, "{} chunks all-null in an engine group: not stored",
             drop.hashes.size());
@@ -255,6 +272,7 @@ uint64_t add_job(self_ptr self, mp_call& call, const cache_key& key, bool to_l1,
   job.rank = static_cast<int32_t>(*key.worker_id);
   job.begin = begin;
   job.hashes = key_hashes(key, static_cast<size_t>(st.p.chunk_size), end);
+  job.l2_names = key_l2_names(st.p, key, end);
   job.call = std::move(call); // the request itself is shared, `key` stays valid
   return id;
 }
@@ -285,7 +303,7 @@ void reserved(self_ptr self, uint64_t id, store_reserve_reply& res) {
   for (auto& c : res.chunks) {
     cp.chunk_positions.push_back(c.position);
     cp.slots.push_back(c.slot);
-    add_chunk(fin, r.key, job.hashes, job.begin + c.position, cs);
+    add_chunk(fin, r.key, job.hashes, job.l2_names, job.begin + c.position, cs);
   }
   job.reserved = std::move(fin);
   start_copy(self, id, std::move(cp));
@@ -467,12 +485,13 @@ void on_prepare_store(self_ptr self, mp_call& call) {
           return;
         }
         auto hashes = key_hashes(r.key, static_cast<size_t>(st.p.chunk_size), end);
+        auto names = key_l2_names(st.p, r.key, end);
         store_reserve q{r.instance_id, static_cast<int32_t>(*r.key.worker_id),
                         {hashes.begin() + static_cast<ptrdiff_t>(begin), hashes.end()},
                         taken.format, room};
         self->request(st.p.store, caf::infinite, std::move(q))
           .then(
-            [self, call, key, begin, hashes, taken](store_reserve_reply& res) mutable {
+            [self, call, key, begin, hashes, names, taken](store_reserve_reply& res) mutable {
               auto& st = self->state;
               const auto& r = std::get<prepare_store_req>(call.request->body);
               const auto cs = static_cast<size_t>(st.p.chunk_size);
@@ -498,7 +517,7 @@ void on_prepare_store(self_ptr self, mp_call& call) {
                 indices.push_back(c.position);
                 t.positions.push_back(c.position);
                 t.l1.push_back(c.slot);
-                add_chunk(fin, r.key, hashes, begin + c.position, cs);
+                add_chunk(fin, r.key, hashes, names, begin + c.position, cs);
               }
               auto slots = taken.inline_data ? std::vector<shm_slot_desc>{} : slot_descs(taken, n);
               if (n > 0) {
@@ -883,13 +902,20 @@ store_finish finish_for(const cache_key& key, int32_t rank) {
   fin.rank = rank;
   fin.model = key.model_name; // names the L2 objects
   fin.salt = key.cache_salt;
+  fin.world_size = static_cast<int32_t>(std::max<int64_t>(key.world_size, 1));
   return fin;
 }
 
 /// Adds chunk `abs` (counted from the key's token 0) of `key` to `fin`.
+void add_l2_name(store_finish& fin, const std::vector<std::string>& names, size_t abs) {
+  if (!names.empty())
+    fin.l2_names.push_back(abs < names.size() ? names[abs] : std::string{});
+}
+
 void add_chunk(store_finish& fin, const cache_key& key, const std::vector<uint64_t>& hashes,
-               size_t abs, size_t cs) {
+               const std::vector<std::string>& names, size_t abs, size_t cs) {
   fin.hashes.push_back(hashes[abs]);
+  add_l2_name(fin, names, abs);
   fin.tokens.emplace_back(key.token_ids.begin() + static_cast<ptrdiff_t>(abs * cs),
                           key.token_ids.begin() + static_cast<ptrdiff_t>((abs + 1) * cs));
   fin.parents.push_back(abs == 0 ? std::nullopt : std::optional<uint64_t>{hashes[abs - 1]});

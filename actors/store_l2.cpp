@@ -33,10 +33,16 @@ void l2_stage(store_self self, const store_finish& f, size_t i) {
     w.salt = f.salt;
     w.rank = f.rank;
     w.quiet = f.group != 0;
+    w.group = f.group;
+    w.world_size = f.world_size;
   }
   // Every write batch is one model and rank; its chunks share one byte size.
   w.layout = e->bytes;
   w.hashes.push_back(f.hashes[i]);
+  if (!f.l2_names.empty()) { // l2.format = "lmcache": kept parallel to hashes
+    w.names.resize(w.hashes.size() - 1);
+    w.names.push_back(i < f.l2_names.size() ? f.l2_names[i] : std::string{});
+  }
   w.bytes.emplace_back(reinterpret_cast<const char*>(e->data), e->bytes);
   if (f.rank == 0 && f.group == 0 && i < f.tokens.size()) {
     w.tokens.push_back(f.tokens[i]);
@@ -125,6 +131,8 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
   f.layout = lookup_layout(st);
   f.world_size = q.world_size;
   f.hashes.assign(q.hashes.begin() + static_cast<ptrdiff_t>(l1_hits), q.hashes.end());
+  if (l1_hits < q.l2_names.size())
+    f.names.assign(q.l2_names.begin() + static_cast<ptrdiff_t>(l1_hits), q.l2_names.end());
   const uint64_t layout = f.layout; // an object of this layout must be this long
   // The session's L1 locks stay held while L2 answers; the relock below
   // replaces them with the longer prefix in one step.
@@ -212,8 +220,12 @@ void fetch_groups(store_self self, const group_prefetch_ptr& p,
     f.salt = p->q.salt;
     f.layout = p->groups.bytes[g];
     f.world_size = p->q.world_size;
-    for (auto c : chunks)
+    f.group = g;
+    for (auto c : chunks) {
       f.hashes.push_back(group_hash(p->q.hashes[c], g));
+      if (!p->q.l2_names.empty()) // LMCache: the prefix's hash, object group g
+        f.names.push_back(c < p->q.l2_names.size() ? p->q.l2_names[c] : std::string{});
+    }
     auto keys = std::make_shared<std::vector<uint64_t>>(f.hashes);
     const uint8_t format = p->groups.formats[g];
     const size_t bytes = p->groups.bytes[g];

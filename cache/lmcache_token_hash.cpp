@@ -11,8 +11,11 @@ blake3_digest lmcache_none_hash() {
   return none;
 }
 
-size_t append_lmcache_chunk_hashes(const int64_t* tokens, size_t n, size_t chunk_size,
-                                   std::vector<std::string>& out) {
+namespace {
+
+template <class Token>
+size_t append_hashes(const Token* tokens, size_t n, size_t chunk_size,
+                     std::vector<std::string>& out) {
   if (chunk_size == 0)
     return 0;
   const size_t chunks = n / chunk_size;
@@ -20,9 +23,9 @@ size_t append_lmcache_chunk_hashes(const int64_t* tokens, size_t n, size_t chunk
   std::vector<uint8_t> be(chunk_size * 4);
   size_t added = 0;
   for (size_t c = 0; c < chunks; ++c) {
-    const int64_t* t = tokens + c * chunk_size;
+    const Token* t = tokens + c * chunk_size;
     for (size_t i = 0; i < chunk_size; ++i) {
-      if (t[i] < 0 || t[i] > int64_t{0xffffffff})
+      if (static_cast<int64_t>(t[i]) < 0 || static_cast<int64_t>(t[i]) > int64_t{0xffffffff})
         return added;
       auto v = static_cast<uint32_t>(t[i]);
       be[4 * i] = static_cast<uint8_t>(v >> 24);
@@ -38,6 +41,18 @@ size_t append_lmcache_chunk_hashes(const int64_t* tokens, size_t n, size_t chunk
     ++added;
   }
   return added;
+}
+
+} // namespace
+
+size_t append_lmcache_chunk_hashes(const int64_t* tokens, size_t n, size_t chunk_size,
+                                   std::vector<std::string>& out) {
+  return append_hashes(tokens, n, chunk_size, out);
+}
+
+size_t append_lmcache_chunk_hashes(const uint32_t* tokens, size_t n, size_t chunk_size,
+                                   std::vector<std::string>& out) {
+  return append_hashes(tokens, n, chunk_size, out);
 }
 
 } // namespace kvs

@@ -34,5 +34,8 @@ blake3_digest lmcache_none_hash();
 /// [0, 2^32). Returns how many were appended.
 size_t append_lmcache_chunk_hashes(const int64_t* tokens, size_t n, size_t chunk_size,
                                    std::vector<std::string>& out);
+/// The same for tokens as LMCache's keys carry them (every one fits).
+size_t append_lmcache_chunk_hashes(const uint32_t* tokens, size_t n, size_t chunk_size,
+                                   std::vector<std::string>& out);
 
 } // namespace kvs
