@@ -174,3 +174,13 @@ TEST_CASE("lmcache token hash: stops before a chunk with a token outside uint32"
   CHECK(append_lmcache_chunk_hashes(toks.data(), toks.size(), 4, out) == 2);
   CHECK(out[0].size() == 32);
 }
+
+TEST_CASE("lmcache token hash: keys' uint32 tokens hash as the same int64 tokens") {
+  std::vector<uint32_t> k;
+  for (uint32_t i = 0; i < 512; ++i) k.push_back(i * 2654435761u);
+  std::vector<int64_t> w(k.begin(), k.end());
+  std::vector<std::string> a, b;
+  CHECK(append_lmcache_chunk_hashes(k.data(), k.size(), 256, a) == 2);
+  CHECK(append_lmcache_chunk_hashes(w.data(), w.size(), 256, b) == 2);
+  CHECK(a == b);
+}
