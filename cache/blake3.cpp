@@ -8,7 +8,6 @@ namespace {
 
 constexpr uint32_t k_iv[8] = {0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A,
                               0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19};
-constexpr uint8_t k_perm[16] = {2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 9, 14, 15, 8};
 constexpr uint32_t k_chunk_start = 1, k_chunk_end = 2, k_parent = 4, k_root = 8;
 constexpr size_t k_block = 64, k_chunk = 1024;
 
@@ -21,47 +20,67 @@ inline void store32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 
-inline void g(uint32_t* s, int a, int b, int c, int d, uint32_t mx, uint32_t my) {
-  s[a] = s[a] + s[b] + mx;
-  s[d] = rotr(s[d] ^ s[a], 16);
-  s[c] = s[c] + s[d];
-  s[b] = rotr(s[b] ^ s[c], 12);
-  s[a] = s[a] + s[b] + my;
-  s[d] = rotr(s[d] ^ s[a], 8);
-  s[c] = s[c] + s[d];
-  s[b] = rotr(s[b] ^ s[c], 7);
-}
+// The message word order of each of the 7 rounds: the specification's
+// permutation applied 0..6 times, precomputed so no round copies words.
+constexpr uint8_t k_schedule[7][16] = {
+  {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+  {2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 9, 14, 15, 8},
+  {3, 4, 10, 12, 13, 2, 7, 14, 6, 5, 9, 0, 11, 15, 8, 1},
+  {10, 7, 12, 9, 14, 3, 13, 15, 4, 0, 11, 2, 5, 8, 1, 6},
+  {12, 13, 9, 11, 15, 10, 14, 8, 7, 2, 5, 3, 0, 1, 6, 4},
+  {9, 14, 11, 5, 8, 12, 15, 1, 13, 3, 0, 10, 2, 6, 4, 7},
+  {11, 15, 5, 0, 1, 9, 8, 6, 14, 10, 2, 12, 3, 4, 7, 13},
+};
+
+#define KVS_B3_G(a, b, c, d, mx, my)                                                               \
+  do {                                                                                             \
+    a = a + b + (mx);                                                                              \
+    d = rotr(d ^ a, 16);                                                                           \
+    c = c + d;                                                                                     \
+    b = rotr(b ^ c, 12);                                                                           \
+    a = a + b + (my);                                                                              \
+    d = rotr(d ^ a, 8);                                                                            \
+    c = c + d;                                                                                     \
+    b = rotr(b ^ c, 7);                                                                            \
+  } while (0)
 
 /// The compression function: 16 output words from a chaining value, one
 /// 64-byte block (as words), the counter, the block's length and flags.
-void compress(const uint32_t cv[8], const uint32_t block[16], uint64_t counter,
+void compress(const uint32_t cv[8], const uint32_t m[16], uint64_t counter,
               uint32_t block_len, uint32_t flags, uint32_t out[16]) {
-  uint32_t s[16] = {cv[0], cv[1], cv[2], cv[3], cv[4], cv[5], cv[6], cv[7],
-                    k_iv[0], k_iv[1], k_iv[2], k_iv[3],
-                    static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32),
-                    block_len, flags};
-  uint32_t m[16];
-  std::memcpy(m, block, sizeof m);
-  for (int round = 0; round < 7; ++round) {
-    g(s, 0, 4, 8, 12, m[0], m[1]);
-    g(s, 1, 5, 9, 13, m[2], m[3]);
-    g(s, 2, 6, 10, 14, m[4], m[5]);
-    g(s, 3, 7, 11, 15, m[6], m[7]);
-    g(s, 0, 5, 10, 15, m[8], m[9]);
-    g(s, 1, 6, 11, 12, m[10], m[11]);
-    g(s, 2, 7, 8, 13, m[12], m[13]);
-    g(s, 3, 4, 9, 14, m[14], m[15]);
-    if (round < 6) {
-      uint32_t p[16];
-      for (int i = 0; i < 16; ++i) p[i] = m[k_perm[i]];
-      std::memcpy(m, p, sizeof m);
-    }
+  uint32_t s0 = cv[0], s1 = cv[1], s2 = cv[2], s3 = cv[3], s4 = cv[4], s5 = cv[5], s6 = cv[6],
+           s7 = cv[7], s8 = k_iv[0], s9 = k_iv[1], s10 = k_iv[2], s11 = k_iv[3],
+           s12 = static_cast<uint32_t>(counter), s13 = static_cast<uint32_t>(counter >> 32),
+           s14 = block_len, s15 = flags;
+  for (const auto& r : k_schedule) {
+    KVS_B3_G(s0, s4, s8, s12, m[r[0]], m[r[1]]);
+    KVS_B3_G(s1, s5, s9, s13, m[r[2]], m[r[3]]);
+    KVS_B3_G(s2, s6, s10, s14, m[r[4]], m[r[5]]);
+    KVS_B3_G(s3, s7, s11, s15, m[r[6]], m[r[7]]);
+    KVS_B3_G(s0, s5, s10, s15, m[r[8]], m[r[9]]);
+    KVS_B3_G(s1, s6, s11, s12, m[r[10]], m[r[11]]);
+    KVS_B3_G(s2, s7, s8, s13, m[r[12]], m[r[13]]);
+    KVS_B3_G(s3, s4, s9, s14, m[r[14]], m[r[15]]);
   }
-  for (int i = 0; i < 8; ++i) {
-    out[i] = s[i] ^ s[i + 8];
-    out[i + 8] = s[i + 8] ^ cv[i];
-  }
+  out[0] = s0 ^ s8;
+  out[1] = s1 ^ s9;
+  out[2] = s2 ^ s10;
+  out[3] = s3 ^ s11;
+  out[4] = s4 ^ s12;
+  out[5] = s5 ^ s13;
+  out[6] = s6 ^ s14;
+  out[7] = s7 ^ s15;
+  out[8] = s8 ^ cv[0];
+  out[9] = s9 ^ cv[1];
+  out[10] = s10 ^ cv[2];
+  out[11] = s11 ^ cv[3];
+  out[12] = s12 ^ cv[4];
+  out[13] = s13 ^ cv[5];
+  out[14] = s14 ^ cv[6];
+  out[15] = s15 ^ cv[7];
 }
+
+#undef KVS_B3_G
 
 void block_words(const uint8_t* bytes, uint32_t words[16]) {
   for (int i = 0; i < 16; ++i) words[i] = load32(bytes + 4 * i);
