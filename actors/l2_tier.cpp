@@ -294,6 +294,42 @@ void on_write(self_ptr self, l2_write& w) {
   announce_disk_removals(self);
 }
 
+/// LMCache's format: chunks of a fetch this actor never announced (another
+/// writer, an LMCache node, put them in the shared L2) are announced now,
+/// as DISK or SHARED by where rank 0's object came from, and remembered as
+/// written ones are (announced again after an AllBlocksCleared; a file's
+/// eviction announced).
+void announce_found(self_ptr self, const l2_fetch& f, size_t chunks,
+                    const std::vector<bool>& rank0_on_disk, const std::vector<l2_ref>& refs,
+                    size_t world) {
+  auto& st = self->state;
+  if (!st.p.lmcache_format || !st.p.events || !f.tokens || f.group != 0)
+    return;
+  const auto cs = static_cast<size_t>(st.p.chunk_size);
+  std::vector<kv_event> events;
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t abs = f.first_chunk + c;
+    if (cs == 0 || (abs + 1) * cs > f.tokens->size())
+      break;
+    if (st.announced_at.count(f.hashes[c]))
+      continue;
+    l2_write one; // remember() reads a write's fields
+    one.hashes = {f.hashes[c]};
+    one.parents = {c == 0 ? f.parent : std::optional<uint64_t>{f.hashes[c - 1]}};
+    one.tokens.emplace_back(f.tokens->begin() + static_cast<ptrdiff_t>(abs * cs),
+                            f.tokens->begin() + static_cast<ptrdiff_t>((abs + 1) * cs));
+    const auto& ref = refs[c * world];
+    const bool disk = rank0_on_disk[c];
+    remember(st, one, 0, ref, disk);
+    if (disk)
+      st.dir_announced[ref.file] = f.hashes[c];
+    ++st.found_announced;
+    events.push_back(chunk_stored(one.hashes[0], one.parents[0], std::move(one.tokens[0]),
+                                  st.p.chunk_size, disk ? l2_disk_medium : l2_redis_medium));
+  }
+  announce_events(self, st.p.events, st.p.events_queue, std::move(events), &st.events_dropped);
+}
+
 l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
   auto& st = self->state;
   l2_fetch_reply out;
@@ -311,6 +347,7 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
   std::vector<std::string> remote(n * world);
   std::vector<bool> remote_hit(n * world, false);
   std::vector<bool> on_disk(n * world, false);
+  std::vector<bool> rank0_on_disk(n, false); // where each chunk's rank-0 object came from
   for (size_t i = 0; i < n * world; ++i)
     on_disk[i] = refs[i].named && disk_has(st, refs[i]);
   if (st.redis) {
@@ -351,6 +388,7 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
       auto i = c * world + r;
       if (on_disk[i] && disk_get(st, refs[i], &shards[r])) {
         ++st.fetched_disk;
+        rank0_on_disk[c] = rank0_on_disk[c] || r == 0;
         continue;
       }
       auto& v = remote[i];
@@ -377,6 +415,7 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
   }
   for (auto& v : remote) // values past the prefix, misses
     give_spare(st, std::move(v));
+  announce_found(self, f, out.chunks, rank0_on_disk, refs, world);
   announce_disk_removals(self); // a rejected file is dropped from the disk
   return out;
 }
@@ -470,11 +509,11 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
       KVS_INFO(st.label, "stats: written={} fetched_disk={} fetched_redis={} queued={}B "
                          "events_dropped={} buffers_reused={} spare={}B clears={} "
                          "reannounce_rounds={} reannounced={} remembered={} forgotten={} "
-                         "disk_quiet={}",
+                         "disk_quiet={} found_announced={}",
                st.written_chunks, st.fetched_disk, st.fetched_redis,
                st.p.queue->in_flight(), st.events_dropped, st.buffers_reused, st.spare_bytes,
                st.clears, st.reannounce_rounds, st.reannounced, st.announced.size(),
-               st.forgotten, st.disk_quiet.size());
+               st.forgotten, st.disk_quiet.size(), st.found_announced);
       self->delayed_send(self, st.p.stats_interval, stats_atom_v);
     },
   };

@@ -92,6 +92,9 @@ struct l2_state {
   /// chunk hash their eviction is announced under (files another writer
   /// put there were never announced).
   std::unordered_map<std::string, uint64_t> dir_announced;
+  /// LMCache's format: chunks found in L2 that nobody here announced (an
+  /// LMCache node wrote them), announced when fetched.
+  uint64_t found_announced = 0;
   std::string last_redis_error;       ///< logged once per distinct error
   std::vector<std::string> spare;     ///< fetch buffers handed back (l2_spare_max_bytes)
   uint64_t spare_bytes = 0;           ///< their capacity, summed

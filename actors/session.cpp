@@ -34,6 +34,17 @@ std::vector<std::string> key_l2_names(const session_params& p, const cache_key& 
   return out;
 }
 
+std::shared_ptr<const std::vector<uint32_t>> lookup_tokens(const session_params& p,
+                                                           const cache_key& key,
+                                                           size_t n_chunks) {
+  if (!p.l2_lmcache_names || p.chunk_size <= 0)
+    return nullptr;
+  size_t n = std::min(key.token_ids.size(), n_chunks * static_cast<size_t>(p.chunk_size));
+  return std::make_shared<const std::vector<uint32_t>>(key.token_ids.begin(),
+                                                       key.token_ids.begin()
+                                                         + static_cast<ptrdiff_t>(n));
+}
+
 std::pair<size_t, size_t> chunk_range(const cache_key& key, size_t cs) {
   auto start = static_cast<size_t>(std::max<int64_t>(key.start, 0));
   auto end = static_cast<size_t>(std::max<int64_t>(key.end, 0));
@@ -118,7 +129,7 @@ void on_lookup(self_ptr self, const lookup_req& r) {
                 store_lookup{st.p.request_id, std::move(hashes), world, 1, r.key.model_name,
                              r.key.cache_salt,
                              r.key.release == client_release::v0_5_7 ? begin : 0,
-                             std::move(names)})
+                             std::move(names), lookup_tokens(st.p, r.key, end)})
     .then(
       [self, gen](uint64_t n) {
         auto& st = self->state;

@@ -22,6 +22,11 @@ std::vector<uint64_t> key_hashes(const cache_key& key, size_t chunk_size, size_t
 /// for kvsidecar's own format.
 std::vector<std::string> key_l2_names(const session_params& p, const cache_key& key,
                                       size_t n_chunks);
+/// l2.format = "lmcache": the key's tokens of chunks [0, n_chunks)
+/// (store_lookup::tokens); null otherwise.
+std::shared_ptr<const std::vector<uint32_t>> lookup_tokens(const session_params& p,
+                                                           const cache_key& key,
+                                                           size_t n_chunks);
 /// Chunk range [begin, end) a key's [start, end) token range covers.
 std::pair<size_t, size_t> chunk_range(const cache_key& key, size_t cs);
 /// Answers `call` with `body` (nullopt: None).

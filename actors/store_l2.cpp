@@ -133,6 +133,10 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
   f.hashes.assign(q.hashes.begin() + static_cast<ptrdiff_t>(l1_hits), q.hashes.end());
   if (l1_hits < q.l2_names.size())
     f.names.assign(q.l2_names.begin() + static_cast<ptrdiff_t>(l1_hits), q.l2_names.end());
+  f.tokens = q.tokens; // announces chunks another writer put in L2 (lmcache format)
+  f.first_chunk = l1_hits;
+  if (l1_hits > 0)
+    f.parent = q.hashes[l1_hits - 1];
   const uint64_t layout = f.layout; // an object of this layout must be this long
   // The session's L1 locks stay held while L2 answers; the relock below
   // replaces them with the longer prefix in one step.

@@ -110,6 +110,10 @@ struct store_lookup {
   /// l2.format = "lmcache": LMCache's chunk hash of each of `hashes` (32
   /// bytes each; may be shorter: see l2_write::names). Empty otherwise.
   std::vector<std::string> l2_names{};
+  /// With l2_names: the key's tokens of chunks 0..hashes.size(), for the
+  /// BlockStored of chunks found in L2 that another writer (an LMCache
+  /// node) put there.
+  std::shared_ptr<const std::vector<uint32_t>> tokens{};
 };
 
 /// FREE_LOOKUP_LOCKS: release the session's locks on chunks [begin, end):

@@ -1,7 +1,9 @@
 // Messages between the store and the L2 actor (actors/l2_tier.hpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +47,13 @@ struct l2_fetch {
   /// where names end.
   std::vector<std::string> names;
   uint32_t group = 0;
+  /// LMCache's format, one-group models: the key's tokens from chunk 0
+  /// (hashes[i] is chunk first_chunk + i) and the hash before hashes[0], so
+  /// a chunk found in L2 that nobody announced (an LMCache node wrote it)
+  /// is announced as DISK or SHARED. Null: nothing is announced.
+  std::shared_ptr<const std::vector<uint32_t>> tokens;
+  size_t first_chunk = 0;
+  std::optional<uint64_t> parent;
 };
 struct l2_fetch_reply {
   size_t chunks = 0;              ///< length of the prefix found

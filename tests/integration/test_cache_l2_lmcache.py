@@ -12,10 +12,11 @@ redis-server, the disk tier in a temporary folder):
 - a restarted sidecar reindexes the folder; files it never wrote (put
   there by "another node", before its start and while it runs) are hits
   served byte for byte; a file of another length ends the hit there;
-  another model, salt or world size is a miss;
+  another model, salt or world size is a miss; the chunks found are
+  announced (BlockStored DISK, their tokens, parents chained);
 - Redis keys are LMCache's resp keys (<model>@<kv_rank:08x>@0@<hash hex>
   [@salt]) holding the raw chunk; a second sidecar prefetches them; a value
-  of another length is a miss.
+  of another length is a miss; what B found is announced SHARED.
 
 The chunk hash is computed here from its definition (rolling BLAKE3 over
 the previous digest and big-endian uint32 tokens); the unit test
@@ -124,6 +125,20 @@ def served(f, toks, rid, n: int, dst, dst_block: int, src) -> None:
     assert not pages_equal(dst, blocks(dst_block, n), src, blocks(0, n))
     f.end_session(rid)
     f.drain()
+
+
+def found_announced(srv, medium: str, toks, n: int) -> None:
+    """n chunks found in L2 that another writer put there were announced as
+    BlockStored with `medium`: chunk tokens in order, each parent the chunk
+    before."""
+    got = []  # (hash, parent, tokens); a later block of one event chains on the one before
+    for e in srv.events(n, kind=vs.BlockStored):
+        assert e.medium == medium, e
+        for i, h in enumerate(e.block_hashes):
+            parent = e.parent_block_hash if i == 0 else e.block_hashes[i - 1]
+            got.append((h, parent, tuple(e.token_ids[i * CHUNK:(i + 1) * CHUNK])))
+    assert [t for _, _, t in got] == [tuple(toks[c * CHUNK:(c + 1) * CHUNK]) for c in range(n)]
+    assert [p for _, p, _ in got] == [None] + [h for h, _, _ in got[:-1]]
 
 
 def lookup_and_end(f, toks, rid) -> int:
@@ -235,7 +250,7 @@ def test_files_another_node_wrote_are_hits_and_mismatches_are_misses(cache_serve
     for c in range(4):
         (path / file_name(hs[c], salt="tenant-a")).write_bytes(chunk_bytes(src, c * PAGES_PER_CHUNK))
     (path / file_name(hs[0], model="other/model")).write_bytes(b"x" * 100)
-    srv = cache_server(overrides=lmcache_overrides(**{
+    srv = cache_server(events=True, overrides=lmcache_overrides(**{
         "l2.disk.enabled": True, "l2.disk.path": str(path), "l2.disk.size": "16MiB"}))
     srv.wait_log(r"l2#\d+ started: disk .* \(16 MiB, 7 objects found\)")
     # Chunk 2 arrives while it runs; chunk 3 has the wrong length.
@@ -243,6 +258,8 @@ def test_files_another_node_wrote_are_hits_and_mismatches_are_misses(cache_serve
     (path / file_name(hs[3])).write_bytes(chunk_bytes(src, 3 * PAGES_PER_CHUNK)[:-1])
     dst = kv_pools(seed=8)
     served(flow_for(srv, dst, 1), toks, "h-1", 3, dst, 0, src)  # chunk 3: a miss, not short
+    # Nobody announced these chunks (another node wrote them): this sidecar does, DISK.
+    found_announced(srv, "DISK", toks, 3)
     # The salted objects are the salted key's, all four of them.
     salted = flow_for(srv, kv_pools(seed=9), 2, salt="tenant-a")
     assert lookup_and_end(salted, toks, "s-1") == 4 * CHUNK
@@ -264,7 +281,7 @@ def test_redis_keys_are_lmcache_keys_and_a_second_sidecar_hits(cache_server, kv_
                              "l2.redis.endpoints": [f"127.0.0.1:{redis.port}"],
                              "l2.redis.timeout": "300ms"})
     a = cache_server(events=True, overrides=o)
-    b = cache_server(overrides=o)
+    b = cache_server(events=True, overrides=o)
     pools_a, pools_b = kv_pools(seed=1), kv_pools(seed=2)
     fa, fb = flow_for(a, pools_a, 1, salt="t1"), flow_for(b, pools_b, 2, salt="t1")
     toks = tokens(4, salt=11)
@@ -280,6 +297,7 @@ def test_redis_keys_are_lmcache_keys_and_a_second_sidecar_hits(cache_server, kv_
     # A value of another length under chunk 2's name: B's hit ends before it.
     redis.cmd(b"SET", redis_key(hs[2], salt="t1").encode(), b"\0" * 10)
     served(fb, toks, "b-1", 2, pools_b, 80, pools_a)
+    found_announced(b, "SHARED", toks, 2)  # A's chunks, found in the shared Redis
     b.wait_stats(lambda s: s["fetched_redis"] == 2, actor="l2", what="fetched_redis=2")
     # The unsalted key names other objects.
     assert lookup_and_end(flow_for(b, kv_pools(seed=3), 3), toks, "b-2") == 0

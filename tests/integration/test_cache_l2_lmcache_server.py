@@ -9,7 +9,8 @@ pools in the vLLM flash-attn layout (the layout LMCache's CPU server
 registers), 256-token chunks of 2 MiB:
 - LMCache stores a prompt (through its client, into its L1 and its L2);
   a kvsidecar that never saw it, asked by LMCache's client, prefetches it
-  from L2 and RETRIEVE lands the very bytes;
+  from L2 and RETRIEVE lands the very bytes, and announces them
+  (BlockStored SHARED from Redis, DISK from the folder);
 - kvsidecar stores a salted prompt; LMCache's server, asked for it, finds
   it in L2 and serves the very bytes;
 - another salt or another model is a miss on both.
@@ -34,6 +35,7 @@ import pytest
 
 pytest.register_assert_rewrite("conftest_cache")
 
+import vllm_structs as vs
 from kvsidecar_harness import free_port_range, wait_until
 
 pytest_plugins = ["conftest_cache"]
@@ -133,21 +135,25 @@ class Fleet:
             self.proc.wait(timeout=5)
 
 
-def both_directions(env: dict, lmc: LMCacheServer, kvs, model: str) -> None:
+def both_directions(env: dict, lmc: LMCacheServer, kvs, model: str, medium: str) -> None:
     fleet = Fleet(env)
     try:
-        directions(fleet, lmc, kvs, model)
+        directions(fleet, lmc, kvs, model, medium)
     finally:
         fleet.close()
 
 
-def directions(fleet: Fleet, lmc: LMCacheServer, kvs, model: str) -> None:
+def directions(fleet: Fleet, lmc: LMCacheServer, kvs, model: str, medium: str) -> None:
     # LMCache -> kvsidecar: kvsidecar never saw the prompt; L2 has it.
     assert fleet.step("store", lmc.url, model=model, seed=5, prompt=1)["ok"]
     got = fleet.step("fetch", kvs.endpoint, model=model, seed=5, prompt=1, expect=4)
     assert got == {"ok": True, "hit": 4, "equal": True}
     kvs.wait_stats(lambda s: s["fetched_disk"] + s["fetched_redis"] == 4, actor="l2",
                    what="4 chunks fetched from L2")
+    # LMCache wrote them; kvsidecar announces them with the tier's medium.
+    found = [h for e in kvs.events(4, kind=vs.BlockStored) for h in e.block_hashes
+             if e.medium == medium]
+    assert len(found) == 4
     # kvsidecar -> LMCache, salted: LMCache never saw it either.
     assert fleet.step("store", kvs.endpoint, model=model, salt="tenant-a", seed=6, prompt=2)["ok"]
     kvs.wait_stats(lambda s: s["written"] >= 4, actor="l2", what="written>=4")
@@ -175,11 +181,11 @@ def test_one_redis_shared_with_lmcache_server(cache_server, tmp_path, release):
                    10, "redis up")
         lmc = LMCacheServer(tmp_path / "lmc", env, {"type": "resp", "host": "127.0.0.1",
                                                     "port": rport})
-        kvs = cache_server(overrides={"l2.format": "lmcache", "l2.redis.enabled": True,
+        kvs = cache_server(events=True, overrides={"l2.format": "lmcache", "l2.redis.enabled": True,
                                       "l2.redis.endpoints": [f"127.0.0.1:{rport}"],
                                       "cache.l1_size": "128MiB"})
         model = f"org/shared-{rel}"
-        both_directions(env, lmc, kvs, model)
+        both_directions(env, lmc, kvs, model, "SHARED")
         keys = subprocess.run(["redis-cli", "-p", str(rport), "KEYS", "*"], capture_output=True,
                               text=True).stdout.split()
         # Four chunks each: LMCache's and kvsidecar's, one naming scheme.
@@ -201,11 +207,11 @@ def test_one_folder_shared_with_lmcache_server(cache_server, tmp_path, release):
     shared.mkdir()
     lmc = LMCacheServer(tmp_path / "lmc", env, {"type": "fs", "base_path": str(shared)})
     try:
-        kvs = cache_server(overrides={"l2.format": "lmcache", "l2.disk.enabled": True,
+        kvs = cache_server(events=True, overrides={"l2.format": "lmcache", "l2.disk.enabled": True,
                                       "l2.disk.path": str(shared), "l2.disk.size": "64MiB",
                                       "cache.l1_size": "128MiB"})
         model = f"org/shared-{rel}"
-        both_directions(env, lmc, kvs, model)
+        both_directions(env, lmc, kvs, model, "DISK")
         names = sorted(p.name for p in shared.iterdir())
         assert len(names) == 8, names
         assert all(n.startswith(f"org-SEP-shared-{rel}@0x01000100@0@") and n.endswith(".data")
