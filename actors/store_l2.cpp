@@ -69,18 +69,28 @@ namespace {
 /// answered with what L1 had.
 constexpr std::chrono::seconds l2_prefetch_timeout{30};
 
-/// The layout fingerprint a prefetch asks L2 for: the chunk byte size when
-/// every registered instance has the same one (objects of another size are
-/// misses); with several sizes, 0: the model fingerprint and the object's own
-/// size check guard it (l2/object_header.hpp).
-uint64_t lookup_layout(const store_state& st) {
-  size_t only = 0;
+/// The layout fingerprint a prefetch asks L2 for: the chunk byte size the
+/// instances registered for the lookup's (model, world size) agree on, else
+/// the one every registered instance has (objects of another size are
+/// misses); with several sizes, 0: the model fingerprint and the object's
+/// own size check guard it (l2/object_header.hpp), and l2.format =
+/// "lmcache", whose objects carry no header, takes nothing.
+uint64_t lookup_layout(const store_state& st, const store_lookup& q) {
+  size_t mine = 0, only = 0;
+  bool mine_agree = true, all_agree = true;
   for (auto& [id, bytes] : st.chunk_bytes) {
-    if (only != 0 && bytes != only)
-      return 0;
+    all_agree = all_agree && (only == 0 || bytes == only);
     only = bytes;
+    auto m = st.instance_model.find(id);
+    if (m != st.instance_model.end() && m->second.first == q.model
+        && m->second.second == q.world_size) {
+      mine_agree = mine_agree && (mine == 0 || bytes == mine);
+      mine = bytes;
+    }
   }
-  return only;
+  if (mine != 0)
+    return mine_agree ? mine : 0;
+  return all_agree ? only : 0;
 }
 
 /// Copies the fetched prefix of `hashes` (the L1 keys the fetch asked for,
@@ -128,7 +138,7 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
   l2_fetch f;
   f.model = q.model;
   f.salt = q.salt;
-  f.layout = lookup_layout(st);
+  f.layout = lookup_layout(st, q);
   f.world_size = q.world_size;
   f.hashes.assign(q.hashes.begin() + static_cast<ptrdiff_t>(l1_hits), q.hashes.end());
   if (l1_hits < q.l2_names.size())

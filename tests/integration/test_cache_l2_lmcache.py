@@ -9,7 +9,8 @@ redis-server, the disk tier in a temporary folder):
   (<model with / as -SEP->@0x<kv_rank:08x>@0@<blake3 chain hex>.data) and
   each file is the chunk's KV_2LTD bytes, no header; BlockStored goes out
   with medium DISK as for the default format;
-- a restarted sidecar reindexes the folder; files it never wrote (put
+- a restarted sidecar reindexes the folder (and, with another model of
+  another chunk size registered beside, still expects this model's size); files it never wrote (put
   there by "another node", before its start and while it runs) are hits
   served byte for byte; a file of another length ends the hit there;
   another model, salt or world size is a miss; the chunks found are
@@ -230,6 +231,9 @@ def test_disk_files_are_lmcache_objects_and_survive_a_restart(cache_server, kv_p
     first.close()
     second = cache_server(overrides=o)
     second.wait_log(r"l2#\d+ started: disk .* in LMCache's fs layout \(16 MiB, 3 objects found\)")
+    # Another model of another chunk size on the same sidecar: the prefetch
+    # still expects this model's size (LMCache's objects carry no header).
+    flow_for(second, kv_pools(seed=5, num_layers=4), 3, model="other/model")
     pools2 = kv_pools(seed=4)
     served(flow_for(second, pools2, 2), toks, "r-2", 3, pools2, 40, pools)
     second.wait_idle()
