@@ -305,3 +305,23 @@ def test_redis_keys_are_lmcache_keys_and_a_second_sidecar_hits(cache_server, kv_
     b.wait_stats(lambda s: s["fetched_redis"] == 2, actor="l2", what="fetched_redis=2")
     # The unsalted key names other objects.
     assert lookup_and_end(flow_for(b, kv_pools(seed=3), 3), toks, "b-2") == 0
+
+
+@needs_redis
+def test_redis_cluster_routes_lmcache_keys(cache_server, kv_pools, tmp_path):
+    """kvsidecar-only fleets may keep a Redis Cluster in this format (LMCache's
+    resp adapter cannot follow MOVED, so a Cluster is not shared with it)."""
+    from test_cache_l2 import RedisCluster, redis_overrides
+    cl = RedisCluster(tmp_path / "cluster")
+    try:
+        o = lmcache_overrides(**redis_overrides(cl))
+        a, b = cache_server(overrides=o), cache_server(overrides=o)
+        pools_a, pools_b = kv_pools(seed=21), kv_pools(seed=22)
+        toks = tokens(4, salt=41)
+        store_prompt(a, flow_for(a, pools_a, 1), toks, "c-1", 4)
+        keys = sorted(k for p in cl.ports for k in cl.cli(p, "KEYS", "*").split())
+        assert keys == sorted(redis_key(h) for h in lmcache_hashes(toks))
+        assert sum(cl.dbsize(p) > 0 for p in cl.ports) > 1  # spread over the masters
+        served(flow_for(b, pools_b, 2), toks, "c-2", 4, pools_b, 80, pools_a)
+    finally:
+        cl.close()
