@@ -36,7 +36,7 @@ l2_ref make_ref(const l2_state& st, const object_at& o, uint64_t hash, size_t i,
     return r;
   }
   const std::string* name = i < o.names->size() ? &(*o.names)[i] : nullptr;
-  r.named = name && !name->empty();
+  r.named = name && !name->empty() && lmcache_nameable(o.model, o.salt);
   if (!r.named)
     return r;
   lmcache_object_key k{o.model, lmcache_kv_rank(o.world_size, rank), o.group, *name, o.salt};

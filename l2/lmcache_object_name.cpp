@@ -57,6 +57,12 @@ std::string key_body(std::string_view model, const char* rank_fmt, const lmcache
 
 } // namespace
 
+bool lmcache_nameable(std::string_view model, std::string_view salt) {
+  return !model.empty() && model.find_first_of(std::string_view("@\0", 2)) == std::string_view::npos
+         && salt.find_first_of(std::string_view("@/\\\0", 4)) == std::string_view::npos
+         && salt.size() <= 128;
+}
+
 uint32_t lmcache_kv_rank(int32_t world_size, int32_t rank) {
   auto ws = static_cast<uint32_t>(world_size) & 0xff;
   auto r = static_cast<uint32_t>(rank) & 0xff;

@@ -34,6 +34,13 @@ struct lmcache_object_key {
   std::string_view salt;
 };
 
+/// Whether a model name and salt can name LMCache objects: ObjectKey's own
+/// invariants (no '@', which separates the fields, no NUL; a salt also no
+/// '/' or '\\', at most 128 characters). Anything else would let one key's
+/// name read as another's (or, in a folder, name another file): such a
+/// chunk gets no LMCache name and stays out of L2.
+bool lmcache_nameable(std::string_view model, std::string_view salt);
+
 /// The Redis key (with `prefix`, l2.redis.key_prefix, in front: "" for a
 /// fleet shared with LMCache, whose resp adapter has no prefix).
 std::string lmcache_redis_key(std::string_view prefix, const lmcache_object_key& k);

@@ -96,6 +96,19 @@ TEST_CASE("lmcache names: byte for byte what the 0.5.6 wheel writes") {
            "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f@tenant-a");
 }
 
+TEST_CASE("lmcache names: a model or salt that could read as another key names nothing") {
+  CHECK(lmcache_nameable("meta-llama/Llama-3.1-8B", ""));
+  CHECK(lmcache_nameable("m", "tenant-a"));
+  CHECK(lmcache_nameable("m", std::string(128, 's')));
+  CHECK_FALSE(lmcache_nameable("m", std::string(129, 's')));
+  CHECK_FALSE(lmcache_nameable("", ""));
+  CHECK_FALSE(lmcache_nameable("x@01000100@0@00ff", ""));
+  CHECK_FALSE(lmcache_nameable(std::string("x\0y", 3), ""));
+  for (const char* bad : {"a@b", "a/b", "a\\b", "../x"})
+    CHECK_FALSE(lmcache_nameable("m", bad));
+  CHECK_FALSE(lmcache_nameable("m", std::string("a\0b", 3)));
+}
+
 TEST_CASE("lmcache names: file names parse back; anything else does not") {
   const std::string h = digest(7);
   auto f = parse_lmcache_file_name(
