@@ -54,7 +54,17 @@ expected<store_l2_link> spawn_l2(caf::actor_system& sys, const config& cfg,
   if (!c.enabled())
     return link;
   l2_params p;
-  if (c.disk.enabled) {
+  p.lmcache_format = c.format == l2_format::lmcache;
+  if (c.disk.enabled && p.lmcache_format) {
+    lmcache_dir_options o;
+    o.path = c.disk.path;
+    o.size = c.disk.size;
+    auto dir = lmcache_dir_tier::open(o);
+    if (!dir)
+      return make_error(dir.error_value().kind,
+                        "l2.disk.path = \"" + c.disk.path + "\": " + dir.error_value().detail);
+    p.lmcache_dir = std::move(*dir);
+  } else if (c.disk.enabled) {
     disk_tier_options o;
     o.path = c.disk.path;
     o.size = c.disk.size;
@@ -164,6 +174,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
 
   session_router_params rtp;
   rtp.chunk_size = c.chunk_size;
+  rtp.l2_lmcache_names = cfg.l2.enabled() && cfg.l2.format == l2_format::lmcache;
   rtp.session_ttl = c.session_ttl;
   rtp.max_sessions = static_cast<size_t>(c.max_sessions);
   rtp.registry = reg;

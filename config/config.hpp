@@ -144,8 +144,15 @@ struct l2_redis_config {
   duration timeout{};
 };
 
+/// How L2 objects are named and laid out (README, "One L2 with LMCache
+/// nodes"): kvsidecar's own (a header, its chunk hash) or LMCache's (its
+/// ObjectKey names, BLAKE3 chunk hash, raw bytes), to share one Redis or
+/// folder with LMCache servers.
+enum class l2_format { kvsidecar, lmcache };
+
 struct l2_config {
   uint64_t queue_bytes = 0;
+  l2_format format = l2_format::kvsidecar;
   l2_disk_config disk;
   l2_redis_config redis;
   bool enabled() const { return disk.enabled || redis.enabled; }

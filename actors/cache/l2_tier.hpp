@@ -6,6 +6,7 @@
 #include "actors/interfaces.hpp"
 #include "core/admit_budget.hpp"
 #include "l2/disk_tier.hpp"
+#include "l2/lmcache_dir_tier.hpp"
 #include "l2/redis_client.hpp"
 #include "relay/relay_queue.hpp"
 
@@ -38,18 +39,31 @@ inline constexpr uint64_t l2_spare_min_bytes = uint64_t{64} << 10;
 /// each at 256-token chunks, ~70 MiB at most.
 inline constexpr size_t l2_reannounce_max_chunks = 65536;
 
+/// One L2 object (a chunk's shard on one rank) as each tier names it, in
+/// the configured format (l2_params::lmcache_format).
+struct l2_ref {
+  l2_object_id id;       ///< kvsidecar's format: the disk tier's key and header
+  std::string file;      ///< LMCache's format: the file in the folder
+  std::string redis_key;
+  bool named = true;     ///< LMCache's format: false when the chunk has no LMCache hash
+};
+
 /// One remembered chunk: what its BlockStored said, and where it went.
 struct l2_announced {
   uint64_t hash = 0;
   std::optional<uint64_t> parent;
   std::vector<int64_t> tokens;
-  l2_object_id disk_id; ///< as written to disk (rank 0)
+  l2_ref disk_ref; ///< as written to disk (rank 0)
   bool on_disk = false;
   std::string redis_key; ///< empty: not in Redis
 };
 
 struct l2_params {
+  /// l2.format = "lmcache": objects named, hashed and laid out as LMCache's
+  /// (l2/lmcache_object_name.hpp); the disk tier is then `lmcache_dir`.
+  bool lmcache_format = false;
   std::shared_ptr<disk_tier> disk;    ///< opened before spawning (null: no disk tier)
+  std::shared_ptr<lmcache_dir_tier> lmcache_dir; ///< the same, in LMCache's fs layout
   std::optional<redis_options> redis; ///< nullopt: no Redis tier
   std::string key_prefix;
   std::shared_ptr<admit_budget> queue; ///< the store admits, this actor releases (store_l2.hpp)
@@ -67,13 +81,20 @@ struct l2_state {
   uint64_t written_chunks = 0;
   uint64_t fetched_disk = 0;
   uint64_t fetched_redis = 0;
-  uint64_t redis_rejected = 0; ///< values that failed their header check
+  uint64_t redis_rejected = 0; ///< values that failed their header (or, LMCache's format, length) check
   uint64_t events_dropped = 0;
   std::vector<uint64_t> disk_removed; ///< rank-0 hashes evicted from disk, to announce
   /// Rank-0 hashes on disk that routers were never told of (a hybrid
   /// model's groups above 0, l2_write::quiet): their eviction is not
   /// announced. As many as such objects on disk; gone with each one.
   std::unordered_set<uint64_t> disk_quiet;
+  /// LMCache's format: rank-0 files this actor announced, by name, with the
+  /// chunk hash their eviction is announced under (files another writer
+  /// put there were never announced).
+  std::unordered_map<std::string, uint64_t> dir_announced;
+  /// LMCache's format: chunks found in L2 that nobody here announced (an
+  /// LMCache node wrote them), announced when fetched.
+  uint64_t found_announced = 0;
   std::string last_redis_error;       ///< logged once per distinct error
   std::vector<std::string> spare;     ///< fetch buffers handed back (l2_spare_max_bytes)
   uint64_t spare_bytes = 0;           ///< their capacity, summed

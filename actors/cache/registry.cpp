@@ -102,7 +102,10 @@ void on_register(self_ptr self, const mp_call& call, const register_kv_cache_req
               std::make_shared<const std::vector<tensor_desc>>(r.kv_caches), lay};
   self->request(st.p.gpu, caf::infinite, std::move(op))
     .then([self, call, r, lay, slot, fail, pinged](gpu_status_reply&) {
-      self->request(self->state.p.store, caf::infinite, store_configure{r.instance_id, slot})
+      store_configure conf{r.instance_id, slot};
+      conf.model = r.model_name; // the L2 prefetch's layout (store_l2.cpp)
+      conf.world_size = r.world_size;
+      self->request(self->state.p.store, caf::infinite, std::move(conf))
         .then([self, call, r, lay, fail, pinged](store_configure_reply&) {
           auto& st = self->state;
           registry_state::instance in;

@@ -12,6 +12,7 @@
 
 #include "actors/actor_logging.hpp"
 #include "cache/chunk_hash.hpp"
+#include "cache/lmcache_token_hash.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 
 namespace kvs {
@@ -24,6 +25,28 @@ std::vector<uint64_t> key_hashes(const cache_key& key, size_t chunk_size, size_t
                               key.token_ids.begin() + static_cast<ptrdiff_t>(n_tokens));
   return chunk_hashes(tokens.data(), tokens.size(), chunk_size,
                       identity_seed(key.model_name, key.world_size, key.cache_salt));
+}
+
+std::vector<std::string> key_l2_names(const session_params& p, const cache_key& key,
+                                      size_t n_chunks) {
+  std::vector<std::string> out;
+  if (!p.l2_lmcache_names || p.chunk_size <= 0)
+    return out;
+  auto cs = static_cast<size_t>(p.chunk_size);
+  size_t n_tokens = std::min(key.token_ids.size(), n_chunks * cs);
+  append_lmcache_chunk_hashes(key.token_ids.data(), n_tokens, cs, out);
+  return out;
+}
+
+std::shared_ptr<const std::vector<uint32_t>> lookup_tokens(const session_params& p,
+                                                           const cache_key& key,
+                                                           size_t n_chunks) {
+  if (!p.l2_lmcache_names || p.chunk_size <= 0)
+    return nullptr;
+  size_t n = std::min(key.token_ids.size(), n_chunks * static_cast<size_t>(p.chunk_size));
+  return std::make_shared<const std::vector<uint32_t>>(key.token_ids.begin(),
+                                                       key.token_ids.begin()
+                                                         + static_cast<ptrdiff_t>(n));
 }
 
 std::pair<size_t, size_t> chunk_range(const cache_key& key, size_t cs) {
@@ -77,13 +100,20 @@ store_finish finish_for(const cache_key& key, int32_t rank) {
   fin.rank = rank;
   fin.model = key.model_name; // names the L2 objects
   fin.salt = key.cache_salt;
+  fin.world_size = static_cast<int32_t>(std::max<int64_t>(key.world_size, 1));
   return fin;
+}
+
+void add_l2_name(store_finish& fin, const std::vector<std::string>& names, size_t abs) {
+  if (!names.empty())
+    fin.l2_names.push_back(abs < names.size() ? names[abs] : std::string{});
 }
 
 /// Adds chunk `abs` (counted from the key's token 0) of `key` to `fin`.
 void add_chunk(store_finish& fin, const cache_key& key, const std::vector<uint64_t>& hashes,
-               size_t abs, size_t cs) {
+               const std::vector<std::string>& names, size_t abs, size_t cs) {
   fin.hashes.push_back(hashes[abs]);
+  add_l2_name(fin, names, abs);
   fin.tokens.emplace_back(key.token_ids.begin() + static_cast<ptrdiff_t>(abs * cs),
                           key.token_ids.begin() + static_cast<ptrdiff_t>((abs + 1) * cs));
   fin.parents.push_back(abs == 0 ? std::nullopt : std::optional<uint64_t>{hashes[abs - 1]});

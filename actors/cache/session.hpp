@@ -16,6 +16,9 @@ namespace kvs {
 struct session_params {
   std::string request_id;
   int64_t chunk_size = 0; ///< cache.chunk_size
+  /// l2.format = "lmcache": lookups and stores carry LMCache's chunk hashes
+  /// (store_lookup::l2_names) to name L2 objects.
+  bool l2_lmcache_names = false;
   engine_bridge_actor bridge;
   store_actor store;
   gpu_transfer_actor gpu;
@@ -30,6 +33,7 @@ struct copy_job {
   int32_t rank = 0;
   size_t begin = 0;             ///< first chunk of the key's [start, end) range
   std::vector<uint64_t> hashes; ///< the key's chunks 0..end (prefix-chained)
+  std::vector<std::string> l2_names; ///< LMCache's hashes of them (l2.format = "lmcache")
   /// STORE, once reserved: what to commit (or abort) when the copy is over.
   std::optional<store_finish> reserved;
   uint64_t read_ticket = 0;     ///< RETRIEVE, once acquired: released after the copy

@@ -82,7 +82,8 @@ void abort_null_chunks(self_ptr self, store_finish& fin, const std::vector<uint3
   store_finish drop;
   drop.rank = fin.rank;
   drop.commit = false;
-  store_finish keep{fin.commit, fin.rank, {}, {}, {}, fin.model, fin.salt, fin.group, fin.grouped};
+  store_finish keep{fin.commit, fin.rank, {}, {}, {}, fin.model, fin.salt, fin.group, fin.grouped,
+                    {}, fin.world_size};
   size_t n = 0;
   for (size_t k = 0; k < fin.hashes.size(); ++k) {
     if (n < null_chunks.size() && null_chunks[n] == k) {
@@ -93,6 +94,8 @@ void abort_null_chunks(self_ptr self, store_finish& fin, const std::vector<uint3
     keep.hashes.push_back(fin.hashes[k]);
     keep.tokens.push_back(std::move(fin.tokens[k]));
     keep.parents.push_back(fin.parents[k]);
+    if (k < fin.l2_names.size())
+      keep.l2_names.push_back(std::move(fin.l2_names[k]));
   }
   KVS_DEBUG(self->state.label, "{} chunks all-null in an engine group: not stored",
             drop.hashes.size());
@@ -138,6 +141,7 @@ uint64_t add_job(self_ptr self, mp_call& call, const cache_key& key, bool to_l1,
   job.rank = static_cast<int32_t>(*key.worker_id);
   job.begin = begin;
   job.hashes = key_hashes(key, static_cast<size_t>(st.p.chunk_size), end);
+  job.l2_names = key_l2_names(st.p, key, end);
   job.call = std::move(call); // the request itself is shared, `key` stays valid
   return id;
 }
@@ -168,7 +172,7 @@ void reserved(self_ptr self, uint64_t id, store_reserve_reply& res) {
   for (auto& c : res.chunks) {
     cp.chunk_positions.push_back(c.position);
     cp.slots.push_back(c.slot);
-    add_chunk(fin, r.key, job.hashes, job.begin + c.position, cs);
+    add_chunk(fin, r.key, job.hashes, job.l2_names, job.begin + c.position, cs);
   }
   job.reserved = std::move(fin);
   start_copy(self, id, std::move(cp));

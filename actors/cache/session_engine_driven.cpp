@@ -149,6 +149,7 @@ struct transfer {
   size_t end = 0;
   gpu_stage_taken taken;        ///< the staging slots (or inline / groups) granted
   std::vector<uint64_t> hashes; ///< the key's chunks 0..end
+  std::vector<std::string> l2_names; ///< LMCache's hashes of them (l2.format = "lmcache")
   uint64_t ticket = 0;          ///< prepare_retrieve: the store's pin on the chunks
   std::shared_ptr<staged_transfer> staged; ///< commit_store: what it commits
 };
@@ -212,7 +213,7 @@ void store_reserved(self_ptr self, const transfer_ptr& tr, store_reserve_reply& 
     indices.push_back(c.position);
     t.positions.push_back(c.position);
     t.l1.push_back(c.slot);
-    add_chunk(fin, r.key, tr->hashes, tr->begin + c.position, cs);
+    add_chunk(fin, r.key, tr->hashes, tr->l2_names, tr->begin + c.position, cs);
   }
   auto slots = taken.inline_data ? std::vector<shm_slot_desc>{} : slot_descs(taken, n);
   if (n > 0) {
@@ -253,6 +254,7 @@ void store_staged(self_ptr self, const transfer_ptr& t, gpu_stage_taken& taken) 
     return;
   }
   t->hashes = key_hashes(r.key, static_cast<size_t>(st.p.chunk_size), t->end);
+  t->l2_names = key_l2_names(st.p, r.key, t->end);
   t->taken = std::move(taken);
   store_reserve q{r.instance_id, static_cast<int32_t>(*r.key.worker_id),
                   {t->hashes.begin() + static_cast<ptrdiff_t>(t->begin), t->hashes.end()},

@@ -57,6 +57,7 @@ void reserve_groups(self_ptr self, const mp_call& call, const cache_key& key, in
   const auto cs = static_cast<size_t>(st.p.chunk_size);
   const auto rank = static_cast<int32_t>(*key.worker_id);
   auto hashes = std::make_shared<const std::vector<uint64_t>>(key_hashes(key, cs, end));
+  auto names = std::make_shared<const std::vector<std::string>>(key_l2_names(st.p, key, end));
   auto pend = std::make_shared<pending_reserve>();
   pend->want = std::move(want);
   for (const auto& w : pend->want)
@@ -74,7 +75,7 @@ void reserve_groups(self_ptr self, const mp_call& call, const cache_key& key, in
       q.hashes.push_back(group_hash((*hashes)[begin + c], g));
     self->request(st.p.store, caf::infinite, std::move(q))
       .then(
-        [self, call, k, hashes, pend, done, g, begin, rank](store_reserve_reply& res) {
+        [self, call, k, hashes, names, pend, done, g, begin, rank](store_reserve_reply& res) {
           const auto cs = static_cast<size_t>(self->state.p.chunk_size);
           store_finish fin = finish_for(*k, rank);
           fin.group = g;
@@ -86,9 +87,10 @@ void reserve_groups(self_ptr self, const mp_call& call, const cache_key& key, in
             slots.push_back(c.slot);
             positions.push_back(c.position);
             if (g == 0) {
-              add_chunk(fin, *k, *hashes, begin + rel, cs);
+              add_chunk(fin, *k, *hashes, *names, begin + rel, cs);
             } else {
               fin.hashes.push_back(group_hash((*hashes)[begin + rel], g));
+              add_l2_name(fin, *names, begin + rel); // LMCache: same hash, object group g
               fin.tokens.emplace_back();
               fin.parents.emplace_back();
             }

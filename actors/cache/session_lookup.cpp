@@ -49,6 +49,7 @@ void on_lookup(self_ptr self, mp_call& call) {
   // (store_lookup::begin). 0.5.6 looks up from chunk 0 whatever start says.
   auto [begin, end] = chunk_range(r.key, cs);
   auto hashes = key_hashes(r.key, cs, end);
+  auto names = key_l2_names(st.p, r.key, end);
   st.lookup_running = true;
   st.matched.reset();
   auto gen = ++st.lookup_generation;
@@ -58,7 +59,8 @@ void on_lookup(self_ptr self, mp_call& call) {
   self->request(st.p.store, caf::infinite,
                 store_lookup{st.p.request_id, std::move(hashes), world, 1, r.key.model_name,
                              r.key.cache_salt,
-                             r.key.release == client_release::v0_5_7 ? begin : 0})
+                             r.key.release == client_release::v0_5_7 ? begin : 0,
+                             std::move(names), lookup_tokens(st.p, r.key, end)})
     .then(
       [self, gen](uint64_t n) {
         auto& st = self->state;

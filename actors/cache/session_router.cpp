@@ -37,6 +37,7 @@ session_router_state::session_entry* session_for(self_ptr self, const std::strin
   session_params sp;
   sp.request_id = rid;
   sp.chunk_size = st.p.chunk_size;
+  sp.l2_lmcache_names = st.p.l2_lmcache_names;
   sp.bridge = st.bridge;
   sp.store = st.p.store;
   sp.gpu = st.p.gpu;

@@ -13,6 +13,7 @@ namespace kvs {
 
 struct session_router_params {
   int64_t chunk_size = 0;                 ///< cache.chunk_size (for the sessions)
+  bool l2_lmcache_names = false;          ///< l2.format = "lmcache" (session_params)
   std::chrono::nanoseconds session_ttl{}; ///< cache.session_ttl
   size_t max_sessions = 0;                ///< cache.max_sessions: live sessions at most
   registry_actor registry;

@@ -30,6 +30,16 @@ using self_ptr = session_actor::stateful_pointer<session_state>;
 
 /// Hashes of chunks [0, n_chunks) of the key's tokens (prefix-chained).
 std::vector<uint64_t> key_hashes(const cache_key& key, size_t chunk_size, size_t n_chunks);
+/// l2.format = "lmcache": LMCache's chunk hashes of chunks [0, n_chunks)
+/// (fewer past a token outside uint32; store_lookup::l2_names). Empty
+/// for kvsidecar's own format.
+std::vector<std::string> key_l2_names(const session_params& p, const cache_key& key,
+                                      size_t n_chunks);
+/// l2.format = "lmcache": the key's tokens of chunks [0, n_chunks)
+/// (store_lookup::tokens); null otherwise.
+std::shared_ptr<const std::vector<uint32_t>> lookup_tokens(const session_params& p,
+                                                           const cache_key& key,
+                                                           size_t n_chunks);
 /// Chunk range [begin, end) a key's [start, end) token range covers.
 std::pair<size_t, size_t> chunk_range(const cache_key& key, size_t cs);
 /// Answers `call` with `body` (nullopt: None).
@@ -42,7 +52,10 @@ void reply_failed(self_ptr self, const mp_call& call, std::string_view why);
 store_finish finish_for(const cache_key& key, int32_t rank);
 /// Adds chunk `abs` (counted from the key's token 0) of `key` to `fin`.
 void add_chunk(store_finish& fin, const cache_key& key, const std::vector<uint64_t>& hashes,
-               size_t abs, size_t cs);
+               const std::vector<std::string>& names, size_t abs, size_t cs);
+/// Adds LMCache's name of chunk `abs` to fin.l2_names ("" when it has none)
+/// when names are in use.
+void add_l2_name(store_finish& fin, const std::vector<std::string>& names, size_t abs);
 /// A prepare's (or an engine-driven commit's) answers are back: the
 /// session may end now.
 void prepared(self_ptr self);

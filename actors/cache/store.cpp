@@ -355,6 +355,10 @@ caf::result<store_configure_reply> on_configure(self_ptr self, store_configure& 
       return to_caf_error("l1_too_small", "a group's chunks of " + std::to_string(b)
                                             + " bytes per rank do not fit in the L1 region of "
                                             + std::to_string(usable) + " bytes (cache.l1_size)");
+  if (c.slot_bytes == 0 || c.model.empty())
+    st.instance_model.erase(c.instance_id);
+  else
+    st.instance_model[c.instance_id] = {c.model, c.world_size};
   if (c.slot_bytes == 0) {
     st.chunk_bytes.erase(c.instance_id);
   } else if (st.p.pool->stride_for(c.slot_bytes) == 0

@@ -54,6 +54,9 @@ struct store_state {
   std::unordered_map<uint64_t, read_ticket> tickets;
   /// Registered instance -> bytes per chunk per rank (its slot size).
   std::unordered_map<int64_t, size_t> chunk_bytes;
+  /// Registered instance -> the (model, world_size) it registered: an L2
+  /// prefetch expects the chunk size of the model's own instances.
+  std::unordered_map<int64_t, std::pair<std::string, int64_t>> instance_model;
   /// Multi-group (hybrid-KV) instances: every group's chunk bytes, and the
   /// (model, world_size) they registered; LOOKUPs of such a model use its
   /// groups' windows (cache/group_lookup.hpp) while an instance of it is

@@ -33,10 +33,16 @@ void l2_stage(store_self self, const store_finish& f, size_t i) {
     w.salt = f.salt;
     w.rank = f.rank;
     w.quiet = f.group != 0;
+    w.group = f.group;
+    w.world_size = f.world_size;
   }
   // Every write batch is one model and rank; its chunks share one byte size.
   w.layout = e->bytes;
   w.hashes.push_back(f.hashes[i]);
+  if (!f.l2_names.empty()) { // l2.format = "lmcache": kept parallel to hashes
+    w.names.resize(w.hashes.size() - 1);
+    w.names.push_back(i < f.l2_names.size() ? f.l2_names[i] : std::string{});
+  }
   w.bytes.emplace_back(reinterpret_cast<const char*>(e->data), e->bytes);
   if (f.rank == 0 && f.group == 0 && i < f.tokens.size()) {
     w.tokens.push_back(f.tokens[i]);
@@ -63,18 +69,28 @@ namespace {
 /// answered with what L1 had.
 constexpr std::chrono::seconds l2_prefetch_timeout{30};
 
-/// The layout fingerprint a prefetch asks L2 for: the chunk byte size when
-/// every registered instance has the same one (objects of another size are
-/// misses); with several sizes, 0: the model fingerprint and the object's own
-/// size check guard it (l2/object_header.hpp).
-uint64_t lookup_layout(const store_state& st) {
-  size_t only = 0;
+/// The layout fingerprint a prefetch asks L2 for: the chunk byte size the
+/// instances registered for the lookup's (model, world size) agree on, else
+/// the one every registered instance has (objects of another size are
+/// misses); with several sizes, 0: the model fingerprint and the object's
+/// own size check guard it (l2/object_header.hpp), and l2.format =
+/// "lmcache", whose objects carry no header, takes nothing.
+uint64_t lookup_layout(const store_state& st, const store_lookup& q) {
+  size_t mine = 0, only = 0;
+  bool mine_agree = true, all_agree = true;
   for (auto& [id, bytes] : st.chunk_bytes) {
-    if (only != 0 && bytes != only)
-      return 0;
+    all_agree = all_agree && (only == 0 || bytes == only);
     only = bytes;
+    auto m = st.instance_model.find(id);
+    if (m != st.instance_model.end() && m->second.first == q.model
+        && m->second.second == q.world_size) {
+      mine_agree = mine_agree && (mine == 0 || bytes == mine);
+      mine = bytes;
+    }
   }
-  return only;
+  if (mine != 0)
+    return mine_agree ? mine : 0;
+  return all_agree ? only : 0;
 }
 
 /// Copies the fetched prefix of `hashes` (the L1 keys the fetch asked for,
@@ -122,9 +138,15 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
   l2_fetch f;
   f.model = q.model;
   f.salt = q.salt;
-  f.layout = lookup_layout(st);
+  f.layout = lookup_layout(st, q);
   f.world_size = q.world_size;
   f.hashes.assign(q.hashes.begin() + static_cast<ptrdiff_t>(l1_hits), q.hashes.end());
+  if (l1_hits < q.l2_names.size())
+    f.names.assign(q.l2_names.begin() + static_cast<ptrdiff_t>(l1_hits), q.l2_names.end());
+  f.tokens = q.tokens; // announces chunks another writer put in L2 (lmcache format)
+  f.first_chunk = l1_hits;
+  if (l1_hits > 0)
+    f.parent = q.hashes[l1_hits - 1];
   const uint64_t layout = f.layout; // an object of this layout must be this long
   // The session's L1 locks stay held while L2 answers; the relock below
   // replaces them with the longer prefix in one step.
@@ -212,8 +234,12 @@ void fetch_groups(store_self self, const group_prefetch_ptr& p,
     f.salt = p->q.salt;
     f.layout = p->groups.bytes[g];
     f.world_size = p->q.world_size;
-    for (auto c : chunks)
+    f.group = g;
+    for (auto c : chunks) {
       f.hashes.push_back(group_hash(p->q.hashes[c], g));
+      if (!p->q.l2_names.empty()) // LMCache: the prefix's hash, object group g
+        f.names.push_back(c < p->q.l2_names.size() ? p->q.l2_names[c] : std::string{});
+    }
     auto keys = std::make_shared<std::vector<uint64_t>>(f.hashes);
     const uint8_t format = p->groups.formats[g];
     const size_t bytes = p->groups.bytes[g];
