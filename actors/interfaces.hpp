@@ -36,6 +36,16 @@ using pub_bridge_actor = caf::typed_actor<caf::reacts_to<publish_atom, encoded_b
 using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>,
                                              caf::reacts_to<snapshot_part>>;
 
+/// join_bridge[dp=r] (actors/relay/join_bridge.hpp): the publisher's batches
+/// as the PUB bridge takes them, and the indexer's snapshot parts as the
+/// replay bridge takes them (it is addressed as either).
+using join_bridge_actor = caf::typed_actor<caf::reacts_to<publish_atom, encoded_batches>,
+                                           caf::reacts_to<snapshot_part>>;
+
+// ingest_bridge[dp=r] (actors/relay/ingest_bridge.hpp) and grpc_bridge take no
+// messages of their own besides the bridges' built-ins (stop, stats,
+// metrics): their work comes from their sockets.
+
 // -- event relay -------------------------------------------------------------
 
 /// publisher[dp=r] — one per DP rank. Owns the rank's sequence number:
@@ -100,7 +110,8 @@ using engine_bridge_actor = caf::typed_actor<
   caf::reacts_to<kv_event_records>,         ///< for subscribe_kv_events streams
   caf::reacts_to<reaped_atom, int64_t>,     ///< instance gone: free its binding
   caf::reacts_to<lmcache_frames>,           ///< a request that came over gRPC
-  caf::reacts_to<grpc_atom, lmcache_reply_sink_ptr>>; ///< where the gRPC replies go
+  caf::reacts_to<grpc_atom, lmcache_reply_sink_ptr>, ///< where the gRPC replies go
+  caf::reacts_to<sweep_atom>>; ///< its own timer: kv-event subscriptions without a PING expire
 
 // grpc_bridge (actors/cache/grpc_bridge.hpp) — LMCache's gRPC transport
 // (cache.grpc_endpoint): turns each RPC into the frames a ZeroMQ client

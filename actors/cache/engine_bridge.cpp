@@ -80,7 +80,7 @@ void engine_bridge::arm_sweep() {
 }
 
 caf::behavior engine_bridge::handlers() {
-  return {
+  return typed_handlers<engine_bridge_actor>(
     [this](mp_reply& r) { send_reply(r); },
     [this](kv_event_records& r) { streams_.append(std::move(r.records)); },
     [this](sweep_atom) {
@@ -100,8 +100,7 @@ caf::behavior engine_bridge::handlers() {
       owners_.erase(instance);
       streams_.drop_instance(instance);
       send(p_.router, reaped_atom_v, instance); // it ends the instance's sessions
-    },
-  };
+    });
 }
 
 void engine_bridge::on_socket(size_t, short revents) {

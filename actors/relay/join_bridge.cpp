@@ -66,10 +66,9 @@ std::optional<std::string> join_bridge::open() {
 }
 
 caf::behavior join_bridge::handlers() {
-  return {
+  return typed_handlers<join_bridge_actor>(
     [this](publish_atom, encoded_batches& bs) { on_live(bs); },
-    [this](snapshot_part& part) { on_part(part); },
-  };
+    [this](snapshot_part& part) { on_part(part); });
 }
 
 void join_bridge::on_live(encoded_batches& bs) {

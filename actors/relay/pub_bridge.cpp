@@ -35,13 +35,12 @@ std::optional<std::string> pub_bridge::open() {
 }
 
 caf::behavior pub_bridge::handlers() {
-  return {
+  return typed_handlers<pub_bridge_actor>(
     [this](publish_atom, encoded_batches& bs) {
       for (auto& b : bs.items)
         send_batch(b);
       p_.queue->sent(static_cast<int64_t>(bs.items.size()));
-    },
-  };
+    });
 }
 
 void pub_bridge::send_batch(const encoded_batch& b) {

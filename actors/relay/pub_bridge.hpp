@@ -28,6 +28,7 @@
 #pragma once
 
 #include "relay/relay_queue.hpp"
+#include "actors/interfaces.hpp"
 #include "actors/zmq_bridge.hpp"
 #include "messages/encoded_batch.hpp"
 

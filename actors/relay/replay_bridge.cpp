@@ -198,10 +198,9 @@ void replay_bridge::start_waiting() {
 }
 
 caf::behavior replay_bridge::handlers() {
-  return {
+  return typed_handlers<replay_bridge_actor>(
     [this](replay_stream& s) { on_replay_part(s); },
-    [this](snapshot_part& part) { on_snapshot_part(part); },
-  };
+    [this](snapshot_part& part) { on_snapshot_part(part); });
 }
 
 void replay_bridge::on_snapshot_part(snapshot_part& part) {
