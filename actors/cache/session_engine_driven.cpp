@@ -135,10 +135,8 @@ void release_all_staged(self_ptr self) {
 
 // -- Named steps ---------------------------------------------------------------
 //
-// Each transfer is a run of steps, each one a function of (self, transfer,
-// reply) that the previous step's request leads to (`ask`); a refusal leads
-// to the transfer's failure step. What a transfer carries from step to step
-// is its `transfer` (shared by the steps of one request, never copied).
+// Each transfer is a run of steps joined by `ask` (session_steps.hpp); what
+// it carries from step to step is its `transfer`.
 
 namespace {
 
@@ -154,17 +152,6 @@ struct transfer {
   std::shared_ptr<staged_transfer> staged; ///< commit_store: what it commits
 };
 using transfer_ptr = std::shared_ptr<transfer>;
-
-using failed_step = void (*)(self_ptr, const transfer_ptr&, const caf::error&);
-
-/// Asks `dest` for `q`; its reply goes to step `next`, a refusal to `failed`.
-template <class Reply, class Dest, class Request>
-void ask(self_ptr self, const Dest& dest, Request q, transfer_ptr t,
-         void (*next)(self_ptr, const transfer_ptr&, Reply&), failed_step failed) {
-  self->request(dest, caf::infinite, std::move(q))
-    .then([self, t, next](Reply& r) { next(self, t, r); },
-          [self, t, failed](caf::error& err) { failed(self, t, err); });
-}
 
 // prepare_store: take staging slots -> reserve in the store -> hand the slots out
 

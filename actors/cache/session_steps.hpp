@@ -16,6 +16,7 @@
 #include "actors/cache/session.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +26,23 @@
 namespace kvs::session_steps {
 
 using self_ptr = session_actor::stateful_pointer<session_state>;
+
+// -- Joining named steps -------------------------------------------------------
+//
+// A transfer of several messages is a run of steps, each one a function of
+// (self, state, reply) that the previous step's request leads to; a refusal
+// leads to the run's failure step. What the run carries from step to step is
+// its state (a shared_ptr, shared by the steps of one request, never copied).
+
+/// Asks `dest` for `q`; its reply goes to step `next`, a refusal to `failed`.
+template <class Reply, class Dest, class Request, class State>
+void ask(self_ptr self, const Dest& dest, Request q, std::shared_ptr<State> t,
+         void (*next)(self_ptr, const std::shared_ptr<State>&, Reply&),
+         void (*failed)(self_ptr, const std::shared_ptr<State>&, const caf::error&)) {
+  self->request(dest, caf::infinite, std::move(q))
+    .then([self, t, next](Reply& r) { next(self, t, r); },
+          [self, t, failed](caf::error& err) { failed(self, t, err); });
+}
 
 // -- Shared (session.cpp) ----------------------------------------------------
 
