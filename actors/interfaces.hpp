@@ -25,16 +25,26 @@ using stats_client_actor = caf::typed_actor<
   caf::reacts_to<stats_atom>,
   caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
 
-/// pub_bridge[dp=r] (actors/pub_bridge.hpp): sends a batch to routers.
-/// join_bridge[dp=r] (actors/join_bridge.hpp, events.join_endpoint) takes
+/// pub_bridge[dp=r] (actors/relay/pub_bridge.hpp): sends a batch to routers.
+/// join_bridge[dp=r] (actors/relay/join_bridge.hpp, events.join_endpoint) takes
 /// the same message: the rank's state first, then live, for one router.
 using pub_bridge_actor = caf::typed_actor<caf::reacts_to<publish_atom, encoded_batches>>;
 
-/// replay_bridge[dp=r] (actors/replay_bridge.hpp): streams a replay, or a
+/// replay_bridge[dp=r] (actors/relay/replay_bridge.hpp): streams a replay, or a
 /// snapshot part by part, to a client. The join bridge takes snapshot parts
 /// the same way (the indexer answers whichever bridge asked).
 using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>,
                                              caf::reacts_to<snapshot_part>>;
+
+/// join_bridge[dp=r] (actors/relay/join_bridge.hpp): the publisher's batches
+/// as the PUB bridge takes them, and the indexer's snapshot parts as the
+/// replay bridge takes them (it is addressed as either).
+using join_bridge_actor = caf::typed_actor<caf::reacts_to<publish_atom, encoded_batches>,
+                                           caf::reacts_to<snapshot_part>>;
+
+// ingest_bridge[dp=r] (actors/relay/ingest_bridge.hpp) and grpc_bridge take no
+// messages of their own besides the bridges' built-ins (stop, stats,
+// metrics): their work comes from their sockets.
 
 // -- event relay -------------------------------------------------------------
 
@@ -60,13 +70,13 @@ using publisher_actor = caf::typed_actor<
 /// actor take it; each announces its chunks again).
 using clear_listener_actor = caf::typed_actor<caf::reacts_to<cleared_atom>>;
 
-/// indexer[dp=r] — one per DP rank, on its own thread (actors/indexer.hpp).
+/// indexer[dp=r] — one per DP rank, on its own thread (actors/relay/indexer.hpp).
 /// `publish_atom, first_seq, held, batches`: what the publisher published,
 /// seq first_seq on (holding `held` bytes of the rank's relay_queue
 /// indexing_bytes, released once applied), applied in order to the rank's block index
 /// (relay/block_index.hpp). Serves snapshots of the index to the replay
 /// bridge, one part of raw BlockStored batches per credit
-/// (actors/indexer_snapshot.hpp); the bridge encodes and streams them. Off
+/// (actors/relay/indexer_snapshot.hpp); the bridge encodes and streams them. Off
 /// the live path: a live batch never waits behind an index update or a
 /// snapshot part.
 using indexer_actor = caf::typed_actor<
@@ -90,7 +100,7 @@ namespace kvs {
 
 // -- cache server ------------------------------------------------------------
 
-/// engine_bridge (actors/engine_bridge.hpp) — the ROUTER engine connectors
+/// engine_bridge (actors/cache/engine_bridge.hpp) — the ROUTER engine connectors
 /// talk to. Owns the socket: decodes LMCache MP requests, checks which
 /// connection may use an instance, answers what needs no actor (chunk size,
 /// noop, ping) and hands the rest to the session router; sends the replies
@@ -100,15 +110,16 @@ using engine_bridge_actor = caf::typed_actor<
   caf::reacts_to<kv_event_records>,         ///< for subscribe_kv_events streams
   caf::reacts_to<reaped_atom, int64_t>,     ///< instance gone: free its binding
   caf::reacts_to<lmcache_frames>,           ///< a request that came over gRPC
-  caf::reacts_to<grpc_atom, lmcache_reply_sink_ptr>>; ///< where the gRPC replies go
+  caf::reacts_to<grpc_atom, lmcache_reply_sink_ptr>, ///< where the gRPC replies go
+  caf::reacts_to<sweep_atom>>; ///< its own timer: kv-event subscriptions without a PING expire
 
-// grpc_bridge (actors/grpc_bridge.hpp) — LMCache's gRPC transport
+// grpc_bridge (actors/cache/grpc_bridge.hpp) — LMCache's gRPC transport
 // (cache.grpc_endpoint): turns each RPC into the frames a ZeroMQ client
 // sends and hands them to the engine bridge, which serves them as it serves
 // ZeroMQ and hands each reply to the bridge's server (lmcache_reply_sink).
 // It takes no messages of its own besides the bridges' stop / stats / metrics.
 
-/// session_router (actors/session_router.hpp) — routes decoded requests:
+/// session_router (actors/cache/session_router.hpp) — routes decoded requests:
 /// registrations to the registry, CLEAR to the store, request-id ops to a
 /// session per request id, which it spawns and is the only one to address,
 /// so a session never receives a request after it was told to end. Owns

@@ -1,6 +1,6 @@
 #include "actors/zmq_bridge.hpp"
 
-#include "actors/thread_name.hpp"
+#include "core/thread_name.hpp"
 #include "log/log.hpp"
 #include "log/stats_repeat.hpp"
 #include "config/config.hpp"

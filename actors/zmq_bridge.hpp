@@ -20,6 +20,7 @@
 #include "messages/stats_snapshot.hpp"
 
 #include <caf/blocking_actor.hpp>
+#include <caf/typed_behavior.hpp>
 #include <zmq.hpp>
 
 #include <atomic>
@@ -65,8 +66,20 @@ protected:
   /// Creates, configures and binds/connects the sockets; returns why not.
   virtual std::optional<std::string> open() = 0;
   /// The typed messages this bridge handles (an empty behavior: none
-  /// besides the built-in stop and stats).
+  /// besides the built-in stop and stats). Built with typed_handlers<I>(),
+  /// so the compiler checks them against the bridge's interface I.
   virtual caf::behavior handlers() = 0;
+
+  /// A bridge's handlers, checked by the compiler against its typed
+  /// interface `Handle` (interfaces.hpp): every message the interface names
+  /// is handled and nothing else is, as for an event-based typed actor.
+  /// The built-ins (stop, stats_client_actor's stats and metrics) are the
+  /// base's.
+  template <class Handle, class... Fs>
+  static caf::behavior typed_handlers(Fs... fs) {
+    typename Handle::behavior_type checked{std::move(fs)...};
+    return std::move(checked.unbox());
+  }
   /// Socket `index` (order of watch()) is ready with `revents`.
   virtual void on_socket(size_t index, short revents) = 0;
   /// The bridge's counters: its periodic stats line (every stats_interval

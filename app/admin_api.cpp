@@ -1,5 +1,7 @@
 #include "app/admin_api.hpp"
 
+#include "cache/lmcache_token_hash.hpp"
+
 #include "cache/chunk_hash.hpp"
 #include "cache/md5.hpp"
 #include "core/cache_salt.hpp"
@@ -224,6 +226,7 @@ std::vector<uint64_t> admin_api::hashes_of(const admin_call& c) const {
 }
 
 http_answer admin_api::prefetch(const admin_call& c) {
+  auto cs = static_cast<size_t>(cfg_.cache.chunk_size);
   auto hashes = hashes_of(c);
   json_writer w;
   if (hashes.empty()) {
@@ -250,8 +253,20 @@ http_answer admin_api::prefetch(const admin_call& c) {
   auto ranks = static_cast<uint64_t>(c.world_size);
   store_lookup q{session, std::move(hashes), static_cast<int32_t>(c.world_size), 1, c.model,
                  c.salt, 0};
-  sys_.spawn([jobs = jobs_, store, id, session, ranks,
-              q = std::move(q)](caf::event_based_actor* self) mutable {
+  if (cfg_.l2.format == l2_format::lmcache) {
+    // LMCache's object names for what L1 misses, as a session's LOOKUP
+    // carries them (a token outside uint32 ends the names, as LMCache's keys).
+    append_lmcache_chunk_hashes(c.tokens.data(), n_chunks * cs, cs, q.l2_names);
+    std::vector<uint32_t> toks;
+    for (size_t i = 0; i < q.l2_names.size() * cs; ++i)
+      toks.push_back(static_cast<uint32_t>(c.tokens[i]));
+    q.tokens = std::make_shared<const std::vector<uint32_t>>(std::move(toks));
+  }
+  // The lookup is the spawned function's argument (CAF 0.17 dereferences an
+  // empty argument tuple it never allocated for a function spawned with
+  // none: UBSan's 'reference binding to null pointer').
+  sys_.spawn([jobs = jobs_, store, id, session,
+              ranks](caf::event_based_actor* self, store_lookup q) mutable {
     auto finish = [jobs, id](uint64_t found, std::string error) {
       std::lock_guard<std::mutex> lock{jobs->mu};
       --jobs->running;
@@ -277,7 +292,7 @@ http_answer admin_api::prefetch(const admin_call& c) {
           finish(0, caf::to_string(e));
           self->quit();
         });
-  });
+  }, std::move(q));
   w.begin_object()
     .str("request_id", id)
     .integer("chunks", n_chunks)

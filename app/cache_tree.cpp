@@ -1,14 +1,14 @@
 #include "app/cache_tree.hpp"
 
-#include "actors/engine_bridge.hpp"
-#include "actors/grpc_bridge.hpp"
-#include "actors/gpu_transfer.hpp"
-#include "actors/l1_prefault.hpp"
-#include "actors/l2_tier.hpp"
-#include "actors/registry.hpp"
-#include "actors/session_router.hpp"
-#include "actors/store.hpp"
-#include "actors/store_l2.hpp"
+#include "actors/cache/engine_bridge.hpp"
+#include "actors/cache/grpc_bridge.hpp"
+#include "actors/cache/gpu_transfer.hpp"
+#include "actors/cache/l1_prefault.hpp"
+#include "actors/cache/l2_tier.hpp"
+#include "actors/cache/registry.hpp"
+#include "actors/cache/session_router.hpp"
+#include "actors/cache/store.hpp"
+#include "actors/cache/store_l2.hpp"
 #include "log/log.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -54,7 +54,17 @@ expected<store_l2_link> spawn_l2(caf::actor_system& sys, const config& cfg,
   if (!c.enabled())
     return link;
   l2_params p;
-  if (c.disk.enabled) {
+  p.lmcache_format = c.format == l2_format::lmcache;
+  if (c.disk.enabled && p.lmcache_format) {
+    lmcache_dir_options o;
+    o.path = c.disk.path;
+    o.size = c.disk.size;
+    auto dir = lmcache_dir_tier::open(o);
+    if (!dir)
+      return make_error(dir.error_value().kind,
+                        "l2.disk.path = \"" + c.disk.path + "\": " + dir.error_value().detail);
+    p.lmcache_dir = std::move(*dir);
+  } else if (c.disk.enabled) {
     disk_tier_options o;
     o.path = c.disk.path;
     o.size = c.disk.size;
@@ -164,6 +174,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
 
   session_router_params rtp;
   rtp.chunk_size = c.chunk_size;
+  rtp.l2_lmcache_names = cfg.l2.enabled() && cfg.l2.format == l2_format::lmcache;
   rtp.session_ttl = c.session_ttl;
   rtp.max_sessions = static_cast<size_t>(c.max_sessions);
   rtp.registry = reg;

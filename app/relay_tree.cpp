@@ -1,12 +1,12 @@
 #include "app/relay_tree.hpp"
 
-#include "actors/indexer.hpp"
-#include "actors/ingest_bridge.hpp"
-#include "actors/join_bridge.hpp"
-#include "actors/pub_bridge.hpp"
-#include "actors/publisher.hpp"
-#include "actors/replay.hpp"
-#include "actors/replay_bridge.hpp"
+#include "actors/relay/indexer.hpp"
+#include "actors/relay/ingest_bridge.hpp"
+#include "actors/relay/join_bridge.hpp"
+#include "actors/relay/pub_bridge.hpp"
+#include "actors/relay/publisher.hpp"
+#include "actors/relay/replay.hpp"
+#include "actors/relay/replay_bridge.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <fmt/format.h>

@@ -48,7 +48,7 @@ size_t lookup_groups(chunk_index& index, lock_ledger& ledger, const std::string&
                      int world_size, uint32_t readers_per_key, cache_clock::time_point now,
                      size_t base);
 
-// What an L2 prefetch of a hybrid model asks for (actors/store_l2.cpp):
+// What an L2 prefetch of a hybrid model asks for (actors/cache/store_l2.cpp):
 // first every full-attention group's chunks from the end of its L1 run,
 // then, once those are in, each windowed group's window ending where the
 // shortest full-attention run ends. Chunks below `base` count as present.

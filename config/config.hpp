@@ -80,7 +80,7 @@ struct events_config {
 /// cache.l1_prefault: when the L1 pool's pages are faulted in. "off": on
 /// first use (a first store into fresh memory pays the page faults); "start":
 /// before the cache serves (slower start; a shortage fails the start);
-/// "background": by a low-priority thread after start (actors/l1_prefault.hpp).
+/// "background": by a low-priority thread after start (actors/cache/l1_prefault.hpp).
 enum class l1_prefault_mode { off, start, background };
 /// The config spelling ("off", "start", "background"), for logs.
 const char* to_string(l1_prefault_mode p);
@@ -109,7 +109,7 @@ struct cache_config {
   /// name no pool, so LMCache 0.5.7 workers send and get the chunks in the
   /// messages (its inline transfer context); "shm" (default): a staging pool.
   bool engine_driven_inline = false;
-  /// LMCache's gRPC transport (actors/grpc_bridge.hpp): "" = off,
+  /// LMCache's gRPC transport (actors/cache/grpc_bridge.hpp): "" = off,
   /// grpc://host:port or grpc+unix:///abs/path.
   std::string grpc_endpoint;
   std::string grpc_tls_cert_file;      ///< PEM; with the key: TLS on grpc://
@@ -126,7 +126,7 @@ struct cache_config {
   std::vector<std::pair<std::string, uint64_t>> quotas;
 };
 
-/// L2 tiers behind the L1 pool (l2/, actors/l2_tier.hpp).
+/// L2 tiers behind the L1 pool (l2/, actors/cache/l2_tier.hpp).
 struct l2_disk_config {
   bool enabled = false;
   std::string path;
@@ -144,8 +144,15 @@ struct l2_redis_config {
   duration timeout{};
 };
 
+/// How L2 objects are named and laid out (README, "One L2 with LMCache
+/// nodes"): kvsidecar's own (a header, its chunk hash) or LMCache's (its
+/// ObjectKey names, BLAKE3 chunk hash, raw bytes), to share one Redis or
+/// folder with LMCache servers.
+enum class l2_format { kvsidecar, lmcache };
+
 struct l2_config {
   uint64_t queue_bytes = 0;
+  l2_format format = l2_format::kvsidecar;
   l2_disk_config disk;
   l2_redis_config redis;
   bool enabled() const { return disk.enabled || redis.enabled; }

@@ -6,6 +6,8 @@ namespace kvs::config_detail {
 void read_l2_section(reader& r, loader& l, config& c) {
   auto& l2 = c.l2;
   l2.queue_bytes = r.size("l2.queue_bytes", 1 << 20);
+  l2.format = r.one_of<l2_format>("l2.format", {{"kvsidecar", l2_format::kvsidecar},
+                                                {"lmcache", l2_format::lmcache}});
   l2.disk.enabled = r.boolean("l2.disk.enabled");
   l2.disk.path = r.str("l2.disk.path");
   l2.disk.size = r.size("l2.disk.size", 1 << 20);

@@ -6,7 +6,7 @@
 // sidecar never blocks an engine, and never grows without bound behind a
 // slow consumer. The relay's per-rank queue (relay/relay_queue.hpp: batches
 // until the PUB socket sent them) and the L2 write-through (bytes of chunk
-// copies until the L2 actor wrote them, actors/store_l2.hpp) are both one.
+// copies until the L2 actor wrote them, actors/cache/store_l2.hpp) are both one.
 // Atomics only: shared between threads, no lock.
 #pragma once
 

@@ -1,4 +1,5 @@
 #include "l2/disk_tier.hpp"
+#include "l2/file_io.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,57 +20,16 @@ namespace {
 constexpr const char* k_suffix = ".kvl2";
 constexpr const char* k_tmp_suffix = ".tmp";
 
-bool ends_with(const std::string& s, const char* suffix) {
-  size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-/// mkdir -p.
-status make_dirs(const std::string& path) {
-  std::string cur;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || (path[i] == '/' && i > 0)) {
-      cur = path.substr(0, i);
-      if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-        return make_error("io", "cannot create directory " + cur + ": " + std::strerror(errno));
-    }
-  }
-  struct stat sb;
-  if (::stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return make_error("io", path + " is not a directory");
-  return {};
-}
-
-/// Reads exactly n bytes at offset; false on error or short file.
-bool pread_all(int fd, void* buf, size_t n, off_t off) {
-  auto* p = static_cast<char*>(buf);
-  while (n > 0) {
-    ssize_t r = ::pread(fd, p, n, off);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-    off += r;
-  }
-  return true;
-}
-
 } // namespace
 
 disk_tier::disk_tier(disk_tier_options opts) : opts_(std::move(opts)) {
   if (!opts_.writev)
-    opts_.writev = [](int fd, const iovec* iov, int n) { return ::writev(fd, iov, n); };
+    opts_.writev = default_writev();
 }
 
 expected<std::unique_ptr<disk_tier>> disk_tier::open(disk_tier_options opts) {
-  if (opts.path.empty())
-    return make_error("io", "no path");
-  if (auto made = make_dirs(opts.path); !made)
-    return made.error_value();
-  if (::access(opts.path.c_str(), R_OK | W_OK | X_OK) != 0)
-    return make_error("io", "cannot read and write " + opts.path + ": " + std::strerror(errno));
+  if (auto ok = open_dir_rw(opts.path); !ok)
+    return ok.error_value();
   std::unique_ptr<disk_tier> t{new disk_tier(std::move(opts))};
   t->scan();
   return t;
@@ -172,52 +132,19 @@ disk_put disk_tier::put(const l2_object_id& id, const void* data, size_t bytes) 
     return disk_put::too_large;
   }
   auto final_name = file_name(k);
-  auto tmp = final_name + k_tmp_suffix;
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  auto fail = [&](int err) {
-    if (fd >= 0)
-      ::close(fd);
-    ::unlink(tmp.c_str());
+  uint8_t header[l2_header_bytes];
+  encode_l2_header(id, bytes, header);
+  iovec iov[2] = {{header, sizeof header}, {const_cast<void*>(data), bytes}};
+  if (int err = write_then_rename(opts_.writev, final_name + k_tmp_suffix, final_name, iov, 2,
+                                  opts_.fsync);
+      err != 0) {
     if (err == ENOSPC || err == EDQUOT) {
       ++stats_.no_space;
       return disk_put::no_space;
     }
     ++stats_.io_errors;
     return disk_put::io_error;
-  };
-  if (fd < 0)
-    return fail(errno);
-  uint8_t header[l2_header_bytes];
-  encode_l2_header(id, bytes, header);
-  iovec iov[2] = {{header, sizeof header}, {const_cast<void*>(data), bytes}};
-  int iovcnt = 2;
-  iovec* cur = iov;
-  while (iovcnt > 0) {
-    ssize_t w = opts_.writev(fd, cur, iovcnt);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return fail(w < 0 ? errno : ENOSPC);
-    auto left = static_cast<size_t>(w);
-    while (iovcnt > 0 && left >= cur->iov_len) {
-      left -= cur->iov_len;
-      ++cur;
-      --iovcnt;
-    }
-    if (iovcnt > 0) {
-      cur->iov_base = static_cast<char*>(cur->iov_base) + left;
-      cur->iov_len -= left;
-    }
   }
-  if (opts_.fsync && ::fdatasync(fd) != 0)
-    return fail(errno);
-  if (::close(fd) != 0) {
-    fd = -1;
-    return fail(errno);
-  }
-  fd = -1;
-  if (::rename(tmp.c_str(), final_name.c_str()) != 0)
-    return fail(errno);
   lru_.push_back(entry{k, total});
   map_[k] = std::prev(lru_.end());
   stats_.bytes += total;

@@ -1,3 +1,7 @@
+// One row per op: how its reply body (msgpack, None) is read into its RPC's
+// response message. Everything else a reply goes through, whether a body is
+// needed, the message and its serialization, is the one step of `run_row`;
+// the reading is over grpc_body_reader.hpp. Adding an op is adding its row.
 #include "lmcache_grpc/grpc_reply.hpp"
 
 #include "lmcache_grpc/grpc_body_reader.hpp"
@@ -22,216 +26,251 @@ std::string text(const item& it) {
   return std::string{body_reader::as_view(it)};
 }
 
-template <class Message>
-std::string serialized(const Message& m) {
-  return m.SerializeAsString();
+/// A row: the op and its message's step. `read` is kept type-erased (a
+/// function pointer converts to another function pointer type and back
+/// unchanged); `run` is the step for the row's message type, which casts it
+/// back.
+struct reply_row {
+  using erased = void (*)();
+  mp_op op;
+  bool needs_body; ///< a None body is refused ("no reply body")
+  erased read;     ///< status (*)(body_reader&, Msg&); nullptr: nothing to read
+  expected<std::string> (*run)(const reply_row&, body_reader&, bool has_body);
+};
+
+/// The one step: (body needed?) -> read the body into the message -> the
+/// message serialized. A None body a row does not need leaves the message
+/// empty.
+template <class Msg>
+expected<std::string> run_row(const reply_row& row, body_reader& b, bool has_body) {
+  if (row.needs_body && !has_body)
+    return b.fail("no reply body");
+  Msg out;
+  if (has_body && row.read)
+    if (auto s = reinterpret_cast<status (*)(body_reader&, Msg&)>(row.read)(b, out); !s)
+      return s.error_value();
+  return out.SerializeAsString();
 }
 
-/// The response `fill` makes of one value read off the body, or why the
-/// value could not be read.
-template <class Message, class Value, class Fill>
-expected<std::string> response_of(expected<Value> v, Fill&& fill) {
+/// None-returning ops: the empty message, whatever (nothing) came.
+expected<std::string> run_none(const reply_row&, body_reader&, bool) {
+  return std::string{};
+}
+
+template <class Msg>
+reply_row row(mp_op op, status (*read)(body_reader&, Msg&), bool needs_body = true) {
+  return {op, needs_body, reinterpret_cast<reply_row::erased>(read), &run_row<Msg>};
+}
+
+reply_row none(mp_op op) {
+  return {op, false, nullptr, &run_none};
+}
+
+// -- Readers more than one row has ----------------------------------------------
+
+/// (event_handle: bytes, ok: bool)
+template <class Msg>
+status event_result(body_reader& b, Msg& msg) {
+  pb::EventIpcHandleResult out;
+  auto head = b.next(value_type::array, "tuple");
+  if (!head)
+    return head.error_value();
+  if (head->len != 2)
+    return b.fail("expected a 2-tuple");
+  auto h = b.next(value_type::bin, "event_ipc_handle");
+  if (!h)
+    return h.error_value();
+  out.set_event_ipc_handle(text(*h));
+  auto ok = b.next(value_type::boolean, "success");
+  if (!ok)
+    return ok.error_value();
+  out.set_success(ok->u != 0);
+  *msg.mutable_result() = out;
+  return {};
+}
+
+template <class Msg>
+status chunk_size(body_reader& b, Msg& out) {
+  auto it = b.next(value_type::uint, "value");
+  if (!it)
+    return it.error_value();
+  out.set_chunk_size(body_reader::as_int(*it));
+  return {};
+}
+
+expected<bool> bool_value(body_reader& b) {
+  auto it = b.next(value_type::boolean, "value");
+  if (!it)
+    return it.error_value();
+  return it->u != 0;
+}
+
+/// A bool body into the response's `success`.
+template <class Msg>
+status success_value(body_reader& b, Msg& out) {
+  auto v = bool_value(b);
   if (!v)
     return v.error_value();
-  Message out;
-  fill(out, *v);
-  return serialized(out);
+  out.set_success(*v);
+  return {};
 }
 
-expected<std::string> reply_of(const grpc_method& m, const std::optional<std::string>& body) {
-  const std::string_view what = op_name(m);
-  body_reader b{body ? std::string_view{*body} : std::string_view{}, what};
-  auto need_body = [&]() -> status {
-    if (!body)
-      return b.fail("no reply body");
-    return {};
-  };
-  auto int_reply = [&]() -> expected<int64_t> {
-    if (auto s = need_body(); !s)
-      return s.error_value();
-    auto it = b.next(value_type::uint, "value");
-    if (!it)
-      return it.error_value();
-    return body_reader::as_int(*it);
-  };
-  auto bool_reply = [&]() -> expected<bool> {
-    if (auto s = need_body(); !s)
-      return s.error_value();
-    auto it = b.next(value_type::boolean, "value");
-    if (!it)
-      return it.error_value();
-    return it->u != 0;
-  };
-  // (event_handle: bytes, ok: bool)
-  auto event_result = [&]() -> expected<pb::EventIpcHandleResult> {
-    pb::EventIpcHandleResult out;
-    if (auto s = need_body(); !s)
-      return s.error_value();
-    auto head = b.next(value_type::array, "tuple");
-    if (!head)
-      return head.error_value();
-    if (head->len != 2)
-      return b.fail("expected a 2-tuple");
-    auto h = b.next(value_type::bin, "event_ipc_handle");
-    if (!h)
-      return h.error_value();
-    out.set_event_ipc_handle(text(*h));
-    auto ok = b.next(value_type::boolean, "success");
-    if (!ok)
-      return ok.error_value();
-    out.set_success(ok->u != 0);
-    return out;
-  };
-  // A map body: `field(out, name)` reads the value of each field the
-  // response has (false: the value is skipped).
-  auto map_response = [&](auto out, auto&& field) -> expected<std::string> {
-    if (auto s = need_body(); !s)
-      return s.error_value();
-    auto s = each_field(b, [&](std::string_view f) { return field(out, f); });
-    if (!s)
-      return s.error_value();
-    return serialized(out);
-  };
-  // Fields more than one map body has.
-  auto success = [&](auto& out) {
-    return b.field(value_type::boolean, "success",
-                   [&](const item& it) { out.set_success(it.u != 0); });
-  };
-  auto context = [&](auto& out) -> expected<bool> {
-    auto raw = b.raw_value("context");
-    if (!raw)
-      return raw.error_value();
-    out.set_encoded_context(std::string{*raw});
-    return true;
-  };
-  auto set_result = [](auto& out, const pb::EventIpcHandleResult& r) { *out.mutable_result() = r; };
-  auto set_chunk_size = [](auto& out, int64_t v) { out.set_chunk_size(v); };
-  // None-returning ops: the empty message, whatever (nothing) came.
-  switch (m.op) {
-    case mp_op::register_kv_cache:
-    case mp_op::unregister_kv_cache:
-    case mp_op::lookup:
-    case mp_op::free_lookup_locks:
-    case mp_op::end_session:
-    case mp_op::unregister_kv_cache_engine_driven_context:
-    case mp_op::clear:
-    case mp_op::report_block_allocation:
-      return std::string{};
-    case mp_op::store:
-      return response_of<pb::StoreResponse>(event_result(), set_result);
-    case mp_op::retrieve:
-      return response_of<pb::RetrieveResponse>(event_result(), set_result);
-    case mp_op::query_prefetch_status:
-    case mp_op::wait_prefetch_status: {
-      // int | None: the optional field set or not.
-      pb::QueryPrefetchStatusResponse out; // same fields as WaitPrefetchStatusResponse
-      if (body) {
-        auto it = b.next();
-        if (!it)
-          return it.error_value();
-        if (it->kind == value_type::uint || it->kind == value_type::sint)
-          out.set_chunk_count(body_reader::as_int(*it));
-        else if (it->kind != value_type::nil)
-          return b.fail("chunk_count: expected int or nil");
-      }
-      return serialized(out);
-    }
-    case mp_op::get_chunk_size:
-      return response_of<pb::GetChunkSizeResponse>(int_reply(), set_chunk_size);
-    case mp_op::negotiate_chunk_size:
-      return response_of<pb::NegotiateChunkSizeResponse>(int_reply(), set_chunk_size);
-    case mp_op::ping:
-      return response_of<pb::PingResponse>(bool_reply(), [](auto& out, bool v) { out.set_ok(v); });
-    case mp_op::commit_store:
-    case mp_op::commit_retrieve: // CommitRetrieveResponse: the same field
-      return response_of<pb::CommitStoreResponse>(bool_reply(),
-                                                  [](auto& out, bool v) { out.set_success(v); });
-    case mp_op::noop: {
-      if (auto s = need_body(); !s)
-        return s.error_value();
-      auto it = b.next(value_type::str, "message");
+/// int | None: the optional field set or not (QueryPrefetchStatusResponse,
+/// WaitPrefetchStatusResponse).
+template <class Msg>
+status chunk_count(body_reader& b, Msg& out) {
+  auto it = b.next();
+  if (!it)
+    return it.error_value();
+  if (it->kind == value_type::uint || it->kind == value_type::sint)
+    out.set_chunk_count(body_reader::as_int(*it));
+  else if (it->kind != value_type::nil)
+    return b.fail("chunk_count: expected int or nil");
+  return {};
+}
+
+// Fields more than one map body has.
+template <class Msg>
+expected<bool> success(body_reader& b, Msg& out) {
+  return b.field(value_type::boolean, "success",
+                 [&](const item& it) { out.set_success(it.u != 0); });
+}
+
+template <class Msg>
+expected<bool> context(body_reader& b, Msg& out) {
+  auto raw = b.raw_value("context");
+  if (!raw)
+    return raw.error_value();
+  out.set_encoded_context(std::string{*raw});
+  return true;
+}
+
+// -- Readers of one row's map body: each field the response has (false: the
+// value is skipped) ----------------------------------------------------------------
+
+status engine_driven_context(body_reader& b, pb::RegisterKvCacheEngineDrivenContextResponse& out) {
+  return each_field(b, [&](std::string_view f) -> expected<bool> {
+    if (f == "shm_name")
+      return b.field(value_type::str, "shm_name",
+                     [&](const item& it) { out.set_shm_name(text(it)); });
+    if (f == "pool_size")
+      return b.field(value_type::uint, "pool_size",
+                     [&](const item& it) { out.set_pool_size(body_reader::as_int(it)); });
+    if (f == "null_block_id") // named pool_size in its error, as before
+      return b.field(value_type::uint, "pool_size",
+                     [&](const item& it) { out.set_null_block_id(body_reader::as_int(it)); });
+    return false;
+  });
+}
+
+status prepare_store(body_reader& b, pb::PrepareStoreResponse& out) {
+  return each_field(b, [&](std::string_view f) -> expected<bool> {
+    if (f != "context")
+      return false;
+    return context(b, out);
+  });
+}
+
+status prepare_retrieve(body_reader& b, pb::PrepareRetrieveResponse& out) {
+  return each_field(b, [&](std::string_view f) -> expected<bool> {
+    if (f == "success")
+      return success(b, out);
+    if (f == "data")
+      return b.field(value_type::bin, "data", [&](const item& it) { out.set_data(text(it)); });
+    if (f == "context")
+      return context(b, out);
+    return false;
+  });
+}
+
+status server_module_call(body_reader& b, pb::ServerModuleCallResponse& out) {
+  return each_field(b, [&](std::string_view f) -> expected<bool> {
+    if (f == "success")
+      return success(b, out);
+    if (f == "payload" || f == "error") {
+      auto it = b.next();
       if (!it)
         return it.error_value();
-      pb::NoopResponse out;
-      out.set_message(text(*it));
-      return serialized(out);
+      if (it->kind != value_type::bin && it->kind != value_type::str)
+        return b.fail(std::string(f) + ": expected bytes or str");
+      if (f == "payload")
+        out.set_payload(text(*it));
+      else
+        out.set_error(text(*it));
+      return true;
     }
-    case mp_op::get_experimental: {
-      if (auto s = need_body(); !s)
-        return s.error_value();
-      pb::GetExperimentalResponse out;
+    return false;
+  });
+}
+
+// query_prefetch_lookup_hits has no gRPC method: no row ("no reply transcoder").
+const reply_row rows[] = {
+  none(mp_op::register_kv_cache),
+  none(mp_op::unregister_kv_cache),
+  none(mp_op::lookup),
+  none(mp_op::free_lookup_locks),
+  none(mp_op::end_session),
+  none(mp_op::unregister_kv_cache_engine_driven_context),
+  none(mp_op::clear),
+  none(mp_op::report_block_allocation),
+  row<pb::StoreResponse>(mp_op::store, event_result),
+  row<pb::RetrieveResponse>(mp_op::retrieve, event_result),
+  // QueryPrefetchStatusResponse: the same fields as WaitPrefetchStatusResponse.
+  row<pb::QueryPrefetchStatusResponse>(mp_op::query_prefetch_status, chunk_count, false),
+  row<pb::QueryPrefetchStatusResponse>(mp_op::wait_prefetch_status, chunk_count, false),
+  row<pb::GetChunkSizeResponse>(mp_op::get_chunk_size, chunk_size),
+  row<pb::NegotiateChunkSizeResponse>(mp_op::negotiate_chunk_size, chunk_size),
+  row<pb::PingResponse>(mp_op::ping,
+                        [](body_reader& b, pb::PingResponse& out) -> status {
+                          auto v = bool_value(b);
+                          if (!v)
+                            return v.error_value();
+                          out.set_ok(*v);
+                          return {};
+                        }),
+  // CommitRetrieveResponse: the same field as CommitStoreResponse.
+  row<pb::CommitStoreResponse>(mp_op::commit_store, success_value),
+  row<pb::CommitStoreResponse>(mp_op::commit_retrieve, success_value),
+  row<pb::NoopResponse>(mp_op::noop,
+                        [](body_reader& b, pb::NoopResponse& out) -> status {
+                          auto it = b.next(value_type::str, "message");
+                          if (!it)
+                            return it.error_value();
+                          out.set_message(text(*it));
+                          return {};
+                        }),
+  row<pb::GetExperimentalResponse>(
+    mp_op::get_experimental,
+    [](body_reader& b, pb::GetExperimentalResponse& out) -> status {
       auto names = b.array_of("names", value_type::str, "names[]",
                               [&](const item& it) { out.add_names(text(it)); });
       if (!names)
         return names.error_value();
-      return serialized(out);
-    }
-    case mp_op::register_kv_cache_engine_driven_context: {
-      return map_response(pb::RegisterKvCacheEngineDrivenContextResponse{},
-                          [&](auto& out, std::string_view f) -> expected<bool> {
-        if (f == "shm_name")
-          return b.field(value_type::str, "shm_name",
-                         [&](const item& it) { out.set_shm_name(text(it)); });
-        if (f == "pool_size")
-          return b.field(value_type::uint, "pool_size",
-                         [&](const item& it) { out.set_pool_size(body_reader::as_int(it)); });
-        if (f == "null_block_id") // named pool_size in its error, as before
-          return b.field(value_type::uint, "pool_size",
-                         [&](const item& it) { out.set_null_block_id(body_reader::as_int(it)); });
-        return false;
-      });
-    }
-    case mp_op::prepare_store: {
-      return map_response(pb::PrepareStoreResponse{},
-                          [&](auto& out, std::string_view f) -> expected<bool> {
-        if (f != "context")
-          return false;
-        return context(out);
-      });
-    }
-    case mp_op::prepare_retrieve: {
-      return map_response(pb::PrepareRetrieveResponse{},
-                          [&](auto& out, std::string_view f) -> expected<bool> {
-        if (f == "success")
-          return success(out);
-        if (f == "data")
-          return b.field(value_type::bin, "data", [&](const item& it) { out.set_data(text(it)); });
-        if (f == "context")
-          return context(out);
-        return false;
-      });
-    }
-    case mp_op::server_module_call:
-    case mp_op::server_module_affinity_call: {
-      return map_response(pb::ServerModuleCallResponse{},
-                          [&](auto& out, std::string_view f) -> expected<bool> {
-        if (f == "success")
-          return success(out);
-        if (f == "payload" || f == "error") {
-          auto it = b.next();
-          if (!it)
-            return it.error_value();
-          if (it->kind != value_type::bin && it->kind != value_type::str)
-            return b.fail(std::string(f) + ": expected bytes or str");
-          if (f == "payload")
-            out.set_payload(text(*it));
-          else
-            out.set_error(text(*it));
-          return true;
-        }
-        return false;
-      });
-    }
-    case mp_op::query_prefetch_lookup_hits:
-      break;
-  }
-  return b.fail("no reply transcoder");
+      return {};
+    }),
+  row<pb::RegisterKvCacheEngineDrivenContextResponse>(
+    mp_op::register_kv_cache_engine_driven_context, engine_driven_context),
+  row<pb::PrepareStoreResponse>(mp_op::prepare_store, prepare_store),
+  row<pb::PrepareRetrieveResponse>(mp_op::prepare_retrieve, prepare_retrieve),
+  row<pb::ServerModuleCallResponse>(mp_op::server_module_call, server_module_call),
+  row<pb::ServerModuleCallResponse>(mp_op::server_module_affinity_call, server_module_call),
+};
+
+const reply_row* find_row(mp_op op) {
+  for (const auto& r : rows)
+    if (r.op == op)
+      return &r;
+  return nullptr;
 }
 
 } // namespace
 
 expected<std::string> grpc_response(const grpc_method& m, const std::optional<std::string>& body) {
-  return reply_of(m, body);
+  body_reader b{body ? std::string_view{*body} : std::string_view{}, op_name(m)};
+  const auto* r = find_row(m.op);
+  if (!r)
+    return b.fail("no reply transcoder");
+  return r->run(*r, b, body.has_value());
 }
 
 std::optional<uint64_t> grpc_call_id(std::string_view uid_frame) {

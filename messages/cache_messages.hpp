@@ -107,6 +107,13 @@ struct store_lookup {
   /// engine's own (its prefix cache). They are touched (LRU), never locked
   /// or fetched from L2, and counted in the hit, which stays absolute.
   size_t begin = 0;
+  /// l2.format = "lmcache": LMCache's chunk hash of each of `hashes` (32
+  /// bytes each; may be shorter: see l2_write::names). Empty otherwise.
+  std::vector<std::string> l2_names{};
+  /// With l2_names: the key's tokens of chunks 0..hashes.size(), for the
+  /// BlockStored of chunks found in L2 that another writer (an LMCache
+  /// node) put there.
+  std::shared_ptr<const std::vector<uint32_t>> tokens{};
 };
 
 /// FREE_LOOKUP_LOCKS: release the session's locks on chunks [begin, end):
@@ -191,8 +198,12 @@ struct store_finish {
   /// A multi-group (hybrid-KV) instance's chunk, of any group: written to
   /// L2 under its group's key in its group's format (a one-plane group too),
   /// as the model's lookups fetch every group's chunks back
-  /// (actors/store_l2.hpp); only group 0's are announced.
+  /// (actors/cache/store_l2.hpp); only group 0's are announced.
   bool grouped = false;
+  /// l2.format = "lmcache": LMCache's chunk hash of each of `hashes` (see
+  /// l2_write::names), and the key's world size. Empty otherwise.
+  std::vector<std::string> l2_names{};
+  int32_t world_size = 1;
 };
 
 /// RETRIEVE step 1: pin chunks [begin, end) of `hashes` on `rank` for

@@ -1,7 +1,9 @@
-// Messages between the store and the L2 actor (actors/l2_tier.hpp).
+// Messages between the store and the L2 actor (actors/cache/l2_tier.hpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +22,13 @@ struct l2_write {
   std::vector<std::string> bytes;
   std::vector<std::vector<int64_t>> tokens;
   std::vector<std::optional<uint64_t>> parents;
+  /// l2.format = "lmcache": LMCache's chunk hash of hashes[i] (32 bytes;
+  /// cache/lmcache_token_hash.hpp), its object group and the key's world
+  /// size (LMCache's kv_rank packs it). A chunk past names.size() has no
+  /// LMCache name (a token outside uint32) and is not written.
+  std::vector<std::string> names;
+  uint32_t group = 0;
+  int32_t world_size = 1;
   uint64_t queued_bytes = 0; ///< given back to the queue once written
   /// A hybrid model's group above 0: routers know none of these hashes, so
   /// neither the write nor the disk's later eviction of them is announced.
@@ -34,6 +43,17 @@ struct l2_fetch {
   uint64_t layout = 0;
   int32_t world_size = 1;
   std::vector<uint64_t> hashes;
+  /// l2.format = "lmcache": as l2_write::names / group; the fetch ends
+  /// where names end.
+  std::vector<std::string> names;
+  uint32_t group = 0;
+  /// LMCache's format, one-group models: the key's tokens from chunk 0
+  /// (hashes[i] is chunk first_chunk + i) and the hash before hashes[0], so
+  /// a chunk found in L2 that nobody announced (an LMCache node wrote it)
+  /// is announced as DISK or SHARED. Null: nothing is announced.
+  std::shared_ptr<const std::vector<uint32_t>> tokens;
+  size_t first_chunk = 0;
+  std::optional<uint64_t> parent;
 };
 struct l2_fetch_reply {
   size_t chunks = 0;              ///< length of the prefix found

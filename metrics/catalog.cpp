@@ -185,9 +185,13 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_l2_puts_total", "Objects written to an L2 tier, by tier"},
   {"kvsidecar_l2_hits_total", "Objects found in an L2 tier, by tier"},
   {"kvsidecar_l2_misses_total", "Objects asked of an L2 tier and not there, by tier"},
+  {"kvsidecar_l2_adopted_objects_total",
+   "l2.format = \"lmcache\": files another writer (an LMCache node, another sidecar) put in the "
+   "shared folder, found and indexed"},
   {"kvsidecar_l2_evictions_total", "Objects an L2 tier evicted (LRU within its size), by tier"},
   {"kvsidecar_l2_errors_total",
    "L2 faults by kind: disk_no_space, disk_io, disk_rejected (a file failed its header check), "
+   "disk_wrong_size (l2.format = lmcache: a file not of its layout's length, left alone), "
    "redis (error replies, I/O), redis_unreachable (keys whose node is down), redis_rejected "
    "(values failing their header check), redis_connect (failed connections)"},
   {"process_resident_memory_bytes", "Resident set size of the process"},

@@ -2,7 +2,7 @@
 // publishes, and the consistent snapshots served to late routers.
 //
 // Pure single-threaded data structure (no CAF, no ZeroMQ), owned by the
-// rank's indexer (actors/indexer.hpp), which applies the published batches
+// rank's indexer (actors/relay/indexer.hpp), which applies the published batches
 // in seq order. A block is keyed by (hash, medium, group_idx), the way vLLM
 // keys its events: the same hash may be held on "GPU" and on "CPU" at once,
 // and a BlockRemoved names hashes of one medium (and KV-cache group).

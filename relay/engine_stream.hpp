@@ -1,5 +1,5 @@
 // The sequence logic of one DP rank's engine stream, without sockets, CAF
-// or a clock of its own: what the ingest bridge (actors/ingest_bridge.hpp)
+// or a clock of its own: what the ingest bridge (actors/relay/ingest_bridge.hpp)
 // decides about every engine batch. Inputs are what arrived (a live batch
 // with its seq, an answer of the engine's replay, the engine connection
 // coming up, time passing) with `now`; outputs are actions the bridge carries

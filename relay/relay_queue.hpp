@@ -7,7 +7,7 @@
 // of blocking the engine (vLLM's blocking put deadlocks DP ranks).
 //
 // "Indexing" counts batches the publisher handed to the rank's indexer
-// (actors/indexer.hpp) and the indexer has not applied yet, and
+// (actors/relay/indexer.hpp) and the indexer has not applied yet, and
 // "indexing_bytes" the memory they hold (held_bytes()). The index is kept
 // off the live path, on its own thread; these bounds are what keep a slower
 // indexer from growing without limit: past max_queue_size batches or

@@ -34,7 +34,7 @@ fi
 
 if [ "${1:-}" = "--with-python" ]; then
   req=tests/integration/requirements.txt
-  if ! python3 -c 'import zmq, msgspec, pytest, pydantic, cachetools, yaml, dynamo' 2>/dev/null; then
+  if ! python3 -c 'import zmq, msgspec, pytest, pydantic, cachetools, yaml, dynamo, blake3' 2>/dev/null; then
     echo "installing PyPI packages from $req"
     # The first attempt's error stays visible; a Debian system Python
     # (PEP 668) then needs --break-system-packages.

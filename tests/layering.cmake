@@ -10,7 +10,11 @@
 #   gpu                       core log messages
 #   metrics                   core log messages
 #   lmcache_grpc              core msgpack lmcache_wire messages
-#   actors                    everything above except metrics
+#   actors                    everything above except metrics (the shared
+#                             actor helpers: interfaces, bridge base, ZAP)
+#   actors/relay              actors and everything it may include
+#   actors/cache              actors and everything it may include
+#                             (relay and cache actors never include each other)
 #   app                       everything
 # Run: cmake -DSRC=<repo> -P tests/layering.cmake (ctest: layering).
 cmake_minimum_required(VERSION 3.20)
@@ -28,18 +32,26 @@ set(allowed_gpu "core;log;messages;gpu")
 set(allowed_metrics "core;log;messages;metrics")
 set(allowed_lmcache_grpc "core;cache;msgpack;lmcache_wire;messages;lmcache_grpc")
 set(allowed_actors "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;lmcache_grpc;actors")
-set(allowed_app "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;metrics;lmcache_grpc;actors;app")
+set(allowed_actors_relay "${allowed_actors};actors/relay")
+set(allowed_actors_cache "${allowed_actors};actors/cache")
+set(allowed_app "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;metrics;lmcache_grpc;actors;actors/relay;actors/cache;app")
 
 set(violations "")
-foreach(folder log core msgpack cache events_wire lmcache_wire messages relay config l2 gpu metrics lmcache_grpc actors app)
+foreach(folder log core msgpack cache events_wire lmcache_wire messages relay config l2 gpu metrics lmcache_grpc actors actors/relay actors/cache app)
+  string(REPLACE "/" "_" var "${folder}")
   file(GLOB files ${SRC}/${folder}/*.hpp ${SRC}/${folder}/*.cpp ${SRC}/${folder}/*.cu)
   foreach(f ${files})
     file(STRINGS ${f} lines REGEX "^#include \"[a-z0-9_]+/")
     foreach(line ${lines})
-      string(REGEX REPLACE "^#include \"([a-z0-9_]+)/.*" "\\1" dep "${line}")
-      if(NOT dep IN_LIST allowed_${folder})
+      # actors/relay/x.hpp and actors/cache/x.hpp are folders of their own.
+      if(line MATCHES "^#include \"actors/(relay|cache)/")
+        string(REGEX REPLACE "^#include \"(actors/[a-z]+)/.*" "\\1" dep "${line}")
+      else()
+        string(REGEX REPLACE "^#include \"([a-z0-9_]+)/.*" "\\1" dep "${line}")
+      endif()
+      if(NOT dep IN_LIST allowed_${var})
         file(RELATIVE_PATH rel ${SRC} ${f})
-        string(APPEND violations "\n  ${rel}: ${line} (${folder}/ may include only: ${allowed_${folder}})")
+        string(APPEND violations "\n  ${rel}: ${line} (${folder}/ may include only: ${allowed_${var}})")
       endif()
     endforeach()
   endforeach()

@@ -11,7 +11,12 @@ on a free port, started here). The prompt is stored once and written through.
          "redis" runs a second sidecar with only Redis.
 Each timed pair is a new request id, followed (untimed) by END_SESSION.
 
-    bench_l2_lookup.py <kvsidecar binary> [reps] [layers]
+With --ab-format, every tier runs in both l2.format values ("kvsidecar":
+its own header and XXH3 names; "lmcache": LMCache's names, BLAKE3 chunk
+hash, raw bytes) in ROUNDS rounds, the order alternating each round, and
+prints the median per tier and format (BENCHMARKS.md, "LMCache-format L2").
+
+    bench_l2_lookup.py <kvsidecar binary> [reps] [layers] [--ab-format [rounds]]
 """
 
 from __future__ import annotations
@@ -98,10 +103,40 @@ def run(binary: str, work: Path, tiers: dict, reps: int, layers: int) -> dict[st
         pools.close()
 
 
+def ab_format(binary: str, work: Path, rport: int, reps: int, layers: int, rounds: int) -> None:
+    """Both formats, both tiers, alternating order per round."""
+    got: dict[tuple[str, str], list[float]] = {}
+    for rnd in range(rounds):
+        order = ["kvsidecar", "lmcache"] if rnd % 2 == 0 else ["lmcache", "kvsidecar"]
+        for fmt in order:
+            for tier, o in (("disk", {"l2.disk.enabled": True, "l2.disk.size": "4GiB",
+                                      "l2.disk.path": str(work / f"disk-{fmt}-{rnd}")}),
+                            ("redis", {"l2.redis.enabled": True,
+                                       "l2.redis.endpoints": [f"127.0.0.1:{rport}"]})):
+                subprocess.run(["redis-cli", "-p", str(rport), "FLUSHALL"], capture_output=True)
+                r = run(binary, work, {"l2.format": fmt, **o}, reps, layers)
+                got.setdefault((tier, fmt), []).append(r["l2_ms"])
+                got.setdefault(("L1", fmt), []).append(r["l1_ms"])
+                chunk_mib = r["chunk_mib"]
+    print(f"8 chunks of {chunk_mib:.1f} MiB, median of {reps} per run, {rounds} rounds "
+          "(per-round medians listed):")
+    print("| served from | l2.format = kvsidecar | l2.format = lmcache |")
+    print("|---|---|---|")
+    for tier in ("disk", "redis", "L1"):
+        cells = []
+        for fmt in ("kvsidecar", "lmcache"):
+            xs = got[(tier, fmt)]
+            cells.append(f"{statistics.median(xs):.2f} ms ({' / '.join(f'{x:.2f}' for x in xs)})")
+        print(f"| {tier} | {cells[0]} | {cells[1]} |")
+
+
 def main() -> None:
-    binary = sys.argv[1]
-    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
-    layers = int(sys.argv[3]) if len(sys.argv) > 3 else 4
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    ab = "--ab-format" in sys.argv
+    binary = args[0]
+    reps = int(args[1]) if len(args) > 1 else 30
+    layers = int(args[2]) if len(args) > 2 else 4
+    rounds = int(args[3]) if len(args) > 3 else 3
     work = Path(tempfile.mkdtemp(prefix="kvs-l2-lookup."))
     rport = free_port()
     redis = subprocess.Popen(["redis-server", "--port", str(rport), "--bind", "127.0.0.1",
@@ -111,6 +146,9 @@ def main() -> None:
         wait_until(lambda: subprocess.run(["redis-cli", "-p", str(rport), "PING"],
                                           capture_output=True, text=True).stdout.strip() == "PONG",
                    10, "redis up")
+        if ab:
+            ab_format(binary, work, rport, reps, layers, rounds)
+            return
         disk = run(binary, work, {"l2.disk.enabled": True, "l2.disk.path": str(work / "disk"),
                                   "l2.disk.size": "4GiB"}, reps, layers)
         rds = run(binary, work, {"l2.redis.enabled": True,

@@ -43,7 +43,7 @@
 //   bench_relay minirelay --work full|validate|none --ingest-port .. --sub-port .. --seconds 60
 //            (a one-thread reference relay without actors, to run in place of kvsidecar)
 #include "relay/block_index.hpp"
-#include "actors/ingest_bridge.hpp"
+#include "actors/relay/ingest_bridge.hpp"
 #include "actors/zmq_frames.hpp"
 #include "events_wire/kv_event_codec.hpp"
 

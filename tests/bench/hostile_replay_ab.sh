@@ -11,6 +11,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
+[ -n "${KEEP:-}" ] && trap - EXIT && echo "logs in $WORK"
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 for BIN in "$@"; do
@@ -23,6 +24,9 @@ for BIN in "$@"; do
     --set 'sidecar.stats_interval="1s"' 2>"$WORK/log" &
   pid=$!
   for _ in $(seq 50); do grep -q "kvsidecar ready" "$WORK/log" && break; sleep 0.1; done
+  if ! grep -q "kvsidecar ready" "$WORK/log"; then
+    echo "== $BIN did not start:"; tail -3 "$WORK/log"; kill -9 $pid 2>/dev/null || true; continue
+  fi
   before=$(rss $pid)
   python3 "$ROOT/tests/integration/hostile_peers.py" dealer "tcp://127.0.0.1:$((base + 2))" \
     --seconds 6 --open 20 --valid '[["", "0000000000000000"], ["", "ffffffffffffffff"], ["", "00000000075bcd15"]]' \
@@ -48,7 +52,7 @@ PY
   sleep 1.5
   after=$(rss $pid)
   t0=$(date +%s.%N)
-  kill -TERM $pid
+  kill -TERM $pid 2>/dev/null || true
   for _ in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   if kill -0 $pid 2>/dev/null; then took="not within 10 s"; kill -9 $pid; else
     took="$(echo "$(date +%s.%N) - $t0" | bc | cut -c1-4) s"; fi

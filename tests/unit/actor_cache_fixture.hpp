@@ -7,10 +7,10 @@
 #pragma once
 
 #include "actors/caf_error.hpp"
-#include "actors/gpu_transfer.hpp"
-#include "actors/registry.hpp"
-#include "actors/session_router.hpp"
-#include "actors/store.hpp"
+#include "actors/cache/gpu_transfer.hpp"
+#include "actors/cache/registry.hpp"
+#include "actors/cache/session_router.hpp"
+#include "actors/cache/store.hpp"
 #include "config/config.hpp"
 #include "gpu/transfer_backend.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
@@ -96,7 +96,7 @@ inline engine_bridge_actor::behavior_type fake_bridge(engine_bridge_actor::point
           [log](kv_event_records& r) { log->records += r.records.size(); },
           [log](reaped_atom, int64_t id) { log->reaped.push_back(id); },
           // The gRPC transport's messages: nothing in these tests sends them.
-          [](lmcache_frames&) {}, [](grpc_atom, lmcache_reply_sink_ptr&) {}};
+          [](lmcache_frames&) {}, [](grpc_atom, lmcache_reply_sink_ptr&) {}, [](sweep_atom) {}};
 }
 
 /// A reply or the error a request failed with.

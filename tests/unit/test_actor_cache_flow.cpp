@@ -5,7 +5,7 @@
 // instances and cache.max_sessions ending or refusing sessions.
 #include "actor_cache_fixture.hpp"
 
-#include "actors/session.hpp"
+#include "actors/cache/session.hpp"
 
 using namespace kvs;
 using namespace kvs::test;

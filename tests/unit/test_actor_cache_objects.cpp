@@ -1,5 +1,5 @@
 // The store's /cache/objects and /cache/checksums side
-// (actors/store_objects.cpp), driven deterministically: pages that add up,
+// (actors/cache/store_objects.cpp), driven deterministically: pages that add up,
 // filters by salt and model, a delete that keeps what a reader holds and
 // takes the rest off the quota accounting, and the checksum read locks.
 #include "actor_cache_fixture.hpp"

@@ -4,7 +4,7 @@
 
 #include <msgpack.hpp>
 
-#include "actors/kv_event_streams.hpp"
+#include "actors/cache/kv_event_streams.hpp"
 
 using namespace kvs;
 

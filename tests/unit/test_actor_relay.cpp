@@ -3,9 +3,9 @@
 // encodes exactly as the codec does, and hands each batch to the PUB bridge
 // and the replay actor; the replay actor answers with what it kept; the
 // indexer follows the published batches and serves snapshots of them.
-#include "actors/indexer.hpp"
-#include "actors/publisher.hpp"
-#include "actors/replay.hpp"
+#include "actors/relay/indexer.hpp"
+#include "actors/relay/publisher.hpp"
+#include "actors/relay/replay.hpp"
 #include "events_wire/kv_event_codec.hpp"
 #include "relay/fence.hpp"
 #include "caf_test_fixture.hpp"

@@ -1,5 +1,5 @@
 // Deterministic tests of the store's L2 prefetch for a hybrid-KV model
-// (actors/store_l2.cpp, l2_prefetch_groups) against a fake L2 actor that
+// (actors/cache/store_l2.cpp, l2_prefetch_groups) against a fake L2 actor that
 // holds objects by (hash, layout) and records every fetch: the two phases
 // (full-attention groups from the end of their L1 run, then each window
 // ending where those runs end), the chunks entering L1 in their group's

@@ -555,3 +555,13 @@ TEST_CASE("[l2]: every bad key is named with its line") {
   CHECK(e.key == "l2.disk");
   CHECK(e.what == "expected a table, got an integer");
 }
+
+TEST_CASE("[l2] format: kvsidecar by default, lmcache when asked, anything else named") {
+  CHECK(ok("").l2.format == l2_format::kvsidecar);
+  CHECK(ok("[l2]\nformat = \"lmcache\"\n").l2.format == l2_format::lmcache);
+  CHECK(ok("", {"l2.format=\"lmcache\""}).l2.format == l2_format::lmcache);
+  auto e = error_of("[l2]\nformat = \"lmcache-0.5\"\n");
+  CHECK(e.key == "l2.format");
+  CHECK(e.line == 2);
+  CHECK(e.what.find("\"kvsidecar\", \"lmcache\"") != std::string::npos);
+}

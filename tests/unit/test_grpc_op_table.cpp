@@ -375,8 +375,8 @@ TEST_CASE("every row has a handler where its route points") {
   // bridge answers its rows in engine_bridge::answer (one case each); the
   // session serves its rows through session.cpp's k_steps (one entry each).
   const std::string root = KVS_SOURCE_DIR;
-  const auto bridge = read_text(root + "/actors/engine_bridge.cpp");
-  const auto session = read_text(root + "/actors/session.cpp");
+  const auto bridge = read_text(root + "/actors/cache/engine_bridge.cpp");
+  const auto session = read_text(root + "/actors/cache/session.cpp");
   REQUIRE_FALSE(bridge.empty());
   REQUIRE_FALSE(session.empty());
   for (const auto& row : all_op_rows()) {

@@ -1,0 +1,433 @@
+#include "actors/cache/engine_bridge.hpp"
+
+#include "actors/cache/sweep.hpp"
+#include "actors/zap_handler.hpp"
+#include "actors/zmq_frames.hpp"
+#include "log/log.hpp"
+#include "config/config.hpp"
+#include "lmcache_wire/lmcache_failure.hpp"
+#include "lmcache_wire/lmcache_ops.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
+
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+
+#include <cstdlib>
+#include <cerrno>
+
+namespace kvs {
+
+namespace {
+
+/// Decoders are bounded by the frame size; frames past this are refused by
+/// libzmq before they are read.
+constexpr int64_t max_request_bytes = int64_t{64} << 20;
+/// Requests read per wake-up before the mailbox gets a turn (replies from
+/// the actors wait behind no more than this).
+constexpr int max_requests_per_wakeup = 256;
+
+} // namespace
+
+engine_bridge::engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx,
+                             caf::actor supervisor, std::chrono::nanoseconds stats_interval,
+                             engine_bridge_params params)
+  : zmq_bridge(cfg, ctx, "engine_bridge", "", std::move(supervisor), stats_interval),
+    p_(std::move(params)),
+    streams_(p_.kv_event_log_size,
+             std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count(),
+             p_.heartbeat_timeout, [this](const mp_reply& r) { send_reply(r); }) {}
+
+std::optional<std::string> engine_bridge::open() {
+  router_ = zmq::socket_t{ctx_, zmq::socket_type::router};
+  own(router_);
+  // Bounded both ways (cache.hwm): a client that floods waits on TCP; one
+  // that never reads its replies loses them past the mark instead of
+  // growing our memory. ROUTER_MANDATORY turns that drop into EAGAIN so it is
+  // counted; replies are sent with dontwait, so the bridge never blocks.
+  router_.set(zmq::sockopt::rcvhwm, static_cast<int>(p_.hwm));
+  router_.set(zmq::sockopt::sndhwm, static_cast<int>(p_.hwm));
+  router_.set(zmq::sockopt::router_mandatory, 1);
+  // Decoders are bounded by the frame size; refuse absurd frames up front.
+  router_.set(zmq::sockopt::maxmsgsize, max_request_bytes);
+  serve_curve(router_, p_.curve_secret_key);
+  limit_connections(router_, "cache.endpoint", "cache.max_connections", p_.max_connections);
+  auto r = open_endpoint(router_, p_.endpoint, true);
+  if (!r.ok)
+    return "cache.endpoint = \"" + p_.endpoint + "\": " + r.endpoint;
+  KVS_INFO(label(), "bound {} (cache.endpoint): serving the LMCache MP protocol, chunk_size {}",
+           r.endpoint, p_.chunk_size);
+  ipc_ = p_.endpoint.rfind("ipc://", 0) == 0;
+  if (!endpoint_is_local(p_.endpoint))
+    KVS_WARN(label(), "cache.endpoint = \"{}\" is reachable from the network: any client that "
+                      "reaches it can register shared memory the sidecar's user may open and read "
+                      "or write the cached KV (bind 127.0.0.1 or an ipc:// path unless that is "
+                      "intended)",
+             p_.endpoint);
+  watch(router_, ZMQ_POLLIN);
+  if (streams_.enabled())
+    send(p_.store, record_atom_v, caf::actor_cast<caf::actor>(this));
+  arm_sweep();
+  return std::nullopt;
+}
+
+void engine_bridge::arm_sweep() {
+  // Only subscriptions expire here (sessions are the router's).
+  if (streams_.enabled() && p_.heartbeat_timeout.count() > 0)
+    delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(p_.heartbeat_timeout),
+                 sweep_atom_v);
+}
+
+caf::behavior engine_bridge::handlers() {
+  return typed_handlers<engine_bridge_actor>(
+    [this](mp_reply& r) { send_reply(r); },
+    [this](kv_event_records& r) { streams_.append(std::move(r.records)); },
+    [this](sweep_atom) {
+      if (auto n = streams_.expire(clock::now()))
+        KVS_INFO(label(), "{} kv event subscriptions ended: no PING for {}", n,
+                 to_string(p_.heartbeat_timeout));
+      arm_sweep();
+    },
+    [this](grpc_atom, lmcache_reply_sink_ptr& sink) { grpc_ = std::move(sink); },
+    [this](lmcache_frames& f) {
+      ++requests_;
+      ++grpc_requests_;
+      args_.assign(f.frames.begin(), f.frames.end());
+      serve(std::move(f.identity), args_, f.received, nullptr);
+    },
+    [this](reaped_atom, int64_t instance) {
+      owners_.erase(instance);
+      streams_.drop_instance(instance);
+      send(p_.router, reaped_atom_v, instance); // it ends the instance's sessions
+    });
+}
+
+void engine_bridge::on_socket(size_t, short revents) {
+  if (!(revents & ZMQ_POLLIN))
+    return;
+  // One vector for every request: no allocations for the frame list.
+  auto& frames = frames_;
+  for (int burst = 0; burst < max_requests_per_wakeup; ++burst) {
+    if (mailbox_waiting(burst) || !recv_message(router_, frames))
+      return;
+    on_request(frames);
+  }
+}
+
+void engine_bridge::reject(const std::string& peer, const std::string& uid, const std::string& op,
+                           const error& err) {
+  rejected_.note(label(), peer, uid, op, err.kind, err.detail);
+}
+
+std::optional<uint32_t> engine_bridge::peer_uid(zmq::message_t& frame) const {
+  // Over ipc:// libzmq reports the peer as "<host>:<uid>:<gid>:<pid>"
+  // (SO_PEERCRED taken when the connection was accepted, so it names the
+  // process that connected, not one that reused its fd later).
+  try {
+    std::string addr = frame.gets("Peer-Address");
+    auto c3 = addr.rfind(':');
+    auto c2 = c3 == std::string::npos || c3 == 0 ? std::string::npos : addr.rfind(':', c3 - 1);
+    auto c1 = c2 == std::string::npos || c2 == 0 ? std::string::npos : addr.rfind(':', c2 - 1);
+    if (c1 == std::string::npos)
+      return std::nullopt;
+    auto uid = addr.substr(c1 + 1, c2 - c1 - 1);
+    if (uid.empty() || uid.size() > 10 || uid.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    auto v = std::strtoull(uid.c_str(), nullptr, 10);
+    if (v > 0xffffffffULL)
+      return std::nullopt;
+    return static_cast<uint32_t>(v);
+  } catch (const zmq::error_t&) {
+    return std::nullopt;
+  }
+}
+
+bool engine_bridge::foreign(const mp_call& call, int64_t instance) {
+  auto i = owners_.find(instance);
+  if (i == owners_.end() || i->second == call.identity)
+    return false;
+  reject(hex(call.identity), hex(call.request->uid_frame), to_string(call.request->op),
+         error{"foreign_instance",
+               "instance " + std::to_string(instance) + " was registered by connection "
+                 + hex(i->second) + "; only that connection may use it"});
+  return true;
+}
+
+void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
+  ++requests_;
+  auto received = clock::now();
+  auto& args = args_;
+  args.clear();
+  for (size_t i = 1; i < frames.size(); ++i)
+    args.emplace_back(static_cast<const char*>(frames[i].data()), frames[i].size());
+  serve(frames[0].to_string(), args, received, frames.size() > 1 ? &frames[1] : nullptr);
+}
+
+void engine_bridge::serve(std::string identity, const std::vector<std::string_view>& args,
+                          clock::time_point received, zmq::message_t* first_frame) {
+  // subscribe_kv_events and its stream control frames (lmcache_wire/lmcache_kv_events.hpp).
+  if (args.size() == 3 && args[1].empty() && streams_.control(identity, args[0], args[2]))
+    return;
+  if (args.size() >= 2 && is_subscribe_kv_events_op(args[1])) {
+    on_subscribe(identity, args);
+    return;
+  }
+  auto res = decode_mp_request(args);
+  if (!res) {
+    const error& err = res.error_value();
+    auto uid = args.size() > 0 ? hex(std::string{args[0]}) : std::string{"-"};
+    auto op = args.size() > 1 ? hex(std::string{args[1]}) : std::string{"-"};
+    reject(hex(identity), uid, op, err);
+    // LMCache's server sends nothing here and its client waits out its RPC
+    // timeout (300 s); the call fails at once instead when there is a uid
+    // to answer. An empty op frame is stream control (ack/cancel), which
+    // is never answered.
+    if (args.size() >= 2 && !args[1].empty()) {
+      // A client before 0.5.6 must get its own op back (see mp_call::legacy_client).
+      auto known = releases_.find(identity);
+      const bool legacy = known != releases_.end() && known->second == client_release::legacy;
+      send_reply(mp_reply{identity, std::string{args[0]},
+                          legacy ? std::string{args[1]} : encode_mp_failure_op(to_string(err)),
+                          std::nullopt});
+    }
+    return;
+  }
+  auto req = std::make_shared<mp_request>(std::move(*res));
+  if (req->release != client_release::unknown) {
+    if (releases_.size() >= max_known_peers)
+      releases_.clear();
+    auto [it, fresh] = releases_.emplace(identity, req->release);
+    // The first peers, then one in a thousand: thousands of short-lived
+    // clients must not flood the log.
+    if (fresh && (++peers_seen_ <= 10 || peers_seen_ % 1000 == 0))
+      KVS_INFO(label(), "peer {} (#{}): LMCache client {} (from its {})", hex(identity),
+               peers_seen_, to_string(req->release), to_string(req->op));
+  }
+  mp_call call{std::move(identity), std::move(req), std::nullopt, received};
+  if (auto known = releases_.find(call.identity); known != releases_.end())
+    call.legacy_client = known->second == client_release::legacy;
+  // Over ipc:// the peer's uid comes with its frames; a gRPC client has
+  // none (first_frame null): its endpoint's own rule applies (a 0600 unix
+  // socket, or the sidecar's uid as over tcp://).
+  if (ipc_ && first_frame
+      && op_row(call.request->op).instance_use == mp_instance_use::registers) {
+    // The identity frame is made up by the ROUTER; the peer's metadata
+    // travels on the frames it sent.
+    call.peer_uid = peer_uid(*first_frame);
+    if (!call.peer_uid) {
+      reject(hex(call.identity), hex(call.request->uid_frame), to_string(call.request->op),
+             error{"no_peer_credentials", "the ipc:// peer's uid is unknown; registration "
+                                          "refused"});
+      send_reply(make_failure_reply(call, std::string(to_string(call.request->op))
+                                            + " refused: the ipc:// peer's uid is unknown"));
+      return;
+    }
+  }
+  route(std::move(call));
+}
+
+void engine_bridge::on_subscribe(const std::string& identity,
+                                 const std::vector<std::string_view>& args) {
+  auto res = decode_subscribe_kv_events({args.begin() + 2, args.end()});
+  if (!res) {
+    reject(hex(identity), hex(std::string{args[0]}), hex(std::string{args[1]}), res.error_value());
+    send_reply(mp_reply{identity, std::string{args[0]},
+                        encode_mp_failure_op(to_string(res.error_value())), std::nullopt});
+    return;
+  }
+  auto& req = *res;
+  KVS_INFO(label(), "instance {} subscribes to kv events of model {} from cursor {}",
+           req.instance_id, req.model_name, req.cursor);
+  streams_.subscribe(identity, std::string{args[0]}, std::string{args[1]}, req, clock::now());
+}
+
+void engine_bridge::route(mp_call call) {
+  // The op's row says who serves it: the bridge answers its own ops here;
+  // every other request goes to the session router once its instance is
+  // this connection's (lmcache_wire/lmcache_ops.cpp).
+  const auto& row = op_row(call.request->op);
+  if (row.route == mp_route::bridge) {
+    answer(call);
+    return;
+  }
+  if (!claim_instance(call, row))
+    return;
+  send(p_.router, std::move(call));
+}
+
+bool engine_bridge::claim_instance(const mp_call& call, const mp_op_row& row) {
+  const auto& req = *call.request;
+  switch (row.instance_use) {
+    case mp_instance_use::none:
+      return true;
+    case mp_instance_use::registers: {
+      // Refused like a failed registration: the failure reply (the
+      // connector's start-up fails at once with the reason; LMCache's vLLM
+      // adapter retries on its next ping).
+      auto id = *instance_of(req);
+      if (foreign(call, id)) {
+        send_reply(make_failure_reply(call, std::string(row.name) + " refused: instance "
+                                              + std::to_string(id)
+                                              + " belongs to another connection"));
+        return false;
+      }
+      owners_[id] = call.identity;
+      return true;
+    }
+    case mp_instance_use::unregisters: {
+      // unregister has no failure reply in LMCache (None): a foreign one is
+      // answered None and changes nothing.
+      auto id = *instance_of(req);
+      if (foreign(call, id)) {
+        send_reply(make_reply(call, std::nullopt));
+        return false;
+      }
+      owners_.erase(id);
+      return true;
+    }
+    case mp_instance_use::uses: {
+      auto instance = *instance_of(req);
+      if (instance >= 0 && foreign(call, instance)) {
+        // LMCache's failure value of the op ((b"", False), False, ...), or
+        // the failure reply where it has none (prepare_store).
+        if (auto body = failure_body(req.op))
+          send_reply(make_reply(call, std::move(body)));
+        else
+          send_reply(make_failure_reply(call, std::string(row.name) + " refused: instance "
+                                                + std::to_string(instance)
+                                                + " belongs to another connection"));
+        return false;
+      }
+      return true;
+    }
+  }
+  return true;
+}
+
+void engine_bridge::answer(const mp_call& call) {
+  // The handlers of the ops whose row routes them to the bridge.
+  const auto& req = *call.request;
+  switch (req.op) {
+    case mp_op::get_chunk_size:
+      send_reply(make_reply(call, encode_mp_int(p_.chunk_size)));
+      return;
+    case mp_op::noop:
+      send_reply(make_reply(call, encode_mp_str("OK")));
+      return;
+    case mp_op::negotiate_chunk_size: {
+      // LMCache 0.5.7 rounds its chunk size up to the alignment until the
+      // first session; kvsidecar's is fixed (cache.chunk_size), so it is the
+      // answer when it is a multiple, and the failure names both otherwise.
+      const int64_t a = std::get<negotiate_chunk_size_req>(req.body).required_chunk_alignment;
+      if (a >= 1 && p_.chunk_size % a == 0) {
+        send_reply(make_reply(call, encode_mp_int(p_.chunk_size)));
+      } else {
+        reject(hex(call.identity), hex(req.uid_frame), "negotiate_chunk_size",
+               error{"chunk_size", "alignment " + std::to_string(a)});
+        send_reply(make_failure_reply(
+          call, "negotiate_chunk_size: cache.chunk_size " + std::to_string(p_.chunk_size)
+                  + " is not a multiple of the required alignment " + std::to_string(a)
+                  + " (set cache.chunk_size to a multiple of the engine's block size)"));
+      }
+      return;
+    }
+    case mp_op::server_module_call:
+    case mp_op::server_module_affinity_call:
+      // No server modules here: LMCache's own answer for an unknown method.
+      send_reply(make_reply(call, encode_reply_server_module_call(
+                                    false, "", "unknown server module method: "
+                                                 + std::get<server_module_call_req>(req.body).method)));
+      return;
+    case mp_op::report_block_allocation:
+      // LMCache's blend / p2p modules use it; the cache needs nothing from it.
+      send_reply(make_reply(call, std::nullopt));
+      return;
+    case mp_op::get_experimental:
+      // With the log on, LMCache's vLLM adapter opens subscribe_kv_events.
+      send_reply(make_reply(call, encode_mp_str_list(streams_.enabled()
+                                                       ? std::vector<std::string>{"kv_event_stream"}
+                                                       : std::vector<std::string>{})));
+      return;
+    case mp_op::ping: {
+      // Answered here (the heartbeat must not queue behind anything); the
+      // registry learns the instance is alive (through the router).
+      // Only the owning connection keeps an instance alive: an engine that
+      // reconnected (new identity) re-registers once the old one is reaped.
+      auto& b = std::get<ping_req>(req.body);
+      if (b.instance_id) {
+        auto o = owners_.find(*b.instance_id);
+        if (o == owners_.end() || o->second == call.identity) {
+          send(p_.router, seen_atom_v, *b.instance_id, true);
+          streams_.touch(*b.instance_id, clock::now());
+        }
+      }
+      send_reply(make_reply(call, encode_mp_bool(true)));
+      return;
+    }
+    default:
+      // A row routed to the bridge with no handler here: a failure, never silence.
+      KVS_ERROR(label(), "op {} is routed to the bridge but has no handler", to_string(req.op));
+      send_reply(make_failure_reply(call, "no handler for this operation"));
+      return;
+  }
+}
+
+void engine_bridge::send_reply(const mp_reply& r) {
+  if (is_grpc_identity(r.identity)) {
+    // Its RPC is the gRPC bridge's (lmcache_frames).
+    if (grpc_) {
+      grpc_->deliver(r);
+      count_reply(r);
+    }
+    return;
+  }
+  try {
+    // The identity frame decides for the whole message (the HWM counts
+    // whole messages): not sent means nothing of it went out.
+    if (!router_.send(zmq::buffer(r.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      if (reply_drops_++ == 0)
+        KVS_WARN(label(), "a client stopped reading its replies: dropping replies past "
+                          "cache.hwm ({}) (counted in stats as reply_drops)", p_.hwm);
+      return;
+    }
+    router_.send(zmq::buffer(r.uid_frame), zmq::send_flags::sndmore);
+    router_.send(zmq::buffer(r.op_frame),
+                 r.body ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    if (r.body)
+      router_.send(zmq::buffer(*r.body), zmq::send_flags::none);
+    count_reply(r);
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EHOSTUNREACH) {
+      ++reply_unroutable_; // the client left before its answer: normal
+      return;
+    }
+    KVS_WARN(label(), "reply to peer {} failed: {}", hex(r.identity), e.what());
+  }
+}
+
+void engine_bridge::count_reply(const mp_reply& r) {
+  ++replies_;
+  if (r.received != clock::time_point{})
+    latency_[r.op].observe(std::chrono::duration<double>(clock::now() - r.received).count());
+}
+
+stats_snapshot engine_bridge::snapshot() {
+  stats_snapshot s;
+  s.counter("requests", "kvsidecar_cache_requests_total", requests_)
+    .counter("grpc_requests", "kvsidecar_cache_grpc_requests_total", grpc_requests_)
+    .counter("replies", "kvsidecar_cache_replies_total", replies_)
+    .log_only("rejected", rejected_.total());
+  rejected_.add_to(s);
+  s.counter("reply_drops", "kvsidecar_cache_reply_drops_total", reply_drops_)
+    .counter("reply_unroutable", "kvsidecar_cache_reply_unroutable_total", reply_unroutable_)
+    .gauge("kv_event_subscribers", "kvsidecar_cache_kv_event_subscribers", streams_.subscribers())
+    .gauge("kv_event_log", "kvsidecar_cache_kv_event_log_records", streams_.log().size());
+  for (size_t op = 0; op < latency_.size(); ++op)
+    if (latency_[op].count > 0)
+      s.histogram("kvsidecar_cache_request_duration_seconds", latency_[op], "op",
+                  to_string(static_cast<mp_op>(op)));
+  return s;
+}
+
+} // namespace kvs

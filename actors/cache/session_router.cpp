@@ -1,0 +1,226 @@
+#include "actors/cache/session_router.hpp"
+
+#include "actors/actor_logging.hpp"
+#include "actors/cache/session.hpp"
+#include "actors/cache/sweep.hpp"
+#include "config/config.hpp"
+#include "lmcache_wire/lmcache_ops.hpp"
+#include "lmcache_wire/lmcache_protocol.hpp"
+
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+
+#include <algorithm>
+
+namespace kvs {
+
+namespace {
+
+using self_ptr = session_router_actor::stateful_pointer<session_router_state>;
+
+/// Idle sessions named one by one in the log per sweep; the rest are counted.
+constexpr size_t idle_sessions_logged = 10;
+
+void reply(self_ptr self, mp_reply r) {
+  self->send(self->state.bridge, std::move(r));
+}
+
+/// The session of `rid`, spawned if needed; nullptr when there is none and
+/// cache.max_sessions are live.
+session_router_state::session_entry* session_for(self_ptr self, const std::string& rid) {
+  auto& st = self->state;
+  auto i = st.sessions.find(rid);
+  if (i != st.sessions.end())
+    return &i->second;
+  if (st.sessions.size() >= st.p.max_sessions)
+    return nullptr;
+  session_params sp;
+  sp.request_id = rid;
+  sp.chunk_size = st.p.chunk_size;
+  sp.l2_lmcache_names = st.p.l2_lmcache_names;
+  sp.bridge = st.bridge;
+  sp.store = st.p.store;
+  sp.gpu = st.p.gpu;
+  ++st.started;
+  auto s = self->home_system().spawn(session, std::move(sp));
+  return &st.sessions.emplace(rid, session_router_state::session_entry{s, {}, {}}).first->second;
+}
+
+void end_session(self_ptr self, const std::string& rid) {
+  auto& st = self->state;
+  auto i = st.sessions.find(rid);
+  if (i == st.sessions.end())
+    return;
+  self->send(i->second.actor, end_atom_v);
+  st.sessions.erase(i);
+  ++st.ended;
+}
+
+/// Ops whose row routes them to a new session (LOOKUP, the copies): to the
+/// request's session, spawned on demand.
+void route_to_session(self_ptr self, mp_call& call, const std::string& rid) {
+  auto& st = self->state;
+  const auto& req = *call.request;
+  const auto& row = op_row(req.op);
+  auto* s = session_for(self, rid);
+  if (!s) {
+    // cache.max_sessions are live: refused like an unknown job, so a client
+    // inventing request ids cannot grow the process without bound. An op
+    // the router acks (LOOKUP) is acked (its prefetch queries then report 0
+    // hits); one with a failure value gets it (STORE/RETRIEVE: (b"", False)).
+    st.rejected.note(st.label, hex(call.identity), hex(req.uid_frame), row.name,
+                     "session_limit",
+                     std::to_string(st.sessions.size())
+                       + " sessions live (cache.max_sessions): request id " + rid + " refused");
+    if (auto body = failure_body(req.op); body || row.ack == mp_ack::router)
+      reply(self, make_reply(call, std::move(body)));
+    else
+      reply(self, make_failure_reply(call, "too many sessions (cache.max_sessions)"));
+    return;
+  }
+  s->last_active = session_router_state::clock::now();
+  int64_t instance = instance_of(req).value_or(-1);
+  if (instance >= 0) {
+    self->send(st.p.registry, seen_atom_v, instance, false);
+    if (std::find(s->instances.begin(), s->instances.end(), instance) == s->instances.end())
+      s->instances.push_back(instance);
+  }
+  // LMCache acks a LOOKUP at once (the result comes through the prefetch
+  // queries): the row says the router answers, without a hop to the session.
+  if (row.ack == mp_ack::router)
+    reply(self, make_reply(call, std::nullopt));
+  self->send(s->actor, std::move(call));
+}
+
+void route(self_ptr self, mp_call& call) {
+  auto& st = self->state;
+  const auto& req = *call.request;
+  const auto& row = op_row(req.op);
+  if (row.route == mp_route::registry || row.route == mp_route::store) {
+    // Delegated: the registry / store answers the bridge, which stays the sender.
+    if (row.route == mp_route::registry)
+      self->delegate(st.p.registry, std::move(call));
+    else
+      self->delegate(st.p.store, std::move(call));
+    return;
+  }
+  const auto* rid = request_id_of(req);
+  if (row.route == mp_route::bridge || !rid) {
+    // The bridge answers its ops itself; one that reaches here (or a
+    // session op without a request id) gets a failure, never silence.
+    KVS_ERROR(st.label, "op {} has no route: answered as failed", hex(req.op_frame));
+    reply(self, make_failure_reply(call, "no route for this operation"));
+    return;
+  }
+  switch (row.route) {
+    case mp_route::new_session:
+      route_to_session(self, call, *rid);
+      return;
+    case mp_route::end_session: {
+      auto i = st.sessions.find(*rid);
+      if (i == st.sessions.end()) {
+        reply(self, make_reply(call, std::nullopt));
+        return;
+      }
+      self->send(i->second.actor, std::move(call)); // it releases, answers, ends
+      st.sessions.erase(i);
+      ++st.ended;
+      return;
+    }
+    default: {
+      auto i = st.sessions.find(*rid);
+      if (i != st.sessions.end()) {
+        i->second.last_active = session_router_state::clock::now();
+        self->send(i->second.actor, std::move(call));
+        return;
+      }
+      // No such request: LMCache's answer for an unknown job, from the row.
+      reply(self, make_reply(call, row.unknown_job ? std::optional<std::string>{row.unknown_job()}
+                                                   : std::nullopt));
+      return;
+    }
+  }
+}
+
+/// Ends the sessions no request reached for session_ttl.
+void sweep(self_ptr self) {
+  auto& st = self->state;
+  auto now = session_router_state::clock::now();
+  std::vector<std::string> idle;
+  for (auto& [rid, e] : st.sessions)
+    if (now - e.last_active >= st.p.session_ttl)
+      idle.push_back(rid);
+  for (size_t i = 0; i < idle.size(); ++i) {
+    if (i < idle_sessions_logged)
+      KVS_INFO(st.label, "session {} idle past session_ttl ({}): ended, its locks released",
+               idle[i], to_string(st.p.session_ttl));
+    end_session(self, idle[i]);
+  }
+  if (idle.size() > idle_sessions_logged)
+    KVS_INFO(st.label, "... and {} more sessions idle past session_ttl",
+             idle.size() - idle_sessions_logged);
+}
+
+} // namespace
+
+session_router_state::~session_router_state() {
+  // However the router ends (shutdown), its sessions end with it: nothing
+  // else addresses them. Their locks die with the store.
+  for (auto& [rid, e] : sessions)
+    caf::anon_send_exit(e.actor, caf::exit_reason::user_shutdown);
+}
+
+stats_snapshot snapshot(const session_router_state& st) {
+  stats_snapshot s;
+  s.actor = st.label;
+  s.gauge("sessions", "kvsidecar_cache_sessions", st.sessions.size())
+    .counter("started", "kvsidecar_cache_sessions_started_total", st.started)
+    .counter("ended", "kvsidecar_cache_sessions_ended_total", st.ended)
+    .log_only("refused", st.rejected.total());
+  st.rejected.add_to(s);
+  return s;
+}
+
+session_router_actor::behavior_type
+session_router(session_router_actor::stateful_pointer<session_router_state> self,
+               session_router_params params) {
+  auto& st = self->state;
+  st.p = std::move(params);
+  st.label = log::label(session_router_state::name, "", self->id());
+  log_lifecycle(self, st.label,
+                fmt::format("started: sessions idle for {} end, {} live at most",
+                            to_string(st.p.session_ttl), st.p.max_sessions));
+  arm_stats(self, st.p.stats_interval);
+  auto every = sweep_interval(st.p.session_ttl);
+  self->delayed_send(self, every, sweep_atom_v);
+  return {
+    [self](mp_call& call) {
+      self->state.bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
+      route(self, call);
+    },
+    [self](seen_atom, int64_t instance, bool pinged) {
+      self->send(self->state.p.registry, seen_atom_v, instance, pinged);
+    },
+    [self](reaped_atom, int64_t instance) {
+      auto& st = self->state;
+      std::vector<std::string> doomed;
+      for (auto& [rid, e] : st.sessions)
+        if (std::find(e.instances.begin(), e.instances.end(), instance) != e.instances.end())
+          doomed.push_back(rid);
+      for (auto& rid : doomed)
+        end_session(self, rid);
+      if (!doomed.empty())
+        KVS_INFO(st.label, "instance {} reaped: ended its {} sessions", instance, doomed.size());
+    },
+    [self, every](sweep_atom) {
+      sweep(self);
+      self->delayed_send(self, every, sweep_atom_v);
+    },
+    [self](stats_atom) {
+      log_stats(self, snapshot(self->state), self->state.p.stats_interval);
+    },
+    [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },
+  };
+}
+
+} // namespace kvs
