@@ -212,6 +212,7 @@ using l2_actor = caf::typed_actor<
   caf::replies_to<l2_fetch>::with<l2_fetch_reply>,
   caf::reacts_to<recycle_atom, l2_fetch_reply>, ///< a reply's buffers, copied into L1: reuse them
   caf::reacts_to<cleared_atom>,                 ///< routers dropped L2's chunks: announce them again
-  caf::reacts_to<reannounce_atom>>::extend_with<stats_client_actor>; ///< ... once per run of clears (its own message)
+  caf::reacts_to<reannounce_atom>,              ///< ... once per run of clears (its own message)
+  caf::replies_to<clear_l2_atom>::with<uint64_t>>::extend_with<stats_client_actor>; ///< empty the disk tier (HTTP clear): objects removed, announced as BlockRemoved
 
 } // namespace kvs

@@ -33,6 +33,7 @@ actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx,
     t.summary.insert(t.summary.end(), cache.summary.begin(), cache.summary.end());
     t.gpu = cache.gpu;
     t.store = cache.store;
+    t.l2 = cache.l2;
     t.refuse_copies = cache.refuse_copies;
     t.error = cache.error;
   }

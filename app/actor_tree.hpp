@@ -28,6 +28,8 @@ struct actor_tree {
   gpu_transfer_actor gpu;
   /// The cache's store (null without the cache): the HTTP control plane asks it.
   store_actor store;
+  /// The L2 actor (null without an L2 tier): the HTTP control plane clears it.
+  l2_actor l2;
   /// Set when shutdown begins: the transfer actor starts no copy after it.
   std::shared_ptr<std::atomic<bool>> refuse_copies;
   /// One per DP rank: empty once everything accepted has been sent.

@@ -15,6 +15,7 @@
 #include <caf/send.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 
@@ -64,9 +65,10 @@ admin_policy admin_api::policy_of(const config& cfg) {
   return p;
 }
 
-void admin_api::watch(store_actor store) {
+void admin_api::watch(store_actor store, l2_actor l2) {
   std::lock_guard<std::mutex> lock{mu_};
   store_ = std::move(store);
+  l2_ = std::move(l2);
 }
 
 store_actor admin_api::current_store() {
@@ -223,6 +225,55 @@ http_answer admin_api::quota(const admin_call& c) {
 std::vector<uint64_t> admin_api::hashes_of(const admin_call& c) const {
   return chunk_hashes(c.tokens.data(), c.tokens.size(), static_cast<size_t>(cfg_.cache.chunk_size),
                       identity_seed(c.model, c.world_size, c.salt));
+}
+
+http_answer admin_api::clear(const admin_call& c) {
+  const bool l1 = c.tier == "l1" || c.tier == "all";
+  const bool l2 = c.tier == "l2" || c.tier == "all";
+  l2_actor tier2;
+  {
+    std::lock_guard<std::mutex> lock{mu_};
+    tier2 = l2_;
+  }
+  if (l2 && !tier2)
+    return admin_error(400, "tier '" + c.tier + "': no L2 tier is configured (l2.disk, l2.redis)");
+  uint64_t l1_chunks = 0, l2_objects = 0;
+  if (l1) {
+    store_admin q;
+    q.what = store_admin::op::clear_l1;
+    auto a = ask(q);
+    if (auto* e = std::get_if<http_answer>(&a))
+      return *e;
+    l1_chunks = std::get<store_admin_reply>(a).removed;
+  }
+  if (l2) {
+    // The disk tier's files are removed (and announced BlockRemoved "DISK")
+    // on the L2 actor's thread; a Redis every node shares is not one node's
+    // to empty.
+    std::optional<http_answer> failed;
+    caf::scoped_actor self{sys_};
+    self->request(tier2, admin_store_timeout, clear_l2_atom_v)
+      .receive([&](uint64_t n) { l2_objects = n; },
+               [&](caf::error& e) {
+                 failed = admin_error(504, "the L2 actor did not clear within "
+                                             + std::to_string(admin_store_timeout.count())
+                                             + " ms: " + caf::to_string(e));
+               });
+    if (failed)
+      return *failed;
+  }
+  json_writer w;
+  w.begin_object().str("status", "ok").begin_object("cleared").str("tier", c.tier).end_object();
+  if (l1)
+    w.integer("chunks", l1_chunks);
+  if (l2) {
+    w.integer("l2_objects", l2_objects);
+    if (cfg_.l2.redis.enabled)
+      w.str("l2_not_cleared", "redis: shared by every node, not one node's to empty (its keys "
+                              "expire by l2.redis.ttl or LRU)");
+  }
+  w.end_object();
+  return json(w);
 }
 
 http_answer admin_api::prefetch(const admin_call& c) {
@@ -488,19 +539,8 @@ http_answer admin_api::serve(const admin_call& c) {
   case admin_op::version:
     return {200, json_quote(c.path == "/version" ? std::string{"kvsidecar "} + kvs::version
                                                  : std::string{kvs::version})};
-  case admin_op::cache_clear: {
-    store_admin q;
-    q.what = store_admin::op::clear_l1;
-    auto a = ask(q);
-    if (auto* e = std::get_if<http_answer>(&a))
-      return *e;
-    w.begin_object()
-      .str("status", "ok")
-      .begin_object("cleared").str("tier", "l1").end_object()
-      .integer("chunks", std::get<store_admin_reply>(a).removed)
-      .end_object();
-    return json(w);
-  }
+  case admin_op::cache_clear:
+    return clear(c);
   case admin_op::quota_list:
   case admin_op::quota_get:
   case admin_op::quota_set:

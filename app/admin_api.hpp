@@ -39,8 +39,9 @@ class admin_api : public admin_backend {
 public:
   admin_api(caf::actor_system& sys, const config& cfg) : sys_(sys), cfg_(cfg) {}
 
-  /// The store to ask from now on (null: the cache server is off).
-  void watch(store_actor store);
+  /// The store (null: the cache server is off) and the L2 actor (null: no
+  /// L2 tier) to ask from now on.
+  void watch(store_actor store, l2_actor l2 = {});
 
   http_answer serve(const admin_call& call) override;
 
@@ -58,6 +59,9 @@ private:
   http_answer quota(const admin_call& call);
   /// The chunk hashes of a call's tokens under its model, world size and salt.
   std::vector<uint64_t> hashes_of(const admin_call& call) const;
+  /// POST /cache/clear: L1 through the store, L2's node-local tier through
+  /// the L2 actor, by the call's tier ("l1", "l2", "all").
+  http_answer clear(const admin_call& call);
   http_answer prefetch(const admin_call& call);
   http_answer prefetch_status(const admin_call& call);
   http_answer objects_list(const admin_call& call);
@@ -84,6 +88,7 @@ private:
   const config& cfg_;
   std::mutex mu_;
   store_actor store_;
+  l2_actor l2_;
 };
 
 } // namespace kvs

@@ -150,6 +150,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   sp.l2 = std::move(*l2);
   auto st = sys.spawn(store, sp);
   out.store = st;
+  out.l2 = sp.l2.actor;
   // After each AllBlocksCleared of its rank, the store announces L1 again,
   // the L2 actor what its tiers hold.
   if (events) {

@@ -203,6 +203,13 @@ bool disk_tier::erase(const l2_object_id& id) {
   return true;
 }
 
+size_t disk_tier::clear() {
+  size_t n = 0;
+  for (; !lru_.empty(); ++n)
+    drop(lru_.begin(), false);
+  return n;
+}
+
 std::vector<std::pair<uint64_t, int32_t>> disk_tier::lru_order() const {
   std::vector<std::pair<uint64_t, int32_t>> out;
   for (auto& e : lru_)

@@ -74,6 +74,9 @@ public:
   bool get(const l2_object_id& id, std::string* out);
   /// Removes one object; false when absent.
   bool erase(const l2_object_id& id);
+  /// Removes every object (on_removed for each; not counted as evictions).
+  /// Returns how many.
+  size_t clear();
 
   /// Called with every object this tier drops (eviction, rejection), so the
   /// owner can announce BlockRemoved.

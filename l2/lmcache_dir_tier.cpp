@@ -95,10 +95,18 @@ void lmcache_dir_tier::forget(const std::string& name) {
   stats_.objects = lru_.size();
 }
 
-void lmcache_dir_tier::drop(std::list<entry>::iterator it) {
+size_t lmcache_dir_tier::clear() {
+  size_t n = 0;
+  for (; !lru_.empty(); ++n)
+    drop(lru_.begin(), false);
+  return n;
+}
+
+void lmcache_dir_tier::drop(std::list<entry>::iterator it, bool count_eviction) {
   auto name = it->name;
   ::unlink(full_path(name).c_str());
-  ++stats_.evictions;
+  if (count_eviction)
+    ++stats_.evictions;
   forget(name);
   if (on_removed)
     on_removed(name);

@@ -82,7 +82,12 @@ public:
   /// (0: nothing is accepted). False on a miss.
   bool get(const std::string& name, size_t expect_bytes, std::string* out);
 
-  /// Called with the name of every file this tier removes (eviction).
+  /// Removes every indexed file (on_removed for each; not counted as
+  /// evictions). Files other writers add later are indexed as before.
+  /// Returns how many.
+  size_t clear();
+
+  /// Called with the name of every file this tier removes (eviction, clear).
   std::function<void(const std::string& name)> on_removed;
 
   const lmcache_dir_stats& stats() const { return stats_; }
@@ -102,7 +107,7 @@ private:
   /// Indexes a file found on disk (newest), trimming to `size`.
   void index(const std::string& name, uint64_t bytes);
   void forget(const std::string& name);
-  void drop(std::list<entry>::iterator it);
+  void drop(std::list<entry>::iterator it, bool count_eviction = true);
   bool make_room(uint64_t bytes);
 
   lmcache_dir_options opts_;

@@ -112,6 +112,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   /// The L2 actor's own turn to announce again, once for every clear queued
   /// before it (a flood of clears costs Redis one EXISTS round, not one each).
   CAF_ADD_ATOM(kvsidecar, kvs, reannounce_atom, "reannounce")
+  /// The HTTP control plane's POST /cache/clear {"tier": "l2"|"all"}: the
+  /// L2 actor empties its node-local tiers (the disk), answers the count.
+  CAF_ADD_ATOM(kvsidecar, kvs, clear_l2_atom, "clear_l2")
   /// The HTTP control plane's requests to the store (messages/admin_messages.hpp).
   KVS_ADD_MESSAGE_TYPE(kvs::store_admin)
   KVS_ADD_MESSAGE_TYPE(kvs::store_admin_reply)

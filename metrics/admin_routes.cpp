@@ -93,8 +93,6 @@ admin_route route_clear(std::string_view body) {
       return admin_error(422, "force must be true or false");
     c.force = f->b;
   }
-  if (c.tier != "l1")
-    return admin_error(400, "tier '" + c.tier + "' not supported; only 'l1'");
   if (c.force)
     return admin_error(501, "force=true is not supported: kvsidecar never drops chunks a "
                             "reader has locked or a copy is writing");

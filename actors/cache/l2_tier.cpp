@@ -566,6 +566,20 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
       log_stats(self, snapshot(self->state), self->state.p.stats_interval);
     },
     [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },
+    [self](clear_l2_atom) -> uint64_t {
+      // Only the node-local tier: a Redis every node shares is not one
+      // node's to empty (its keys stay; the HTTP answer says so).
+      auto& st = self->state;
+      uint64_t n = 0;
+      if (st.p.disk)
+        n += st.p.disk->clear();
+      if (st.p.lmcache_dir)
+        n += st.p.lmcache_dir->clear();
+      announce_disk_removals(self); // BlockRemoved "DISK" for what routers were told
+      KVS_INFO(st.label, "clear (HTTP control plane): {} objects removed from the disk tier{}", n,
+               st.redis ? "; the Redis tier, shared by every node, is left as it is" : "");
+      return n;
+    },
   };
 }
 

@@ -457,6 +457,40 @@ def test_prefetch_by_token_ids_loads_l2_into_l1(lmc, cache_server, kv_pools, tmp
         eng.close()
 
 
+def test_clear_by_tier_empties_the_disk_tier_with_its_events(lmc, cache_server, kv_pools, tmp_path):
+    """POST /cache/clear {"tier": "l2"} removes the node-local disk tier's
+    files, each announced chunk with a BlockRemoved "DISK", and leaves L1;
+    {"tier": "all"} empties L1 as well; without an L2 tier "l2" is a 400."""
+    import vllm_structs as vs
+    path = tmp_path / "l2"
+    srv = cache_server(events=True, overrides={"l2.disk.enabled": True,
+                                               "l2.disk.path": str(path),
+                                               "l2.disk.size": "16MiB"})
+    port = srv.sidecar.http_port
+    eng = Engine(lmc, srv, kv_pools("vllm", num_blocks=160))
+    try:
+        eng.store(tokens(3, salt=96), "tenant-c")
+        srv.wait_stats(lambda s: s["written"] >= 3, actor="l2", timeout=10, what="written=3")
+        stored = srv.events(6, kind=vs.BlockStored, timeout=10)
+        on_disk = sorted(h for e in stored if e.medium == "DISK" for h in e.block_hashes)
+        assert len(on_disk) == 3 and len(list(path.glob("*.kvl2"))) == 3
+        st, js = request(port, "POST", "/cache/clear", {"tier": "l2"})
+        assert st == 200 and js == {"status": "ok", "cleared": {"tier": "l2"},
+                                    "l2_objects": 3}, js
+        removed = srv.events(1, kind=vs.BlockRemoved, timeout=10)
+        assert sorted(h for e in removed if e.medium == "DISK" for h in e.block_hashes) == on_disk
+        assert not list(path.glob("*.kvl2"))
+        assert srv.stats()["chunks"] == 3  # L1 untouched
+        st, js = request(port, "POST", "/cache/clear", {"tier": "all"})
+        assert st == 200 and js["chunks"] == 3 and js["l2_objects"] == 0, js
+        srv.wait_stats(lambda s: s["chunks"] == 0)
+    finally:
+        eng.close()
+    plain = cache_server()
+    st, js = request(plain.sidecar.http_port, "POST", "/cache/clear", {"tier": "l2"})
+    assert st == 400 and "no L2 tier" in js["detail"], js
+
+
 # -- cache objects: listed, deleted by salt, checksummed --------------------------------
 
 

@@ -249,3 +249,24 @@ TEST_CASE("open refuses a path it cannot use") {
   CHECK(t.error_value().kind == "io");
   CHECK(t.error_value().detail.find("/proc/self/kvs-not-creatable") != std::string::npos);
 }
+
+TEST_CASE("clear removes every object and file, each told to on_removed, none an eviction") {
+  temp_dir d;
+  auto t = open_tier(d.path, 1 << 20);
+  std::vector<uint64_t> removed;
+  t->on_removed = [&](uint64_t h, int32_t) { removed.push_back(h); };
+  for (uint64_t h = 1; h <= 3; ++h) {
+    auto p = payload(h);
+    REQUIRE(t->put(id_of(h), p.data(), p.size()) == disk_put::stored);
+  }
+  CHECK(t->clear() == 3);
+  CHECK(removed == std::vector<uint64_t>{1, 2, 3});
+  CHECK(files(d.path).empty());
+  CHECK(t->stats().objects == 0);
+  CHECK(t->stats().bytes == 0);
+  CHECK(t->stats().evictions == 0);
+  CHECK_FALSE(t->contains(id_of(2)));
+  CHECK(t->clear() == 0);
+  auto p = payload(9); // and it takes objects again
+  CHECK(t->put(id_of(9), p.data(), p.size()) == disk_put::stored);
+}
