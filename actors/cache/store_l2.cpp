@@ -2,6 +2,7 @@
 
 #include "actors/actor_logging.hpp"
 #include "actors/cache/store.hpp"
+#include "actors/cache/store_admin.hpp"
 
 #include "cache/chunk_hash.hpp"
 #include "cache/group_lookup.hpp"
@@ -98,10 +99,11 @@ uint64_t lookup_layout(const store_state& st, const store_lookup& q) {
 /// the first chunk that does not fit, or (with `expect_bytes`) whose payload
 /// is not that long: an object whose header names the layout but carries
 /// another size (another writer of a shared Redis) never becomes a short L1
-/// entry. Shards already in L1 are left as they are.
+/// entry. Shards already in L1 are left as they are. Each chunk loaded is
+/// charged to `salt`'s quota as a stored one is (cache/salt_quota).
 void load_into_l1(store_self self, const uint64_t* hashes, int32_t world_size,
-                  l2_fetch_reply& r, uint8_t format = chunk_format_kv_2ltd,
-                  size_t expect_bytes = 0) {
+                  l2_fetch_reply& r, const std::string& salt,
+                  uint8_t format = chunk_format_kv_2ltd, size_t expect_bytes = 0) {
   auto& st = self->state;
   auto world = static_cast<size_t>(std::max(world_size, 1));
   auto now = cache_clock::now();
@@ -121,6 +123,7 @@ void load_into_l1(store_self self, const uint64_t* hashes, int32_t world_size,
         return;
       std::memcpy(res.data, bytes.data() + skip, payload);
       st.index->commit(k);
+      quota_committed(st, k, salt);
       ++st.p.l2.prefetched_chunks;
     }
   }
@@ -164,8 +167,8 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
       [self, q, l1_hits, rp, current, layout](l2_fetch_reply& r) mutable {
         auto& st = self->state;
         if (r.chunks > 0) {
-          load_into_l1(self, q.hashes.data() + l1_hits, q.world_size, r, chunk_format_kv_2ltd,
-                       layout);
+          load_into_l1(self, q.hashes.data() + l1_hits, q.world_size, r, q.salt,
+                       chunk_format_kv_2ltd, layout);
           // The bytes are in L1 now: their buffers go back for the next fetch.
           self->send(st.p.l2.actor, recycle_atom_v, std::move(r));
         }
@@ -247,7 +250,7 @@ void fetch_groups(store_self self, const group_prefetch_ptr& p,
       .then(
         [self, p, keys, format, bytes, then](l2_fetch_reply& r) {
           if (r.chunks > 0) {
-            load_into_l1(self, keys->data(), p->q.world_size, r, format, bytes);
+            load_into_l1(self, keys->data(), p->q.world_size, r, p->q.salt, format, bytes);
             self->send(self->state.p.l2.actor, recycle_atom_v, std::move(r));
           }
           if (--p->left == 0)

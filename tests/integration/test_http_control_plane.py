@@ -431,8 +431,11 @@ def test_prefetch_by_token_ids_loads_l2_into_l1(lmc, cache_server, kv_pools, tmp
         toks = tokens(3, salt=95)
         eng.store(toks, "tenant-p")
         srv.wait_stats(lambda s: s["written"] >= 3, actor="l2", timeout=10, what="written=3")
+        stored_usage = request(port, "GET", "/quota/tenant-p")[1]["current_usage_gb"]
+        assert stored_usage > 0
         assert request(port, "POST", "/cache/clear")[1]["chunks"] == 3
         srv.wait_stats(lambda s: s["chunks"] == 0)
+        assert request(port, "GET", "/quota/tenant-p")[1]["current_usage_gb"] == 0
         body = {"model_name": MODEL, "world_size": 1, "token_ids": toks + [7] * 10,
                 "cache_salt": "tenant-p"}
         st, js = request(port, "POST", "/cache/prefetches", body)
@@ -444,6 +447,8 @@ def test_prefetch_by_token_ids_loads_l2_into_l1(lmc, cache_server, kv_pools, tmp
         assert request(port, "GET", f"/cache/prefetches/{rid}")[0] == 404  # reported once
         # In L1 now, and the prefetch holds no lock.
         srv.wait_stats(lambda s: s["chunks"] == 3 and s["locks"] == 0 and s["sessions"] == 0)
+        # Loaded back from L2, the chunks count against their salt again.
+        assert request(port, "GET", "/quota/tenant-p")[1]["current_usage_gb"] == stored_usage
         status = request(port, "GET", "/status")[1]
         assert status["kvsidecar"]["l2"]["prefetched_chunks_total"] == 3
         assert status["storage_manager"]["l1_manager"]["total_object_count"] == 3

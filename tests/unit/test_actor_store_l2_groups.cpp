@@ -55,6 +55,7 @@ l2_actor::behavior_type fake_l2(std::shared_ptr<fake_l2_log> log) {
     [](reannounce_atom) {},
     [](stats_atom) {},
     [](metrics_atom, const caf::actor&) {},
+    [](clear_l2_atom) -> uint64_t { return 0; },
   };
 }
 
