@@ -81,22 +81,34 @@ http_answer admin_api::store_missing() const {
                                              : "the cache server is off (cache.enabled = false)");
 }
 
+namespace {
+
+/// `to`'s answer to `msg` within admin_store_timeout, or the HTTP answer
+/// that says why there is none (504: busy; 503: gone); `who` names it.
+template <class Reply, class Handle, class Msg>
+std::variant<Reply, http_answer> ask_actor(caf::actor_system& sys, const Handle& to, Msg msg,
+                                           const std::string& who) {
+  std::variant<Reply, http_answer> out = admin_error(504, who + " did not answer");
+  caf::scoped_actor self{sys};
+  self->request(to, admin_store_timeout, std::move(msg))
+    .receive([&](Reply& r) { out = std::move(r); },
+             [&](caf::error& e) {
+               out = e == caf::sec::request_timeout
+                       ? admin_error(504, who + " did not answer within "
+                                            + std::to_string(admin_store_timeout.count())
+                                            + " ms (busy?): try again")
+                       : admin_error(503, who + " is gone: " + caf::to_string(e));
+             });
+  return out;
+}
+
+} // namespace
+
 std::variant<store_admin_reply, http_answer> admin_api::ask(store_admin q) {
   auto store = current_store();
   if (!store)
     return store_missing();
-  std::variant<store_admin_reply, http_answer> out = admin_error(504, "the store did not answer");
-  caf::scoped_actor self{sys_};
-  self->request(store, admin_store_timeout, std::move(q))
-    .receive([&](store_admin_reply& r) { out = std::move(r); },
-             [&](caf::error& e) {
-               out = e == caf::sec::request_timeout
-                       ? admin_error(504, "the store did not answer within "
-                                            + std::to_string(admin_store_timeout.count())
-                                            + " ms (busy?): try again")
-                       : admin_error(503, "the store is gone: " + caf::to_string(e));
-             });
-  return out;
+  return ask_actor<store_admin_reply>(sys_, store, std::move(q), "the store");
 }
 
 http_answer admin_api::status() {
@@ -250,17 +262,10 @@ http_answer admin_api::clear(const admin_call& c) {
     // The disk tier's files are removed (and announced BlockRemoved "DISK")
     // on the L2 actor's thread; a Redis every node shares is not one node's
     // to empty.
-    std::optional<http_answer> failed;
-    caf::scoped_actor self{sys_};
-    self->request(tier2, admin_store_timeout, clear_l2_atom_v)
-      .receive([&](uint64_t n) { l2_objects = n; },
-               [&](caf::error& e) {
-                 failed = admin_error(504, "the L2 actor did not clear within "
-                                             + std::to_string(admin_store_timeout.count())
-                                             + " ms: " + caf::to_string(e));
-               });
-    if (failed)
-      return *failed;
+    auto a = ask_actor<uint64_t>(sys_, tier2, clear_l2_atom_v, "the L2 actor");
+    if (auto* e = std::get_if<http_answer>(&a))
+      return *e;
+    l2_objects = std::get<uint64_t>(a);
   }
   json_writer w;
   w.begin_object().str("status", "ok").begin_object("cleared").str("tier", c.tier).end_object();

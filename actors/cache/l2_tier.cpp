@@ -420,6 +420,23 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
   return out;
 }
 
+/// The figures both disk tiers keep (disk_tier_stats, lmcache_dir_stats).
+template <class DiskStats>
+stats_snapshot& disk_figures(stats_snapshot& s, const DiskStats& d) {
+  return s.gauge("disk_objects", "kvsidecar_l2_objects", static_cast<double>(d.objects), "tier", "disk")
+    .gauge("disk_bytes", "kvsidecar_l2_bytes", static_cast<double>(d.bytes), "tier", "disk")
+    .counter("disk_puts", "kvsidecar_l2_puts_total", static_cast<double>(d.puts), "tier", "disk")
+    .counter("disk_hits", "kvsidecar_l2_hits_total", static_cast<double>(d.hits), "tier", "disk")
+    .counter("disk_misses", "kvsidecar_l2_misses_total", static_cast<double>(d.misses), "tier",
+             "disk")
+    .counter("disk_evictions", "kvsidecar_l2_evictions_total", static_cast<double>(d.evictions),
+             "tier", "disk")
+    .counter("disk_no_space", "kvsidecar_l2_errors_total", static_cast<double>(d.no_space),
+             "kind", "disk_no_space")
+    .counter("disk_io_errors", "kvsidecar_l2_errors_total", static_cast<double>(d.io_errors),
+             "kind", "disk_io");
+}
+
 } // namespace
 
 stats_snapshot snapshot(const l2_state& st) {
@@ -445,39 +462,16 @@ stats_snapshot snapshot(const l2_state& st) {
     .counter("found_announced", "", static_cast<double>(st.found_announced));
   if (st.p.disk) {
     auto& d = st.p.disk->stats();
-    s.gauge("disk_objects", "kvsidecar_l2_objects", static_cast<double>(d.objects), "tier", "disk")
-      .gauge("disk_bytes", "kvsidecar_l2_bytes", static_cast<double>(d.bytes), "tier", "disk")
-      .counter("disk_puts", "kvsidecar_l2_puts_total", static_cast<double>(d.puts), "tier", "disk")
-      .counter("disk_hits", "kvsidecar_l2_hits_total", static_cast<double>(d.hits), "tier", "disk")
-      .counter("disk_misses", "kvsidecar_l2_misses_total", static_cast<double>(d.misses), "tier",
-               "disk")
-      .counter("disk_evictions", "kvsidecar_l2_evictions_total", static_cast<double>(d.evictions),
-               "tier", "disk")
-      .counter("disk_no_space", "kvsidecar_l2_errors_total", static_cast<double>(d.no_space),
-               "kind", "disk_no_space")
-      .counter("disk_io_errors", "kvsidecar_l2_errors_total", static_cast<double>(d.io_errors),
-               "kind", "disk_io")
-      .counter("disk_rejected", "kvsidecar_l2_errors_total", static_cast<double>(d.rejected),
-               "kind", "disk_rejected");
+    disk_figures(s, d).counter("disk_rejected", "kvsidecar_l2_errors_total",
+                               static_cast<double>(d.rejected), "kind", "disk_rejected");
   }
   if (st.p.lmcache_dir) {
     // l2.format = "lmcache": the folder in LMCache's fs adapter layout.
     auto& d = st.p.lmcache_dir->stats();
-    s.gauge("disk_objects", "kvsidecar_l2_objects", static_cast<double>(d.objects), "tier", "disk")
-      .gauge("disk_bytes", "kvsidecar_l2_bytes", static_cast<double>(d.bytes), "tier", "disk")
-      .counter("disk_puts", "kvsidecar_l2_puts_total", static_cast<double>(d.puts), "tier", "disk")
+    disk_figures(s, d)
       .counter("disk_put_exists", "", static_cast<double>(d.put_exists))
-      .counter("disk_hits", "kvsidecar_l2_hits_total", static_cast<double>(d.hits), "tier", "disk")
-      .counter("disk_misses", "kvsidecar_l2_misses_total", static_cast<double>(d.misses), "tier",
-               "disk")
       .counter("disk_adopted", "kvsidecar_l2_adopted_objects_total",
                static_cast<double>(d.adopted))
-      .counter("disk_evictions", "kvsidecar_l2_evictions_total", static_cast<double>(d.evictions),
-               "tier", "disk")
-      .counter("disk_no_space", "kvsidecar_l2_errors_total", static_cast<double>(d.no_space),
-               "kind", "disk_no_space")
-      .counter("disk_io_errors", "kvsidecar_l2_errors_total", static_cast<double>(d.io_errors),
-               "kind", "disk_io")
       .counter("disk_wrong_size", "kvsidecar_l2_errors_total", static_cast<double>(d.wrong_size),
                "kind", "disk_wrong_size");
   }

@@ -35,6 +35,14 @@ import struct
 import time
 
 
+def hold(open_peers: list, peer, at_most: int) -> None:
+    """Keeps `peer` connected; past `at_most` open, the oldest leaves
+    (its close drops whatever it had not sent: it never reads)."""
+    open_peers.append(peer)
+    if len(open_peers) > at_most:
+        open_peers.pop(0).close()
+
+
 def garbage_frames(rng: random.Random) -> list[bytes]:
     return [rng.randbytes(rng.randint(0, 40)) for _ in range(rng.randint(1, 5))]
 
@@ -56,9 +64,7 @@ def zmq_peers(kind: str, endpoint: str, args, rng: random.Random, valid: list) -
             s.setsockopt(zmq.SUBSCRIBE, b"")
         s.connect(endpoint)
         peers += 1
-        open_socks.append(s)
-        if len(open_socks) > args.open:
-            open_socks.pop(0).close(linger=0)
+        hold(open_socks, s, args.open)  # linger 0 was set: the close drops its queue
         if kind == "sub":
             time.sleep(args.seconds / 2000)  # subscribers only hold their place
             continue
@@ -128,9 +134,7 @@ def tcp_peers(kind: str, endpoint: str, args, rng: random.Random) -> tuple[int, 
             msgs += 1
         except OSError:
             pass
-        open_socks.append(s)
-        if len(open_socks) > args.open:
-            open_socks.pop(0).close()
+        hold(open_socks, s, args.open)
     for s in open_socks:
         s.close()
     return peers, msgs
@@ -155,9 +159,7 @@ def grpc_peers(endpoint: str, args, rng: random.Random, valid: list) -> tuple[in
                 msgs += 1
             except Exception:  # noqa: BLE001 - a hostile client ignores its errors
                 pass
-        open_chans.append(ch)
-        if len(open_chans) > args.open:
-            open_chans.pop(0).close()
+        hold(open_chans, ch, args.open)
     for ch in open_chans:
         ch.close()
     return peers, msgs
