@@ -89,11 +89,11 @@ struct cursor {
       case 'r': out += '\r'; break;
       case 't': out += '\t'; break;
       case 'u': {
-        uint32_t cp;
+        uint32_t cp = 0; // GCC 12 -O3 cannot see that hex4 sets it
         if (!hex4(cp))
           return false;
         if (cp >= 0xD800 && cp <= 0xDBFF) { // a surrogate pair
-          uint32_t lo;
+          uint32_t lo = 0;
           if (i + 2 > t.size() || t[i] != '\\' || t[i + 1] != 'u')
             return fail("a lone surrogate in a \\u escape");
           i += 2;

@@ -8,6 +8,6 @@ scripts/install-deps.sh
 # A tree scripts/test.sh (or an earlier run) already configured is only
 # brought up to date: configuring again with other options would change the
 # flags and rebuild; ninja re-runs CMake by itself when a CMakeLists changes.
-[ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSIDECAR_CUDA=AUTO >/dev/null
+[ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVSIDECAR_CUDA=AUTO >/dev/null
 cmake --build build -j"$(nproc)" --target kvsidecar
 exec build/kvsidecar "$@"

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Every test: installs what is missing, then
-#   1. release build (CUDA backend compiled when nvcc is present): the unit
-#      tests (doctest) and the integration tests labelled "release" (the
-#      real vLLM engine, memory bounds, start/stop);
-#   2. every test, unit and integration (pytest against the real binary),
-#      built with AddressSanitizer + UBSan;
-#   3. each fuzz target (libFuzzer, clang) for a short run.
-# Set KVS_SKIP_ASAN=1 or KVS_SKIP_FUZZ=1 to leave a stage out locally.
+#   1. the shipped build: exactly the Dockerfile's configuration (Release,
+#      CUDA off, benchmarks off), warnings as errors: the unit tests and the
+#      integration tests labelled "release" (the real vLLM engine, memory
+#      bounds, start/stop);
+#   2. the other optimised build (RelWithDebInfo, the CUDA backend when nvcc
+#      is present, the benchmarks): compiled warning-free, so every
+#      configuration a user builds is checked;
+#   3. every test, unit and integration (pytest against the real binary),
+#      built with AddressSanitizer + UBSan (Debug);
+#   4. each fuzz target (libFuzzer, clang): a reproducible run, fixed seed
+#      and a fixed number of inputs over the committed corpus.
+# Set KVS_SKIP_ASAN=1 or KVS_SKIP_FUZZ=1 to leave a stage out locally,
+# KVS_SKIP_RELWITHDEBINFO=1 to skip the compile check of stage 2.
+# KVS_FUZZ_SECONDS=N fuzzes each target N seconds with a random seed instead
+# (a longer search, not reproducible); KVS_FUZZ_RUNS=N changes the fixed
+# run's number of inputs (default 20000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,8 +54,11 @@ jobs=$(nproc)
 wheel=$(ls build-wheels/lmcache-0.5.6-*.whl 2>/dev/null | head -1 || true)
 [ -n "$wheel" ] && export LMCACHE_WHEEL="$PWD/$wheel"
 
-stage "release build"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSIDECAR_CUDA=AUTO >/dev/null
+stage "release build (the Dockerfile's configuration)"
+# The same cmake line as the Dockerfile's build stage (keep them in step:
+# README's "Build" section shows it too), plus -Werror for our own code.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DKVSIDECAR_CUDA=OFF -DKVSIDECAR_BENCH=OFF -DKVSIDECAR_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 # Every integration test runs once, in the strictest build that can run it:
 # under ASan/UBSan below. The release build runs the unit tests and the
@@ -61,10 +73,19 @@ else
   ctest --test-dir build --output-on-failure -j1
 fi
 
+if [ -z "${KVS_SKIP_RELWITHDEBINFO:-}" ]; then
+  # Compiled, not run: the CUDA backend (nvcc, when present) and the
+  # benchmarks, in the configuration a developer builds by default.
+  stage "RelWithDebInfo build (CUDA backend, benchmarks)"
+  cmake -S . -B build-relwithdebinfo -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DKVSIDECAR_CUDA=AUTO -DKVSIDECAR_WERROR=ON >/dev/null
+  cmake --build build-relwithdebinfo -j"$jobs"
+fi
+
 if [ -z "${KVS_SKIP_ASAN:-}" ]; then
   stage "AddressSanitizer + UBSan build"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVSIDECAR_SANITIZE=ON \
-        -DKVSIDECAR_CUDA=OFF -DKVSIDECAR_BENCH=OFF >/dev/null
+        -DKVSIDECAR_CUDA=OFF -DKVSIDECAR_BENCH=OFF -DKVSIDECAR_WERROR=ON >/dev/null
   cmake --build build-asan -j"$jobs"
   stage "AddressSanitizer + UBSan tests"
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -75,18 +96,34 @@ if [ -z "${KVS_SKIP_FUZZ:-}" ]; then
   stage "fuzz targets (libFuzzer)"
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-        -DKVSIDECAR_FUZZ=ON -DKVSIDECAR_CUDA=OFF -DKVSIDECAR_BENCH=OFF >/dev/null
-  fuzzers=(fuzz_events_decode fuzz_lmcache_decode fuzz_pickle fuzz_http_request fuzz_http_admin fuzz_grpc_transcode
-           fuzz_tensor_envelope)
+        -DKVSIDECAR_FUZZ=ON -DKVSIDECAR_CUDA=OFF -DKVSIDECAR_BENCH=OFF -DKVSIDECAR_WERROR=ON >/dev/null
+  # Every harness in tests/fuzz/ (tests/CMakeLists.txt globs the same).
+  fuzzers=()
+  for src in tests/fuzz/fuzz_*.cpp; do fuzzers+=("$(basename "$src" .cpp)"); done
   cmake --build build-fuzz -j"$jobs" --target "${fuzzers[@]}"
   for f in "${fuzzers[@]}"; do
-    corpus=build-fuzz/corpus/$f
-    mkdir -p "$corpus"
-    echo "-- $f (${KVS_FUZZ_SECONDS:-15}s)"
-    # New inputs go to the first folder (build-fuzz/); the committed seeds
-    # (tests/tools/make_fuzz_seeds.py: real engine inputs) are only read.
-    build-fuzz/tests/$f -max_total_time="${KVS_FUZZ_SECONDS:-15}" -rss_limit_mb=2048 \
-      -print_final_stats=1 "$corpus" "tests/fuzz/seeds/$f" 2>&1 | tail -3
+    # A fresh folder takes the new inputs, so the committed seeds
+    # (tests/fuzz/seeds/, real engine inputs and past findings) are only
+    # read and every run starts from the same corpus.
+    scratch=build-fuzz/corpus/$f
+    rm -rf "$scratch" && mkdir -p "$scratch" build-fuzz/findings
+    if [ -n "${KVS_FUZZ_SECONDS:-}" ]; then
+      echo "-- $f: ${KVS_FUZZ_SECONDS} s, random seed"
+      budget=(-max_total_time="$KVS_FUZZ_SECONDS")
+    else
+      echo "-- $f: ${KVS_FUZZ_RUNS:-20000} inputs, seed 1"
+      budget=(-seed=1 -runs="${KVS_FUZZ_RUNS:-20000}")
+    fi
+    log=build-fuzz/$f.log
+    if ! build-fuzz/tests/$f "${budget[@]}" -rss_limit_mb=2048 -print_final_stats=1 \
+           -artifact_prefix=build-fuzz/findings/$f- "$scratch" "tests/fuzz/seeds/$f" >"$log" 2>&1; then
+      # The whole report: the reason, the stack and the input's path (a
+      # fixed finding's input goes into tests/fuzz/seeds/<target>/).
+      echo "!! $f found a failure; its log ($log):"
+      grep -v '^#[0-9]' "$log" | tail -n 80
+      exit 1
+    fi
+    grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$log" || tail -n 3 "$log"
   done
 fi
 echo "all tests passed"

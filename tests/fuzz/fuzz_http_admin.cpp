@@ -42,8 +42,9 @@ void check_route(std::string_view method, std::string_view path, std::string_vie
       __builtin_trap();
   if (!p.loopback && method != "GET" && method != "HEAD" && auth != "Bearer 0123456789abcdef")
     __builtin_trap(); // a state change without the token
-  if (c.op == kvs::admin_op::cache_clear && (c.tier != "l1" || c.force))
-    __builtin_trap();
+  if (c.op == kvs::admin_op::cache_clear
+      && ((c.tier != "l1" && c.tier != "l2" && c.tier != "all") || c.force))
+    __builtin_trap(); // a clear names a tier kvsidecar has; force=true is refused (501)
   if (c.op == kvs::admin_op::objects_list
       && (c.page_size < 1 || c.page_size > kvs::objects_max_page))
     __builtin_trap(); // a page is always bounded

@@ -117,3 +117,30 @@ def test_install_deps_asks_apt_for_the_missing_packages_only(tree):
     apt = [c for c in calls if "apt-get" in c]
     assert apt, calls
     assert apt[0].endswith("apt-get update -qq")
+
+
+def cmake_configure_flags(text: str, build_dir: str) -> set[str]:
+    """The -D options of the first `cmake -S . -B <build_dir>` command in a
+    script or document, its continuation lines ('\\') joined."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    m = re.search(r"cmake -S \. -B " + re.escape(build_dir) + r"\b([^\n&|>]*)", joined)
+    assert m, f"no `cmake -S . -B {build_dir}` line"
+    return {t for t in m.group(1).split() if t.startswith("-D")}
+
+
+def test_ci_builds_the_dockerfiles_configuration():
+    """The container image's build (the way the sidecar ships), the README's
+    build steps and the first stage of scripts/test.sh (what CI runs) are one
+    configuration; CI adds only -Werror. A Release build that fails to
+    compile can no longer pass CI unnoticed."""
+    docker = cmake_configure_flags((ROOT / "Dockerfile").read_text(), "build-docker")
+    assert "-DCMAKE_BUILD_TYPE=Release" in docker, docker
+    test_sh = cmake_configure_flags((ROOT / "scripts" / "test.sh").read_text(), "build")
+    assert test_sh == docker | {"-DKVSIDECAR_WERROR=ON"}, (test_sh, docker)
+    readme = cmake_configure_flags((ROOT / "README.md").read_text(), "build")
+    assert readme == docker, (readme, docker)
+    # -Werror stays off for users: the option's default.
+    cml = re.sub(r"#.*", "", (ROOT / "CMakeLists.txt").read_text())  # code, not comments
+    assert re.search(r'option\(KVSIDECAR_WERROR "[^"]*" OFF\)', cml), "KVSIDECAR_WERROR must default to OFF"
+    assert "-Werror" not in re.sub(r"if\(KVSIDECAR_WERROR\).*?endif\(\)", "", cml, flags=re.S), \
+        "-Werror outside if(KVSIDECAR_WERROR)"
