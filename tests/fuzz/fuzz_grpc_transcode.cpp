@@ -5,6 +5,7 @@
 //   the rest: the request message (or, reply side, the msgpack body).
 // The frames a request becomes must decode or be refused with an error;
 // nothing may crash, leak or read out of bounds.
+#include "tests/fuzz/fuzz_fail.hpp"
 #include "lmcache_grpc/grpc_methods.hpp"
 #include "lmcache_grpc/grpc_transcode.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
@@ -57,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   const auto* m = kvs::find_grpc_method(paths[(data[0] & 0x7f) % paths.size()]);
   if (!m)
-    __builtin_trap();
+    KVS_FUZZ_FAIL();
   const auto dialect = static_cast<kvs::client_release>(
     data[1] % 3 == 0 ? 0 : data[1] % 3 == 1 ? 2 : 3); // unknown, v0_5_6, v0_5_7
   std::string_view in(reinterpret_cast<const char*>(data) + 2, size - 2);
@@ -65,22 +66,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto r = m->subscribe ? kvs::grpc_kv_event_batch(in)
                           : kvs::grpc_response(*m, std::string{in});
     if (!r && r.error_value().kind != "bad_reply")
-      __builtin_trap();
+      KVS_FUZZ_FAIL();
     return 0;
   }
   auto frames = kvs::grpc_request_frames(*m, in, dialect, 1);
   if (!frames) {
     if (frames.error_value().kind != "bad_request" || frames.error_value().detail.empty())
-      __builtin_trap();
+      KVS_FUZZ_FAIL();
     return 0;
   }
   if (frames->size() < 2 || kvs::grpc_call_id((*frames)[0]) != 1u)
-    __builtin_trap();
+    KVS_FUZZ_FAIL();
   if (m->subscribe)
     return 0;
   std::vector<std::string_view> views(frames->begin(), frames->end());
   auto req = kvs::decode_mp_request(views);
   if (req && req->op != m->op)
-    __builtin_trap();
+    KVS_FUZZ_FAIL();
   return 0;
 }

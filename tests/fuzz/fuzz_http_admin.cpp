@@ -5,6 +5,7 @@
 // Whatever the bytes: a route is a call or an answer with a status the
 // server knows and a JSON body; a call's salt passes LMCache's rules; a
 // parsed JSON object has no error and at most json_max_members members.
+#include "tests/fuzz/fuzz_fail.hpp"
 #include "core/cache_salt.hpp"
 #include "metrics/admin_routes.hpp"
 #include "metrics/http_request.hpp"
@@ -25,33 +26,33 @@ void check_route(std::string_view method, std::string_view path, std::string_vie
     case 400: case 401: case 404: case 405: case 422: case 501:
       break;
     default:
-      __builtin_trap();
+      KVS_FUZZ_FAIL();
     }
     if (a->body.empty() || a->body.front() != '{' || a->body.back() != '}')
-      __builtin_trap();
+      KVS_FUZZ_FAIL();
     auto o = kvs::parse_json_object(a->body); // our own answers parse
     if (!o.error.empty())
-      __builtin_trap();
+      KVS_FUZZ_FAIL();
     return;
   }
   auto& c = std::get<kvs::admin_call>(r);
   if (kvs::check_cache_salt(c.salt) != nullptr)
-    __builtin_trap();
+    KVS_FUZZ_FAIL();
   for (auto& k : c.keys)
     if (kvs::check_cache_salt(k.salt) != nullptr || k.rank < 0)
-      __builtin_trap();
+      KVS_FUZZ_FAIL();
   if (!p.loopback && method != "GET" && method != "HEAD" && auth != "Bearer 0123456789abcdef")
-    __builtin_trap(); // a state change without the token
+    KVS_FUZZ_FAIL(); // a state change without the token
   if (c.op == kvs::admin_op::cache_clear
       && ((c.tier != "l1" && c.tier != "l2" && c.tier != "all") || c.force))
-    __builtin_trap(); // a clear names a tier kvsidecar has; force=true is refused (501)
+    KVS_FUZZ_FAIL(); // a clear names a tier kvsidecar has; force=true is refused (501)
   if (c.op == kvs::admin_op::objects_list
       && (c.page_size < 1 || c.page_size > kvs::objects_max_page))
-    __builtin_trap(); // a page is always bounded
+    KVS_FUZZ_FAIL(); // a page is always bounded
   if (c.op == kvs::admin_op::objects_delete && !c.by_keys && !c.by_model && !c.by_salt)
-    __builtin_trap(); // a delete always names what (a clear is another call)
+    KVS_FUZZ_FAIL(); // a delete always names what (a clear is another call)
   if (c.op == kvs::admin_op::checksums && (c.kv_rank < 0 || c.kv_rank >= c.world_size))
-    __builtin_trap();
+    KVS_FUZZ_FAIL();
 }
 
 } // namespace
@@ -61,14 +62,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // 1. The bytes as a JSON body.
   auto o = kvs::parse_json_object(in);
   if (!o.error.empty() && !o.members.empty())
-    __builtin_trap();
+    KVS_FUZZ_FAIL();
   if (o.members.size() > kvs::json_max_members)
-    __builtin_trap();
+    KVS_FUZZ_FAIL();
   // 2. The bytes as a whole request: head, then the body it announces.
   auto h = kvs::parse_http_head(in, 8192);
   if (h.st == kvs::http_head::state::complete) {
     if (h.head_size == 0 || h.head_size > in.size())
-      __builtin_trap();
+      KVS_FUZZ_FAIL();
     auto body = in.substr(h.head_size, h.content_length);
     for (const auto& p : {kvs::admin_policy{true, ""}, kvs::admin_policy{false, "0123456789abcdef"}})
       check_route(h.method, h.path, body, h.authorization, p, h.query);

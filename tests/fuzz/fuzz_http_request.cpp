@@ -1,6 +1,7 @@
 // libFuzzer target: the HTTP request-head reader. Any input ends in one of
 // its three states, self-consistent: a complete head names a method and a
 // path starting with '/', both inside the input; a bad one a 400/431 and why.
+#include "tests/fuzz/fuzz_fail.hpp"
 #include "metrics/http_request.hpp"
 
 #include <cstddef>
@@ -18,19 +19,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case kvs::http_head::state::complete:
       if (h.method.empty() || h.path.empty() || h.path.front() != '/' || !inside(h.method)
           || !inside(h.path))
-        __builtin_trap();
+        KVS_FUZZ_FAIL();
       if ((!h.query.empty() && !inside(h.query))
           || (!h.authorization.empty() && !inside(h.authorization)) || h.head_size == 0
           || h.head_size > size || h.head_size > limit)
-        __builtin_trap();
+        KVS_FUZZ_FAIL();
       break;
     case kvs::http_head::state::bad:
       if ((h.status != 400 && h.status != 431) || !h.why || !*h.why)
-        __builtin_trap();
+        KVS_FUZZ_FAIL();
       break;
     case kvs::http_head::state::incomplete:
       if (size >= limit)
-        __builtin_trap(); // at the limit it must be judged
+        KVS_FUZZ_FAIL(); // at the limit it must be judged
       break;
     }
   }

@@ -7,6 +7,7 @@
 // The same request frames also go through the subscribe_kv_events argument
 // decoder. Whatever the decoders return must be self-consistent; anything
 // else traps.
+#include "tests/fuzz/fuzz_fail.hpp"
 #include "lmcache_wire/lmcache_kv_events.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 #include "lmcache_wire/tensor_view.hpp"
@@ -21,9 +22,9 @@
 namespace {
 
 void check_desc(const kvs::tensor_desc& d) {
-  if (d.shape.size() != d.stride.size() || d.element_size == 0 || d.storage_offset < 0) __builtin_trap();
-  if (d.kind == kvs::tensor_desc::memory_kind::cuda_ipc && d.ipc_mem_handle.size() != 64) __builtin_trap();
-  if (d.kind == kvs::tensor_desc::memory_kind::host_shm && d.shm_name.empty()) __builtin_trap();
+  if (d.shape.size() != d.stride.size() || d.element_size == 0 || d.storage_offset < 0) KVS_FUZZ_FAIL();
+  if (d.kind == kvs::tensor_desc::memory_kind::cuda_ipc && d.ipc_mem_handle.size() != 64) KVS_FUZZ_FAIL();
+  if (d.kind == kvs::tensor_desc::memory_kind::host_shm && d.shm_name.empty()) KVS_FUZZ_FAIL();
 }
 
 } // namespace
@@ -51,14 +52,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // that op before the main decoder).
   auto sub = kvs::decode_subscribe_kv_events(frames);
   if (auto* e = sub ? nullptr : &sub.error_value(); e && e->kind.empty())
-    __builtin_trap();
+    KVS_FUZZ_FAIL();
   auto r = kvs::decode_mp_request(frames);
   if (auto* req = r ? &r.value() : nullptr) {
-    if (req->uid_frame != frames[0] || req->op_frame != frames[1]) __builtin_trap();
+    if (req->uid_frame != frames[0] || req->op_frame != frames[1]) KVS_FUZZ_FAIL();
     if (auto* reg = std::get_if<kvs::register_kv_cache_req>(&req->body))
       for (const auto& d : reg->kv_caches) check_desc(d);
   } else if (r.error_value().kind.empty()) {
-    __builtin_trap();
+    KVS_FUZZ_FAIL();
   }
   return 0;
 }
