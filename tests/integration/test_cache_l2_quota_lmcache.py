@@ -10,7 +10,10 @@ prompts of three tenants are stored into each by LMCache's own client
 - when a's quota is lowered below what it holds, both servers evict a's
   own least recently used objects, pass after pass, down to the same
   survivors -- the same file names, b's untouched -- and /quota reports the
-  same L2 usage on both.
+  same L2 usage on both;
+- GET /cache/objects (tier l2 by default) lists kvsidecar's folder with
+  LMCache's keys, and the same key-addressed DELETE /cache/objects removes
+  the same files on both, with the same answer and usage.
 
 Needs the engine venv (build-venv-engine); skipped without it. Run:
   KVSIDECAR_BIN=<build>/kvsidecar python3 -m pytest -q tests/integration/test_cache_l2_quota_lmcache.py
@@ -118,8 +121,9 @@ def test_l2_quotas_evict_the_same_objects_as_lmcache(cache_server, tmp_path):
                 assert fleet.step("store", url, model=model, salt=salt, seed=p, prompt=p)["ok"]
                 if salt in held:
                     held[salt] += 4
-                    wait_until(lambda f=folder, s=salt, n=held[salt]:
-                               len(by_salt(f).get(s, ())) == n, 30, f"{salt}: {n} objects in L2")
+                    n = held[salt]
+                    wait_until(lambda f=folder, s=salt, n=n: len(by_salt(f).get(s, ())) == n, 30,
+                               f"{salt}: {n} objects in {folder.name}")
         # c has no quota: its objects go on the next pass, on both.
         for _, http, folder in servers:
             wait_until(lambda f=folder: "tenant-c" not in by_salt(f), 30, "tenant-c evicted")
@@ -142,6 +146,36 @@ def test_l2_quotas_evict_the_same_objects_as_lmcache(cache_server, tmp_path):
             assert t == o, (salt, t, o)
         assert request(kvs.sidecar.http_port, "GET", "/quota/tenant-a")[1]["current_usage_gb"] \
             == 3 * CHUNK_BYTES / GIB
+
+        # Objects on L2, LMCache's default tier: kvsidecar lists its folder
+        # page by page with LMCache's keys (LMCache 0.5.6's fs adapter cannot
+        # list: 503), each key naming a file there.
+        assert request(lmc.http_port, "GET", "/cache/objects")[0] == 503
+        entries, token = [], None
+        while True:
+            q = "/cache/objects?page_size=4" + (f"&page_token={token}" if token else "")
+            st, page = request(kvs.sidecar.http_port, "GET", q)
+            assert st == 200 and page["adapter"] == "disk" and page["shared"] is False, page
+            assert len(page["entries"]) <= 4
+            entries += page["entries"]
+            token = page["next_page_token"]
+            if token is None:
+                break
+        assert len(entries) == 11 and all(e["size_bytes"] == CHUNK_BYTES for e in entries)
+        named = {"{}@0x{:08x}@{:x}@{}@{}.data".format(
+            k["model_name"].replace("/", "-SEP-"), k["kv_rank"], k["object_group_id"],
+            k["chunk_hash_hex"], k["cache_salt"]) for k in (e["key"] for e in entries)}
+        assert named == set().union(*by_salt(ours_dir).values())
+        # The same key-addressed DELETE (the coordinator's call) on both
+        # servers: the same answer, the same files gone, the same usage.
+        keys = [e["key"] for e in entries if e["key"]["cache_salt"] == "tenant-b"][:2]
+        for _, http, _ in servers:
+            assert request(http, "DELETE", "/cache/objects", {"keys": keys}) \
+                == (200, {"deleted": 2, "skipped": 0, "ok": True})
+        assert by_salt(ours_dir) == by_salt(theirs_dir)
+        assert len(by_salt(ours_dir)["tenant-b"]) == 6
+        assert request(lmc.http_port, "GET", "/quota/tenant-b")[1] \
+            == request(kvs.sidecar.http_port, "GET", "/quota/tenant-b")[1]
     finally:
         if fleet:
             fleet.close()
