@@ -288,8 +288,10 @@ admin_route route_objects_list(std::string_view query) {
 /// One EncodedObjectKey: chunk_hash_hex, model_name, kv_rank,
 /// object_group_id (0), cache_salt (""). The hash is any even count of hex
 /// digits (LMCache's are 64); an L1 key's is kvsidecar's 64-bit hash
-/// (route_objects_delete checks that for tier l1).
-std::optional<http_answer> object_key(const json_object& o, size_t at, admin_object_key& k) {
+/// (route_objects_delete checks that for tier l1). `model_optional`: "" is
+/// taken (an L2 key of kvsidecar's format).
+std::optional<http_answer> object_key(const json_object& o, size_t at, admin_object_key& k,
+                                      bool model_optional) {
   auto where = "keys[" + std::to_string(at) + "]: ";
   for (auto& [name, v] : o.members)
     if (name != "chunk_hash_hex" && name != "model_name" && name != "kv_rank"
@@ -305,7 +307,8 @@ std::optional<http_answer> object_key(const json_object& o, size_t at, admin_obj
   if (h->s.size() <= 16)
     k.hash = std::stoull(h->s, nullptr, 16);
   auto m = o.get("model_name");
-  if (!m || m->k != json_value::kind::string || m->s.empty() || m->s.size() > 1024)
+  if (!m || m->k != json_value::kind::string || (m->s.empty() && !model_optional)
+      || m->s.size() > 1024)
     return admin_error(422, where + "model_name must be a non-empty string of at most 1024 bytes");
   if (m->s.find('@') != std::string::npos)
     return admin_error(400, where + "model_name must not contain '@'");
@@ -364,7 +367,9 @@ admin_route route_objects_delete(std::string_view body) {
     for (size_t i = 0; i < ks->objects.size(); ++i) {
       c.keys.emplace_back();
       auto& k = c.keys.back();
-      if (auto bad = object_key(ks->objects[i], i, k))
+      // kvsidecar-format L2 file names carry no model: their listed keys
+      // have model_name "", and delete as listed.
+      if (auto bad = object_key(ks->objects[i], i, k, c.tier == "l2"))
         return *bad;
       if (c.tier != "l2" && (k.hash_hex.size() > 16 || k.group != 0))
         return admin_error(400, "keys[" + std::to_string(i) + "]: an L1 chunk's key has a "

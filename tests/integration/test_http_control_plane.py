@@ -501,6 +501,54 @@ def test_clear_by_tier_empties_the_disk_tier_with_its_events(lmc, cache_server, 
     assert st == 400 and "no L2 tier" in js["detail"], js
 
 
+def test_objects_on_l2_by_default_listed_and_deleted_by_key(lmc, cache_server, kv_pools,
+                                                            tmp_path):
+    """GET /cache/objects with no tier lists the L2 disk tier (LMCache's
+    default tier): one entry per file, its key the BlockStored hash, rank and
+    salt, oldest first, paged; DELETE /cache/objects with those keys and no
+    tier removes exactly those files, each announced BlockRemoved "DISK",
+    and leaves L1; an unknown adapter is a 404, tier=l1 still lists L1."""
+    import vllm_structs as vs
+    path = tmp_path / "l2"
+    srv = cache_server(events=True, overrides={"l2.disk.enabled": True,
+                                               "l2.disk.path": str(path),
+                                               "l2.disk.size": "16MiB"})
+    port = srv.sidecar.http_port
+    eng = Engine(lmc, srv, kv_pools("vllm", num_blocks=160))
+    try:
+        eng.store(tokens(3, salt=97), "tenant-d")
+        srv.wait_stats(lambda s: s["written"] >= 3, actor="l2", timeout=10, what="written=3")
+        stored = srv.events(6, kind=vs.BlockStored)
+        on_disk = [h for e in stored if e.medium == "DISK" for h in e.block_hashes]
+        entries, pages = list_all(port, tier="l2")
+        assert pages == 2  # 3 objects, 2 a page
+        assert [int(e["key"]["chunk_hash_hex"], 16) for e in entries] == [u64(h) for h in on_disk]
+        for e in entries:
+            assert e["key"]["kv_rank"] == 0 and e["key"]["object_group_id"] == 0
+            assert e["key"]["cache_salt"] == "tenant-d" and e["size_bytes"] == CHUNK_BYTES
+            assert "tier" not in e  # LMCache's KeyEntry: key and size_bytes
+        st, js = request(port, "GET", "/cache/objects?adapter=disk")
+        assert st == 200 and js["adapter"] == "disk" and js["shared"] is False
+        assert len(js["entries"]) == 3 and js["next_page_token"] is None
+        assert request(port, "GET", "/cache/objects?adapter=s3")[0] == 404
+        keys = [e["key"] for e in entries[:2]]
+        assert request(port, "DELETE", "/cache/objects", {"keys": keys}) \
+            == (200, {"deleted": 2, "skipped": 0, "ok": True})
+        removed = srv.events(1, kind=vs.BlockRemoved)
+        assert sorted(h for e in removed if e.medium == "DISK" for h in e.block_hashes) \
+            == sorted(on_disk[:2])
+        assert len(list(path.glob("*.kvl2"))) == 1
+        assert [e["key"] for e in list_all(port, tier="l2")[0]] == [entries[2]["key"]]
+        assert srv.stats()["chunks"] == 3  # L1 untouched
+        assert len(list_all(port)[0]) == 3  # tier=l1 lists L1's
+        # A key of LMCache's format (32-byte hash) names nothing in kvsidecar's.
+        st, js = request(port, "DELETE", "/cache/objects",
+                         {"keys": [dict(keys[0], chunk_hash_hex="ab" * 32)]})
+        assert st == 400 and "keys[0]" in js["detail"], js
+    finally:
+        eng.close()
+
+
 # -- cache objects: listed, deleted by salt, checksummed --------------------------------
 
 

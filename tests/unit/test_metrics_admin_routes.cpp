@@ -273,6 +273,14 @@ TEST_CASE("DELETE /cache/objects: L2 by LMCache's keys by default; L1 by keys or
   CHECK(l2.keys[0].hash_hex == h64);
   CHECK(l2.keys[0].rank == 16777472);
   CHECK(l2.keys[0].group == 2);
+  // A kvsidecar-format L2 key as listed (its file name carries no model).
+  auto nameless = call("DELETE", "/cache/objects",
+                       R"({"keys": [{"chunk_hash_hex": "00000000000000ff", "model_name": "",
+                                     "kv_rank": 0}]})");
+  CHECK(nameless.keys.at(0).model.empty());
+  CHECK(answer("DELETE", "/cache/objects",
+               R"({"keys": [{"chunk_hash_hex": "ff", "model_name": "", "kv_rank": 0}],
+                   "tier": "all"})").status == 422);
   CHECK(answer("DELETE", "/cache/objects",
                R"({"keys": [{"chunk_hash_hex": ")" + h64 + R"(", "model_name": "m",
                              "kv_rank": 0}], "tier": "l1"})").status == 400); // not an L1 key
