@@ -200,7 +200,7 @@ using gpu_transfer_actor = caf::typed_actor<
   caf::replies_to<drain_atom>::with<uint64_t>,
   caf::reacts_to<poll_atom>>::extend_with<stats_client_actor>;
 
-/// l2 — the L2 tiers (l2/disk_tier, l2/redis_client) on a thread of its own
+/// l2 — the L2 backends (l2/l2_backend.hpp) on a thread of its own
 /// (detached: disk and Redis I/O block). Writes committed chunks through
 /// (bounded by l2.queue_bytes, counted by the store) and answers the store's
 /// prefetches. Announces what the tiers hold as BlockStored/BlockRemoved
@@ -213,6 +213,11 @@ using l2_actor = caf::typed_actor<
   caf::reacts_to<recycle_atom, l2_fetch_reply>, ///< a reply's buffers, copied into L1: reuse them
   caf::reacts_to<cleared_atom>,                 ///< routers dropped L2's chunks: announce them again
   caf::reacts_to<reannounce_atom>,              ///< ... once per run of clears (its own message)
-  caf::replies_to<clear_l2_atom>::with<uint64_t>>::extend_with<stats_client_actor>; ///< empty the disk tier (HTTP clear): objects removed, announced as BlockRemoved
+  caf::replies_to<clear_l2_atom>::with<uint64_t>, ///< empty the node-local backends (HTTP clear): objects removed, announced as BlockRemoved
+  caf::reacts_to<l2_quota_limit>,                 ///< a salt's L2 limit (l2.quota_mode = "isolated")
+  caf::replies_to<l2_usage_atom>::with<l2_usage>, ///< bytes by salt, summed over the backends
+  caf::replies_to<l2_list_objects>::with<l2_objects_page>, ///< GET /cache/objects (tier l2)
+  caf::replies_to<l2_delete_objects>::with<l2_deleted>,    ///< DELETE /cache/objects (tier l2)
+  caf::reacts_to<tick_atom>>::extend_with<stats_client_actor>; ///< a quota pass (every l2.quota_interval)
 
 } // namespace kvs

@@ -191,6 +191,29 @@ http_answer admin_api::quota(const admin_call& c) {
   if (auto* e = std::get_if<http_answer>(&a))
     return *e;
   auto& r = std::get<store_admin_reply>(a);
+  // l2.quota_mode = "isolated": the limits govern L2 as LMCache's do, and
+  // the usage reported is L2's (LMCache's quota API reads its L2 adapters).
+  l2_actor tier2;
+  {
+    std::lock_guard<std::mutex> lock{mu_};
+    tier2 = l2_;
+  }
+  if (cfg_.l2.quota_isolated && tier2) {
+    if (c.op == admin_op::quota_set && r.ok)
+      caf::anon_send(tier2, l2_quota_limit{c.salt, c.limit_bytes});
+    else if (c.op == admin_op::quota_delete)
+      caf::anon_send(tier2, l2_quota_limit{c.salt, std::nullopt});
+    if (c.op == admin_op::quota_list || c.op == admin_op::quota_get) {
+      auto u = ask_actor<l2_usage>(sys_, tier2, l2_usage_atom_v, "the L2 actor");
+      if (auto* e = std::get_if<http_answer>(&u))
+        return *e;
+      auto& by_salt = std::get<l2_usage>(u).bytes_by_salt;
+      for (auto& s : r.salts) {
+        auto it = by_salt.find(s.salt);
+        s.bytes = it == by_salt.end() ? 0 : it->second;
+      }
+    }
+  }
   json_writer w;
   auto name = std::string{cache_salt_name(c.salt)};
   switch (c.op) {
@@ -407,9 +430,93 @@ store_admin filter_of(const admin_call& c, store_admin::op what) {
   return q;
 }
 
+/// LMCache's EncodedObjectKey of an L2 object.
+void l2_object_key(json_writer& w, const object_key_fields& k) {
+  std::string hex;
+  static const char* d = "0123456789abcdef";
+  for (unsigned char ch : k.chunk_hash)
+    hex.append({d[ch >> 4], d[ch & 15]});
+  w.begin_object("key")
+    .str("chunk_hash_hex", hex)
+    .str("model_name", k.model)
+    .integer("kv_rank", k.kv_rank)
+    .integer("object_group_id", k.group)
+    .str("cache_salt", k.salt)
+    .end_object();
+}
+
+/// The bytes a key's chunk_hash_hex says (the route checked the digits).
+std::string unhex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
 } // namespace
 
+l2_actor admin_api::current_l2() {
+  std::lock_guard<std::mutex> lock{mu_};
+  return l2_;
+}
+
+http_answer admin_api::l2_objects_list(const admin_call& c) {
+  auto tier2 = current_l2();
+  if (!tier2)
+    return admin_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier=l1 lists L1");
+  l2_list_objects q;
+  q.adapter = c.adapter;
+  if (c.by_model)
+    q.model = c.model;
+  if (c.by_salt)
+    q.salt = c.salt;
+  q.offset = c.cursor;
+  q.limit = c.page_size;
+  auto a = ask_actor<l2_objects_page>(sys_, tier2, std::move(q), "the L2 actor");
+  if (auto* e = std::get_if<http_answer>(&a))
+    return *e;
+  auto& r = std::get<l2_objects_page>(a);
+  if (r.status != 200)
+    return admin_error(r.status, r.error);
+  json_writer w;
+  w.begin_object().str("adapter", r.adapter).boolean("shared", r.shared).begin_array("entries");
+  for (auto& e : r.entries) {
+    w.begin_object();
+    l2_object_key(w, e.key);
+    w.integer("size_bytes", e.bytes).end_object();
+  }
+  w.end_array();
+  if (r.next)
+    w.str("next_page_token", std::to_string(*r.next));
+  else
+    w.null("next_page_token");
+  w.end_object();
+  return json(w);
+}
+
+std::variant<l2_deleted, http_answer> admin_api::l2_objects_delete(const admin_call& c) {
+  auto tier2 = current_l2();
+  if (!tier2)
+    return admin_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier \"l1\" "
+                            "deletes L1's chunks");
+  l2_delete_objects q;
+  q.adapter = c.adapter;
+  for (auto& k : c.keys)
+    q.keys.push_back(object_key_fields{k.model, static_cast<uint32_t>(k.rank), k.group,
+                                       unhex(k.hash_hex), k.salt});
+  auto a = ask_actor<l2_deleted>(sys_, tier2, std::move(q), "the L2 actor");
+  if (auto* e = std::get_if<http_answer>(&a))
+    return *e;
+  auto& r = std::get<l2_deleted>(a);
+  if (r.status != 200)
+    return admin_error(r.status, r.error);
+  return r;
+}
+
+
 http_answer admin_api::objects_list(const admin_call& c) {
+  if (c.tier == "l2")
+    return l2_objects_list(c);
   auto q = filter_of(c, store_admin::op::list_objects);
   q.cursor = c.cursor;
   q.limit = c.page_size;
@@ -434,6 +541,22 @@ http_answer admin_api::objects_list(const admin_call& c) {
 }
 
 http_answer admin_api::objects_delete(const admin_call& c) {
+  uint64_t l2_deleted_keys = 0;
+  if (c.tier != "l1") { // LMCache's default: L2 ("all": L2, then L1)
+    auto d = l2_objects_delete(c);
+    if (auto* e = std::get_if<http_answer>(&d))
+      return *e;
+    l2_deleted_keys = std::get<l2_deleted>(d).deleted;
+    if (c.tier == "l2") {
+      json_writer w;
+      w.begin_object()
+        .integer("deleted", l2_deleted_keys)
+        .integer("skipped", 0)
+        .boolean("ok", true)
+        .end_object();
+      return json(w);
+    }
+  }
   auto q = filter_of(c, store_admin::op::delete_objects);
   q.by_keys = c.by_keys;
   for (auto& k : c.keys) {
@@ -450,7 +573,7 @@ http_answer admin_api::objects_delete(const admin_call& c) {
   json_writer w;
   // LMCache's answer ("skipped": the locked ones).
   w.begin_object()
-    .integer("deleted", r.removed)
+    .integer("deleted", r.removed + l2_deleted_keys)
     .integer("skipped", r.locked)
     .boolean("ok", true)
     .end_object();

@@ -64,8 +64,13 @@ private:
   http_answer clear(const admin_call& call);
   http_answer prefetch(const admin_call& call);
   http_answer prefetch_status(const admin_call& call);
+  /// GET|DELETE /cache/objects: L2 (tier l2, LMCache's default) through
+  /// the L2 actor, L1 (tier l1) through the store; "all" deletes from both.
   http_answer objects_list(const admin_call& call);
   http_answer objects_delete(const admin_call& call);
+  l2_actor current_l2();
+  http_answer l2_objects_list(const admin_call& call);
+  std::variant<l2_deleted, http_answer> l2_objects_delete(const admin_call& call);
   http_answer checksums(const admin_call& call);
 
   /// Prefetch jobs; shared with the actors that run them, which may finish

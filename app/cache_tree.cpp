@@ -9,6 +9,7 @@
 #include "actors/cache/session_router.hpp"
 #include "actors/cache/store.hpp"
 #include "actors/cache/store_l2.hpp"
+#include "app/l2_backends.hpp"
 #include "log/log.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -44,7 +45,7 @@ std::shared_ptr<transfer_backend> pick_backend(const gpu_config& gpu, std::strin
   return make_host_backend(host);
 }
 
-/// Opens the tiers `cfg.l2` enables and spawns the L2 actor (detached): an
+/// Opens the backends `cfg.l2` enables and spawns the L2 actor (detached): an
 /// empty link when no tier is enabled, an error naming the key when a tier
 /// cannot start (the disk path is unusable).
 expected<store_l2_link> spawn_l2(caf::actor_system& sys, const config& cfg,
@@ -53,40 +54,17 @@ expected<store_l2_link> spawn_l2(caf::actor_system& sys, const config& cfg,
   auto& c = cfg.l2;
   if (!c.enabled())
     return link;
+  auto backends = open_l2_backends(c);
+  if (!backends)
+    return backends.error_value();
   l2_params p;
-  p.lmcache_format = c.format == l2_format::lmcache;
-  if (c.disk.enabled && p.lmcache_format) {
-    lmcache_dir_options o;
-    o.path = c.disk.path;
-    o.size = c.disk.size;
-    auto dir = lmcache_dir_tier::open(o);
-    if (!dir)
-      return make_error(dir.error_value().kind,
-                        "l2.disk.path = \"" + c.disk.path + "\": " + dir.error_value().detail);
-    p.lmcache_dir = std::move(*dir);
-  } else if (c.disk.enabled) {
-    disk_tier_options o;
-    o.path = c.disk.path;
-    o.size = c.disk.size;
-    auto disk = disk_tier::open(o);
-    if (!disk)
-      return make_error(disk.error_value().kind,
-                        "l2.disk.path = \"" + c.disk.path + "\": " + disk.error_value().detail);
-    p.disk = std::move(*disk);
-  }
-  if (c.redis.enabled) {
-    redis_options o;
-    o.endpoints = c.redis.endpoints;
-    o.cluster = c.redis.cluster;
-    o.password = c.redis.password;
-    o.ttl = std::chrono::duration_cast<std::chrono::milliseconds>(c.redis.ttl);
-    o.connections = static_cast<int>(c.redis.connections);
-    o.timeout = std::max(std::chrono::milliseconds{1},
-                         std::chrono::duration_cast<std::chrono::milliseconds>(c.redis.timeout));
-    o.retry_after = o.timeout;
-    p.redis = o;
-    p.key_prefix = c.redis.key_prefix;
-  }
+  p.backends = std::move(*backends);
+  p.announce_found = c.format == l2_format::lmcache;
+  p.quota_isolated = c.quota_isolated;
+  p.quota_rule = l2_quota_rule{c.quota_watermark, c.quota_eviction_ratio};
+  p.quota_interval = c.quota_interval;
+  for (auto& [salt, bytes] : cfg.cache.quotas)
+    p.quota_limits[salt] = bytes;
   link.queue = std::make_shared<admit_budget>(static_cast<int64_t>(c.queue_bytes));
   p.queue = link.queue;
   p.chunk_size = cfg.cache.chunk_size;

@@ -153,6 +153,11 @@ enum class l2_format { kvsidecar, lmcache };
 struct l2_config {
   uint64_t queue_bytes = 0;
   l2_format format = l2_format::kvsidecar;
+  /// l2.quota_mode = "isolated": LMCache's L2 quotas (l2/l2_quota.hpp).
+  bool quota_isolated = false;
+  double quota_watermark = 0.8;
+  double quota_eviction_ratio = 0.2;
+  duration quota_interval{};
   l2_disk_config disk;
   l2_redis_config redis;
   bool enabled() const { return disk.enabled || redis.enabled; }

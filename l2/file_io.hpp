@@ -1,4 +1,4 @@
-// File helpers shared by the disk tiers (l2/disk_tier, l2/lmcache_dir_tier).
+// File helpers of the L2 folder (l2/lru_folder).
 #pragma once
 
 #include "core/error.hpp"

@@ -25,8 +25,21 @@ int hex_digit(char c) {
   return -1;
 }
 
-/// `s` as an unsigned 32-bit hex number (Python's int(s, 16): an optional
-/// 0x, at least one digit).
+/// The common part: model@rank@group@hash, rank written by `rank_fmt`.
+std::string key_body(std::string_view model, const char* rank_fmt, const lmcache_object_key& k) {
+  char mid[40];
+  int n = std::snprintf(mid, sizeof mid, rank_fmt, k.kv_rank, k.group);
+  std::string out;
+  out.reserve(model.size() + static_cast<size_t>(n) + 2 * k.chunk_hash.size() + k.salt.size() + 8);
+  out.append(model).append(mid, static_cast<size_t>(n));
+  append_hex(out, k.chunk_hash);
+  if (!k.salt.empty())
+    out.append("@").append(k.salt);
+  return out;
+}
+
+} // namespace
+
 std::optional<uint32_t> parse_hex32(std::string_view s) {
   if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
     s.remove_prefix(2);
@@ -42,20 +55,18 @@ std::optional<uint32_t> parse_hex32(std::string_view s) {
   return v;
 }
 
-/// The common part: model@rank@group@hash, rank written by `rank_fmt`.
-std::string key_body(std::string_view model, const char* rank_fmt, const lmcache_object_key& k) {
-  char mid[40];
-  int n = std::snprintf(mid, sizeof mid, rank_fmt, k.kv_rank, k.group);
+std::optional<std::string> parse_hex_bytes(std::string_view s) {
+  if (s.empty() || s.size() % 2 != 0)
+    return std::nullopt;
   std::string out;
-  out.reserve(model.size() + static_cast<size_t>(n) + 2 * k.chunk_hash.size() + k.salt.size() + 8);
-  out.append(model).append(mid, static_cast<size_t>(n));
-  append_hex(out, k.chunk_hash);
-  if (!k.salt.empty())
-    out.append("@").append(k.salt);
+  for (size_t i = 0; i < s.size(); i += 2) {
+    int hi = hex_digit(s[i]), lo = hex_digit(s[i + 1]);
+    if (hi < 0 || lo < 0)
+      return std::nullopt;
+    out.push_back(static_cast<char>(hi << 4 | lo));
+  }
   return out;
 }
-
-} // namespace
 
 bool lmcache_nameable(std::string_view model, std::string_view salt) {
   return !model.empty() && model.find_first_of(std::string_view("@\0", 2)) == std::string_view::npos
@@ -101,17 +112,13 @@ std::optional<lmcache_file_fields> parse_lmcache_file_name(std::string_view name
     return std::nullopt;
   auto rank = parse_hex32(parts[1]);
   auto group = parse_hex32(parts[2]);
-  if (!rank || !group || parts[3].empty() || parts[3].size() % 2 != 0 || parts[0].empty())
+  auto hash = parse_hex_bytes(parts[3]);
+  if (!rank || !group || !hash || parts[0].empty())
     return std::nullopt;
   lmcache_file_fields f;
   f.kv_rank = *rank;
   f.group = *group;
-  for (size_t i = 0; i < parts[3].size(); i += 2) {
-    int hi = hex_digit(parts[3][i]), lo = hex_digit(parts[3][i + 1]);
-    if (hi < 0 || lo < 0)
-      return std::nullopt;
-    f.chunk_hash.push_back(static_cast<char>(hi << 4 | lo));
-  }
+  f.chunk_hash = std::move(*hash);
   for (size_t at = 0; at < parts[0].size();) {
     if (parts[0].substr(at, k_slash.size()) == k_slash) {
       f.model.push_back('/');

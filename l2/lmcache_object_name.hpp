@@ -60,4 +60,10 @@ struct lmcache_file_fields {
 };
 std::optional<lmcache_file_fields> parse_lmcache_file_name(std::string_view name);
 
+/// An unsigned 32-bit hex field (Python's int(s, 16): an optional 0x, 1 to 8
+/// digits), and an even count of hex digits as bytes: the fields of the
+/// names above.
+std::optional<uint32_t> parse_hex32(std::string_view s);
+std::optional<std::string> parse_hex_bytes(std::string_view s);
+
 } // namespace kvs

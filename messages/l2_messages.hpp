@@ -1,8 +1,11 @@
 // Messages between the store and the L2 actor (actors/cache/l2_tier.hpp).
 #pragma once
 
+#include "core/object_key.hpp"
+
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +64,52 @@ struct l2_fetch_reply {
   /// Where each shard's payload starts in bytes[i] (a Redis value keeps its
   /// header: dropping it would copy the chunk once more).
   std::vector<uint32_t> skip;
+};
+
+/// PUT|DELETE /quota/{salt} with l2.quota_mode = "isolated": the salt's L2
+/// limit from now on (nullopt: none, so limit 0: LMCache's allowlist rule).
+struct l2_quota_limit {
+  std::string salt;
+  std::optional<uint64_t> bytes;
+};
+
+/// The bytes each cache_salt holds in L2, summed over the backends
+/// (LMCache's StorageManager.get_usage_bytes_by_cache_salt), and the
+/// objects the quota passes erased.
+struct l2_usage {
+  std::map<std::string, uint64_t> bytes_by_salt;
+  uint64_t quota_evicted = 0;
+};
+
+/// GET /cache/objects (tier l2): one page of an L2 backend's objects.
+struct l2_list_objects {
+  std::string adapter; ///< the backend's type name ("disk", "redis"); "": the first
+  std::optional<std::string> model, salt; ///< filters
+  uint64_t offset = 0; ///< page_token: where in the backend's listing to go on
+  uint32_t limit = 500;
+};
+struct l2_object_entry {
+  object_key_fields key;
+  uint64_t bytes = 0;
+};
+struct l2_objects_page {
+  int status = 200;  ///< 404: no such adapter
+  std::string error;
+  std::string adapter;
+  bool shared = false;
+  std::vector<l2_object_entry> entries;
+  std::optional<uint64_t> next; ///< the next page's page_token; none: the last page
+};
+
+/// DELETE /cache/objects (tier l2 or all): LMCache's keys, from one backend.
+struct l2_delete_objects {
+  std::string adapter; ///< as l2_list_objects::adapter
+  std::vector<object_key_fields> keys;
+};
+struct l2_deleted {
+  int status = 200; ///< 400: a key this L2's format cannot name; 404: no such adapter
+  std::string error;
+  uint64_t deleted = 0; ///< as LMCache counts it: the keys of the batch
 };
 
 } // namespace kvs

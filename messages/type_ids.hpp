@@ -115,6 +115,15 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   /// The HTTP control plane's POST /cache/clear {"tier": "l2"|"all"}: the
   /// L2 actor empties its node-local tiers (the disk), answers the count.
   CAF_ADD_ATOM(kvsidecar, kvs, clear_l2_atom, "clear_l2")
+  /// L2 quotas (l2.quota_mode = "isolated"): a salt's limit; the usage by salt.
+  KVS_ADD_MESSAGE_TYPE(kvs::l2_quota_limit)
+  CAF_ADD_ATOM(kvsidecar, kvs, l2_usage_atom, "l2_usage")
+  KVS_ADD_MESSAGE_TYPE(kvs::l2_usage)
+  /// GET|DELETE /cache/objects on L2.
+  KVS_ADD_MESSAGE_TYPE(kvs::l2_list_objects)
+  KVS_ADD_MESSAGE_TYPE(kvs::l2_objects_page)
+  KVS_ADD_MESSAGE_TYPE(kvs::l2_delete_objects)
+  KVS_ADD_MESSAGE_TYPE(kvs::l2_deleted)
   /// The HTTP control plane's requests to the store (messages/admin_messages.hpp).
   KVS_ADD_MESSAGE_TYPE(kvs::store_admin)
   KVS_ADD_MESSAGE_TYPE(kvs::store_admin_reply)

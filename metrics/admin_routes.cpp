@@ -4,6 +4,7 @@
 #include "metrics/json_text.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <initializer_list>
 #include <optional>
@@ -213,12 +214,22 @@ bool small_uint(std::string_view v, uint64_t& out) {
   return true;
 }
 
+/// An L2 adapter's name as the query or body gives it.
+std::optional<http_answer> adapter_name(std::string_view v, std::string& out) {
+  if (v.empty() || v.size() > 64)
+    return admin_error(422, "adapter must be an L2 adapter's type_name (GET /config/adapters)");
+  out = std::string{v};
+  return std::nullopt;
+}
+
 /// GET /cache/objects: LMCache's query (tier, adapter, model_name,
 /// page_size, page_token), plus cache_salt; `limit` / `cursor` are taken
-/// as page_size / page_token.
+/// as page_size / page_token. tier=l2 (the default, as LMCache's) lists an
+/// L2 adapter's objects; tier=l1, kvsidecar's L1 chunks.
 admin_route route_objects_list(std::string_view query) {
   admin_call c;
   c.op = admin_op::objects_list;
+  c.tier = "l2";
   while (!query.empty()) {
     auto amp = query.find('&');
     auto pair = query.substr(0, amp);
@@ -236,13 +247,14 @@ admin_route route_objects_list(std::string_view query) {
         ch = ' ';
     uint64_t n = 0;
     if (name == "tier") {
-      if (value == "l2" || value == "all")
-        return admin_error(400, "tier '" + value + "' not supported: kvsidecar lists its L1 "
-                                "chunks only (tier=l1)");
-      if (value != "l1")
+      if (value == "all")
+        return admin_error(400, "tier 'all' not supported; only 'l2' (or 'l1': L1's chunks)");
+      if (value != "l1" && value != "l2")
         return admin_error(422, "tier must be \"l1\", \"l2\" or \"all\"");
+      c.tier = value;
     } else if (name == "adapter") {
-      return admin_error(400, "adapter selects an L2 adapter; kvsidecar lists L1 only");
+      if (auto bad = adapter_name(value, c.adapter))
+        return *bad;
     } else if (name == "model_name") {
       if (value.empty() || value.size() > 1024)
         return admin_error(422, "model_name must be a non-empty string of at most 1024 bytes");
@@ -264,29 +276,39 @@ admin_route route_objects_list(std::string_view query) {
       c.cursor = n;
     } else {
       return admin_error(422, "unknown query parameter \"" + name.substr(0, 64)
-                                + "\": expected tier, model_name, cache_salt, page_size, "
-                                  "page_token");
+                                + "\": expected tier, adapter, model_name, cache_salt, "
+                                  "page_size, page_token");
     }
   }
+  if (c.tier == "l1" && !c.adapter.empty())
+    return admin_error(400, "adapter selects an L2 adapter; tier=l1 lists L1's chunks");
   return c;
 }
 
 /// One EncodedObjectKey: chunk_hash_hex, model_name, kv_rank,
-/// object_group_id (0), cache_salt ("").
-std::optional<http_answer> object_key(const json_object& o, size_t at, admin_object_key& k) {
+/// object_group_id (0), cache_salt (""). The hash is any even count of hex
+/// digits (LMCache's are 64); an L1 key's is kvsidecar's 64-bit hash
+/// (route_objects_delete checks that for tier l1). `model_optional`: "" is
+/// taken (an L2 key of kvsidecar's format).
+std::optional<http_answer> object_key(const json_object& o, size_t at, admin_object_key& k,
+                                      bool model_optional) {
   auto where = "keys[" + std::to_string(at) + "]: ";
   for (auto& [name, v] : o.members)
     if (name != "chunk_hash_hex" && name != "model_name" && name != "kv_rank"
         && name != "object_group_id" && name != "cache_salt")
       return admin_error(422, where + "unknown field \"" + name.substr(0, 64) + "\"");
   auto h = o.get("chunk_hash_hex");
-  if (!h || h->k != json_value::kind::string || h->s.empty() || h->s.size() > 16
+  if (!h || h->k != json_value::kind::string || h->s.empty() || h->s.size() > 128
       || h->s.size() % 2 != 0 || h->s.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
-    return admin_error(400, where + "chunk_hash_hex must be 2 to 16 hex digits, an even "
-                                    "count (kvsidecar's chunk hashes are 64-bit)");
-  k.hash = std::stoull(h->s, nullptr, 16);
+    return admin_error(400, where + "chunk_hash_hex must be 2 to 128 hex digits, an even count");
+  k.hash_hex = h->s;
+  for (auto& ch : k.hash_hex)
+    ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (h->s.size() <= 16)
+    k.hash = std::stoull(h->s, nullptr, 16);
   auto m = o.get("model_name");
-  if (!m || m->k != json_value::kind::string || m->s.empty() || m->s.size() > 1024)
+  if (!m || m->k != json_value::kind::string || (m->s.empty() && !model_optional)
+      || m->s.size() > 1024)
     return admin_error(422, where + "model_name must be a non-empty string of at most 1024 bytes");
   if (m->s.find('@') != std::string::npos)
     return admin_error(400, where + "model_name must not contain '@'");
@@ -297,10 +319,12 @@ std::optional<http_answer> object_key(const json_object& o, size_t at, admin_obj
       || r->n < 0 || r->n > 2147483647.0)
     return admin_error(422, where + "kv_rank must be a non-negative integer");
   k.rank = static_cast<int32_t>(r->n);
-  if (auto g = o.get("object_group_id"))
-    if (g->k != json_value::kind::number || g->n != 0)
-      return admin_error(400, where + "object_group_id must be 0: kvsidecar keeps one object "
-                                      "group per chunk key");
+  if (auto g = o.get("object_group_id")) {
+    if (g->k != json_value::kind::number || g->n != static_cast<double>(static_cast<int64_t>(g->n))
+        || g->n < 0 || g->n > 4294967295.0)
+      return admin_error(422, where + "object_group_id must be a non-negative integer");
+    k.group = static_cast<uint32_t>(g->n);
+  }
   if (auto s = o.get("cache_salt")) {
     if (s->k != json_value::kind::string)
       return admin_error(422, where + "cache_salt must be a string");
@@ -312,8 +336,9 @@ std::optional<http_answer> object_key(const json_object& o, size_t at, admin_obj
 }
 
 /// DELETE /cache/objects: LMCache's body ({"keys": [EncodedObjectKey...],
-/// "tier", "force", "adapter"}) or kvsidecar's filter ({"model_name"?,
-/// "cache_salt"?}) instead of the keys; "tier": "l1" either way.
+/// "tier" ("l2" by default, as LMCache's), "force", "adapter"}), or, for
+/// tier "l1", kvsidecar's filter ({"model_name"?, "cache_salt"?}) instead
+/// of the keys.
 admin_route route_objects_delete(std::string_view body) {
   auto o = parse_json_object(body);
   if (!o.error.empty())
@@ -323,6 +348,13 @@ admin_route route_objects_delete(std::string_view body) {
     return *bad;
   admin_call c;
   c.op = admin_op::objects_delete;
+  c.tier = "l2";
+  if (auto t = o.get("tier")) {
+    if (t->k != json_value::kind::string
+        || (t->s != "l1" && t->s != "l2" && t->s != "all"))
+      return admin_error(422, "tier must be \"l1\", \"l2\" or \"all\"");
+    c.tier = t->s;
+  }
   if (auto ks = o.get("keys")) {
     if (o.get("model_name") || o.get("cache_salt"))
       return admin_error(422, "send either \"keys\" or a model_name/cache_salt filter");
@@ -334,8 +366,15 @@ admin_route route_objects_delete(std::string_view body) {
     c.by_keys = true;
     for (size_t i = 0; i < ks->objects.size(); ++i) {
       c.keys.emplace_back();
-      if (auto bad = object_key(ks->objects[i], i, c.keys.back()))
+      auto& k = c.keys.back();
+      // kvsidecar-format L2 file names carry no model: their listed keys
+      // have model_name "", and delete as listed.
+      if (auto bad = object_key(ks->objects[i], i, k, c.tier == "l2"))
         return *bad;
+      if (c.tier != "l2" && (k.hash_hex.size() > 16 || k.group != 0))
+        return admin_error(400, "keys[" + std::to_string(i) + "]: an L1 chunk's key has a "
+                                "64-bit chunk_hash_hex (at most 16 hex digits) and "
+                                "object_group_id 0");
     }
   }
   if (auto m = o.get("model_name")) {
@@ -353,26 +392,24 @@ admin_route route_objects_delete(std::string_view body) {
     c.salt = std::string{cache_salt_from_name(s->s)};
   }
   if (!c.by_keys && !c.by_model && !c.by_salt)
-    return admin_error(400, "name what to delete: \"keys\", or \"model_name\" and/or "
-                            "\"cache_salt\" (POST /cache/clear drops everything)");
-  if (auto t = o.get("tier")) {
-    if (t->k != json_value::kind::string
-        || (t->s != "l1" && t->s != "l2" && t->s != "all"))
-      return admin_error(422, "tier must be \"l1\", \"l2\" or \"all\"");
-    if (t->s != "l1")
-      return admin_error(400, "tier '" + t->s + "' not supported; only 'l1'");
-  } else {
-    // LMCache's default tier is l2; kvsidecar deletes from L1 only, so it
-    // wants the tier said rather than guessed.
-    return admin_error(400, "say \"tier\": \"l1\" (kvsidecar deletes L1 chunks only; "
-                            "LMCache's default is l2)");
+    return admin_error(400, "name what to delete: \"keys\", or, for tier \"l1\", "
+                            "\"model_name\" and/or \"cache_salt\" (POST /cache/clear drops "
+                            "everything)");
+  if (!c.by_keys && c.tier != "l1")
+    return admin_error(400, "a delete by model_name/cache_salt is L1's (\"tier\": \"l1\"); "
+                            "name the \"keys\" for tier '" + c.tier + "'");
+  if (auto a = o.get("adapter")) {
+    if (a->k != json_value::kind::string)
+      return admin_error(422, "adapter must be a string");
+    if (c.tier == "l1")
+      return admin_error(400, "adapter selects an L2 adapter; tier 'l1' deletes L1's chunks");
+    if (auto bad = adapter_name(a->s, c.adapter))
+      return *bad;
   }
-  if (o.get("adapter"))
-    return admin_error(400, "adapter selects an L2 adapter; kvsidecar deletes L1 only");
   if (auto f = o.get("force")) {
     if (f->k != json_value::kind::boolean)
       return admin_error(422, "force must be true or false");
-    if (f->b)
+    if (f->b && c.tier != "l2")
       return admin_error(501, "force=true is not supported: kvsidecar never drops chunks a "
                               "reader has locked or a copy is writing");
   }

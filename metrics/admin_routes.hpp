@@ -50,19 +50,21 @@ enum class admin_op {
   quota_delete,    ///< DELETE /quota/{salt}
   prefetch_submit, ///< POST /cache/prefetches (L2 -> L1 by token ids)
   prefetch_status, ///< GET /cache/prefetches/{request_id}
-  objects_list,    ///< GET /cache/objects (L1 chunks, paged)
-  objects_delete,  ///< DELETE /cache/objects (by model_name / cache_salt filter)
+  objects_list,    ///< GET /cache/objects (an L2 adapter's objects, or L1's chunks, paged)
+  objects_delete,  ///< DELETE /cache/objects (L2 by LMCache's keys; L1 by keys or filter)
   checksums,       ///< POST /cache/checksums (by token ids: MD5 of each L1 chunk)
 };
 
 /// GET /cache/objects' page size: default, and the most one page holds.
-inline constexpr uint32_t objects_default_page = 100;
-inline constexpr uint32_t objects_max_page = 1000;
+inline constexpr uint32_t objects_default_page = 500; ///< LMCache's _DEFAULT_PAGE_SIZE
+inline constexpr uint32_t objects_max_page = 5000;    ///< LMCache's _MAX_PAGE_SIZE
 
 /// One of LMCache's EncodedObjectKeys (DELETE /cache/objects' "keys").
 struct admin_object_key {
-  uint64_t hash = 0;  ///< chunk_hash_hex: kvsidecar's 64-bit chunk hashes
+  uint64_t hash = 0;  ///< chunk_hash_hex: kvsidecar's 64-bit chunk hashes (L1)
+  std::string hash_hex; ///< chunk_hash_hex as given, lower case (L2: LMCache's 32-byte hashes too)
   int32_t rank = 0;   ///< kv_rank
+  uint32_t group = 0; ///< object_group_id (L2; L1 keeps one group)
   std::string model;  ///< model_name
   std::string salt;   ///< cache_salt
 };
@@ -73,7 +75,10 @@ struct admin_call {
   std::string salt; ///< quota_*: the cache_salt ("_default" already mapped to "")
   double limit_gb = 0;      ///< quota_set, as given
   uint64_t limit_bytes = 0; ///< quota_set: limit_gb * 2^30
-  std::string tier = "l1";  ///< cache_clear: "l1" (the only tier cleared)
+  /// cache_clear: "l1" (the only tier cleared); objects_*: "l2" (LMCache's
+  /// default), "l1" (kvsidecar's L1 chunks) or, for a delete, "all".
+  std::string tier = "l1";
+  std::string adapter; ///< objects_*: the L2 backend by type name ("": the first)
   bool force = false;       ///< cache_clear: also locked chunks (refused: 501)
   // prefetch_submit: LMCache's PrefetchRequest (salt above)
   std::string model;

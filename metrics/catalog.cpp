@@ -189,6 +189,9 @@ constexpr metric_info catalog[] = {
    "l2.format = \"lmcache\": files another writer (an LMCache node, another sidecar) put in the "
    "shared folder, found and indexed"},
   {"kvsidecar_l2_evictions_total", "Objects an L2 tier evicted (LRU within its size), by tier"},
+  {"kvsidecar_l2_quota_evicted_objects_total",
+   "Objects the L2 quota passes erased (l2.quota_mode = \"isolated\": a salt over "
+   "watermark x its limit, or without a quota)"},
   {"kvsidecar_l2_errors_total",
    "L2 faults by kind: disk_no_space, disk_io, disk_rejected (a file failed its header check), "
    "disk_wrong_size (l2.format = lmcache: a file not of its layout's length, left alone), "

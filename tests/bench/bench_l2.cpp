@@ -1,5 +1,5 @@
 // L2 tier throughput against plain baselines, side by side (BENCHMARKS.md):
-//   disk  <dir> <objects> <MiB>      disk_tier put/get vs plain write/read of
+//   disk  <dir> <objects> <MiB>      lru_folder put/get vs plain write/read of
 //                                    the same sizes in files (no rename, no
 //                                    header), then put with fsync vs plain
 //                                    write + fdatasync
@@ -11,7 +11,7 @@
 //                                    <connections> -P <pipeline> -r <keys>;
 //                                    tests/bench/l2_redis_side_by_side.py)
 // Prints one line per measurement: name, GB/s or ops/s.
-#include "l2/disk_tier.hpp"
+#include "l2/lru_folder.hpp"
 #include "l2/redis_client.hpp"
 
 #include <fcntl.h>
@@ -83,16 +83,29 @@ int disk(const std::string& dir, size_t n, size_t mib) {
   std::string cmd = "mkdir -p '" + plain_dir + "'";
   if (std::system(cmd.c_str()) != 0)
     return 1;
-  disk_tier_options o;
+  lru_folder_options o;
   o.path = tier_dir;
   o.size = uint64_t{1} << 40;
-  auto opened = disk_tier::open(o);
+  auto opened = lru_folder::open(o, make_kvsidecar_naming());
   if (!opened) {
     std::fprintf(stderr, "%s\n", opened.error_value().detail.c_str());
     return 1;
   }
   auto tier = std::move(*opened);
-  auto id = [](size_t i) { return l2_object_id{i + 1, 0, 7, 1}; };
+  auto id = [](size_t i) {
+    l2_key k;
+    k.hash = i + 1;
+    k.fingerprint = 7;
+    k.layout = 1;
+    return k;
+  };
+  auto naming = make_kvsidecar_naming();
+  auto erase_all = [&](lru_folder& t) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < n; ++i)
+      names.push_back(*naming->file_name(id(i)));
+    t.erase(names);
+  };
 
   // Each write phase starts with no dirty pages (sync) and ends with its own
   // sync, so neither pays for the other's write-back; best of two rounds,
@@ -105,18 +118,16 @@ int disk(const std::string& dir, size_t n, size_t mib) {
     ::sync();
     pw = std::max(pw, gb / secs(t0));
     if (round == 0)
-      for (size_t i = 0; i < n; ++i)
-        tier->erase(id(i));
+      erase_all(*tier);
     ::sync();
     t0 = clk::now();
     for (size_t i = 0; i < n; ++i)
-      if (tier->put(id(i), buf.data(), buf.size()) != disk_put::stored)
+      if (tier->put_one(id(i), buf) != lru_folder::put_result::stored)
         std::abort();
     ::sync();
     tw = std::max(tw, gb / secs(t0));
     if (round == 0)
-      for (size_t i = 0; i < n; ++i)
-        tier->erase(id(i));
+      erase_all(*tier);
   }
   std::string in(buf.size(), '\0');
   std::string out;
@@ -127,14 +138,14 @@ int disk(const std::string& dir, size_t n, size_t mib) {
     pr = std::max(pr, gb / secs(t0));
     t0 = clk::now();
     for (size_t i = 0; i < n; ++i)
-      if (!tier->get(id(i), &out))
+      if (!tier->get_one(id(i), &out))
         std::abort();
     tr = std::max(tr, gb / secs(t0));
   }
   if (out != buf)
     std::abort();
-  std::printf("disk write  plain %.2f GB/s  disk_tier %.2f GB/s  ratio %.2f\n", pw, tw, tw / pw);
-  std::printf("disk read   plain %.2f GB/s  disk_tier %.2f GB/s  ratio %.2f\n", pr, tr, tr / pr);
+  std::printf("disk write  plain %.2f GB/s  lru_folder %.2f GB/s  ratio %.2f\n", pw, tw, tw / pw);
+  std::printf("disk read   plain %.2f GB/s  lru_folder %.2f GB/s  ratio %.2f\n", pr, tr, tr / pr);
 
   // fsync cost: a quarter of the objects, durable.
   size_t ns = std::max<size_t>(1, n / 4);
@@ -144,7 +155,7 @@ int disk(const std::string& dir, size_t n, size_t mib) {
   if (std::system(cmd.c_str()) != 0)
     return 1;
   o.fsync = true;
-  auto synced_tier = disk_tier::open(o);
+  auto synced_tier = lru_folder::open(o, make_kvsidecar_naming());
   if (!synced_tier) {
     std::fprintf(stderr, "%s\n", synced_tier.error_value().detail.c_str());
     return 1;
@@ -156,9 +167,9 @@ int disk(const std::string& dir, size_t n, size_t mib) {
   double psw = gbs / secs(t0);
   t0 = clk::now();
   for (size_t i = 0; i < ns; ++i)
-    synced->put(id(i), buf.data(), buf.size());
+    synced->put_one(id(i), buf);
   double tsw = gbs / secs(t0);
-  std::printf("disk write+fdatasync  plain %.2f GB/s  disk_tier(fsync) %.2f GB/s  ratio %.2f"
+  std::printf("disk write+fdatasync  plain %.2f GB/s  lru_folder(fsync) %.2f GB/s  ratio %.2f"
               "  (fsync off vs on: %.1fx)\n", psw, tsw, tsw / psw, tw / tsw);
   rm_rf(dir);
   return 0;

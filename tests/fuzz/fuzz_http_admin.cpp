@@ -51,6 +51,14 @@ void check_route(std::string_view method, std::string_view path, std::string_vie
     KVS_FUZZ_FAIL(); // a page is always bounded
   if (c.op == kvs::admin_op::objects_delete && !c.by_keys && !c.by_model && !c.by_salt)
     KVS_FUZZ_FAIL(); // a delete always names what (a clear is another call)
+  if (c.op == kvs::admin_op::objects_delete && !c.by_keys && c.tier != "l1")
+    KVS_FUZZ_FAIL(); // L2 is deleted from by LMCache's keys only
+  if ((c.op == kvs::admin_op::objects_list || c.op == kvs::admin_op::objects_delete)
+      && c.tier != "l1" && c.tier != "l2" && (c.op == kvs::admin_op::objects_list || c.tier != "all"))
+    KVS_FUZZ_FAIL(); // objects: tier l2 (LMCache's default), l1, or all for a delete
+  if ((c.op == kvs::admin_op::objects_list || c.op == kvs::admin_op::objects_delete)
+      && c.tier == "l1" && !c.adapter.empty())
+    KVS_FUZZ_FAIL(); // an adapter is L2's
   if (c.op == kvs::admin_op::checksums && (c.kv_rank < 0 || c.kv_rank >= c.world_size))
     KVS_FUZZ_FAIL();
 }

@@ -25,10 +25,8 @@ without it. Run:
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,26 +35,11 @@ pytest.register_assert_rewrite("conftest_cache")
 
 import vllm_structs as vs
 from kvsidecar_harness import free_port_range, wait_until
+from lmcache_l2_fleet import ENGINE_VENV, PYTHON, Fleet, release_env
 
 pytest_plugins = ["conftest_cache"]
 
-ROOT = Path(__file__).resolve().parents[2]
-ENGINE_VENV = Path(os.environ.get("KVS_ENGINE_VENV", ROOT / "build-venv-engine"))
-PYTHON = ENGINE_VENV / "bin" / "python"
-DRIVER = Path(__file__).resolve().parent / "lmcache_l2_driver.py"
-LMC057 = Path(os.environ.get("KVS_LMCACHE057_DIR", ENGINE_VENV / "lmcache-0.5.7"))
 CHUNK_BYTES = 2 * 1024 * 1024
-
-
-def release_env(release: str) -> dict[str, str]:
-    env = dict(os.environ, LMCACHE_TRACK_USAGE="false", DO_NOT_TRACK="1")
-    env.pop("PYTHONPATH", None)
-    if release == "0.5.7":
-        if not (LMC057 / "lmcache" / "__init__.py").is_file():
-            pytest.skip("LMCache 0.5.7rc2 not unpacked into build-venv-engine/lmcache-0.5.7 "
-                        "(scripts/install-deps.sh --with-python does it)")
-        env["PYTHONPATH"] = str(LMC057)
-    return env
 
 
 @pytest.fixture(params=["0.5.6", "0.5.7"])
@@ -99,42 +82,6 @@ class LMCacheServer:
             self.proc.wait(timeout=5)
 
 
-class Fleet:
-    """Runs steps with LMCache's client (lmcache_l2_driver.py, one process
-    for the test) against either server."""
-
-    def __init__(self, env: dict):
-        self.instance = 100
-        self.proc = subprocess.Popen([str(PYTHON), str(DRIVER)], env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
-        assert json.loads(self._line()) == {"ready": True}
-
-    def _line(self) -> str:
-        while True:
-            line = self.proc.stdout.readline()
-            assert line, f"the driver exited ({self.proc.poll()})"
-            if line.startswith("{"):
-                return line
-
-    def step(self, step: str, url: str, **kw) -> dict:
-        self.instance += 1
-        self.proc.stdin.write(json.dumps({"step": step, "url": url, "instance": self.instance,
-                                          **kw}) + "\n")
-        self.proc.stdin.flush()
-        out = json.loads(self._line())
-        assert "error" not in out, f"{step} on {url}: {out['error']}"
-        return out
-
-    def close(self):
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-
-
 def both_directions(env: dict, lmc: LMCacheServer, kvs, model: str, medium: str) -> None:
     fleet = Fleet(env)
     try:
@@ -148,7 +95,7 @@ def directions(fleet: Fleet, lmc: LMCacheServer, kvs, model: str, medium: str) -
     assert fleet.step("store", lmc.url, model=model, seed=5, prompt=1)["ok"]
     got = fleet.step("fetch", kvs.endpoint, model=model, seed=5, prompt=1, expect=4)
     assert got == {"ok": True, "hit": 4, "equal": True}
-    kvs.wait_stats(lambda s: s["fetched_disk"] + s["fetched_redis"] == 4, actor="l2",
+    kvs.wait_stats(lambda s: s.get("fetched_disk", 0) + s.get("fetched_redis", 0) == 4, actor="l2",
                    what="4 chunks fetched from L2")
     # LMCache wrote them; kvsidecar announces them with the tier's medium.
     found = [h for e in kvs.events(4, kind=vs.BlockStored) for h in e.block_hashes

@@ -234,13 +234,18 @@ def test_cache_objects_calls_answer_as_on_lmcache_server(lmcache_server, tmp_pat
             ours = request(sc.http_port, "DELETE", "/cache/objects", body)
             assert theirs == ours == (200, {"deleted": 0, "skipped": 0, "ok": True}), \
                 (body, theirs, ours)
-        # Listing: LMCache lists L2 adapters only (none configured: 503, tier
-        # l1: 400); kvsidecar lists L1 (200) and refuses l2 (400).
-        assert request(theirs_port, "GET", "/cache/objects")[0] == 503
+        # Listing: both list L2 by default (none configured: 503 on both);
+        # a delete of L2 keys without L2 is a 503 on both. tier=l1: LMCache
+        # 400, kvsidecar lists its L1 (by design).
+        l2key = dict(key, chunk_hash_hex="ab" * 32)
+        for path in ("/cache/objects", "/cache/objects?tier=l2"):
+            assert request(theirs_port, "GET", path)[0] == request(sc.http_port, "GET", path)[0] \
+                == 503, path
+        assert request(theirs_port, "DELETE", "/cache/objects", {"keys": [l2key]})[0] \
+            == request(sc.http_port, "DELETE", "/cache/objects", {"keys": [l2key]})[0] == 503
         assert request(theirs_port, "GET", "/cache/objects?tier=l1")[0] == 400
-        assert request(sc.http_port, "GET", "/cache/objects") \
+        assert request(sc.http_port, "GET", "/cache/objects?tier=l1") \
             == (200, {"adapter": "l1", "shared": False, "entries": [], "next_page_token": None})
-        assert request(sc.http_port, "GET", "/cache/objects?tier=l2")[0] == 400
         # Checksums by GPU block ids: LMCache needs a registered GPU context
         # (404 without), kvsidecar never reads GPU blocks (501).
         blocks = {"block_ids": [0, 1], "chunk_size": 16}
@@ -496,14 +501,63 @@ def test_clear_by_tier_empties_the_disk_tier_with_its_events(lmc, cache_server, 
     assert st == 400 and "no L2 tier" in js["detail"], js
 
 
+def test_objects_on_l2_by_default_listed_and_deleted_by_key(lmc, cache_server, kv_pools,
+                                                            tmp_path):
+    """GET /cache/objects with no tier lists the L2 disk tier (LMCache's
+    default tier): one entry per file, its key the BlockStored hash, rank and
+    salt, oldest first, paged; DELETE /cache/objects with those keys and no
+    tier removes exactly those files, each announced BlockRemoved "DISK",
+    and leaves L1; an unknown adapter is a 404, tier=l1 still lists L1."""
+    import vllm_structs as vs
+    path = tmp_path / "l2"
+    srv = cache_server(events=True, overrides={"l2.disk.enabled": True,
+                                               "l2.disk.path": str(path),
+                                               "l2.disk.size": "16MiB"})
+    port = srv.sidecar.http_port
+    eng = Engine(lmc, srv, kv_pools("vllm", num_blocks=160))
+    try:
+        eng.store(tokens(3, salt=97), "tenant-d")
+        srv.wait_stats(lambda s: s["written"] >= 3, actor="l2", timeout=10, what="written=3")
+        stored = srv.events(6, kind=vs.BlockStored)
+        on_disk = [h for e in stored if e.medium == "DISK" for h in e.block_hashes]
+        entries, pages = list_all(port, tier="l2")
+        assert pages == 2  # 3 objects, 2 a page
+        assert [int(e["key"]["chunk_hash_hex"], 16) for e in entries] == [u64(h) for h in on_disk]
+        for e in entries:
+            assert e["key"]["kv_rank"] == 0 and e["key"]["object_group_id"] == 0
+            assert e["key"]["cache_salt"] == "tenant-d" and e["size_bytes"] == CHUNK_BYTES
+            assert "tier" not in e  # LMCache's KeyEntry: key and size_bytes
+        st, js = request(port, "GET", "/cache/objects?adapter=disk")
+        assert st == 200 and js["adapter"] == "disk" and js["shared"] is False
+        assert len(js["entries"]) == 3 and js["next_page_token"] is None
+        assert request(port, "GET", "/cache/objects?adapter=s3")[0] == 404
+        keys = [e["key"] for e in entries[:2]]
+        assert request(port, "DELETE", "/cache/objects", {"keys": keys}) \
+            == (200, {"deleted": 2, "skipped": 0, "ok": True})
+        removed = srv.events(1, kind=vs.BlockRemoved)
+        assert sorted(h for e in removed if e.medium == "DISK" for h in e.block_hashes) \
+            == sorted(on_disk[:2])
+        assert len(list(path.glob("*.kvl2"))) == 1
+        assert [e["key"] for e in list_all(port, tier="l2")[0]] == [entries[2]["key"]]
+        assert srv.stats()["chunks"] == 3  # L1 untouched
+        assert len(list_all(port)[0]) == 3  # tier=l1 lists L1's
+        # A key of LMCache's format (32-byte hash) names nothing in kvsidecar's.
+        st, js = request(port, "DELETE", "/cache/objects",
+                         {"keys": [dict(keys[0], chunk_hash_hex="ab" * 32)]})
+        assert st == 400 and "keys[0]" in js["detail"], js
+    finally:
+        eng.close()
+
+
 # -- cache objects: listed, deleted by salt, checksummed --------------------------------
 
 
-def list_all(port: int, query: str = "", page_size: int = 2) -> tuple[list[dict], int]:
+def list_all(port: int, query: str = "", page_size: int = 2,
+             tier: str = "l1") -> tuple[list[dict], int]:
     """Every entry of GET /cache/objects, page by page; and the page count."""
     entries, token, pages = [], None, 0
     while True:
-        q = f"page_size={page_size}" + (f"&page_token={token}" if token else "") \
+        q = f"tier={tier}&page_size={page_size}" + (f"&page_token={token}" if token else "") \
             + (f"&{query}" if query else "")
         st, js = request(port, "GET", f"/cache/objects?{q}")
         assert st == 200, js
@@ -557,10 +611,10 @@ def test_objects_listed_deleted_by_salt_and_checksummed(lmc, cache_server, kv_po
                 for e in list_all(port, "cache_salt=tenant-a")[0]} == hashes_a
         assert len(list_all(port, "cache_salt=_default", page_size=100)[0]) == 2
         assert list_all(port, "model_name=other%2Fmodel")[0] == []
-        st, js = request(port, "GET", "/cache/objects")  # default page: all 5, no next
+        st, js = request(port, "GET", "/cache/objects?tier=l1")  # default page: all 5, no next
         assert st == 200 and len(js["entries"]) == 5 and js["next_page_token"] is None
-        assert request(port, "GET", "/cache/objects?page_size=5000")[0] == 422
-        assert request(port, "GET", "/cache/objects?tier=l2")[0] == 400
+        assert request(port, "GET", "/cache/objects?tier=l1&page_size=5001")[0] == 422
+        assert request(port, "GET", "/cache/objects")[0] == 503  # L2, LMCache's default: none
 
         # Checksums: MD5 of each chunk's bytes as stored (KV_2LTD: K then V,
         # layer by layer, the chunk's 16 pages of 16 tokens in order).

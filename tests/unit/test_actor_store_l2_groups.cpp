@@ -56,6 +56,11 @@ l2_actor::behavior_type fake_l2(std::shared_ptr<fake_l2_log> log) {
     [](stats_atom) {},
     [](metrics_atom, const caf::actor&) {},
     [](clear_l2_atom) -> uint64_t { return 0; },
+    [](l2_quota_limit&) {},
+    [](l2_usage_atom) -> l2_usage { return {}; },
+    [](l2_list_objects&) -> l2_objects_page { return {}; },
+    [](l2_delete_objects&) -> l2_deleted { return {}; },
+    [](tick_atom) {},
   };
 }
 

@@ -17,6 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include "l2/l2_naming.hpp"
+#include "l2/l2_quota.hpp"
+#include "l2/lmcache_object_name.hpp"
+#include "l2/redis_backend.hpp"
 #include "l2/redis_client.hpp"
 
 using namespace kvs;
@@ -205,6 +209,61 @@ TEST_CASE("single node: pipelined SET/GET/EXISTS, binary values, AUTH, TTL") {
   redis_client bad(o);
   CHECK_FALSE(bad.get({keys[0]})[0]);
   CHECK(bad.last_error().find("AUTH") != std::string::npos);
+}
+
+TEST_CASE("redis backend: usage by salt as written, read and erased; LMCache's keys listed") {
+  if (!have_redis())
+    return;
+  redis_proc srv({});
+  redis_options o;
+  o.endpoints = {srv.endpoint()};
+  redis_backend b(o, "", make_lmcache_naming());
+  std::vector<std::string> hashes;
+  std::vector<l2_key> keys;
+  for (int i = 0; i < 4; ++i)
+    hashes.push_back(std::string(32, static_cast<char>(i + 1)));
+  for (int i = 0; i < 4; ++i) {
+    l2_key k;
+    k.model = "org/m";
+    k.lmcache_hash = hashes[static_cast<size_t>(i)];
+    k.salt = i < 3 ? "a" : "b";
+    k.layout = 1000;
+    keys.push_back(k);
+  }
+  std::vector<std::string> names;
+  for (auto& k : keys)
+    names.push_back(*b.name(k));
+  const std::string bytes(1000, 'z');
+  std::vector<l2_backend::put_item> items;
+  for (size_t i = 0; i < keys.size(); ++i)
+    items.push_back({&names[i], &keys[i], bytes});
+  CHECK(b.put(items) == std::vector<bool>(4, true));
+  CHECK(b.usage().bytes("a") == 3000);
+  CHECK(b.usage().bytes("b") == 1000);
+  // One write's objects: its last is its salt's oldest (IsolatedLRU's order).
+  CHECK(b.usage().oldest("a", 3) == std::vector<std::string>{names[2], names[1], names[0]});
+  std::vector<std::string> values(1);
+  std::vector<uint32_t> skip;
+  CHECK(b.get({{&names[2], &keys[2]}}, values, skip) == std::vector<bool>{true});
+  CHECK(b.usage().oldest("a", 1) == std::vector<std::string>{names[1]}); // read: newest
+  // A quota pass (a's limit 2000: 3000 >= 0.8 x 2000) erases a's oldest.
+  auto victims = l2_quota_victims(b.usage(), {{"a", 2000}, {"b", 10000}}, {0.8, 0.2});
+  CHECK(victims == std::vector<std::string>{names[1]});
+  CHECK(b.erase(victims) == 1);
+  CHECK(srv.cli("EXISTS " + names[1]) == "0");
+  CHECK(b.usage().bytes("a") == 2000);
+  // Listed with LMCache's key fields, read back from the Redis key.
+  auto page = b.list(0, 10);
+  CHECK(page.total == 3);
+  REQUIRE(page.objects.size() == 3);
+  for (auto& e : page.objects) {
+    auto f = b.fields_of(e.name);
+    REQUIRE(f);
+    CHECK(f->model == "org/m");
+    CHECK(f->kv_rank == lmcache_kv_rank(1, 0));
+    CHECK(f->chunk_hash.size() == 32);
+    CHECK(*b.name_of(*f) == e.name);
+  }
 }
 
 TEST_CASE("single node: large and small values in one pipeline, headers, get_into reuse") {

@@ -160,15 +160,20 @@ int list_status(std::string_view query) {
   return a->status;
 }
 
-TEST_CASE("GET /cache/objects: LMCache's query, paged and bounded, L1 only") {
+TEST_CASE("GET /cache/objects: LMCache's query, paged and bounded; L2 by default, L1 on request") {
   auto d = list("");
   CHECK(d.op == admin_op::objects_list);
+  CHECK(d.tier == "l2"); // LMCache's default tier
+  CHECK(d.adapter.empty()); // the first adapter
   CHECK(d.page_size == objects_default_page);
+  CHECK(objects_default_page == 500); // LMCache's _DEFAULT_PAGE_SIZE / _MAX_PAGE_SIZE
+  CHECK(objects_max_page == 5000);
   CHECK(d.cursor == 0);
   CHECK(!d.by_model);
   CHECK(!d.by_salt);
-  auto q = list("tier=l1&model_name=org%2Fm&cache_salt=_default&page_size=1000&page_token=42");
-  CHECK(q.page_size == 1000);
+  auto q = list("tier=l1&model_name=org%2Fm&cache_salt=_default&page_size=5000&page_token=42");
+  CHECK(q.tier == "l1");
+  CHECK(q.page_size == 5000);
   CHECK(q.cursor == 42);
   CHECK(q.by_model);
   CHECK(q.model == "org/m");
@@ -176,16 +181,19 @@ TEST_CASE("GET /cache/objects: LMCache's query, paged and bounded, L1 only") {
   CHECK(q.salt.empty()); // "_default" is the empty salt
   CHECK(list("limit=7&cursor=9").page_size == 7); // aliases
   CHECK(list("cache_salt=t%2Da&").salt == "t-a");
-  for (auto bad : {"page_size=0", "page_size=1001", "page_size=-1", "page_size=1e3",
-                   "limit=", "tier=l3", "model_name=", "x=1"})
+  auto a = list("tier=l2&adapter=redis");
+  CHECK(a.tier == "l2");
+  CHECK(a.adapter == "redis");
+  for (auto bad : {"page_size=0", "page_size=5001", "page_size=-1", "page_size=1e3",
+                   "limit=", "tier=l3", "model_name=", "x=1", "adapter="})
     CHECK_MESSAGE(list_status(bad) == 422, bad);
-  for (auto bad : {"tier=l2", "tier=all", "adapter=fs", "page_token=abc",
+  for (auto bad : {"tier=all", "tier=l1&adapter=disk", "page_token=abc",
                    "page_token=99999999999999999999", "cache_salt=a%40b", "cache_salt=%4"})
     CHECK_MESSAGE(list_status(bad) == 400, bad);
   CHECK(answer("POST", "/cache/objects", "{}").status == 405);
 }
 
-TEST_CASE("DELETE /cache/objects: by model_name and/or cache_salt, tier l1, validated") {
+TEST_CASE("DELETE /cache/objects: L2 by LMCache's keys by default; L1 by keys or filter") {
   auto d = call("DELETE", "/cache/objects", R"({"cache_salt": "t", "tier": "l1"})");
   CHECK(d.op == admin_op::objects_delete);
   CHECK(d.by_salt);
@@ -199,8 +207,15 @@ TEST_CASE("DELETE /cache/objects: by model_name and/or cache_salt, tier l1, vali
   CHECK(m.salt.empty());
   for (auto [body, status] : std::initializer_list<std::pair<const char*, int>>{
          {R"({"tier": "l1"})", 400},                        // no filter: not a clear
-         {R"({"cache_salt": "t"})", 400},                   // tier unsaid (LMCache: l2)
+         {R"({"cache_salt": "t"})", 400},                   // tier unsaid: l2, which takes keys
          {R"({"cache_salt": "t", "tier": "l2"})", 400},
+         {R"({"cache_salt": "t", "tier": "all"})", 400},
+         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "m", "kv_rank": 0}],
+              "tier": "all", "force": true})", 501},      // force: L1's locks
+         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "m", "kv_rank": 0}],
+              "adapter": ""})", 422},
+         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "m", "kv_rank": 0,
+              "object_group_id": -1}]})", 422},
          {R"({"cache_salt": "t", "tier": "x"})", 422},
          {R"({"cache_salt": "a@b", "tier": "l1"})", 400},
          {R"({"cache_salt": 1, "tier": "l1"})", 422},
@@ -209,7 +224,6 @@ TEST_CASE("DELETE /cache/objects: by model_name and/or cache_salt, tier l1, vali
          {R"({"cache_salt": "t", "tier": "l1", "force": 1})", 422},
          {R"({"cache_salt": "t", "tier": "l1", "adapter": "fs"})", 400},
          {R"({"cache_salt": "t", "tier": "l1", "what": 1})", 422},
-         {R"({"keys": [{"chunk_hash_hex": "ab", "model_name": "m", "kv_rank": 0}]})", 400},
          {R"({"keys": [{"chunk_hash_hex": "abc", "model_name": "m", "kv_rank": 0}],
               "tier": "l1"})", 400},
          {R"({"keys": [{"chunk_hash_hex": "00112233445566778899", "model_name": "m",
@@ -244,7 +258,32 @@ TEST_CASE("DELETE /cache/objects: by model_name and/or cache_salt, tier l1, vali
   CHECK(k.keys[0].model == "org/m");
   CHECK(k.keys[0].salt == "t");
   CHECK(k.keys[1].hash == 0xab);
+  CHECK(k.keys[1].hash_hex == "ab");
   CHECK(k.keys[1].salt.empty());
+  // Tier unsaid: L2, as LMCache; its keys are LMCache's (32-byte hashes,
+  // packed kv_rank, any object group), the adapter by type name.
+  const std::string h64(64, 'c');
+  auto l2 = call("DELETE", "/cache/objects",
+                 R"({"keys": [{"chunk_hash_hex": ")" + h64 + R"(", "model_name": "org/m",
+                               "kv_rank": 16777472, "object_group_id": 2, "cache_salt": "t"}],
+                     "adapter": "disk", "force": true})");
+  CHECK(l2.tier == "l2");
+  CHECK(l2.adapter == "disk");
+  REQUIRE(l2.keys.size() == 1);
+  CHECK(l2.keys[0].hash_hex == h64);
+  CHECK(l2.keys[0].rank == 16777472);
+  CHECK(l2.keys[0].group == 2);
+  // A kvsidecar-format L2 key as listed (its file name carries no model).
+  auto nameless = call("DELETE", "/cache/objects",
+                       R"({"keys": [{"chunk_hash_hex": "00000000000000ff", "model_name": "",
+                                     "kv_rank": 0}]})");
+  CHECK(nameless.keys.at(0).model.empty());
+  CHECK(answer("DELETE", "/cache/objects",
+               R"({"keys": [{"chunk_hash_hex": "ff", "model_name": "", "kv_rank": 0}],
+                   "tier": "all"})").status == 422);
+  CHECK(answer("DELETE", "/cache/objects",
+               R"({"keys": [{"chunk_hash_hex": ")" + h64 + R"(", "model_name": "m",
+                             "kv_rank": 0}], "tier": "l1"})").status == 400); // not an L1 key
   auto none = call("DELETE", "/cache/objects", R"({"keys": [], "tier": "l1"})");
   CHECK(none.by_keys);
   CHECK(none.keys.empty());

@@ -1,6 +1,8 @@
-// The disk L2 tier: objects round-trip, LRU inside the size, the index
-// survives a reopen, and faults (ENOSPC, EIO, corrupt or foreign files,
-// files deleted behind its back) are misses or skips, counted.
+// The L2 folder in kvsidecar's layout (l2/lru_folder with the kvsidecar
+// naming): objects round-trip, LRU inside the size, the index survives a
+// reopen, per-salt usage is counted as objects come and go, and faults
+// (ENOSPC, EIO, corrupt or foreign files, files deleted behind its back) are
+// misses or skips, counted.
 #include <doctest/doctest.h>
 
 #include <dirent.h>
@@ -15,7 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "l2/disk_tier.hpp"
+#include "l2/lru_folder.hpp"
+#include "l2/object_header.hpp"
 
 using namespace kvs;
 
@@ -32,6 +35,31 @@ struct temp_dir {
 
 l2_object_id id_of(uint64_t hash, int32_t rank = 0) {
   return l2_object_id{hash, rank, l2_model_fingerprint("m", ""), 4096};
+}
+
+l2_key key_of(uint64_t hash, int32_t rank = 0) {
+  l2_key k;
+  k.hash = hash;
+  k.rank = rank;
+  k.fingerprint = l2_model_fingerprint("m", "");
+  k.layout = 4096;
+  k.model = "m";
+  return k;
+}
+
+std::string name_of(uint64_t hash, int32_t rank = 0) {
+  return *make_kvsidecar_naming()->file_name(key_of(hash, rank));
+}
+
+/// The folder's LRU order as (hash, rank).
+std::vector<std::pair<uint64_t, int32_t>> order_of(const lru_folder& t) {
+  std::vector<std::pair<uint64_t, int32_t>> out;
+  auto naming = make_kvsidecar_naming();
+  for (auto& n : t.lru_order()) {
+    auto f = naming->parse_file_name(n);
+    out.emplace_back(*f->hash, f->rank);
+  }
+  return out;
 }
 
 std::string payload(uint64_t seed, size_t n = 4096) {
@@ -51,13 +79,13 @@ std::vector<std::string> files(const std::string& dir) {
   return out;
 }
 
-std::unique_ptr<disk_tier> open_tier(const std::string& path, uint64_t size,
-                                     decltype(disk_tier_options::writev) w = {}) {
-  disk_tier_options o;
+std::unique_ptr<lru_folder> open_tier(const std::string& path, uint64_t size,
+                                      decltype(lru_folder_options::writev) w = {}) {
+  lru_folder_options o;
   o.path = path;
   o.size = size;
   o.writev = std::move(w);
-  auto t = disk_tier::open(o);
+  auto t = lru_folder::open(o, make_kvsidecar_naming());
   REQUIRE_MESSAGE(t, (t ? "" : t.error_value().detail));
   return std::move(*t);
 }
@@ -97,14 +125,14 @@ TEST_CASE("put, get, contains; a second put of the same chunk is skipped") {
   temp_dir d;
   auto t = open_tier(d.path, 1 << 20);
   auto p = payload(1);
-  CHECK(t->put(id_of(1), p.data(), p.size()) == disk_put::stored);
-  CHECK(t->put(id_of(1), p.data(), p.size()) == disk_put::exists);
-  CHECK(t->contains(id_of(1)));
-  CHECK_FALSE(t->contains(id_of(1, 1)));
+  CHECK(t->put_one(key_of(1), {p.data(), p.size()}) == lru_folder::put_result::stored);
+  CHECK(t->put_one(key_of(1), {p.data(), p.size()}) == lru_folder::put_result::exists);
+  CHECK(t->contains_one(name_of(1)));
+  CHECK_FALSE(t->contains_one(name_of(1, 1)));
   std::string out;
-  REQUIRE(t->get(id_of(1), &out));
+  REQUIRE(t->get_one(key_of(1), &out));
   CHECK(out == p);
-  CHECK_FALSE(t->get(id_of(2), &out));
+  CHECK_FALSE(t->get_one(key_of(2), &out));
   CHECK(t->stats().objects == 1);
   CHECK(t->stats().bytes == p.size() + l2_header_bytes);
   // Only the final file is left: no temp files.
@@ -116,20 +144,20 @@ TEST_CASE("LRU eviction inside the size; a get refreshes recency") {
   const uint64_t obj = 4096 + l2_header_bytes;
   auto t = open_tier(d.path, 3 * obj);
   std::vector<uint64_t> removed;
-  t->on_removed = [&](uint64_t h, int32_t) { removed.push_back(h); };
+  t->on_removed = [&](const l2_removed& r) { removed.push_back(*r.fields.hash); };
   for (uint64_t h = 1; h <= 3; ++h)
-    REQUIRE(t->put(id_of(h), payload(h).data(), 4096) == disk_put::stored);
+    REQUIRE(t->put_one(key_of(h), {payload(h).data(), 4096}) == lru_folder::put_result::stored);
   std::string out;
-  REQUIRE(t->get(id_of(1), &out)); // 1 is now the most recent
-  REQUIRE(t->put(id_of(4), payload(4).data(), 4096) == disk_put::stored);
+  REQUIRE(t->get_one(key_of(1), &out)); // 1 is now the most recent
+  REQUIRE(t->put_one(key_of(4), {payload(4).data(), 4096}) == lru_folder::put_result::stored);
   CHECK(removed == std::vector<uint64_t>{2});
-  CHECK_FALSE(t->contains(id_of(2)));
+  CHECK_FALSE(t->contains_one(name_of(2)));
   CHECK(t->stats().evictions == 1);
   CHECK(t->stats().bytes == 3 * obj);
   CHECK(files(d.path).size() == 3);
   // Bigger than the whole tier: skipped, nothing evicted.
   std::string big(4 * obj, 'x');
-  CHECK(t->put(id_of(9), big.data(), big.size()) == disk_put::too_large);
+  CHECK(t->put_one(key_of(9), {big.data(), big.size()}) == lru_folder::put_result::too_large);
   CHECK(t->stats().too_large == 1);
   CHECK(t->stats().objects == 3);
 }
@@ -139,7 +167,7 @@ TEST_CASE("the index survives a reopen, in LRU order; stray temp files go") {
   {
     auto t = open_tier(d.path, 1 << 20);
     for (uint64_t h = 1; h <= 3; ++h) {
-      REQUIRE(t->put(id_of(h, 2), payload(h).data(), 4096) == disk_put::stored);
+      REQUIRE(t->put_one(key_of(h, 2), {payload(h).data(), 4096}) == lru_folder::put_result::stored);
       // mtime resolution: make the write order visible to the rescan.
       struct timespec ts[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(1000 + h), 0}};
       char name[64];
@@ -152,23 +180,23 @@ TEST_CASE("the index survives a reopen, in LRU order; stray temp files go") {
   auto t = open_tier(d.path, 1 << 20);
   CHECK(t->stats().recovered == 3);
   CHECK(t->stats().dropped_at_open == 1);
-  CHECK(t->lru_order() == std::vector<std::pair<uint64_t, int32_t>>{{1, 2}, {2, 2}, {3, 2}});
+  CHECK(order_of(*t) == std::vector<std::pair<uint64_t, int32_t>>{{1, 2}, {2, 2}, {3, 2}});
   std::string out;
-  REQUIRE(t->get(id_of(2, 2), &out));
+  REQUIRE(t->get_one(key_of(2, 2), &out));
   CHECK(out == payload(2));
   // Foreign files are left alone.
   CHECK(::access((d.path + "/unrelated.txt").c_str(), F_OK) == 0);
   // A smaller size at reopen trims the oldest.
   t.reset();
   auto small = open_tier(d.path, 2 * (4096 + l2_header_bytes));
-  CHECK(small->lru_order() == std::vector<std::pair<uint64_t, int32_t>>{{2, 2}, {3, 2}});
+  CHECK(order_of(*small) == std::vector<std::pair<uint64_t, int32_t>>{{2, 2}, {3, 2}});
 }
 
 TEST_CASE("corrupt, truncated and foreign objects are misses, removed and counted") {
   temp_dir d;
   auto t = open_tier(d.path, 1 << 20);
   for (uint64_t h = 1; h <= 3; ++h)
-    REQUIRE(t->put(id_of(h), payload(h).data(), 4096) == disk_put::stored);
+    REQUIRE(t->put_one(key_of(h), {payload(h).data(), 4096}) == lru_folder::put_result::stored);
   auto name = [&](uint64_t h) {
     char n[64];
     std::snprintf(n, sizeof n, "/00000000@%016llx.kvl2", static_cast<unsigned long long>(h));
@@ -183,21 +211,21 @@ TEST_CASE("corrupt, truncated and foreign objects are misses, removed and counte
   }
   REQUIRE(::truncate(name(2).c_str(), 100) == 0);
   std::string out;
-  CHECK_FALSE(t->get(id_of(1), &out));
-  CHECK_FALSE(t->get(id_of(2), &out));
-  auto wrong_layout = id_of(3);
+  CHECK_FALSE(t->get_one(key_of(1), &out));
+  CHECK_FALSE(t->get_one(key_of(2), &out));
+  auto wrong_layout = key_of(3);
   wrong_layout.layout = 123;
-  CHECK_FALSE(t->get(wrong_layout, &out));
+  CHECK_FALSE(t->get_one(wrong_layout, &out));
   CHECK(t->stats().rejected == 3);
   CHECK(t->stats().objects == 0);
   CHECK(files(d.path).empty());
   // Deleted behind our back: a miss, forgotten.
-  REQUIRE(t->put(id_of(4), payload(4).data(), 4096) == disk_put::stored);
+  REQUIRE(t->put_one(key_of(4), {payload(4).data(), 4096}) == lru_folder::put_result::stored);
   ::unlink(name(4).c_str());
-  CHECK_FALSE(t->get(id_of(4), &out));
-  CHECK_FALSE(t->contains(id_of(4)));
+  CHECK_FALSE(t->get_one(key_of(4), &out));
+  CHECK_FALSE(t->contains_one(name_of(4)));
   // A corrupt file found at open is dropped there.
-  REQUIRE(t->put(id_of(5), payload(5).data(), 4096) == disk_put::stored);
+  REQUIRE(t->put_one(key_of(5), {payload(5).data(), 4096}) == lru_folder::put_result::stored);
   t.reset();
   REQUIRE(::truncate(name(5).c_str(), 64 + 10) == 0);
   auto again = open_tier(d.path, 1 << 20);
@@ -219,9 +247,9 @@ TEST_CASE("ENOSPC and EIO while writing are skips: no file, nothing indexed") {
     return -1;
   });
   auto p = payload(1);
-  CHECK(t->put(id_of(1), p.data(), p.size()) == disk_put::no_space);
+  CHECK(t->put_one(key_of(1), {p.data(), p.size()}) == lru_folder::put_result::no_space);
   fail_with = EIO;
-  CHECK(t->put(id_of(2), p.data(), p.size()) == disk_put::io_error);
+  CHECK(t->put_one(key_of(2), {p.data(), p.size()}) == lru_folder::put_result::io_error);
   CHECK(t->stats().no_space == 1);
   CHECK(t->stats().io_errors == 1);
   CHECK(t->stats().objects == 0);
@@ -233,18 +261,18 @@ TEST_CASE("ENOSPC and EIO while writing are skips: no file, nothing indexed") {
     ++calls;
     return ::write(fd, iov[0].iov_base, std::min<size_t>(iov[0].iov_len, 1000));
   });
-  REQUIRE(chunky->put(id_of(3), p.data(), p.size()) == disk_put::stored);
+  REQUIRE(chunky->put_one(key_of(3), {p.data(), p.size()}) == lru_folder::put_result::stored);
   CHECK(calls - before > 4);
   std::string out;
-  REQUIRE(chunky->get(id_of(3), &out));
+  REQUIRE(chunky->get_one(key_of(3), &out));
   CHECK(out == p);
 }
 
 TEST_CASE("open refuses a path it cannot use") {
-  disk_tier_options o;
+  lru_folder_options o;
   o.path = "/proc/self/kvs-not-creatable";
   o.size = 1;
-  auto t = disk_tier::open(o);
+  auto t = lru_folder::open(o, make_kvsidecar_naming());
   REQUIRE_FALSE(t);
   CHECK(t.error_value().kind == "io");
   CHECK(t.error_value().detail.find("/proc/self/kvs-not-creatable") != std::string::npos);
@@ -254,10 +282,10 @@ TEST_CASE("clear removes every object and file, each told to on_removed, none an
   temp_dir d;
   auto t = open_tier(d.path, 1 << 20);
   std::vector<uint64_t> removed;
-  t->on_removed = [&](uint64_t h, int32_t) { removed.push_back(h); };
+  t->on_removed = [&](const l2_removed& r) { removed.push_back(*r.fields.hash); };
   for (uint64_t h = 1; h <= 3; ++h) {
     auto p = payload(h);
-    REQUIRE(t->put(id_of(h), p.data(), p.size()) == disk_put::stored);
+    REQUIRE(t->put_one(key_of(h), {p.data(), p.size()}) == lru_folder::put_result::stored);
   }
   CHECK(t->clear() == 3);
   CHECK(removed == std::vector<uint64_t>{1, 2, 3});
@@ -265,8 +293,8 @@ TEST_CASE("clear removes every object and file, each told to on_removed, none an
   CHECK(t->stats().objects == 0);
   CHECK(t->stats().bytes == 0);
   CHECK(t->stats().evictions == 0);
-  CHECK_FALSE(t->contains(id_of(2)));
+  CHECK_FALSE(t->contains_one(name_of(2)));
   CHECK(t->clear() == 0);
   auto p = payload(9); // and it takes objects again
-  CHECK(t->put(id_of(9), p.data(), p.size()) == disk_put::stored);
+  CHECK(t->put_one(key_of(9), {p.data(), p.size()}) == lru_folder::put_result::stored);
 }

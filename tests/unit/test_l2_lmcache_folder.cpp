@@ -1,7 +1,7 @@
 // LMCache-format L2 (l2.format = "lmcache"): object names exactly as
 // LMCache 0.5.6's fs and resp adapters write them (literals printed by the
 // wheel's own _object_key_to_filename / _object_key_to_string), and the
-// folder tier: raw bytes round-trip, a file of another length is a miss,
+// folder (l2/lru_folder with the LMCache naming): raw bytes round-trip, a file of another length is a miss,
 // files another writer left (before open or since) are found, LRU inside
 // the size, stale temporaries removed, LMCache's own temporaries untouched.
 #include <doctest/doctest.h>
@@ -18,7 +18,7 @@
 #include <utime.h>
 #include <vector>
 
-#include "l2/lmcache_dir_tier.hpp"
+#include "l2/lru_folder.hpp"
 #include "l2/lmcache_object_name.hpp"
 
 using namespace kvs;
@@ -52,6 +52,25 @@ std::string name_of(uint8_t h, int32_t rank = 0, std::string_view salt = "") {
   return lmcache_file_name({"org/model", lmcache_kv_rank(2, rank), 0, hs[h], salt});
 }
 
+/// The key name_of(h, rank, salt) names, its payload `layout` bytes long.
+l2_key lkey(uint8_t h, int32_t rank = 0, std::string_view salt = "", uint64_t layout = 4096) {
+  static std::string hs[256];
+  hs[h] = digest(h);
+  l2_key k;
+  k.model = "org/model";
+  k.rank = rank;
+  k.world_size = 2;
+  k.lmcache_hash = hs[h];
+  k.salt = salt;
+  k.layout = layout;
+  return k;
+}
+
+l2_key sized(l2_key k, uint64_t layout) {
+  k.layout = layout;
+  return k;
+}
+
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
@@ -66,11 +85,11 @@ std::vector<std::string> files(const std::string& dir) {
   return out;
 }
 
-std::unique_ptr<lmcache_dir_tier> open_dir(const std::string& path, uint64_t size) {
-  lmcache_dir_options o;
+std::unique_ptr<lru_folder> open_dir(const std::string& path, uint64_t size) {
+  lru_folder_options o;
   o.path = path;
   o.size = size;
-  auto t = lmcache_dir_tier::open(o);
+  auto t = lru_folder::open(o, make_lmcache_naming());
   REQUIRE(t);
   return std::move(*t);
 }
@@ -133,22 +152,22 @@ TEST_CASE("lmcache dir: raw bytes round-trip; another length is a miss, the file
   temp_dir d;
   auto t = open_dir(d.path, 1 << 20);
   auto p = payload(1);
-  CHECK(t->put(name_of(1), p.data(), p.size()) == lmcache_dir_put::stored);
+  CHECK(t->put_one(lkey(1), {p.data(), p.size()}) == lru_folder::put_result::stored);
   CHECK(files(d.path) == std::vector<std::string>{name_of(1)});
   struct stat sb;
   REQUIRE(::stat((d.path + "/" + name_of(1)).c_str(), &sb) == 0);
   CHECK(sb.st_size == 4096); // no header
   std::string out;
-  CHECK(t->get(name_of(1), 4096, &out));
+  CHECK(t->get_one(sized(lkey(1), 4096), &out));
   CHECK(out == p);
-  CHECK_FALSE(t->get(name_of(1), 4095, &out));
-  CHECK_FALSE(t->get(name_of(1), 8192, &out));
-  CHECK_FALSE(t->get(name_of(1), 0, &out));
-  CHECK(t->stats().wrong_size == 2);
-  CHECK(t->contains(name_of(1))); // left alone
-  CHECK(t->put(name_of(1), p.data(), p.size()) == lmcache_dir_put::exists);
-  CHECK_FALSE(t->get(name_of(2), 4096, &out));
-  CHECK_FALSE(t->contains(name_of(2)));
+  CHECK_FALSE(t->get_one(sized(lkey(1), 4095), &out));
+  CHECK_FALSE(t->get_one(sized(lkey(1), 8192), &out));
+  CHECK_FALSE(t->get_one(sized(lkey(1), 0), &out));
+  CHECK(t->stats().rejected == 3); // a layout of 0 bytes accepts nothing
+  CHECK(t->contains_one(name_of(1))); // left alone
+  CHECK(t->put_one(lkey(1), {p.data(), p.size()}) == lru_folder::put_result::exists);
+  CHECK_FALSE(t->get_one(sized(lkey(2), 4096), &out));
+  CHECK_FALSE(t->contains_one(name_of(2)));
 }
 
 TEST_CASE("lmcache dir: files another writer put there, before open and since, are found") {
@@ -162,16 +181,16 @@ TEST_CASE("lmcache dir: files another writer put there, before open and since, a
   CHECK(t->stats().recovered == 2);
   CHECK(t->stats().bytes == 8192);
   std::string out;
-  CHECK(t->get(name_of(10), 4096, &out));
+  CHECK(t->get_one(sized(lkey(10), 4096), &out));
   CHECK(out == a);
-  CHECK(t->get(name_of(11, 1, "tenant"), 4096, &out));
+  CHECK(t->get_one(sized(lkey(11, 1, "tenant"), 4096), &out));
   CHECK(out == b);
-  CHECK_FALSE(t->get(name_of(11, 1), 4096, &out)); // unsalted: another object
-  CHECK_FALSE(t->get(name_of(11, 0, "tenant"), 4096, &out)); // another rank
+  CHECK_FALSE(t->get_one(sized(lkey(11, 1), 4096), &out)); // unsalted: another object
+  CHECK_FALSE(t->get_one(sized(lkey(11, 0, "tenant"), 4096), &out)); // another rank
   write_file(d.path + "/" + name_of(12), c); // another node, after open
-  CHECK(t->contains(name_of(12)));
+  CHECK(t->contains_one(name_of(12)));
   CHECK(t->stats().adopted == 1);
-  CHECK(t->get(name_of(12), 4096, &out));
+  CHECK(t->get_one(sized(lkey(12), 4096), &out));
   CHECK(out == c);
   CHECK(t->stats().bytes == 3 * 4096);
   // Files that are not objects, and LMCache's temporary, are never touched.
@@ -185,20 +204,20 @@ TEST_CASE("lmcache dir: LRU inside the size; reopen keeps the order; stale tempo
   std::vector<std::string> removed;
   {
     auto t = open_dir(d.path, 3 * 4096);
-    t->on_removed = [&](const std::string& n) { removed.push_back(n); };
+    t->on_removed = [&](const l2_removed& r) { removed.push_back(r.name); };
     for (uint8_t i = 1; i <= 3; ++i) {
       auto p = payload(i);
-      REQUIRE(t->put(name_of(i), p.data(), p.size()) == lmcache_dir_put::stored);
+      REQUIRE(t->put_one(lkey(i), {p.data(), p.size()}) == lru_folder::put_result::stored);
       ::usleep(10000); // distinct mtimes for the reopen's order
     }
     std::string out;
-    CHECK(t->get(name_of(1), 4096, &out)); // 1 is now the newest
+    CHECK(t->get_one(sized(lkey(1), 4096), &out)); // 1 is now the newest
     auto p = payload(4);
-    CHECK(t->put(name_of(4), p.data(), p.size()) == lmcache_dir_put::stored);
+    CHECK(t->put_one(lkey(4), {p.data(), p.size()}) == lru_folder::put_result::stored);
     CHECK(removed == std::vector<std::string>{name_of(2)});
     CHECK(t->lru_order() == std::vector<std::string>{name_of(3), name_of(1), name_of(4)});
     auto big = payload(5, 4 * 4096);
-    CHECK(t->put(name_of(5), big.data(), big.size()) == lmcache_dir_put::too_large);
+    CHECK(t->put_one(lkey(5), {big.data(), big.size()}) == lru_folder::put_result::too_large);
   }
   const std::string stale = d.path + "/" + name_of(9) + ".123.kvstmp";
   const std::string fresh = d.path + "/" + name_of(8) + ".124.kvstmp";
@@ -218,17 +237,17 @@ TEST_CASE("lmcache dir: LRU inside the size; reopen keeps the order; stale tempo
 
 TEST_CASE("lmcache dir: ENOSPC on write is a skip, nothing left behind") {
   temp_dir d;
-  lmcache_dir_options o;
+  lru_folder_options o;
   o.path = d.path;
   o.size = 1 << 20;
   o.writev = [](int, const iovec*, int) -> ssize_t {
     errno = ENOSPC;
     return -1;
   };
-  auto t = lmcache_dir_tier::open(o);
+  auto t = lru_folder::open(o, make_lmcache_naming());
   REQUIRE(t);
   auto p = payload(1);
-  CHECK((*t)->put(name_of(1), p.data(), p.size()) == lmcache_dir_put::no_space);
+  CHECK((*t)->put_one(lkey(1), {p.data(), p.size()}) == lru_folder::put_result::no_space);
   CHECK((*t)->stats().no_space == 1);
   CHECK(files(d.path).empty());
 }
