@@ -387,7 +387,8 @@ stats_snapshot snapshot(const registry_state& st) {
   s.gauge("instances", "kvsidecar_cache_instances", st.instances.size())
     .counter("registered", "kvsidecar_cache_registrations_total", st.registered)
     .counter("failed", "kvsidecar_cache_registration_failures_total", st.failed)
-    .counter("reaped", "kvsidecar_cache_instances_reaped_total", st.reaped);
+    .counter("reaped", "kvsidecar_cache_instances_reaped_total", st.reaped)
+    .counter("released", "kvsidecar_cache_instances_released_total", st.released);
   return s;
 }
 
@@ -448,6 +449,19 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry
         i->second.last_seen = registry_state::clock::now();
         i->second.pinged = i->second.pinged || ping;
       }
+    },
+    [self](gone_atom, int64_t id) {
+      // The connection that registered it ended (engine_bridge): the
+      // instance goes now, not after heartbeat_timeout, so an engine that
+      // restarts with the same id registers at once.
+      auto& st = self->state;
+      if (!st.instances.count(id))
+        return;
+      KVS_WARN(st.label, "instance {} released: the connection that registered it ended "
+                         "(registration dropped, its sessions ended, their locks and staging "
+                         "slots released)", id);
+      forget(self, id);
+      ++st.released;
     },
     [self, reap_every](sweep_atom) {
       auto& st = self->state;
