@@ -4,6 +4,7 @@
 #include "actors/caf_error.hpp"
 #include "actors/cache/sweep.hpp"
 #include "config/config.hpp"
+#include "gpu/peer_process.hpp"
 #include "gpu/shm_policy.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 
@@ -52,6 +53,15 @@ std::optional<std::string> refuse_shm(const registry_state& st, const mp_call& c
       return where() + ok.error_value().detail + (call.peer_uid ? "" : " (over tcp:// the objects must belong to "
                                                     "the sidecar's user; use an ipc:// "
                                                     "cache.endpoint for other users)");
+    // Proof of possession: the sidecar opens the object with its own
+    // rights, so it maps only what the client's own process holds (open or
+    // mapped). Where the process cannot be told (another PID namespace, a
+    // grpc+unix:// peer) or its /proc is not ours to read, the owner check
+    // above is what stands (README: Security).
+    if (call.peer_pid > 0 && process_holds_shm(call.peer_pid, t.shm_name) == false)
+      return where() + "the client's process (pid " + std::to_string(call.peer_pid)
+             + ") has it neither open nor mapped: a client registers only shared memory it "
+               "holds itself";
   }
   return std::nullopt;
 }
