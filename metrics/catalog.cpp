@@ -18,8 +18,8 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_events_dropped_total",
    "Batches dropped, by reason: bad_payload (not a batch), queue_full (publisher queue full), "
    "subscriber_hwm (drop episodes: a router's pipe was full, so it missed this batch and "
-   "every later one until it drained to its low-water mark: one gap per episode, which the "
-   "router recovers through replay)"},
+   "every later one until it drained to its low-water mark: at most one gap per episode, "
+   "which the router recovers through replay)"},
   {"kvsidecar_events_invalid_events_total",
    "Single events dropped from a batch (unknown tag or malformed field)"},
   {"kvsidecar_events_gaps_total", "Gaps detected in the engine's sequence numbers"},
