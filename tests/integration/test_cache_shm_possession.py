@@ -39,10 +39,10 @@ BLOCKS = 160
 
 
 class Victim:
-    def __init__(self, seed: int = 5):
+    def __init__(self, seed: int = 5, layout: str = "sglang"):
         self.p = subprocess.Popen([sys.executable, str(HERE / "shm_victim.py"), str(BLOCKS),
-                                   str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  text=True)
+                                   str(seed), layout], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
         words = self.p.stdout.readline().split()
         assert words and words[0] == "ready", words
         self.pid, self.names = int(words[1]), words[2:]
@@ -62,6 +62,7 @@ class Victim:
 def aimed_at(own_pools, victim: Victim) -> list:
     """The attacker's register_kv_cache wrappers with every object name
     replaced by the victim's (same geometry, so only the name differs)."""
+    assert len(own_pools.objects) == len(victim.names)
     rename = {o.name: v for o, v in zip(own_pools.objects, victim.names)}
     out = []
     for w in pool_wrappers(own_pools):
@@ -104,4 +105,48 @@ def test_registering_a_victims_shm_is_refused(cache_server, kv_pools, endpoint):
         c.end_session("atk")
         srv.wait_idle()
     finally:
+        victim.close()
+
+
+class _Renamed:
+    """A KVPools stand-in whose descriptors name the victim's objects."""
+
+    def __init__(self, own, victim: Victim):
+        assert len(own.objects) == len(victim.names)
+        rename = {o.name: v for o, v in zip(own.objects, victim.names)}
+        self._d = [dict(d, shm_name=rename[d["shm_name"]]) for d in own.descriptors()]
+
+    def descriptors(self) -> list[dict]:
+        return self._d
+
+
+def test_grpc_client_registering_a_victims_shm_is_refused(cache_server, kv_pools):
+    """The same attack through LMCache 0.5.6's own gRPC client (grpc://: the
+    client's process is found from gRPC's peer name)."""
+    pytest.importorskip("grpc", reason="needs grpcio")
+    import grpc
+    from test_cache_grpc import _load_grpc056, grpc_server
+    from test_cache_lmcache_client import lmcache_wrappers
+
+    lmc = _load_grpc056()
+    srv = grpc_server(cache_server)
+    victim = Victim(layout="vllm")
+    client = lmc.create_request_client(srv.grpc_url)
+    try:
+        before = victim.sha()
+        own = kv_pools("vllm", num_blocks=BLOCKS, seed=9)
+        mark = srv.mark()
+        with pytest.raises(grpc.RpcError) as refused:
+            client.register_kv_cache(7410, lmcache_wrappers(lmc, _Renamed(own, victim)), MODEL, 1,
+                                     lmc.EngineType.VLLM, {"kv_layout": "NHD"},
+                                     []).result(timeout=10)
+        assert "neither open nor mapped" in str(refused.value)
+        srv.wait_log(r"register_kv_cache of instance 7410 failed: tensor 0 .*the client's "
+                     r"process \(pid \d+\) has it neither open nor mapped", mark)
+        assert victim.sha() == before
+        assert client.register_kv_cache(7411, lmcache_wrappers(lmc, own), MODEL, 1,
+                                        lmc.EngineType.VLLM, {"kv_layout": "NHD"},
+                                        []).result(timeout=10) is None
+    finally:
+        client.close()
         victim.close()
