@@ -125,13 +125,16 @@ using engine_bridge_actor = caf::typed_actor<
 /// so a session never receives a request after it was told to end. Owns
 /// session lifetimes: a session is idle when no request was routed to it for
 /// session_ttl (the one definition of idle), and ends then, at END_SESSION,
-/// or when an instance it used is gone. Answers for unknown jobs. Replies go
+/// when an instance it used is gone, or when every connection that sent it
+/// requests has ended. Answers for unknown jobs. Replies go
 /// straight to the engine bridge (requests are delegated, the bridge stays
 /// their sender).
 using session_router_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,
   caf::reacts_to<seen_atom, int64_t, bool>, ///< a PING: tells the registry
   caf::reacts_to<reaped_atom, int64_t>, ///< instance gone: end its sessions
+  caf::reacts_to<gone_atom, int64_t>,   ///< its connection ended: end its sessions, drop it
+  caf::reacts_to<gone_atom, std::string>, ///< a connection ended: sessions only it used end
   caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< idle sweep
 
 /// session[rid=…] — one per request id. Runs LOOKUP (hash, lock the hit
@@ -152,6 +155,7 @@ using session_actor = caf::typed_actor<
 using registry_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,                  ///< register / unregister
   caf::reacts_to<seen_atom, int64_t, bool>, ///< instance seen (true: it pinged)
+  caf::reacts_to<gone_atom, int64_t>,       ///< its connection ended: drop it now
   caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< reaper round
 
 /// store — sole owner of the L1 pool and chunk index: lookup-and-lock,

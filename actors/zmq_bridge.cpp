@@ -1,5 +1,7 @@
 #include "actors/zmq_bridge.hpp"
 
+#include "actors/zmq_frames.hpp"
+
 #include "core/thread_name.hpp"
 #include "log/log.hpp"
 #include "log/stats_repeat.hpp"
@@ -92,22 +94,11 @@ std::shared_ptr<connection_gate> zmq_bridge::gate_connections(zmq::socket_t& s,
 void zmq_bridge::read_monitor(size_t index) {
   auto it = std::next(monitors_.begin(), static_cast<std::ptrdiff_t>(index));
   auto& gate = *it->gate;
-  auto& pair = it->pair;
-  zmq::message_t head;
-  // Each event is [id + value, endpoint]; all that waits is read now, so
-  // the count is current before the next handshake.
-  while (pair.recv(head, zmq::recv_flags::dontwait)) {
-    uint16_t event = 0;
-    uint32_t value = 0;
-    bool ok = parse_monitor_event(head.data(), head.size(), event, value);
-    while (head.more()) {
-      zmq::message_t rest;
-      (void) pair.recv(rest, zmq::recv_flags::none);
-      head.move(rest);
-    }
-    if (ok)
-      gate.on_monitor_event(event, value);
-  }
+  // All that waits is read now, so the count is current before the next
+  // handshake.
+  drain_monitor_events(it->pair, [&gate](uint16_t event, uint32_t value, const std::string&) {
+    gate.on_monitor_event(event, value);
+  });
 }
 
 void zmq_bridge::close_monitors() {

@@ -1,6 +1,8 @@
 // Small ZeroMQ frame helpers shared by the bridges.
 #pragma once
 
+#include "actors/connection_gate.hpp"
+
 #include <zmq.hpp>
 
 #include <chrono>
@@ -26,6 +28,20 @@ inline bool recv_message(zmq::socket_t& s, std::vector<zmq::message_t>& frames) 
     frames.push_back(std::move(part));
   }
   return true;
+}
+
+/// Reads every event waiting on a socket monitor's PAIR, calling
+/// `f(event, value, endpoint)` for each well-formed one ([event (u16) +
+/// value (u32), endpoint], host byte order); others are skipped.
+template <class F>
+void drain_monitor_events(zmq::socket_t& pair, F&& f) {
+  std::vector<zmq::message_t> frames;
+  while (recv_message(pair, frames)) {
+    uint16_t event = 0;
+    uint32_t value = 0;
+    if (frames.size() == 2 && parse_monitor_event(frames[0].data(), frames[0].size(), event, value))
+      f(event, value, frames[1].to_string());
+  }
 }
 
 /// 8-byte big-endian encoding of a sequence number (vLLM's `seq` frame).

@@ -250,7 +250,8 @@ struct grpc_server::impl {
     submitted.emplace(id, c);
     if (m.subscribe)
       counters.streams.fetch_add(1, std::memory_order_relaxed);
-    submit(lmcache_frames{c->identity, std::move(*frames), std::chrono::steady_clock::now()});
+    submit(lmcache_frames{c->identity, std::move(*frames), std::chrono::steady_clock::now(),
+                          c->ctx.peer()});
   }
 
   /// The call will get no (more) replies: forget its uid.

@@ -34,6 +34,11 @@ struct mp_call {
   /// objects to the sidecar's own uid instead.
   std::optional<uint32_t> peer_uid;
   std::chrono::steady_clock::time_point received{}; ///< for the latency histograms
+  /// register_kv_cache: the process at the other end of the connection, in
+  /// the sidecar's PID namespace (ipc://: SO_PEERCRED; loopback tcp://: the
+  /// owner of the peer's socket), when it can be told; 0 = unknown. The
+  /// registry maps only shared memory that process has open or mapped.
+  int32_t peer_pid = 0;
   /// The connection showed an LMCache client older than 0.5.6 (0.5.3-0.5.5):
   /// it decodes every echoed op as its own enum, and a str op (the failure
   /// reply) kills 0.5.3/0.5.4's polling thread. Failures echo the op then.
@@ -60,6 +65,9 @@ struct lmcache_frames {
   std::string identity; ///< grpc_identity(client id): never a ZeroMQ identity
   std::vector<std::string> frames;
   std::chrono::steady_clock::time_point received{};
+  /// The call's peer as gRPC names it ("ipv4:127.0.0.1:40123", "unix:...");
+  /// the engine bridge checks whether that connection still exists.
+  std::string peer{};
 };
 
 /// The engine bridge's identity of a gRPC client: a 0 byte, "grpc", then

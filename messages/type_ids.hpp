@@ -65,6 +65,10 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   /// `reaped_atom, instance`: the instance is gone (reaped, or its
   /// registration failed): its connection binding and sessions end.
   CAF_ADD_ATOM(kvsidecar, kvs, reaped_atom, "reaped")
+  /// `gone_atom, instance` / `gone_atom, identity`: the connection that
+  /// owned the instance (or this ROUTER / gRPC identity) ended: its
+  /// registration, sessions, locks and staging slots are freed at once.
+  CAF_ADD_ATOM(kvsidecar, kvs, gone_atom, "gone")
   /// A session ends now, releasing everything it holds.
   CAF_ADD_ATOM(kvsidecar, kvs, end_atom, "end")
   /// A session's parked WAIT_PREFETCH_STATUS may have reached its deadline.

@@ -18,8 +18,8 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_events_dropped_total",
    "Batches dropped, by reason: bad_payload (not a batch), queue_full (publisher queue full), "
    "subscriber_hwm (drop episodes: a router's pipe was full, so it missed this batch and "
-   "every later one until it drained to its low-water mark: one gap per episode, which the "
-   "router recovers through replay)"},
+   "every later one until it drained to its low-water mark: at most one gap per episode, "
+   "which the router recovers through replay)"},
   {"kvsidecar_events_invalid_events_total",
    "Single events dropped from a batch (unknown tag or malformed field)"},
   {"kvsidecar_events_gaps_total", "Gaps detected in the engine's sequence numbers"},
@@ -124,6 +124,10 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_cache_registrations_total", "KV-cache registrations accepted"},
   {"kvsidecar_cache_registration_failures_total", "KV-cache registrations refused"},
   {"kvsidecar_cache_instances_reaped_total", "Instances reaped after heartbeat_timeout"},
+  {"kvsidecar_cache_instances_released_total",
+   "Instances dropped at once because the connection that registered them ended"},
+  {"kvsidecar_cache_connections_ended_total",
+   "Engine connections (ZeroMQ or gRPC) seen to end; each frees the instances it registered"},
   {"kvsidecar_cache_requests_total", "LMCache MP requests received"},
   {"kvsidecar_cache_grpc_requests_total", "Of the LMCache MP requests, those that came over gRPC"},
   {"kvsidecar_grpc_calls_total", "gRPC calls accepted on cache.grpc_endpoint"},

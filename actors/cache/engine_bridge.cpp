@@ -3,6 +3,7 @@
 #include "actors/cache/sweep.hpp"
 #include "actors/zap_handler.hpp"
 #include "actors/zmq_frames.hpp"
+#include "gpu/peer_process.hpp"
 #include "log/log.hpp"
 #include "config/config.hpp"
 #include "lmcache_wire/lmcache_failure.hpp"
@@ -12,6 +13,11 @@
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cerrno>
 
@@ -25,6 +31,9 @@ constexpr int64_t max_request_bytes = int64_t{64} << 20;
 /// Requests read per wake-up before the mailbox gets a turn (replies from
 /// the actors wait behind no more than this).
 constexpr int max_requests_per_wakeup = 256;
+/// How often the owners that came over gRPC are checked for a live
+/// connection (at most: also whenever another client asks for their id).
+constexpr std::chrono::seconds grpc_check_interval{1};
 
 } // namespace
 
@@ -52,7 +61,20 @@ std::optional<std::string> engine_bridge::open() {
   // Decoders are bounded by the frame size; refuse absurd frames up front.
   router_.set(zmq::sockopt::maxmsgsize, max_request_bytes);
   serve_curve(router_, p_.curve_secret_key);
-  limit_connections(router_, "cache.endpoint", "cache.max_connections", p_.max_connections);
+  // The gate counts connections from the socket's one monitor, which this
+  // bridge reads itself: its DISCONNECTED events also end the instances
+  // the connection registered (peer_connections.hpp). Connected before the
+  // ROUTER binds, so no event is missed; unbounded, so none is dropped.
+  gate_ = gate_connections(router_, "cache.endpoint", "cache.max_connections", p_.max_connections);
+  auto monitor_ep = "inproc://kvs-cache-monitor-" + std::to_string(id());
+  if (zmq_socket_monitor(router_.handle(), monitor_ep.c_str(),
+                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED)
+      != 0)
+    return std::string{"socket monitor of cache.endpoint: "} + zmq_strerror(zmq_errno());
+  monitor_ = zmq::socket_t{ctx_, zmq::socket_type::pair};
+  own(monitor_);
+  monitor_.set(zmq::sockopt::rcvhwm, 0);
+  monitor_.connect(monitor_ep);
   auto r = open_endpoint(router_, p_.endpoint, true);
   if (!r.ok)
     return "cache.endpoint = \"" + p_.endpoint + "\": " + r.endpoint;
@@ -66,6 +88,7 @@ std::optional<std::string> engine_bridge::open() {
                       "intended)",
              p_.endpoint);
   watch(router_, ZMQ_POLLIN);
+  monitor_index_ = watch(monitor_, ZMQ_POLLIN);
   if (streams_.enabled())
     send(p_.store, record_atom_v, caf::actor_cast<caf::actor>(this));
   arm_sweep();
@@ -73,10 +96,17 @@ std::optional<std::string> engine_bridge::open() {
 }
 
 void engine_bridge::arm_sweep() {
-  // Only subscriptions expire here (sessions are the router's).
-  if (streams_.enabled() && p_.heartbeat_timeout.count() > 0)
-    delayed_send(caf::actor_cast<caf::actor>(this), sweep_interval(p_.heartbeat_timeout),
-                 sweep_atom_v);
+  // Subscriptions expire here (sessions are the router's), and gRPC owners
+  // are checked for a live connection: one timer for both.
+  const bool streams = streams_.enabled() && p_.heartbeat_timeout.count() > 0;
+  if (sweep_armed_ || (!streams && !grpc_))
+    return;
+  std::chrono::nanoseconds every = streams ? sweep_interval(p_.heartbeat_timeout)
+                                           : std::chrono::nanoseconds{grpc_check_interval};
+  if (grpc_)
+    every = std::min<std::chrono::nanoseconds>(every, grpc_check_interval);
+  sweep_armed_ = true;
+  delayed_send(caf::actor_cast<caf::actor>(this), every, sweep_atom_v);
 }
 
 caf::behavior engine_bridge::handlers() {
@@ -84,17 +114,30 @@ caf::behavior engine_bridge::handlers() {
     [this](mp_reply& r) { send_reply(r); },
     [this](kv_event_records& r) { streams_.append(std::move(r.records)); },
     [this](sweep_atom) {
-      if (auto n = streams_.expire(clock::now()))
-        KVS_INFO(label(), "{} kv event subscriptions ended: no PING for {}", n,
-                 to_string(p_.heartbeat_timeout));
+      sweep_armed_ = false;
+      if (streams_.enabled() && p_.heartbeat_timeout.count() > 0)
+        if (auto n = streams_.expire(clock::now()))
+          KVS_INFO(label(), "{} kv event subscriptions ended: no PING for {}", n,
+                   to_string(p_.heartbeat_timeout));
+      check_grpc_owners();
       arm_sweep();
     },
-    [this](grpc_atom, lmcache_reply_sink_ptr& sink) { grpc_ = std::move(sink); },
+    [this](grpc_atom, lmcache_reply_sink_ptr& sink) {
+      grpc_ = std::move(sink);
+      arm_sweep();
+    },
     [this](lmcache_frames& f) {
       ++requests_;
       ++grpc_requests_;
+      if (!f.peer.empty()) {
+        if (grpc_peers_.size() >= max_known_peers)
+          grpc_peers_.clear(); // learnt again from the next call
+        grpc_peers_[f.identity] = std::move(f.peer);
+      }
       args_.assign(f.frames.begin(), f.frames.end());
-      serve(std::move(f.identity), args_, f.received, nullptr);
+      auto peer = grpc_peers_.find(f.identity);
+      serve(std::move(f.identity), args_, f.received, nullptr,
+            peer != grpc_peers_.end() ? std::string_view{peer->second} : std::string_view{});
     },
     [this](reaped_atom, int64_t instance) {
       owners_.erase(instance);
@@ -103,9 +146,13 @@ caf::behavior engine_bridge::handlers() {
     });
 }
 
-void engine_bridge::on_socket(size_t, short revents) {
+void engine_bridge::on_socket(size_t index, short revents) {
   if (!(revents & ZMQ_POLLIN))
     return;
+  if (index == monitor_index_) {
+    drain_monitor();
+    return;
+  }
   // One vector for every request: no allocations for the frame list.
   auto& frames = frames_;
   for (int burst = 0; burst < max_requests_per_wakeup; ++burst) {
@@ -115,10 +162,91 @@ void engine_bridge::on_socket(size_t, short revents) {
   }
 }
 
+void engine_bridge::drain_monitor() {
+  drain_monitor_events(monitor_, [this](uint16_t event, uint32_t value, const std::string&) {
+    if (gate_)
+      gate_->on_monitor_event(event, value);
+    if (event == ZMQ_EVENT_DISCONNECTED)
+      if (auto gone = conns_.disconnected(static_cast<int>(value)))
+        release_connection(*gone, "disconnected");
+  });
+}
+
+void engine_bridge::release_connection(const std::string& identity, const char* how) {
+  ++connections_ended_;
+  releases_.erase(identity);
+  grpc_peers_.erase(identity);
+  std::vector<int64_t> ids;
+  for (auto it = owners_.begin(); it != owners_.end();) {
+    if (it->second == identity) {
+      ids.push_back(it->first);
+      it = owners_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::sort(ids.begin(), ids.end()); // the log names them in order
+  // Its sessions first (those only it used), then each instance: the
+  // router ends the instance's sessions and has the registry drop it. Both
+  // go the way later registrations go, so a re-registration of the same id
+  // (now free) is served after the drop.
+  send(p_.router, gone_atom_v, identity);
+  for (auto id : ids) {
+    streams_.drop_instance(id);
+    send(p_.router, gone_atom_v, id);
+  }
+  if (!ids.empty()) {
+    instances_released_ += ids.size();
+    std::string list;
+    for (auto id : ids)
+      list += (list.empty() ? "" : ", ") + std::to_string(id);
+    KVS_WARN(label(), "connection {} ended ({}): released instance(s) {}; the same id(s) may "
+                      "register again at once",
+             hex(identity), how, list);
+  }
+}
+
+void engine_bridge::check_grpc_owners() {
+  std::vector<std::string> dead;
+  for (auto& [instance, owner] : owners_) {
+    if (!is_grpc_identity(owner))
+      continue;
+    auto peer = grpc_peers_.find(owner);
+    if (peer != grpc_peers_.end() && tcp_peer_connected(peer->second) == false
+        && std::find(dead.begin(), dead.end(), owner) == dead.end())
+      dead.push_back(owner);
+  }
+  for (auto& owner : dead)
+    release_connection(owner, "its gRPC connection is gone");
+}
+
 void engine_bridge::reject(const std::string& peer, const std::string& uid, const std::string& op,
                            const error& err) {
   rejected_.note(label(), peer, uid, op, err.kind, err.detail);
 }
+
+namespace {
+
+/// A decimal field of at most 10 digits that fits 32 bits.
+std::optional<uint32_t> u32_field(const std::string& s) {
+  if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  auto v = std::strtoull(s.c_str(), nullptr, 10);
+  if (v > 0xffffffffULL)
+    return std::nullopt;
+  return static_cast<uint32_t>(v);
+}
+
+/// The process at the local end of a loopback TCP connection whose remote
+/// end (seen from here) is `peer`: the client's own socket is in this
+/// network namespace's table, and its process in /proc when the PID
+/// namespace is shared. 0 when either is not visible.
+int32_t local_tcp_peer_pid(const tcp_endpoint& peer) {
+  auto owner = tcp_local_socket(peer);
+  return owner ? pid_of_socket(owner->inode) : 0;
+}
+
+} // namespace
 
 std::optional<uint32_t> engine_bridge::peer_uid(zmq::message_t& frame) const {
   // Over ipc:// libzmq reports the peer as "<host>:<uid>:<gid>:<pid>"
@@ -131,22 +259,69 @@ std::optional<uint32_t> engine_bridge::peer_uid(zmq::message_t& frame) const {
     auto c1 = c2 == std::string::npos || c2 == 0 ? std::string::npos : addr.rfind(':', c2 - 1);
     if (c1 == std::string::npos)
       return std::nullopt;
-    auto uid = addr.substr(c1 + 1, c2 - c1 - 1);
-    if (uid.empty() || uid.size() > 10 || uid.find_first_not_of("0123456789") != std::string::npos)
-      return std::nullopt;
-    auto v = std::strtoull(uid.c_str(), nullptr, 10);
-    if (v > 0xffffffffULL)
-      return std::nullopt;
-    return static_cast<uint32_t>(v);
+    return u32_field(addr.substr(c1 + 1, c2 - c1 - 1));
   } catch (const zmq::error_t&) {
     return std::nullopt;
   }
+}
+
+int32_t engine_bridge::peer_pid(zmq::message_t* frame, std::string_view grpc_peer) const {
+  if (!frame) {
+    // gRPC over TCP: its peer name has the client's port; over a unix
+    // socket gRPC does not say who connected.
+    auto e = parse_grpc_peer(grpc_peer);
+    return e ? local_tcp_peer_pid(*e) : 0;
+  }
+  if (ipc_) {
+    // SO_PEERCRED's pid, last field of "<host>:<uid>:<gid>:<pid>" (0 when
+    // the peer is in another PID namespace: the kernel says so).
+    try {
+      std::string addr = frame->gets("Peer-Address");
+      auto c = addr.rfind(':');
+      auto v = c == std::string::npos ? std::nullopt : u32_field(addr.substr(c + 1));
+      return v && *v <= 0x7fffffffU ? static_cast<int32_t>(*v) : 0;
+    } catch (const zmq::error_t&) {
+      return 0;
+    }
+  }
+  // tcp://: the connection's remote end, from the descriptor libzmq read
+  // the request on.
+  const int fd = zmq_msg_get(frame->handle(), ZMQ_SRCFD);
+  if (fd < 0)
+    return 0;
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return 0;
+  char ip[INET6_ADDRSTRLEN] = {};
+  tcp_endpoint e;
+  if (ss.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    e.port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+    e.port = ntohs(a->sin6_port);
+  } else {
+    return 0;
+  }
+  e.ip = ip;
+  return local_tcp_peer_pid(e);
 }
 
 bool engine_bridge::foreign(const mp_call& call, int64_t instance) {
   auto i = owners_.find(instance);
   if (i == owners_.end() || i->second == call.identity)
     return false;
+  // A gRPC owner's end is not announced: asked for its id, look now.
+  if (is_grpc_identity(i->second)) {
+    auto peer = grpc_peers_.find(i->second);
+    if (peer != grpc_peers_.end() && tcp_peer_connected(peer->second) == false) {
+      release_connection(std::string{i->second}, "its gRPC connection is gone");
+      return false;
+    }
+  }
   reject(hex(call.identity), hex(call.request->uid_frame), to_string(call.request->op),
          error{"foreign_instance",
                "instance " + std::to_string(instance) + " was registered by connection "
@@ -157,15 +332,30 @@ bool engine_bridge::foreign(const mp_call& call, int64_t instance) {
 void engine_bridge::on_request(std::vector<zmq::message_t>& frames) {
   ++requests_;
   auto received = clock::now();
+  // Which connection this is (the descriptor libzmq read it from): a
+  // descriptor seen with another identity, or none, is bound only after the
+  // monitor events queued before it are read (peer_connections.hpp).
+  // (ZMQ_SRCFD is the "__fd" property of the peer's metadata, which travels
+  // on the frames it sent, not on the identity frame the ROUTER made up.)
+  const int fd = zmq_msg_get(frames[frames.size() > 1 ? 1 : 0].handle(), ZMQ_SRCFD);
+  if (fd >= 0) {
+    auto identity = frames[0].to_string();
+    if (conns_.needs_drain(fd, identity)) {
+      drain_monitor();
+      if (auto before = conns_.bind(fd, identity))
+        release_connection(*before, "its descriptor was reused");
+    }
+  }
   auto& args = args_;
   args.clear();
   for (size_t i = 1; i < frames.size(); ++i)
     args.emplace_back(static_cast<const char*>(frames[i].data()), frames[i].size());
-  serve(frames[0].to_string(), args, received, frames.size() > 1 ? &frames[1] : nullptr);
+  serve(frames[0].to_string(), args, received, frames.size() > 1 ? &frames[1] : nullptr, {});
 }
 
 void engine_bridge::serve(std::string identity, const std::vector<std::string_view>& args,
-                          clock::time_point received, zmq::message_t* first_frame) {
+                          clock::time_point received, zmq::message_t* first_frame,
+                          std::string_view grpc_peer) {
   // subscribe_kv_events and its stream control frames (lmcache_wire/lmcache_kv_events.hpp).
   if (args.size() == 3 && args[1].empty() && streams_.control(identity, args[0], args[2]))
     return;
@@ -224,6 +414,10 @@ void engine_bridge::serve(std::string identity, const std::vector<std::string_vi
       return;
     }
   }
+  // Who the client is, where the platform says: the registry then maps only
+  // shared memory that process holds itself (proof of possession).
+  if (op_row(call.request->op).instance_use == mp_instance_use::registers)
+    call.peer_pid = peer_pid(first_frame, grpc_peer);
   route(std::move(call));
 }
 
@@ -421,6 +615,8 @@ stats_snapshot engine_bridge::snapshot() {
   rejected_.add_to(s);
   s.counter("reply_drops", "kvsidecar_cache_reply_drops_total", reply_drops_)
     .counter("reply_unroutable", "kvsidecar_cache_reply_unroutable_total", reply_unroutable_)
+    .counter("connections_ended", "kvsidecar_cache_connections_ended_total", connections_ended_)
+    .log_only("instances_released", instances_released_)
     .gauge("kv_event_subscribers", "kvsidecar_cache_kv_event_subscribers", streams_.subscribers())
     .gauge("kv_event_log", "kvsidecar_cache_kv_event_log_records", streams_.log().size());
   for (size_t op = 0; op < latency_.size(); ++op)

@@ -11,6 +11,7 @@
 
 #include "actors/interfaces.hpp"
 #include "actors/cache/kv_event_streams.hpp"
+#include "actors/cache/peer_connections.hpp"
 #include "actors/cache/rejected_requests.hpp"
 #include "actors/zmq_bridge.hpp"
 #include "core/error.hpp"
@@ -55,11 +56,21 @@ private:
 
   void arm_sweep();
   void on_request(std::vector<zmq::message_t>& frames);
+  /// Reads every event the ROUTER's monitor queued: connections counted for
+  /// the gate, ended ones released.
+  void drain_monitor();
+  /// The connection `identity` ended: the instances it registered, its
+  /// sessions, their locks and staging slots are freed now (gone_atom).
+  void release_connection(const std::string& identity, const char* how);
+  /// gRPC owners whose connection no longer exists are released (a gRPC
+  /// server has no per-connection event; /proc/net/tcp{,6} says).
+  void check_grpc_owners();
   /// One request from either transport: `args` are the frames after the
   /// identity; `first_frame` the ZeroMQ frame carrying the peer's metadata
-  /// (nullptr for gRPC).
+  /// (nullptr for gRPC, whose peer name is `grpc_peer`).
   void serve(std::string identity, const std::vector<std::string_view>& args,
-             clock::time_point received, zmq::message_t* first_frame);
+             clock::time_point received, zmq::message_t* first_frame,
+             std::string_view grpc_peer);
   /// Serves `call` where its op's row says (lmcache_ops.hpp): here, or the router.
   void route(mp_call call);
   /// The bridge's own ops (row route `bridge`): answered at once.
@@ -74,9 +85,21 @@ private:
               const error& err);
   bool foreign(const mp_call& call, int64_t instance);
   std::optional<uint32_t> peer_uid(zmq::message_t& frame) const;
+  /// The client's process (mp_call::peer_pid): `frame` its first ZeroMQ
+  /// frame, or nullptr for gRPC with `grpc_peer` its peer name. 0: unknown.
+  int32_t peer_pid(zmq::message_t* frame, std::string_view grpc_peer) const;
 
   engine_bridge_params p_;
   zmq::socket_t router_;
+  zmq::socket_t monitor_; ///< router_'s monitor: ACCEPTED / DISCONNECTED
+  size_t monitor_index_ = 0;
+  std::shared_ptr<connection_gate> gate_;
+  peer_connections conns_; ///< descriptor -> ROUTER identity
+  /// gRPC identity -> the peer of its latest call (gRPC's own name of it).
+  std::unordered_map<std::string, std::string> grpc_peers_;
+  bool sweep_armed_ = false;
+  uint64_t connections_ended_ = 0; ///< owning or not
+  uint64_t instances_released_ = 0;
   std::vector<zmq::message_t> frames_; ///< the request being read (reused)
   std::vector<std::string_view> args_; ///< its frames after the identity (reused)
   /// The gRPC bridge's server (cache.grpc_endpoint), once it introduced
@@ -86,7 +109,8 @@ private:
   /// instance id -> ROUTER identity of the connection that registered it.
   /// Only that connection may re-register, unregister, store or retrieve
   /// through it, or keep it alive with pings; the binding ends when the
-  /// instance is unregistered, reaped or its registration fails.
+  /// instance is unregistered, reaped or its registration fails, and when
+  /// that connection ends (the instance is released with it).
   std::unordered_map<int64_t, std::string> owners_;
   /// The client release each connection showed first (LMCache dialects are
   /// told apart per request; this remembers it for the replies of requests

@@ -4,6 +4,7 @@
 #include "actors/caf_error.hpp"
 #include "actors/cache/sweep.hpp"
 #include "config/config.hpp"
+#include "gpu/peer_process.hpp"
 #include "gpu/shm_policy.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 
@@ -52,6 +53,15 @@ std::optional<std::string> refuse_shm(const registry_state& st, const mp_call& c
       return where() + ok.error_value().detail + (call.peer_uid ? "" : " (over tcp:// the objects must belong to "
                                                     "the sidecar's user; use an ipc:// "
                                                     "cache.endpoint for other users)");
+    // Proof of possession: the sidecar opens the object with its own
+    // rights, so it maps only what the client's own process holds (open or
+    // mapped). Where the process cannot be told (another PID namespace, a
+    // grpc+unix:// peer) or its /proc is not ours to read, the owner check
+    // above is what stands (README: Security).
+    if (call.peer_pid > 0 && process_holds_shm(call.peer_pid, t.shm_name) == false)
+      return where() + "the client's process (pid " + std::to_string(call.peer_pid)
+             + ") has it neither open nor mapped: a client registers only shared memory it "
+               "holds itself";
   }
   return std::nullopt;
 }
@@ -387,7 +397,8 @@ stats_snapshot snapshot(const registry_state& st) {
   s.gauge("instances", "kvsidecar_cache_instances", st.instances.size())
     .counter("registered", "kvsidecar_cache_registrations_total", st.registered)
     .counter("failed", "kvsidecar_cache_registration_failures_total", st.failed)
-    .counter("reaped", "kvsidecar_cache_instances_reaped_total", st.reaped);
+    .counter("reaped", "kvsidecar_cache_instances_reaped_total", st.reaped)
+    .counter("released", "kvsidecar_cache_instances_released_total", st.released);
   return s;
 }
 
@@ -448,6 +459,19 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry
         i->second.last_seen = registry_state::clock::now();
         i->second.pinged = i->second.pinged || ping;
       }
+    },
+    [self](gone_atom, int64_t id) {
+      // The connection that registered it ended (engine_bridge): the
+      // instance goes now, not after heartbeat_timeout, so an engine that
+      // restarts with the same id registers at once.
+      auto& st = self->state;
+      if (!st.instances.count(id))
+        return;
+      KVS_WARN(st.label, "instance {} released: the connection that registered it ended "
+                         "(registration dropped, its sessions ended, their locks and staging "
+                         "slots released)", id);
+      forget(self, id);
+      ++st.released;
     },
     [self, reap_every](sweep_atom) {
       auto& st = self->state;

@@ -51,6 +51,7 @@ struct registry_state {
   std::map<int64_t, instance> instances;
   uint64_t registered = 0;
   uint64_t reaped = 0;
+  uint64_t released = 0; ///< dropped because their connection ended
   uint64_t failed = 0;
 };
 

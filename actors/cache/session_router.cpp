@@ -43,8 +43,35 @@ session_router_state::session_entry* session_for(self_ptr self, const std::strin
   sp.gpu = st.p.gpu;
   ++st.started;
   auto s = self->home_system().spawn(session, std::move(sp));
-  return &st.sessions.emplace(rid, session_router_state::session_entry{s, {}, {}}).first->second;
+  return &st.sessions.emplace(rid, session_router_state::session_entry{s, {}, {}, {}}).first->second;
 }
+
+/// `identity` sent requests to the session of `rid` (remembered once, both ways).
+void note_peer(session_router_state& st, const std::string& rid,
+               session_router_state::session_entry& e, const std::string& identity) {
+  if (std::find(e.peers.begin(), e.peers.end(), identity) != e.peers.end())
+    return;
+  e.peers.push_back(identity);
+  st.by_peer[identity].push_back(rid);
+}
+
+/// Forgets the session `i` (its peers' index entries with it).
+void erase_session(session_router_state& st,
+                   std::unordered_map<std::string, session_router_state::session_entry>::iterator i) {
+  for (auto& peer : i->second.peers) {
+    auto p = st.by_peer.find(peer);
+    if (p == st.by_peer.end())
+      continue;
+    auto& rids = p->second;
+    rids.erase(std::remove(rids.begin(), rids.end(), i->first), rids.end());
+    if (rids.empty())
+      st.by_peer.erase(p);
+  }
+  st.sessions.erase(i);
+}
+
+/// Ends the sessions that used `instance`; how many.
+size_t end_sessions_of(self_ptr self, int64_t instance);
 
 void end_session(self_ptr self, const std::string& rid) {
   auto& st = self->state;
@@ -52,7 +79,7 @@ void end_session(self_ptr self, const std::string& rid) {
   if (i == st.sessions.end())
     return;
   self->send(i->second.actor, end_atom_v);
-  st.sessions.erase(i);
+  erase_session(st, i);
   ++st.ended;
 }
 
@@ -79,6 +106,7 @@ void route_to_session(self_ptr self, mp_call& call, const std::string& rid) {
     return;
   }
   s->last_active = session_router_state::clock::now();
+  note_peer(st, rid, *s, call.identity);
   int64_t instance = instance_of(req).value_or(-1);
   if (instance >= 0) {
     self->send(st.p.registry, seen_atom_v, instance, false);
@@ -123,7 +151,7 @@ void route(self_ptr self, mp_call& call) {
         return;
       }
       self->send(i->second.actor, std::move(call)); // it releases, answers, ends
-      st.sessions.erase(i);
+      erase_session(st, i);
       ++st.ended;
       return;
     }
@@ -131,6 +159,7 @@ void route(self_ptr self, mp_call& call) {
       auto i = st.sessions.find(*rid);
       if (i != st.sessions.end()) {
         i->second.last_active = session_router_state::clock::now();
+        note_peer(st, *rid, i->second, call.identity);
         self->send(i->second.actor, std::move(call));
         return;
       }
@@ -159,6 +188,43 @@ void sweep(self_ptr self) {
   if (idle.size() > idle_sessions_logged)
     KVS_INFO(st.label, "... and {} more sessions idle past session_ttl",
              idle.size() - idle_sessions_logged);
+}
+
+size_t end_sessions_of(self_ptr self, int64_t instance) {
+  auto& st = self->state;
+  std::vector<std::string> doomed;
+  for (auto& [rid, e] : st.sessions)
+    if (std::find(e.instances.begin(), e.instances.end(), instance) != e.instances.end())
+      doomed.push_back(rid);
+  for (auto& rid : doomed)
+    end_session(self, rid);
+  return doomed.size();
+}
+
+/// The connection `identity` ended: it leaves every session's peers, and
+/// the sessions no live connection used end (their lookup locks with them).
+size_t forget_peer(self_ptr self, const std::string& identity) {
+  auto& st = self->state;
+  // Indexed by peer: thousands of short-lived connections each cost their
+  // own sessions, not a walk over all of them.
+  auto p = st.by_peer.find(identity);
+  if (p == st.by_peer.end())
+    return 0;
+  std::vector<std::string> rids = std::move(p->second);
+  st.by_peer.erase(p);
+  std::vector<std::string> doomed;
+  for (auto& rid : rids) {
+    auto i = st.sessions.find(rid);
+    if (i == st.sessions.end())
+      continue;
+    auto& peers = i->second.peers;
+    peers.erase(std::remove(peers.begin(), peers.end(), identity), peers.end());
+    if (peers.empty())
+      doomed.push_back(rid);
+  }
+  for (auto& rid : doomed)
+    end_session(self, rid);
+  return doomed.size();
 }
 
 } // namespace
@@ -202,15 +268,21 @@ session_router(session_router_actor::stateful_pointer<session_router_state> self
       self->send(self->state.p.registry, seen_atom_v, instance, pinged);
     },
     [self](reaped_atom, int64_t instance) {
-      auto& st = self->state;
-      std::vector<std::string> doomed;
-      for (auto& [rid, e] : st.sessions)
-        if (std::find(e.instances.begin(), e.instances.end(), instance) != e.instances.end())
-          doomed.push_back(rid);
-      for (auto& rid : doomed)
-        end_session(self, rid);
-      if (!doomed.empty())
-        KVS_INFO(st.label, "instance {} reaped: ended its {} sessions", instance, doomed.size());
+      if (auto n = end_sessions_of(self, instance))
+        KVS_INFO(self->state.label, "instance {} reaped: ended its {} sessions", instance, n);
+    },
+    [self](gone_atom, int64_t instance) {
+      // Its sessions first, then the registration: the registry's forget
+      // closes the pools the sessions' copies used.
+      if (auto n = end_sessions_of(self, instance))
+        KVS_INFO(self->state.label, "instance {} released (its connection ended): ended its {} "
+                                    "sessions", instance, n);
+      self->send(self->state.p.registry, gone_atom_v, instance);
+    },
+    [self](gone_atom, const std::string& identity) {
+      if (auto n = forget_peer(self, identity))
+        KVS_INFO(self->state.label, "connection {} ended: ended the {} sessions only it used",
+                 hex(identity), n);
     },
     [self, every](sweep_atom) {
       sweep(self);

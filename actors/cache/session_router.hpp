@@ -30,6 +30,10 @@ struct session_router_state {
   struct session_entry {
     session_actor actor;
     std::vector<int64_t> instances; ///< instances that stored/retrieved through it
+    /// The connections (ROUTER / gRPC identities) that sent it requests: a
+    /// request id may span the scheduler's and a worker's connection. When
+    /// the last of them ends, so does the session.
+    std::vector<std::string> peers;
     clock::time_point last_active;  ///< last request routed to it: idle is measured from here
   };
 
@@ -37,6 +41,9 @@ struct session_router_state {
   std::string label;
   engine_bridge_actor bridge; ///< sender of every mp_call; replies go there
   std::unordered_map<std::string, session_entry> sessions;
+  /// connection -> the request ids of the sessions it sent requests to
+  /// (session_entry::peers the other way round).
+  std::unordered_map<std::string, std::vector<std::string>> by_peer;
   rejected_requests rejected;
 
   uint64_t started = 0;

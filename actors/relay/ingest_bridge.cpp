@@ -168,22 +168,14 @@ void ingest_bridge::on_socket(size_t index, short revents) {
 }
 
 void ingest_bridge::on_monitor_event() {
-  for (;;) {
-    std::vector<zmq::message_t> frames;
-    if (!recv_message(monitor_, frames))
-      return;
-    // [event (u16) + value (u32), endpoint], both in host byte order.
-    uint16_t event = 0;
-    uint32_t value = 0;
-    if (frames.size() != 2 || !parse_monitor_event(frames[0].data(), frames[0].size(), event, value))
-      continue;
+  drain_monitor_events(monitor_, [this](uint16_t event, uint32_t value, const std::string& endpoint) {
     if (gate_)
       gate_->on_monitor_event(event, value);
     if (event == ZMQ_EVENT_ACCEPTED)
-      continue;
+      return;
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       engine_connected();
-      continue;
+      return;
     }
     const char* kind = event == ZMQ_EVENT_DISCONNECTED ? "engine connection lost"
                        : event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -193,7 +185,7 @@ void ingest_bridge::on_monitor_event() {
     if (seen_disconnects_.insert(kind).second)
       KVS_WARN(label(), "{} at {} (a frame above events.ingest_max_message_size = {} bytes "
                         "also ends it): {} (logged once per kind; see stats for counts)",
-               kind, frames[1].to_string(), p_.max_message_size,
+               kind, endpoint, p_.max_message_size,
                sub_binds_ ? "waiting for the engine to connect again" : "re-dialling");
     // libzmq re-dials a lost connection by itself, but not one it closed for
     // a protocol error (e.g. an oversized frame): the SUB would stay deaf.
@@ -206,7 +198,7 @@ void ingest_bridge::on_monitor_event() {
       redial_at_ = clock::now() + backoff;
       ++failed_dials_;
     }
-  }
+  });
 }
 
 void ingest_bridge::redial() {

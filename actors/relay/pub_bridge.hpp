@@ -16,15 +16,18 @@
 // sender is never told when that happens. So each increment of hwm_drops is
 // one drop episode: one contiguous run of seqs that the subscriber(s) whose
 // pipe was full at that moment miss (a router sees exactly one gap per
-// episode it was part of, of one or more batches). With one slow subscriber
-// at a time, hwm_drops equals the number of gaps routers see; when several
-// are full at the same instant, one episode covers all of them. The number
+// episode it was part of, of one or more batches); when several are full
+// at the same instant, one episode covers all of them. With one slow
+// subscriber hwm_drops is an upper bound on its gaps, not always equal: see
+// the end of this comment. The number
 // of batches inside a gap is not observable here; routers know it from the
 // seq and recover those batches through replay (events.replay_endpoint).
 // A refusal is checked once more after libzmq's pending commands are taken
 // (pub_bridge.cpp: a reader that has drained its pipe is only known to the
 // sender through one), so an episode is counted only for a pipe that is
-// full when the batch goes.
+// full when the batch goes, as far as the sender can know: a drain that
+// lands between that check and the lossy send (libzmq may take the command
+// inside the send) lets the batch through, and the episode counted no gap.
 #pragma once
 
 #include "relay/relay_queue.hpp"

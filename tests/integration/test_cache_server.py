@@ -459,9 +459,16 @@ def test_killed_client_locks_and_session_expire(cache_server, kv_pools):
     mark = srv.mark()
     assert lookup_wait(doomed, toks, "req-dead") == 4
     srv.wait_stats(lambda s: s["locks"] == 4, mark=mark)
-    doomed.close()  # no RETRIEVE, no END_SESSION
+    doomed.close()  # no RETRIEVE, no END_SESSION: its connection ends
     srv.wait_idle(timeout=3.0)
-    srv.wait_log(r"session req-dead idle past session_ttl", mark=mark)
+    srv.wait_log(r"connection \w+ ended: ended the 1 sessions only it used", mark=mark)
+    # A client that stays connected but goes silent: session_ttl ends it.
+    silent = srv.client()
+    mark = srv.mark()
+    assert lookup_wait(silent, toks, "req-silent") == 4
+    srv.wait_stats(lambda s: s["locks"] == 4, mark=mark)
+    srv.wait_idle(timeout=3.0)
+    srv.wait_log(r"session req-silent idle past session_ttl", mark=mark)
 
 
 def test_lock_ttl_expiry_never_steals_a_newer_lock(cache_server, kv_pools):

@@ -8,8 +8,9 @@
   over ipc:// to the connecting process's user (SO_PEERCRED).
 - An instance id belongs to the connection that registered it: another
   connection cannot re-register, unregister, store from, retrieve into or
-  keep it alive; once it is reaped another connection may register it
-  (how an engine that reconnected gets its instance back).
+  keep it alive while its owner's connection lives; once that connection
+  ends, or the instance is reaped, another connection may register it (how
+  an engine that reconnected gets its instance back).
 - A cache endpoint reachable from the network is a logged WARN.
 
 Run: KVSIDECAR_BIN=<build>/kvsidecar python3 -m pytest -q tests/integration/test_cache_tenants.py
@@ -285,8 +286,30 @@ def test_other_connection_cannot_use_an_instance(cache_server, kv_pools):
     srv.wait_idle()
 
 
-def test_reconnected_engine_registers_again_after_the_old_binding_is_reaped(cache_server,
-                                                                            kv_pools):
+def test_reconnected_engine_registers_again_at_once(cache_server, kv_pools):
+    """The connection that registered an id ended (a blip, a crash): the id
+    is released with it, and the engine's next connection registers it at
+    once (test_cache_crash_restart.py does it with SIGKILLed LMCache clients)."""
+    srv = cache_server()
+    pools = kv_pools("sglang")
+    old = srv.client()
+    register(old, pools, 7210)
+    assert old.ping(7210) is True
+    mark = srv.mark()
+    old.close()  # the blip: the engine's next connection has a new routing id
+    srv.wait_log(r"connection \w+ ended \(disconnected\): released instance\(s\) 7210", mark)
+    new = srv.client()
+    register(new, pools, 7210)
+    assert store(new, 7210, tokens(1, salt=29), "s", blocks(0, 1)) == STORE_OK
+    new.end_session("s")
+    srv.wait_idle()
+    srv.wait_stats(lambda s: s["released"] == 1 and s["instances"] == 1, actor="registry")
+
+
+def test_silent_owner_keeps_its_id_until_it_is_reaped(cache_server, kv_pools):
+    """An owner whose connection stays open but falls silent keeps its id
+    until it is reaped (heartbeat_timeout); another connection's pings do
+    not keep the binding alive, and it registers the id once it is free."""
     srv = cache_server(overrides={"cache.heartbeat_timeout": "600ms"})
     pools = kv_pools("sglang")
     old = srv.client()
@@ -294,7 +317,6 @@ def test_reconnected_engine_registers_again_after_the_old_binding_is_reaped(cach
     # The engine pings (as LMCache's adapter does), so its silence is judged
     # by heartbeat_timeout, not by registration_grace (default 1 h).
     assert old.ping(7200) is True
-    old.close()  # the blip: the engine's next connection has a new routing id
     new = srv.client()
     mark = srv.mark()
     c_uid = submit_register(new, pool_wrappers(pools), 7200)

@@ -344,10 +344,12 @@ def test_cache_client_that_never_reads_over_tcp_does_not_stall_others(sidecar, z
 # --- issue 8 item 5: what hwm_drops counts -------------------------------------------------
 
 
-def test_hwm_drops_equals_the_gaps_a_stalled_router_sees(rig, zctx):
-    """Each hwm_drops is one drop episode: one contiguous run of seqs the
-    stalled router misses (libzmq then skips its pipe silently until it has
-    drained to the low-water mark). The router sees exactly that many gaps,
+def test_hwm_drops_bounds_the_gaps_a_stalled_router_sees(rig, zctx):
+    """Each hwm_drops is one drop episode: at most one contiguous run of seqs
+    the stalled router misses (libzmq then skips its pipe silently until it
+    has drained to the low-water mark). One stalled router through a flood:
+    it sees at least one gap and no more gaps than hwm_drops (an episode
+    whose batch slipped through after all counts none: README, pub[dp=r]),
     and replay returns every batch inside them."""
     r = rig(overrides={"events.hwm": 200})
     stalled, base = join_stalled_subscriber(r, zctx)
@@ -372,9 +374,10 @@ def test_hwm_drops_equals_the_gaps_a_stalled_router_sees(rig, zctx):
     runs = sum(1 for i, sq in enumerate(missing) if i == 0 or missing[i - 1] != sq - 1)
     pub = r.sidecar.wait_stats("pub", lambda s: s["sent"] >= last + 1)
     assert missing, "the stalled router missed nothing: the test did not stall it"
-    assert pub["hwm_drops"] - before == runs, (
-        f"hwm_drops {pub['hwm_drops'] - before} but the router saw {runs} gaps "
-        f"({len(missing)} batches)")
+    drops = pub["hwm_drops"] - before
+    print(f"\nhwm_drops {drops}, gaps the stalled router saw {runs} ({len(missing)} batches)")
+    assert 1 <= runs <= drops, (
+        f"hwm_drops {drops} but the router saw {runs} gaps ({len(missing)} batches)")
     kept = dict(replay_batches(r.replay(missing[0]), "vllm"))
     assert all(sq in kept for sq in missing), "replay does not cover the missed batches"
 
