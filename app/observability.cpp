@@ -42,7 +42,7 @@ void watch_actors(observability& o, const actor_tree& t) {
   // Liveness (/healthz) is the supervisor's: an actor that exits while
   // running stops the process (app/supervisor.hpp) after /healthz turns 503.
   if (o.admin)
-    o.admin->watch(t.store, t.l2);
+    o.admin->watch(t.store, t.l2, t.gpu);
   if (!o.collector)
     return;
   std::vector<caf::actor> all;

@@ -158,11 +158,6 @@ admin_route token_request(std::string_view body, admin_op op,
   o = parse_json_object(body);
   if (!o.error.empty())
     return bad_body(o.error);
-  if (op == admin_op::checksums && (o.get("block_ids") || o.get("instance_id")))
-    return admin_error(501, "checksums of GPU KV blocks (block_ids) need the engine's tensors, "
-                            "which kvsidecar does not read: send {\"model_name\", "
-                            "\"world_size\", \"token_ids\", \"cache_salt\", \"kv_rank\"} "
-                            "for MD5s of the L1 chunks those tokens stored");
   if (auto bad = unknown_field(o, known))
     return *bad;
   admin_call c;
@@ -379,10 +374,61 @@ admin_route route_objects_delete(std::string_view body) {
   return c;
 }
 
-/// POST /cache/checksums. LMCache's body names GPU block ids, which
-/// kvsidecar cannot read; ours names chunks by their tokens, as a prefetch
-/// does, plus the kv_rank (0) whose chunks to hash.
+/// An integer member in [lo, hi], or the 422 naming it.
+std::optional<http_answer> int_member(const json_object& o, const char* name, int64_t lo,
+                                      int64_t hi, int64_t& out) {
+  auto v = o.get(name);
+  if (!v)
+    return std::nullopt;
+  if (v->k != json_value::kind::number || v->n != static_cast<double>(static_cast<int64_t>(v->n))
+      || v->n < static_cast<double>(lo) || v->n > static_cast<double>(hi))
+    return admin_error(422, std::string{name} + " must be an integer in " + std::to_string(lo)
+                              + ".." + std::to_string(hi));
+  out = static_cast<int64_t>(v->n);
+  return std::nullopt;
+}
+
+/// LMCache's ChecksumRequest: {"block_ids", "chunk_size" (blocks per
+/// chunk), "instance_id", "layerwise"}, each defaulted as LMCache's
+/// dataclass defaults them; the emptiness and positivity checks are the
+/// backend's (LMCache makes them after looking up the instance).
+admin_route route_block_checksums(const json_object& o) {
+  if (auto bad = unknown_field(o, {"block_ids", "chunk_size", "instance_id", "layerwise"}))
+    return *bad;
+  admin_call c;
+  c.op = admin_op::checksums;
+  c.by_blocks = true;
+  if (auto b = o.get("block_ids")) {
+    if (b->k != json_value::kind::int_array)
+      return admin_error(422, "block_ids must be an array of integers");
+    c.block_ids = b->ints;
+  }
+  constexpr int64_t big = int64_t{1} << 53;
+  if (auto bad = int_member(o, "chunk_size", -big, big, c.chunk_blocks))
+    return *bad;
+  if (auto bad = int_member(o, "instance_id", -big, big, c.instance_id))
+    return *bad;
+  if (auto l = o.get("layerwise")) {
+    if (l->k != json_value::kind::boolean)
+      return admin_error(422, "layerwise must be true or false");
+    c.layerwise = l->b;
+  }
+  return c;
+}
+
+/// POST /cache/checksums. LMCache's body names the engine's KV blocks of a
+/// registered instance (route_block_checksums). kvsidecar also takes one
+/// naming L1 chunks by their tokens, as a prefetch does, plus the kv_rank
+/// (0) whose chunks to hash; a body with none of LMCache's members is that.
 admin_route route_checksums(std::string_view body) {
+  {
+    auto o = parse_json_object(body);
+    if (!o.error.empty())
+      return bad_body(o.error);
+    for (auto name : {"block_ids", "chunk_size", "instance_id", "layerwise"})
+      if (o.get(name))
+        return route_block_checksums(o);
+  }
   json_object o;
   auto r = token_request(body, admin_op::checksums,
                          {"model_name", "world_size", "token_ids", "cache_salt", "kv_rank"}, o);

@@ -52,7 +52,8 @@ enum class admin_op {
   prefetch_status, ///< GET /cache/prefetches/{request_id}
   objects_list,    ///< GET /cache/objects (L1 chunks, paged)
   objects_delete,  ///< DELETE /cache/objects (by model_name / cache_salt filter)
-  checksums,       ///< POST /cache/checksums (by token ids: MD5 of each L1 chunk)
+  checksums,       ///< POST /cache/checksums (by block ids: the engine's KV blocks, as
+                   ///< LMCache; or by token ids: MD5 of each L1 chunk)
 };
 
 /// GET /cache/objects' page size: default, and the most one page holds.
@@ -85,6 +86,13 @@ struct admin_call {
   uint32_t page_size = objects_default_page; ///< objects_list
   uint64_t cursor = 0;                       ///< objects_list: page_token
   int64_t kv_rank = 0;                       ///< checksums: whose chunks
+  /// checksums in LMCache's block-id form: the registered instance, its
+  /// block ids, blocks per chunk, and one digest per layer or per chunk.
+  bool by_blocks = false;
+  std::vector<int64_t> block_ids;
+  int64_t chunk_blocks = 0;
+  int64_t instance_id = 0;
+  bool layerwise = false;
   /// objects_delete by key (LMCache's body) instead of by filter.
   bool by_keys = false;
   std::vector<admin_object_key> keys;

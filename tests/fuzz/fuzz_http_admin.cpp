@@ -49,8 +49,11 @@ void check_route(std::string_view method, std::string_view path, std::string_vie
     __builtin_trap(); // a page is always bounded
   if (c.op == kvs::admin_op::objects_delete && !c.by_keys && !c.by_model && !c.by_salt)
     __builtin_trap(); // a delete always names what (a clear is another call)
-  if (c.op == kvs::admin_op::checksums && (c.kv_rank < 0 || c.kv_rank >= c.world_size))
+  if (c.op == kvs::admin_op::checksums && !c.by_blocks
+      && (c.kv_rank < 0 || c.kv_rank >= c.world_size))
     __builtin_trap();
+  if (c.op == kvs::admin_op::checksums && c.by_blocks && !c.tokens.empty())
+    __builtin_trap(); // the block-id form names no tokens
 }
 
 } // namespace

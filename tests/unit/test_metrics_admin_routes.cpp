@@ -253,7 +253,7 @@ TEST_CASE("DELETE /cache/objects: by model_name and/or cache_salt, tier l1, vali
           .status == 401);
 }
 
-TEST_CASE("POST /cache/checksums: chunks by token ids; GPU block ids answered 501") {
+TEST_CASE("POST /cache/checksums: chunks by token ids, or LMCache's engine block ids") {
   auto c = call("POST", "/cache/checksums",
                 R"({"model_name": "m", "world_size": 2, "token_ids": [1, 2], "cache_salt": "t",
                     "kv_rank": 1})");
@@ -264,9 +264,33 @@ TEST_CASE("POST /cache/checksums: chunks by token ids; GPU block ids answered 50
   CHECK(c.tokens == std::vector<int64_t>{1, 2});
   CHECK(call("POST", "/cache/checksums", R"({"model_name": "m", "world_size": 1,
                                              "token_ids": []})").kv_rank == 0);
-  auto gpu = answer("POST", "/cache/checksums", R"({"block_ids": [1, 2], "chunk_size": 16})");
-  CHECK(gpu.status == 501);
-  CHECK(gpu.body.find("token_ids") != std::string::npos);
+  // LMCache's ChecksumRequest, as `lmcache bench server` sends it.
+  auto b = call("POST", "/cache/checksums",
+                R"({"block_ids": [4, 5, 6, 9], "chunk_size": 2, "instance_id": 7,
+                    "layerwise": true})");
+  CHECK(b.op == admin_op::checksums);
+  CHECK(b.by_blocks);
+  CHECK(b.block_ids == std::vector<int64_t>{4, 5, 6, 9});
+  CHECK(b.chunk_blocks == 2);
+  CHECK(b.instance_id == 7);
+  CHECK(b.layerwise);
+  CHECK_FALSE(c.by_blocks);
+  // Its dataclass defaults: emptiness and chunk_size are judged after the
+  // instance lookup (the backend's, as LMCache orders them).
+  auto d = call("POST", "/cache/checksums", R"({"instance_id": 3})");
+  CHECK(d.by_blocks);
+  CHECK(d.block_ids.empty());
+  CHECK(d.chunk_blocks == 0);
+  CHECK_FALSE(d.layerwise);
+  // The body reader takes arrays of integers only: anything else there is a 400.
+  CHECK(answer("POST", "/cache/checksums", R"({"block_ids": [1, 2.5], "chunk_size": 1})")
+          .status == 400);
+  for (auto bad : {R"({"block_ids": "1", "chunk_size": 1})",
+                   R"({"block_ids": [1], "chunk_size": 1.5})",
+                   R"({"block_ids": [1], "chunk_size": 1, "instance_id": "a"})",
+                   R"({"block_ids": [1], "chunk_size": 1, "layerwise": 1})",
+                   R"({"block_ids": [1], "chunk_size": 1, "token_ids": [1]})"})
+    CHECK_MESSAGE(answer("POST", "/cache/checksums", bad).status == 422, std::string{bad});
   for (auto bad : {R"({"model_name": "m", "world_size": 2, "token_ids": [1], "kv_rank": 2})",
                    R"({"model_name": "m", "world_size": 1, "token_ids": [1], "kv_rank": -1})",
                    R"({"model_name": "m", "world_size": 1, "token_ids": [1], "kv_rank": 0.5})",
