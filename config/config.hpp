@@ -186,6 +186,11 @@ struct http_config {
   /// http.admin_token: the bearer token of state-changing control-plane
   /// calls when `listen` is not loopback ("" = none: such calls refused).
   std::string admin_token;
+  /// http.api_key_files: LMCache 0.5.7's --api-key-file, repeatable: each
+  /// file holds one accepted API key; with LMCACHE_API_KEY(_FILE) and
+  /// LMCACHE_HTTP_API_KEY(_FILE) (app/api_keys.hpp). Any key configured:
+  /// every HTTP path but /, /healthcheck, /healthz and /readyz needs one.
+  std::vector<std::string> api_key_files;
 };
 
 struct config {

@@ -27,21 +27,45 @@ bool same_token(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+/// The admin token or one of the API keys (each compared in full, so the
+/// time taken does not tell which came close).
+bool known_key(std::string_view t, const admin_policy& p) {
+  bool ok = !p.token.empty() && same_token(t, p.token);
+  for (auto& k : p.api_keys)
+    ok |= same_token(t, k);
+  return ok;
+}
+
 /// nullopt when the request may change state; else the 401.
 std::optional<http_answer> check_token(std::string_view auth, const admin_policy& p) {
   if (p.loopback)
     return std::nullopt;
-  if (p.token.empty())
+  if (p.token.empty() && p.api_keys.empty())
     return admin_error(401, "this call changes state and the HTTP listener is not loopback: "
-                            "set http.admin_token (or KVSIDECAR_ADMIN_TOKEN) and send "
-                            "'Authorization: Bearer <token>'");
+                            "set http.admin_token (or KVSIDECAR_ADMIN_TOKEN) or an API key "
+                            "(http.api_key_files) and send 'Authorization: Bearer <token>'");
   constexpr std::string_view scheme = "Bearer ";
   if (auth.size() <= scheme.size() || auth.substr(0, scheme.size()) != scheme)
     return admin_error(401, "this call changes state: send 'Authorization: Bearer <token>' "
-                            "(http.admin_token)");
-  if (!same_token(auth.substr(scheme.size()), p.token))
-    return admin_error(401, "wrong bearer token (http.admin_token)");
+                            "(http.admin_token or an API key)");
+  if (!known_key(auth.substr(scheme.size()), p))
+    return admin_error(401, "wrong bearer token (http.admin_token or an API key)");
   return std::nullopt;
+}
+
+/// LMCache's bearer_token(): "<scheme> <token>", the scheme any case.
+std::string_view bearer_token(std::string_view auth) {
+  auto space = auth.find(' ');
+  if (space == std::string_view::npos || space + 1 == auth.size())
+    return {};
+  auto scheme = auth.substr(0, space);
+  constexpr std::string_view bearer = "bearer";
+  if (scheme.size() != bearer.size())
+    return {};
+  for (size_t i = 0; i < bearer.size(); ++i)
+    if ((scheme[i] | 0x20) != bearer[i])
+      return {};
+  return auth.substr(space + 1);
 }
 
 /// What kvsidecar answers for LMCache routes it does not serve.
@@ -446,6 +470,21 @@ admin_route route_checksums(std::string_view body) {
 }
 
 } // namespace
+
+bool public_path(std::string_view path) {
+  return path == "/" || path == "/healthcheck" || path == "/healthz" || path == "/readyz";
+}
+
+std::optional<http_answer> check_api_key(std::string_view path, std::string_view authorization,
+                                         std::string_view api_key, const admin_policy& p) {
+  if (p.api_keys.empty() || public_path(path))
+    return std::nullopt;
+  // Either header may carry it; either valid one suffices (LMCache's middleware).
+  auto bearer = bearer_token(authorization);
+  if ((!bearer.empty() && known_key(bearer, p)) || (!api_key.empty() && known_key(api_key, p)))
+    return std::nullopt;
+  return detail(401, "Invalid or missing API key");
+}
 
 http_answer admin_error(int status, std::string_view why) {
   json_writer w;

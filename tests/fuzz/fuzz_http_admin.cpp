@@ -72,13 +72,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (h.head_size == 0 || h.head_size > in.size())
       __builtin_trap();
     auto body = in.substr(h.head_size, h.content_length);
-    for (const auto& p : {kvs::admin_policy{true, ""}, kvs::admin_policy{false, "0123456789abcdef"}})
+    for (const auto& p : {kvs::admin_policy{true, "", {}}, kvs::admin_policy{false, "0123456789abcdef", {}}})
       check_route(h.method, h.path, body, h.authorization, p, h.query);
   }
   // 3. The bytes as a path under /quota/ and as a body of each body route.
   std::string path = "/quota/";
   path.append(in.substr(0, 300));
-  kvs::admin_policy local{true, ""};
+  kvs::admin_policy local{true, "", {}};
   for (auto m : {"GET", "PUT", "DELETE"})
     check_route(m, path, in, {}, local);
   check_route("POST", "/cache/clear", in, {}, local);

@@ -11,7 +11,7 @@ using namespace kvs;
 namespace {
 
 const admin_policy loopback{};
-const admin_policy exposed{false, "0123456789abcdef"};
+const admin_policy exposed{false, "0123456789abcdef", {}};
 
 admin_call call(std::string_view method, std::string_view path, std::string_view body = {},
                 const admin_policy& p = loopback, std::string_view auth = {}) {
@@ -316,10 +316,57 @@ TEST_CASE("off loopback, state changes need the bearer token; reads stay open") 
   CHECK(call("POST", "/cache/clear", {}, exposed, "Bearer 0123456789abcdef").op
         == admin_op::cache_clear);
   // No token configured and not loopback: every state change is refused.
-  admin_policy open{false, ""};
+  admin_policy open{false, "", {}};
   auto a = answer("POST", "/cache/clear", {}, open, "Bearer ");
   CHECK(a.status == 401);
   CHECK(a.body.find("http.admin_token") != std::string::npos);
+}
+
+TEST_CASE("API keys (LMCache 0.5.7): every path but the public ones needs one, reads included") {
+  admin_policy keyed{true, "", {"old-key-0123456789", "new-key-0123456789"}};
+  auto denied = [&](std::string_view path, std::string_view auth, std::string_view key = {}) {
+    return check_api_key(path, auth, key, keyed).has_value();
+  };
+  // Public: LMCache's / and /healthcheck, and kvsidecar's probes.
+  for (auto path : {"/", "/healthcheck", "/healthz", "/readyz"}) {
+    CHECK(public_path(path));
+    CHECK_FALSE(denied(path, ""));
+  }
+  for (auto path : {"/status", "/config", "/quota", "/cache/objects", "/metrics", "/cache/clear",
+                    "/version", "/nope", "/healthcheck/", "/HEALTHCHECK"}) {
+    CHECK_MESSAGE(denied(path, ""), std::string{path});
+    auto a = check_api_key(path, "Bearer wrong", {}, keyed);
+    REQUIRE(a);
+    CHECK(a->status == 401);
+    CHECK(a->body == R"({"detail":"Invalid or missing API key"})");
+  }
+  // Both keys at once (rotation); the scheme in any case; the other header.
+  CHECK_FALSE(denied("/status", "Bearer old-key-0123456789"));
+  CHECK_FALSE(denied("/status", "Bearer new-key-0123456789"));
+  CHECK_FALSE(denied("/status", "bEaReR new-key-0123456789"));
+  CHECK_FALSE(denied("/metrics", "", "old-key-0123456789"));
+  CHECK_FALSE(denied("/metrics", "Bearer wrong", "old-key-0123456789")); // either suffices
+  CHECK(denied("/status", "Bearer old-key-012345678"));                  // a prefix is not it
+  CHECK(denied("/status", "Bearer old-key-01234567890"));
+  CHECK(denied("/status", "old-key-0123456789"));                        // no scheme
+  CHECK(denied("/status", "Basic old-key-0123456789"));
+  CHECK(denied("/status", "Bearer "));
+  CHECK(denied("/status", "", "Bearer old-key-0123456789"));             // the header is the bare key
+  // No keys: nothing is asked (the loopback default and admin_token rules as before).
+  CHECK_FALSE(check_api_key("/status", "", "", loopback));
+  CHECK_FALSE(check_api_key("/metrics", "", "", exposed));
+  // The admin token is accepted as a key too.
+  admin_policy both{false, "0123456789abcdef", {"a-key-0123456789"}};
+  CHECK_FALSE(check_api_key("/status", "Bearer 0123456789abcdef", "", both));
+  // Off loopback a key also opens the state changes; without any token or key they stay shut.
+  CHECK(call("POST", "/cache/clear", {}, both, "Bearer a-key-0123456789").op
+        == admin_op::cache_clear);
+  CHECK(call("POST", "/cache/clear", {}, both, "Bearer 0123456789abcdef").op
+        == admin_op::cache_clear);
+  CHECK(answer("POST", "/cache/clear", {}, both, "Bearer a-key-012345678").status == 401);
+  admin_policy keys_only{false, "", {"a-key-0123456789"}};
+  CHECK(call("PUT", "/quota/t", R"({"limit_gb": 1})", keys_only, "Bearer a-key-0123456789").op
+        == admin_op::quota_set);
 }
 
 TEST_CASE("parse_json_object reads flat objects and names what is wrong") {
