@@ -193,6 +193,17 @@ struct http_config {
   std::vector<std::string> api_key_files;
 };
 
+/// [coordinator]: membership in an LMCache fleet coordinator (`lmcache
+/// coordinator`, lmcache.v1.mp_coordinator): register, heartbeat,
+/// re-register when it forgot us, deregister at shutdown (app/coordinator_member).
+struct coordinator_config {
+  std::string url;               ///< "http://host:port"; "" = no coordinator
+  std::string advertise_address; ///< the IP it reaches our HTTP port at; "" = the outbound one
+  std::string instance_id;       ///< "" = the coordinator assigns one
+  duration heartbeat_interval{};
+  bool event_reporting = false;  ///< CacheEventBatch reporting: not built yet (refused)
+};
+
 struct config {
   sidecar_config sidecar;
   events_config events;
@@ -201,6 +212,7 @@ struct config {
   security_config security;
   http_config http;
   l2_config l2;
+  coordinator_config coordinator;
   /// The effective configuration as JSON, secrets redacted (GET /config).
   std::string effective_json;
 };
