@@ -201,6 +201,7 @@ using gpu_transfer_actor = caf::typed_actor<
   caf::replies_to<gpu_stage_take>::with<gpu_stage_taken>,
   caf::replies_to<gpu_stage_copy>::with<gpu_copy_done>,
   caf::reacts_to<gpu_stage_give>,
+  caf::replies_to<gpu_checksum_read>::with<block_checksum_chunk>, ///< POST /cache/checksums by block ids
   caf::replies_to<drain_atom>::with<uint64_t>,
   caf::reacts_to<poll_atom>>::extend_with<stats_client_actor>;
 

@@ -1,5 +1,7 @@
 #include "app/admin_api.hpp"
 
+#include "app/chunk_digests.hpp"
+
 #include "cache/lmcache_token_hash.hpp"
 
 #include "cache/chunk_hash.hpp"
@@ -65,10 +67,11 @@ admin_policy admin_api::policy_of(const config& cfg) {
   return p;
 }
 
-void admin_api::watch(store_actor store, l2_actor l2) {
+void admin_api::watch(store_actor store, l2_actor l2, gpu_transfer_actor gpu) {
   std::lock_guard<std::mutex> lock{mu_};
   store_ = std::move(store);
   l2_ = std::move(l2);
+  gpu_ = std::move(gpu);
 }
 
 store_actor admin_api::current_store() {
@@ -580,7 +583,77 @@ http_answer admin_api::objects_delete(const admin_call& c) {
   return json(w);
 }
 
+http_answer admin_api::block_checksums(const admin_call& c) {
+  gpu_transfer_actor gpu;
+  {
+    std::lock_guard<std::mutex> lock{mu_};
+    gpu = gpu_;
+  }
+  if (!gpu)
+    return store_missing();
+  gpu_checksum_read q;
+  q.instance_id = c.instance_id;
+  q.query.block_ids = c.block_ids;
+  q.query.chunk_blocks = c.chunk_blocks;
+  q.query.max_bytes = admin_checksum_max_bytes;
+  // One chunk's bytes in memory at a time; the pools stay the actor's.
+  std::vector<std::vector<std::string>> digests; // [chunk][one, or per layer]
+  uint64_t chunks = 1;
+  for (uint64_t i = 0; i < chunks; ++i) {
+    q.query.chunk = i;
+    auto a = ask_actor<block_checksum_chunk>(sys_, gpu, q, "the gpu-transfer actor");
+    if (auto* e = std::get_if<http_answer>(&a))
+      return *e;
+    auto& r = std::get<block_checksum_chunk>(a);
+    if (r.status != 200)
+      return admin_error(r.status, r.error);
+    chunks = r.num_chunks;
+    digests.push_back(chunk_digests(r, c.layerwise));
+  }
+  json_writer w;
+  w.begin_object()
+    .str("status", "success")
+    .integer("chunk_size", static_cast<uint64_t>(c.chunk_blocks))
+    .integer("num_chunks", digests.size());
+  if (c.layerwise) {
+    w.begin_object("chunk_checksums");
+    size_t layers = digests.empty() ? 0 : digests.front().size();
+    for (size_t l = 0; l < layers; ++l) {
+      w.begin_array("layer_" + std::to_string(l));
+      for (auto& d : digests)
+        w.str("", d[l]);
+      w.end_array();
+    }
+    w.end_object();
+  } else {
+    w.begin_array("chunk_checksums");
+    for (auto& d : digests)
+      w.str("", d.front());
+    w.end_array();
+  }
+  w.boolean("layerwise", c.layerwise).begin_array("block_id_ranges");
+  // LMCache's compress_slot_mapping: runs of 3+ consecutive ids as
+  // [first, last], shorter runs as the ids themselves, order kept.
+  auto& ids = c.block_ids;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1)
+      ++j;
+    if (j - i + 1 >= 3)
+      w.begin_array().integer("", static_cast<uint64_t>(ids[i]))
+        .integer("", static_cast<uint64_t>(ids[j])).end_array();
+    else
+      for (size_t k = i; k <= j; ++k)
+        w.integer("", static_cast<uint64_t>(ids[k]));
+    i = j + 1;
+  }
+  w.end_array().end_object();
+  return json(w);
+}
+
 http_answer admin_api::checksums(const admin_call& c) {
+  if (c.by_blocks)
+    return block_checksums(c);
   auto cs = static_cast<size_t>(cfg_.cache.chunk_size);
   auto hashes = hashes_of(c);
   store_admin q;

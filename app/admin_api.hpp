@@ -39,9 +39,9 @@ class admin_api : public admin_backend {
 public:
   admin_api(caf::actor_system& sys, const config& cfg) : sys_(sys), cfg_(cfg) {}
 
-  /// The store (null: the cache server is off) and the L2 actor (null: no
-  /// L2 tier) to ask from now on.
-  void watch(store_actor store, l2_actor l2 = {});
+  /// The store (null: the cache server is off), the L2 actor (null: no
+  /// L2 tier) and the gpu-transfer actor (block-id checksums) to ask from now on.
+  void watch(store_actor store, l2_actor l2 = {}, gpu_transfer_actor gpu = {});
 
   http_answer serve(const admin_call& call) override;
 
@@ -72,6 +72,9 @@ private:
   http_answer l2_objects_list(const admin_call& call);
   std::variant<l2_deleted, http_answer> l2_objects_delete(const admin_call& call);
   http_answer checksums(const admin_call& call);
+  /// LMCache's block-id form: the engine's KV blocks, a chunk at a time
+  /// from the gpu-transfer actor, hashed here.
+  http_answer block_checksums(const admin_call& call);
 
   /// Prefetch jobs; shared with the actors that run them, which may finish
   /// after this object is gone.
@@ -94,6 +97,7 @@ private:
   std::mutex mu_;
   store_actor store_;
   l2_actor l2_;
+  gpu_transfer_actor gpu_;
 };
 
 } // namespace kvs

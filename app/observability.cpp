@@ -1,10 +1,14 @@
 #include "app/observability.hpp"
 
+#include "app/api_keys.hpp"
+
 #include "metrics/health.hpp"
 #include "log/log.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/exit_reason.hpp>
+
+#include <cstdlib>
 
 namespace kvs {
 
@@ -22,7 +26,15 @@ observability start_observability(caf::actor_system& sys, const config& cfg,
   std::string why;
   o.admin = std::make_shared<admin_api>(sys, cfg);
   auto policy = admin_api::policy_of(cfg);
-  bool open = !policy.loopback && policy.token.empty();
+  auto keys = load_api_keys(cfg.http.api_key_files, [](const char* n) { return std::getenv(n); });
+  if (!keys) {
+    // LMCache's server refuses to start on a bad key file too.
+    o.error = "http.api_key_files: " + keys.error_value().detail;
+    return o;
+  }
+  policy.api_keys = std::move(keys.value());
+  const size_t n_keys = policy.api_keys.size();
+  bool open = !policy.loopback && policy.token.empty() && n_keys == 0;
   o.server = http_server::start(cfg.http.listen, o.collector, health(), why,
                                 http_admin_options{o.admin, std::move(policy)});
   if (!o.server) {
@@ -30,6 +42,9 @@ observability start_observability(caf::actor_system& sys, const config& cfg,
   } else {
     KVS_INFO(me, "serving /metrics, /healthz, /readyz and LMCache's HTTP control plane on {} "
                  "(http.listen)", cfg.http.listen);
+    if (n_keys > 0)
+      KVS_INFO(me, "{} HTTP API key(s) accepted (http.api_key_files, LMCACHE_API_KEY...): every "
+                   "path but /, /healthcheck, /healthz and /readyz needs one", n_keys);
     if (open)
       KVS_WARN(me, "http.listen {} is not loopback and no http.admin_token (or "
                    "KVSIDECAR_ADMIN_TOKEN) is set: control-plane calls that change state "
@@ -42,7 +57,7 @@ void watch_actors(observability& o, const actor_tree& t) {
   // Liveness (/healthz) is the supervisor's: an actor that exits while
   // running stops the process (app/supervisor.hpp) after /healthz turns 503.
   if (o.admin)
-    o.admin->watch(t.store, t.l2);
+    o.admin->watch(t.store, t.l2, t.gpu);
   if (!o.collector)
     return;
   std::vector<caf::actor> all;

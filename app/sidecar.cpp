@@ -9,6 +9,7 @@
 #include "app/memory_trim.hpp"
 #include "metrics/health.hpp"
 #include "log/log.hpp"
+#include "app/coordinator_member.hpp"
 #include "app/observability.hpp"
 #include "app/signal_watcher.hpp"
 #include "app/supervisor.hpp"
@@ -318,7 +319,13 @@ int run_sidecar(const config& cfg) {
         // Thresholds of 32 MiB: well above what the idle sidecar frees and
         // reuses, well below what a flood of clients leaves behind.
         memory_trimmer trimmer{uint64_t{32} << 20, me};
+        // Joins the fleet once ready; leaves it first thing at shutdown.
+        auto member = coordinator_member::start(
+          cfg.coordinator,
+          static_cast<uint16_t>(std::stoi(cfg.http.listen.substr(cfg.http.listen.rfind(':') + 1))),
+          me);
         cause = wait_for_stop(self, sup, [&] { trimmer.tick(); });
+        member.reset();
       }
       health.ready = false;
       if (cause.down) {

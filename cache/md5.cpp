@@ -1,5 +1,6 @@
 #include "cache/md5.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -60,32 +61,53 @@ void block(uint32_t h[4], const unsigned char* p) {
 
 } // namespace
 
-std::string md5_hex(const void* data, size_t n) {
-  uint32_t h[4] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476};
+void md5_stream::update(const void* data, size_t n) {
+  if (n == 0)
+    return;
   auto* p = static_cast<const unsigned char*>(data);
-  size_t full = n / 64 * 64;
-  for (size_t i = 0; i < full; i += 64)
-    block(h, p + i);
+  total_ += n;
+  if (buffered_ > 0) {
+    size_t take = std::min(n, sizeof buf_ - buffered_);
+    std::memcpy(buf_ + buffered_, p, take);
+    buffered_ += take;
+    p += take;
+    n -= take;
+    if (buffered_ < sizeof buf_)
+      return;
+    block(h_, buf_);
+    buffered_ = 0;
+  }
+  for (; n >= 64; p += 64, n -= 64)
+    block(h_, p);
+  std::memcpy(buf_, p, n);
+  buffered_ = n;
+}
+
+std::string md5_stream::hex() {
   // The tail, the 0x80 marker, zeros, and the bit length (little-endian).
   unsigned char tail[128] = {};
-  size_t rest = n - full;
-  if (rest > 0)
-    std::memcpy(tail, p + full, rest);
-  tail[rest] = 0x80;
-  size_t tail_len = rest + 1 + 8 <= 64 ? 64 : 128;
-  uint64_t bits = static_cast<uint64_t>(n) * 8;
+  std::memcpy(tail, buf_, buffered_);
+  tail[buffered_] = 0x80;
+  size_t tail_len = buffered_ + 1 + 8 <= 64 ? 64 : 128;
+  uint64_t bits = total_ * 8;
   for (int i = 0; i < 8; ++i)
     tail[tail_len - 8 + i] = static_cast<unsigned char>(bits >> (8 * i));
   for (size_t i = 0; i < tail_len; i += 64)
-    block(h, tail + i);
+    block(h_, tail + i);
   static const char* hex = "0123456789abcdef";
   std::string out(32, '0');
   for (int i = 0; i < 16; ++i) {
-    auto byte = static_cast<unsigned char>(h[i / 4] >> (8 * (i % 4)));
+    auto byte = static_cast<unsigned char>(h_[i / 4] >> (8 * (i % 4)));
     out[i * 2] = hex[byte >> 4];
     out[i * 2 + 1] = hex[byte & 15];
   }
   return out;
+}
+
+std::string md5_hex(const void* data, size_t n) {
+  md5_stream s;
+  s.update(data, n);
+  return s.hex();
 }
 
 } // namespace kvs

@@ -230,6 +230,7 @@ expected<config> finish(const toml::table& t, loader& l) {
   read_security_section(r, l, c);
   read_l2_section(r, l, c);
   read_control_section(r, l, c);
+  read_coordinator_section(r, l, c);
   if (l.error)
     return to_error(*l.error);
   c.effective_json = effective_config_json(t);

@@ -191,6 +191,22 @@ struct http_config {
   /// http.admin_token: the bearer token of state-changing control-plane
   /// calls when `listen` is not loopback ("" = none: such calls refused).
   std::string admin_token;
+  /// http.api_key_files: LMCache 0.5.7's --api-key-file, repeatable: each
+  /// file holds one accepted API key; with LMCACHE_API_KEY(_FILE) and
+  /// LMCACHE_HTTP_API_KEY(_FILE) (app/api_keys.hpp). Any key configured:
+  /// every HTTP path but /, /healthcheck, /healthz and /readyz needs one.
+  std::vector<std::string> api_key_files;
+};
+
+/// [coordinator]: membership in an LMCache fleet coordinator (`lmcache
+/// coordinator`, lmcache.v1.mp_coordinator): register, heartbeat,
+/// re-register when it forgot us, deregister at shutdown (app/coordinator_member).
+struct coordinator_config {
+  std::string url;               ///< "http://host:port"; "" = no coordinator
+  std::string advertise_address; ///< the IP it reaches our HTTP port at; "" = the outbound one
+  std::string instance_id;       ///< "" = the coordinator assigns one
+  duration heartbeat_interval{};
+  bool event_reporting = false;  ///< CacheEventBatch reporting: not built yet (refused)
 };
 
 struct config {
@@ -201,6 +217,7 @@ struct config {
   security_config security;
   http_config http;
   l2_config l2;
+  coordinator_config coordinator;
   /// The effective configuration as JSON, secrets redacted (GET /config).
   std::string effective_json;
 };

@@ -369,5 +369,6 @@ void read_cache_section(reader& r, loader& l, config& c);   // [cache]
 void read_security_section(reader& r, loader& l, config& c); // [security]
 void read_l2_section(reader& r, loader& l, config& c);      // [l2], [l2.disk], [l2.redis]
 void read_control_section(reader& r, loader& l, config& c); // cache.quota_mode, [cache.quotas], http.admin_token
+void read_coordinator_section(reader& r, loader& l, config& c); // [coordinator]
 
 } // namespace kvs::config_detail

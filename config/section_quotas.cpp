@@ -1,5 +1,5 @@
 // The control plane's keys: cache.quota_mode, [cache.quotas] (per-tenant
-// byte limits, keyed by cache_salt) and http.admin_token.
+// byte limits, keyed by cache_salt), http.admin_token and http.api_key_files.
 #include "config/config_reader.hpp"
 
 #include "core/cache_salt.hpp"
@@ -28,6 +28,12 @@ void read_control_section(reader& r, loader& l, config& c) {
   c.http.admin_token = r.str("http.admin_token");
   if (!c.http.admin_token.empty() && c.http.admin_token.size() < 16)
     l.fail_at("http.admin_token", "expected at least 16 characters (or \"\" for none)");
+  // The files are read at start (app/api_keys.hpp), with the environment's.
+  c.http.api_key_files = r.strings("http.api_key_files", [](const std::string& s) -> status {
+    if (s.empty())
+      return make_error("config", "expected a file path, got \"\"");
+    return {};
+  });
 }
 
 } // namespace kvs::config_detail

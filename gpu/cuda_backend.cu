@@ -319,6 +319,7 @@ public:
   cudaStream_t stream = nullptr;
   std::vector<std::string> handles;  ///< IPC handles this instance holds a reference on
   uint8_t** d_plane_base = nullptr;
+  std::vector<uint8_t*> plane_base;  ///< the same table on the host (checksum reads)
   uint32_t* d_layer_group = nullptr;
   std::vector<param_lease> leases;
   std::deque<std::shared_ptr<event_pair>> ring;
@@ -375,6 +376,7 @@ public:
     std::vector<uint8_t*> planes;
     planes.reserve(layout.planes.size());
     for (const kv_plane& pl : layout.planes) planes.push_back(storage[pl.tensor] + pl.offset_bytes);
+    p.plane_base = planes;
 
     KVS_CUDA_TRY(cudaStreamCreateWithFlags(&p.stream, cudaStreamNonBlocking), "cudaStreamCreate");
     KVS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&p.d_plane_base),
@@ -475,6 +477,29 @@ public:
     pair->handle.assign(reinterpret_cast<const char*>(&out), sizeof out);
     cp->ring.push_back(pair);
     return std::unique_ptr<copy_completion>(std::make_unique<cuda_completion>(std::move(pair)));
+  }
+
+  status read_planes(opened_pools& pools, const std::vector<plane_read>& runs,
+                     uint8_t* out) override {
+    auto* cp = dynamic_cast<cuda_pools*>(&pools);
+    if (cp == nullptr) return make_error("bad_request", "pools were not opened by the CUDA backend");
+    std::lock_guard<std::mutex> lk(cp->mu);
+    if (!cp->open_) return make_error("bad_request", "pools are closed");
+    for (const plane_read& r : runs)
+      if (r.plane >= cp->plane_base.size())
+        return make_error("bad_request", "plane " + std::to_string(r.plane) + " of " +
+                                            std::to_string(cp->plane_base.size()));
+    KVS_CUDA_TRY(cudaSetDevice(cp->device), "cudaSetDevice");
+    // On the instance's stream: after the copies already submitted, so a
+    // checksum taken after a STORE's or RETRIEVE's answer sees its bytes.
+    for (const plane_read& r : runs) {
+      KVS_CUDA_TRY(cudaMemcpyAsync(out, cp->plane_base[r.plane] + r.offset, r.bytes,
+                                   cudaMemcpyDeviceToHost, cp->stream),
+                   "cudaMemcpyAsync(checksum read)");
+      out += r.bytes;
+    }
+    KVS_CUDA_TRY(cudaStreamSynchronize(cp->stream), "cudaStreamSynchronize(checksum read)");
+    return {};
   }
 
   status pin_host_memory(void* p, size_t n) override {

@@ -218,6 +218,22 @@ void copy_pages(void* arg) {
   }
 }
 
+struct read_job {
+  const std::vector<plane_read>* runs;
+  const host_pools* pools;
+  uint8_t* out;
+};
+
+/// POST /cache/checksums' reads; under run_guarded like copy_pages.
+void read_runs(void* arg) {
+  const auto* job = static_cast<const read_job*>(arg);
+  uint8_t* out = job->out;
+  for (const plane_read& r : *job->runs) {
+    std::memcpy(out, job->pools->plane_base[r.plane] + r.offset, r.bytes);
+    out += r.bytes;
+  }
+}
+
 class host_backend final : public transfer_backend {
 public:
   explicit host_backend(host_backend_options opts)
@@ -304,6 +320,24 @@ public:
                            "abandoned part-way");
     }
     return std::unique_ptr<copy_completion>(std::make_unique<host_completion>());
+  }
+
+  status read_planes(opened_pools& pools, const std::vector<plane_read>& runs,
+                     uint8_t* out) override {
+    auto* hp = dynamic_cast<host_pools*>(&pools);
+    if (hp == nullptr) return make_error("bad_request", "pools were not opened by the host backend");
+    if (!hp->is_open()) return make_error("bad_request", "pools are closed");
+    for (const plane_read& r : runs)
+      if (r.plane >= hp->plane_base.size())
+        return make_error("bad_request", "plane " + std::to_string(r.plane) + " of " +
+                                            std::to_string(hp->plane_base.size()));
+    read_job job{&runs, hp, out};
+    const guard_result g = run_guarded(hp->ranges.data(), hp->ranges.size(), &read_runs, &job);
+    if (g.faulted)
+      return make_error("shm_truncated", "shared-memory object '" + hp->maps[g.range].name +
+                                            "' no longer backs byte " + std::to_string(g.offset) +
+                                            " (it was truncated after registration)");
+    return {};
   }
 
   status pin_host_memory(void*, size_t) override { return {}; }

@@ -395,6 +395,7 @@ expected<kv_layout> detect_vllm(const std::vector<tensor_desc>& ts, const kv_lay
 
   set_geometry(l, ts.size(), nb, bs, nh, hd, block_stride, t.element_size);
   l.page_contiguous = contiguous;
+  l.heads_outer = hnd;
   l.head_stride_bytes = hs_el * t.element_size;
   l.token_stride_bytes = ts_el * t.element_size;
   auto done = finish(std::move(l), t);

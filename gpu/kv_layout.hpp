@@ -72,6 +72,9 @@ struct kv_layout {
   /// Engine page geometry: token-major contiguous (NHD) or head-major
   /// runs of head_dim placed by the two strides (HND).
   bool page_contiguous = true;
+  /// The engine tensor's page axes are [NH, BS, HD] (HND) rather than
+  /// [BS, NH, HD]: the element order LMCache's checksums hash (gpu/block_checksum).
+  bool heads_outer = false;
   uint64_t head_bytes = 0;          ///< head_dim * element size
   uint64_t head_stride_bytes = 0;   ///< engine: from one head to the next in a page
   uint64_t token_stride_bytes = 0;  ///< engine: from one token to the next (same head)

@@ -108,6 +108,14 @@ protected:
   std::string event_handle_;
 };
 
+/// A run of bytes of one K/V plane (layout.planes' index), `offset` bytes
+/// past the plane's block 0 (POST /cache/checksums: gpu/block_checksum.hpp).
+struct plane_read {
+  uint32_t plane = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
 class transfer_backend {
 public:
   virtual ~transfer_backend() = default;
@@ -124,6 +132,12 @@ public:
   /// fail part-way when the engine shrinks its memory under the copy (host:
   /// "shm_truncated"); the caller then treats every chunk as not copied.
   virtual expected<std::unique_ptr<copy_completion>> copy(const copy_request& req) = 0;
+  /// Copies each run, in order and end to end, into `out` (the runs' bytes
+  /// long): host, a memcpy from the mapping under the SIGBUS guard; CUDA,
+  /// device-to-host copies on the instance's stream (after its copies in
+  /// flight). The runs must lie inside the planes (callers check block ids).
+  virtual status read_planes(opened_pools& pools, const std::vector<plane_read>& runs,
+                             uint8_t* out) = 0;
   /// Makes [p, p+n) usable as L1 slot memory for copies (CUDA: page-locks and
   /// maps it for device access). Host backend: no-op.
   virtual status pin_host_memory(void* p, size_t n) = 0;

@@ -17,6 +17,7 @@
 #include "messages/stats_snapshot.hpp"
 #include "messages/l2_messages.hpp"
 #include "messages/admin_messages.hpp"
+#include "messages/checksum_messages.hpp"
 
 /// Gives message type `T` the next type id of the block and allows it in
 /// messages without serialization (both expand to specializations at global
@@ -103,6 +104,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   KVS_ADD_MESSAGE_TYPE(kvs::gpu_stage_taken)
   KVS_ADD_MESSAGE_TYPE(kvs::gpu_stage_copy)
   KVS_ADD_MESSAGE_TYPE(kvs::gpu_stage_give)
+  KVS_ADD_MESSAGE_TYPE(kvs::gpu_checksum_read)
+  KVS_ADD_MESSAGE_TYPE(kvs::block_checksum_chunk)
   KVS_ADD_MESSAGE_TYPE(kvs::kv_event_records)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_write)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_fetch)

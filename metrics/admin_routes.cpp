@@ -28,21 +28,45 @@ bool same_token(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+/// The admin token or one of the API keys (each compared in full, so the
+/// time taken does not tell which came close).
+bool known_key(std::string_view t, const admin_policy& p) {
+  bool ok = !p.token.empty() && same_token(t, p.token);
+  for (auto& k : p.api_keys)
+    ok |= same_token(t, k);
+  return ok;
+}
+
 /// nullopt when the request may change state; else the 401.
 std::optional<http_answer> check_token(std::string_view auth, const admin_policy& p) {
   if (p.loopback)
     return std::nullopt;
-  if (p.token.empty())
+  if (p.token.empty() && p.api_keys.empty())
     return admin_error(401, "this call changes state and the HTTP listener is not loopback: "
-                            "set http.admin_token (or KVSIDECAR_ADMIN_TOKEN) and send "
-                            "'Authorization: Bearer <token>'");
+                            "set http.admin_token (or KVSIDECAR_ADMIN_TOKEN) or an API key "
+                            "(http.api_key_files) and send 'Authorization: Bearer <token>'");
   constexpr std::string_view scheme = "Bearer ";
   if (auth.size() <= scheme.size() || auth.substr(0, scheme.size()) != scheme)
     return admin_error(401, "this call changes state: send 'Authorization: Bearer <token>' "
-                            "(http.admin_token)");
-  if (!same_token(auth.substr(scheme.size()), p.token))
-    return admin_error(401, "wrong bearer token (http.admin_token)");
+                            "(http.admin_token or an API key)");
+  if (!known_key(auth.substr(scheme.size()), p))
+    return admin_error(401, "wrong bearer token (http.admin_token or an API key)");
   return std::nullopt;
+}
+
+/// LMCache's bearer_token(): "<scheme> <token>", the scheme any case.
+std::string_view bearer_token(std::string_view auth) {
+  auto space = auth.find(' ');
+  if (space == std::string_view::npos || space + 1 == auth.size())
+    return {};
+  auto scheme = auth.substr(0, space);
+  constexpr std::string_view bearer = "bearer";
+  if (scheme.size() != bearer.size())
+    return {};
+  for (size_t i = 0; i < bearer.size(); ++i)
+    if ((scheme[i] | 0x20) != bearer[i])
+      return {};
+  return auth.substr(space + 1);
 }
 
 /// What kvsidecar answers for LMCache routes it does not serve.
@@ -159,11 +183,6 @@ admin_route token_request(std::string_view body, admin_op op,
   o = parse_json_object(body);
   if (!o.error.empty())
     return bad_body(o.error);
-  if (op == admin_op::checksums && (o.get("block_ids") || o.get("instance_id")))
-    return admin_error(501, "checksums of GPU KV blocks (block_ids) need the engine's tensors, "
-                            "which kvsidecar does not read: send {\"model_name\", "
-                            "\"world_size\", \"token_ids\", \"cache_salt\", \"kv_rank\"} "
-                            "for MD5s of the L1 chunks those tokens stored");
   if (auto bad = unknown_field(o, known))
     return *bad;
   admin_call c;
@@ -416,10 +435,61 @@ admin_route route_objects_delete(std::string_view body) {
   return c;
 }
 
-/// POST /cache/checksums. LMCache's body names GPU block ids, which
-/// kvsidecar cannot read; ours names chunks by their tokens, as a prefetch
-/// does, plus the kv_rank (0) whose chunks to hash.
+/// An integer member in [lo, hi], or the 422 naming it.
+std::optional<http_answer> int_member(const json_object& o, const char* name, int64_t lo,
+                                      int64_t hi, int64_t& out) {
+  auto v = o.get(name);
+  if (!v)
+    return std::nullopt;
+  if (v->k != json_value::kind::number || v->n != static_cast<double>(static_cast<int64_t>(v->n))
+      || v->n < static_cast<double>(lo) || v->n > static_cast<double>(hi))
+    return admin_error(422, std::string{name} + " must be an integer in " + std::to_string(lo)
+                              + ".." + std::to_string(hi));
+  out = static_cast<int64_t>(v->n);
+  return std::nullopt;
+}
+
+/// LMCache's ChecksumRequest: {"block_ids", "chunk_size" (blocks per
+/// chunk), "instance_id", "layerwise"}, each defaulted as LMCache's
+/// dataclass defaults them; the emptiness and positivity checks are the
+/// backend's (LMCache makes them after looking up the instance).
+admin_route route_block_checksums(const json_object& o) {
+  if (auto bad = unknown_field(o, {"block_ids", "chunk_size", "instance_id", "layerwise"}))
+    return *bad;
+  admin_call c;
+  c.op = admin_op::checksums;
+  c.by_blocks = true;
+  if (auto b = o.get("block_ids")) {
+    if (b->k != json_value::kind::int_array)
+      return admin_error(422, "block_ids must be an array of integers");
+    c.block_ids = b->ints;
+  }
+  constexpr int64_t big = int64_t{1} << 53;
+  if (auto bad = int_member(o, "chunk_size", -big, big, c.chunk_blocks))
+    return *bad;
+  if (auto bad = int_member(o, "instance_id", -big, big, c.instance_id))
+    return *bad;
+  if (auto l = o.get("layerwise")) {
+    if (l->k != json_value::kind::boolean)
+      return admin_error(422, "layerwise must be true or false");
+    c.layerwise = l->b;
+  }
+  return c;
+}
+
+/// POST /cache/checksums. LMCache's body names the engine's KV blocks of a
+/// registered instance (route_block_checksums). kvsidecar also takes one
+/// naming L1 chunks by their tokens, as a prefetch does, plus the kv_rank
+/// (0) whose chunks to hash; a body with none of LMCache's members is that.
 admin_route route_checksums(std::string_view body) {
+  {
+    auto o = parse_json_object(body);
+    if (!o.error.empty())
+      return bad_body(o.error);
+    for (auto name : {"block_ids", "chunk_size", "instance_id", "layerwise"})
+      if (o.get(name))
+        return route_block_checksums(o);
+  }
   json_object o;
   auto r = token_request(body, admin_op::checksums,
                          {"model_name", "world_size", "token_ids", "cache_salt", "kv_rank"}, o);
@@ -437,6 +507,21 @@ admin_route route_checksums(std::string_view body) {
 }
 
 } // namespace
+
+bool public_path(std::string_view path) {
+  return path == "/" || path == "/healthcheck" || path == "/healthz" || path == "/readyz";
+}
+
+std::optional<http_answer> check_api_key(std::string_view path, std::string_view authorization,
+                                         std::string_view api_key, const admin_policy& p) {
+  if (p.api_keys.empty() || public_path(path))
+    return std::nullopt;
+  // Either header may carry it; either valid one suffices (LMCache's middleware).
+  auto bearer = bearer_token(authorization);
+  if ((!bearer.empty() && known_key(bearer, p)) || (!api_key.empty() && known_key(api_key, p)))
+    return std::nullopt;
+  return detail(401, "Invalid or missing API key");
+}
 
 http_answer admin_error(int status, std::string_view why) {
   json_writer w;

@@ -15,11 +15,15 @@
 // Authorization: when the listener is not loopback, every request that is
 // not GET or HEAD (clear, quota changes, deletes, prefetches, metrics
 // reset: everything that changes state) needs "Authorization: Bearer
-// <http.admin_token>"; without a configured token such calls are refused.
+// <http.admin_token>" (or one of the API keys); without a configured token
+// or key such calls are refused. With API keys configured (LMCache 0.5.7's
+// --api-key-file), every path but the public ones needs a key first
+// (check_api_key, which the HTTP server applies to /metrics as well).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -52,7 +56,8 @@ enum class admin_op {
   prefetch_status, ///< GET /cache/prefetches/{request_id}
   objects_list,    ///< GET /cache/objects (an L2 adapter's objects, or L1's chunks, paged)
   objects_delete,  ///< DELETE /cache/objects (L2 by LMCache's keys; L1 by keys or filter)
-  checksums,       ///< POST /cache/checksums (by token ids: MD5 of each L1 chunk)
+  checksums,       ///< POST /cache/checksums (by block ids: the engine's KV blocks, as
+                   ///< LMCache; or by token ids: MD5 of each L1 chunk)
 };
 
 /// GET /cache/objects' page size: default, and the most one page holds.
@@ -90,6 +95,13 @@ struct admin_call {
   uint32_t page_size = objects_default_page; ///< objects_list
   uint64_t cursor = 0;                       ///< objects_list: page_token
   int64_t kv_rank = 0;                       ///< checksums: whose chunks
+  /// checksums in LMCache's block-id form: the registered instance, its
+  /// block ids, blocks per chunk, and one digest per layer or per chunk.
+  bool by_blocks = false;
+  std::vector<int64_t> block_ids;
+  int64_t chunk_blocks = 0;
+  int64_t instance_id = 0;
+  bool layerwise = false;
   /// objects_delete by key (LMCache's body) instead of by filter.
   bool by_keys = false;
   std::vector<admin_object_key> keys;
@@ -100,7 +112,22 @@ struct admin_policy {
   bool loopback = true;
   /// http.admin_token (or KVSIDECAR_ADMIN_TOKEN); "" = none configured.
   std::string token;
+  /// LMCache 0.5.7's API keys (http.api_key_files, LMCACHE_API_KEY...:
+  /// app/api_keys.hpp). Any: every path but the public ones needs one of
+  /// them (or the admin token), as a bearer token or X-LMCache-API-Key; a
+  /// key also opens the state changes the admin token opens.
+  std::vector<std::string> api_keys;
 };
+
+/// Paths open without a key when API keys are configured: LMCache's
+/// public ones (/, /healthcheck) and kvsidecar's probes (/healthz, /readyz).
+bool public_path(std::string_view path);
+
+/// nullopt when the request may proceed; else LMCache's 401
+/// ({"detail": "Invalid or missing API key"}). Every path, /metrics
+/// included, when `policy` has API keys; nothing is asked otherwise.
+std::optional<http_answer> check_api_key(std::string_view path, std::string_view authorization,
+                                         std::string_view api_key, const admin_policy& policy);
 
 /// A call for the backend, or the answer already.
 using admin_route = std::variant<admin_call, http_answer>;

@@ -101,6 +101,8 @@ bool read_fields(std::string_view fields, http_head& h) {
       return false;
     } else if (iequals(name, "authorization")) {
       h.authorization = value;
+    } else if (iequals(name, "x-lmcache-api-key")) {
+      h.api_key = value;
     }
   }
   return true;

@@ -26,6 +26,7 @@ struct http_head {
   std::string_view path;   ///< "/metrics" (the target up to '?')
   std::string_view query;  ///< what follows '?' ("" if none)
   std::string_view authorization; ///< the Authorization field's value ("" if none)
+  std::string_view api_key;       ///< the X-LMCache-API-Key field's value ("" if none)
   size_t content_length = 0;      ///< body bytes after the head
   size_t head_size = 0;           ///< bytes of the head, blank line included
   int status = 0;          ///< 400 or 431 when bad

@@ -104,7 +104,7 @@ struct http_server::connection {
   /// the head's parts (copied: `in` grows while the body arrives).
   size_t need = 0;
   size_t head_size = 0;
-  std::string method, path, query, authorization;
+  std::string method, path, query, authorization, api_key;
   std::string out; ///< the answer
   size_t written = 0;
   size_t drained = 0;
@@ -312,7 +312,7 @@ void http_server::on_readable(connection& c) {
       if (c.in.size() < c.need)
         continue;
       route(c, c.method, c.path, c.query, std::string_view{c.in}.substr(c.head_size),
-            c.authorization);
+            c.authorization, c.api_key);
       return;
     }
     bool first = c.in.empty();
@@ -346,25 +346,38 @@ void http_server::on_readable(connection& c) {
       c.path = std::string{h.path};
       c.query = std::string{h.query};
       c.authorization = std::string{h.authorization};
+      c.api_key = std::string{h.api_key};
       c.head_size = h.head_size;
       c.need = h.head_size + h.content_length;
       if (c.in.size() >= c.need) {
         c.in.resize(c.need);
         route(c, c.method, c.path, c.query, std::string_view{c.in}.substr(c.head_size),
-              c.authorization);
+              c.authorization, c.api_key);
         return;
       }
       continue;
     }
-    route(c, h.method, h.path, h.query, {}, h.authorization);
+    route(c, h.method, h.path, h.query, {}, h.authorization, h.api_key);
     return;
   }
 }
 
 void http_server::route(connection& c, std::string_view method, std::string_view path,
                         std::string_view query, std::string_view body,
-                        std::string_view authorization) {
+                        std::string_view authorization, std::string_view api_key) {
   c.head = method == "HEAD";
+  // API keys (LMCache 0.5.7): before anything else, /metrics included.
+  if (auto deny = check_api_key(path, authorization, api_key, admin_.policy)) {
+    respond(c, *deny);
+    return;
+  }
+  // LMCache takes the key in either header: X-LMCache-API-Key alone opens
+  // what a bearer key opens (the state changes off loopback included).
+  std::string key_as_bearer;
+  if (authorization.empty() && !api_key.empty()) {
+    key_as_bearer = "Bearer " + std::string{api_key};
+    authorization = key_as_bearer;
+  }
   bool known = path == "/metrics" || path == "/healthz" || path == "/readyz";
   if (!known && admin_.backend) {
     auto r = route_admin(method, path, query, body, authorization, admin_.policy);
@@ -430,6 +443,7 @@ void http_server::respond(connection& c, int status, const char* reason, const c
       answered_[i].fetch_add(1, std::memory_order_relaxed);
   c.out = "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Type: " + type
           + "\r\nContent-Length: " + std::to_string(body.size())
+          + (status == 401 ? "\r\nWWW-Authenticate: Bearer" : "")
           + "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";
   if (!c.head)
     c.out += body;

@@ -121,7 +121,8 @@ private:
   void on_readable(connection& c);
   void on_writable(connection& c);
   void route(connection& c, std::string_view method, std::string_view path,
-             std::string_view query, std::string_view body, std::string_view authorization);
+             std::string_view query, std::string_view body, std::string_view authorization,
+             std::string_view api_key);
   void respond(connection& c, int status, const char* reason, const char* type,
                const std::string& body);
   void respond(connection& c, const http_answer& a);

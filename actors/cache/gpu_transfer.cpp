@@ -2,6 +2,7 @@
 
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
+#include "gpu/block_checksum.hpp"
 #include "gpu/kv_layout.hpp"
 
 namespace kvs {
@@ -125,6 +126,22 @@ caf::result<gpu_status_reply> on_open(self_ptr self, gpu_open& op) {
   st.instances[op.instance_id] = {std::move(opened.value()), op.engine};
   KVS_INFO(st.label, "opened {} tensors of instance {}", op.tensors->size(), op.instance_id);
   return gpu_status_reply{};
+}
+
+/// One chunk of a block-id checksum: read here, where the pools are (and,
+/// for CUDA, on their stream after the copies before it); hashed by the
+/// HTTP side. Engine-driven instances have no registered KV to read:
+/// LMCache answers 404 for them too.
+block_checksum_chunk on_checksum_read(self_ptr self, const gpu_checksum_read& r) {
+  auto& st = self->state;
+  auto i = st.instances.find(r.instance_id);
+  if (i == st.instances.end() || !i->second.pools) {
+    block_checksum_chunk none;
+    none.status = 404;
+    none.error = "instance_id " + std::to_string(r.instance_id) + " not registered";
+    return none;
+  }
+  return read_checksum_chunk(*st.p.backend, *i->second.pools, r.query);
 }
 
 void on_close(self_ptr self, gpu_close& c) {
@@ -394,6 +411,7 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
     [self](gpu_stage_take& t) -> caf::result<gpu_stage_taken> { return on_stage_take(self, t); },
     [self](gpu_stage_copy& cp) -> caf::result<gpu_copy_done> { return on_stage_copy(self, cp); },
     [self](gpu_stage_give& g) { on_stage_give(self, g); },
+    [self](const gpu_checksum_read& r) { return on_checksum_read(self, r); },
     [self](gpu_await& a) -> caf::result<gpu_copy_done> { return on_await(self, a); },
     [self](poll_atom) { on_poll(self); },
     [self](drain_atom) -> caf::result<uint64_t> { return on_drain(self); },

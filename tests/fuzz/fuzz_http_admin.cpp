@@ -59,8 +59,11 @@ void check_route(std::string_view method, std::string_view path, std::string_vie
   if ((c.op == kvs::admin_op::objects_list || c.op == kvs::admin_op::objects_delete)
       && c.tier == "l1" && !c.adapter.empty())
     KVS_FUZZ_FAIL(); // an adapter is L2's
-  if (c.op == kvs::admin_op::checksums && (c.kv_rank < 0 || c.kv_rank >= c.world_size))
+  if (c.op == kvs::admin_op::checksums && !c.by_blocks
+      && (c.kv_rank < 0 || c.kv_rank >= c.world_size))
     KVS_FUZZ_FAIL();
+  if (c.op == kvs::admin_op::checksums && c.by_blocks && !c.tokens.empty())
+    KVS_FUZZ_FAIL(); // the block-id form names no tokens
 }
 
 } // namespace
@@ -79,13 +82,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (h.head_size == 0 || h.head_size > in.size())
       KVS_FUZZ_FAIL();
     auto body = in.substr(h.head_size, h.content_length);
-    for (const auto& p : {kvs::admin_policy{true, ""}, kvs::admin_policy{false, "0123456789abcdef"}})
+    for (const auto& p : {kvs::admin_policy{true, "", {}}, kvs::admin_policy{false, "0123456789abcdef", {}}})
       check_route(h.method, h.path, body, h.authorization, p, h.query);
   }
   // 3. The bytes as a path under /quota/ and as a body of each body route.
   std::string path = "/quota/";
   path.append(in.substr(0, 300));
-  kvs::admin_policy local{true, ""};
+  kvs::admin_policy local{true, "", {}};
   for (auto m : {"GET", "PUT", "DELETE"})
     check_route(m, path, in, {}, local);
   check_route("POST", "/cache/clear", in, {}, local);

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 
 using namespace kvs;
@@ -26,4 +27,20 @@ TEST_CASE("md5_hex matches RFC 1321's test suite") {
   CHECK(md5(std::string(64, 'x')) == "c1bb4f81d892b2d57947682aeb252456");
   CHECK(md5(std::string(65, 'x')) == "1bc932052302d074bdec39795fe00cf6");
   CHECK(md5(std::string(128, 'x')) == "d69cb61a6ee87200676eb0d4b90edbcb");
+}
+
+TEST_CASE("md5_stream: any split of the bytes gives md5_hex's digest") {
+  std::string data;
+  for (int i = 0; i < 1000; ++i)
+    data.push_back(static_cast<char>(i * 37 + (i >> 3)));
+  const std::string whole = md5_hex(data.data(), data.size());
+  for (size_t piece : {1u, 3u, 63u, 64u, 65u, 200u, 999u, 1000u}) {
+    md5_stream s;
+    for (size_t at = 0; at < data.size(); at += piece)
+      s.update(data.data() + at, std::min(piece, data.size() - at));
+    CHECK_MESSAGE(s.hex() == whole, piece);
+  }
+  md5_stream empty;
+  empty.update(nullptr, 0);
+  CHECK(empty.hex() == "d41d8cd98f00b204e9800998ecf8427e");
 }

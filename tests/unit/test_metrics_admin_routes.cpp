@@ -11,7 +11,7 @@ using namespace kvs;
 namespace {
 
 const admin_policy loopback{};
-const admin_policy exposed{false, "0123456789abcdef"};
+const admin_policy exposed{false, "0123456789abcdef", {}};
 
 admin_call call(std::string_view method, std::string_view path, std::string_view body = {},
                 const admin_policy& p = loopback, std::string_view auth = {}) {
@@ -292,7 +292,7 @@ TEST_CASE("DELETE /cache/objects: L2 by LMCache's keys by default; L1 by keys or
           .status == 401);
 }
 
-TEST_CASE("POST /cache/checksums: chunks by token ids; GPU block ids answered 501") {
+TEST_CASE("POST /cache/checksums: chunks by token ids, or LMCache's engine block ids") {
   auto c = call("POST", "/cache/checksums",
                 R"({"model_name": "m", "world_size": 2, "token_ids": [1, 2], "cache_salt": "t",
                     "kv_rank": 1})");
@@ -303,9 +303,33 @@ TEST_CASE("POST /cache/checksums: chunks by token ids; GPU block ids answered 50
   CHECK(c.tokens == std::vector<int64_t>{1, 2});
   CHECK(call("POST", "/cache/checksums", R"({"model_name": "m", "world_size": 1,
                                              "token_ids": []})").kv_rank == 0);
-  auto gpu = answer("POST", "/cache/checksums", R"({"block_ids": [1, 2], "chunk_size": 16})");
-  CHECK(gpu.status == 501);
-  CHECK(gpu.body.find("token_ids") != std::string::npos);
+  // LMCache's ChecksumRequest, as `lmcache bench server` sends it.
+  auto b = call("POST", "/cache/checksums",
+                R"({"block_ids": [4, 5, 6, 9], "chunk_size": 2, "instance_id": 7,
+                    "layerwise": true})");
+  CHECK(b.op == admin_op::checksums);
+  CHECK(b.by_blocks);
+  CHECK(b.block_ids == std::vector<int64_t>{4, 5, 6, 9});
+  CHECK(b.chunk_blocks == 2);
+  CHECK(b.instance_id == 7);
+  CHECK(b.layerwise);
+  CHECK_FALSE(c.by_blocks);
+  // Its dataclass defaults: emptiness and chunk_size are judged after the
+  // instance lookup (the backend's, as LMCache orders them).
+  auto d = call("POST", "/cache/checksums", R"({"instance_id": 3})");
+  CHECK(d.by_blocks);
+  CHECK(d.block_ids.empty());
+  CHECK(d.chunk_blocks == 0);
+  CHECK_FALSE(d.layerwise);
+  // The body reader takes arrays of integers only: anything else there is a 400.
+  CHECK(answer("POST", "/cache/checksums", R"({"block_ids": [1, 2.5], "chunk_size": 1})")
+          .status == 400);
+  for (auto bad : {R"({"block_ids": "1", "chunk_size": 1})",
+                   R"({"block_ids": [1], "chunk_size": 1.5})",
+                   R"({"block_ids": [1], "chunk_size": 1, "instance_id": "a"})",
+                   R"({"block_ids": [1], "chunk_size": 1, "layerwise": 1})",
+                   R"({"block_ids": [1], "chunk_size": 1, "token_ids": [1]})"})
+    CHECK_MESSAGE(answer("POST", "/cache/checksums", bad).status == 422, std::string{bad});
   for (auto bad : {R"({"model_name": "m", "world_size": 2, "token_ids": [1], "kv_rank": 2})",
                    R"({"model_name": "m", "world_size": 1, "token_ids": [1], "kv_rank": -1})",
                    R"({"model_name": "m", "world_size": 1, "token_ids": [1], "kv_rank": 0.5})",
@@ -331,10 +355,57 @@ TEST_CASE("off loopback, state changes need the bearer token; reads stay open") 
   CHECK(call("POST", "/cache/clear", {}, exposed, "Bearer 0123456789abcdef").op
         == admin_op::cache_clear);
   // No token configured and not loopback: every state change is refused.
-  admin_policy open{false, ""};
+  admin_policy open{false, "", {}};
   auto a = answer("POST", "/cache/clear", {}, open, "Bearer ");
   CHECK(a.status == 401);
   CHECK(a.body.find("http.admin_token") != std::string::npos);
+}
+
+TEST_CASE("API keys (LMCache 0.5.7): every path but the public ones needs one, reads included") {
+  admin_policy keyed{true, "", {"old-key-0123456789", "new-key-0123456789"}};
+  auto denied = [&](std::string_view path, std::string_view auth, std::string_view key = {}) {
+    return check_api_key(path, auth, key, keyed).has_value();
+  };
+  // Public: LMCache's / and /healthcheck, and kvsidecar's probes.
+  for (auto path : {"/", "/healthcheck", "/healthz", "/readyz"}) {
+    CHECK(public_path(path));
+    CHECK_FALSE(denied(path, ""));
+  }
+  for (auto path : {"/status", "/config", "/quota", "/cache/objects", "/metrics", "/cache/clear",
+                    "/version", "/nope", "/healthcheck/", "/HEALTHCHECK"}) {
+    CHECK_MESSAGE(denied(path, ""), std::string{path});
+    auto a = check_api_key(path, "Bearer wrong", {}, keyed);
+    REQUIRE(a);
+    CHECK(a->status == 401);
+    CHECK(a->body == R"({"detail":"Invalid or missing API key"})");
+  }
+  // Both keys at once (rotation); the scheme in any case; the other header.
+  CHECK_FALSE(denied("/status", "Bearer old-key-0123456789"));
+  CHECK_FALSE(denied("/status", "Bearer new-key-0123456789"));
+  CHECK_FALSE(denied("/status", "bEaReR new-key-0123456789"));
+  CHECK_FALSE(denied("/metrics", "", "old-key-0123456789"));
+  CHECK_FALSE(denied("/metrics", "Bearer wrong", "old-key-0123456789")); // either suffices
+  CHECK(denied("/status", "Bearer old-key-012345678"));                  // a prefix is not it
+  CHECK(denied("/status", "Bearer old-key-01234567890"));
+  CHECK(denied("/status", "old-key-0123456789"));                        // no scheme
+  CHECK(denied("/status", "Basic old-key-0123456789"));
+  CHECK(denied("/status", "Bearer "));
+  CHECK(denied("/status", "", "Bearer old-key-0123456789"));             // the header is the bare key
+  // No keys: nothing is asked (the loopback default and admin_token rules as before).
+  CHECK_FALSE(check_api_key("/status", "", "", loopback));
+  CHECK_FALSE(check_api_key("/metrics", "", "", exposed));
+  // The admin token is accepted as a key too.
+  admin_policy both{false, "0123456789abcdef", {"a-key-0123456789"}};
+  CHECK_FALSE(check_api_key("/status", "Bearer 0123456789abcdef", "", both));
+  // Off loopback a key also opens the state changes; without any token or key they stay shut.
+  CHECK(call("POST", "/cache/clear", {}, both, "Bearer a-key-0123456789").op
+        == admin_op::cache_clear);
+  CHECK(call("POST", "/cache/clear", {}, both, "Bearer 0123456789abcdef").op
+        == admin_op::cache_clear);
+  CHECK(answer("POST", "/cache/clear", {}, both, "Bearer a-key-012345678").status == 401);
+  admin_policy keys_only{false, "", {"a-key-0123456789"}};
+  CHECK(call("PUT", "/quota/t", R"({"limit_gb": 1})", keys_only, "Bearer a-key-0123456789").op
+        == admin_op::quota_set);
 }
 
 TEST_CASE("parse_json_object reads flat objects and names what is wrong") {

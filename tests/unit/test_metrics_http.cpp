@@ -538,7 +538,7 @@ TEST_CASE("server: control-plane calls get their body, off the loop thread") {
 }
 
 TEST_CASE("server: off loopback a state change without the bearer token is 401") {
-  admin_served a{admin_policy{false, "0123456789abcdef"}};
+  admin_served a{admin_policy{false, "0123456789abcdef", {}}};
   auto& backend = a.backend;
   int port = a.port;
   auto refused = exchange(dial(port), "POST /cache/clear HTTP/1.1\r\n\r\n");

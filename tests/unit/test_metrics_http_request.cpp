@@ -28,6 +28,17 @@ TEST_CASE("http head: request line and headers, CRLF or bare LF, query cut off")
   CHECK(h.method == "POST");
 }
 
+TEST_CASE("http head: Authorization and X-LMCache-API-Key are kept, names in any case") {
+  auto h = parse_http_head("GET /status HTTP/1.1\r\nauthorization: Bearer k1\r\n"
+                           "X-LMCACHE-API-KEY: k2\r\n\r\n", max_head);
+  REQUIRE(h.st == st::complete);
+  CHECK(h.authorization == "Bearer k1");
+  CHECK(h.api_key == "k2");
+  h = parse_http_head("GET /status HTTP/1.1\r\n\r\n", max_head);
+  CHECK(h.authorization.empty());
+  CHECK(h.api_key.empty());
+}
+
 TEST_CASE("http head: incomplete until the blank line, byte by byte") {
   std::string req = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
   for (size_t n = 0; n < req.size(); ++n)
