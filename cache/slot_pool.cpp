@@ -138,6 +138,8 @@ slot_id slot_pool::alloc(size_t bytes) {
     slots_.emplace_back();
   }
   slots_[s] = slot_rec{off, stride, bytes, true};
+  if (off + stride > high_water_.load(std::memory_order_relaxed))
+    high_water_.store(off + stride, std::memory_order_relaxed);
   ++used_count_;
   bytes_used_ += stride;
   return s;
