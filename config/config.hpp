@@ -92,7 +92,7 @@ struct cache_config {
   std::string endpoint;
   int64_t chunk_size = 0;
   uint64_t l1_size = 0;
-  l1_prefault_mode l1_prefault = l1_prefault_mode::ahead;
+  l1_prefault_mode l1_prefault = l1_prefault_mode::background;
   uint64_t l1_prefault_ahead = 0; ///< cache.l1_prefault_ahead: the "ahead" window
   double evict_high = 0;
   double evict_low = 0;

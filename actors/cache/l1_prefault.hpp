@@ -1,8 +1,8 @@
 // l1_prefault — faults the L1 pool's pages in ahead of the stores that will
-// write them (cache.l1_prefault = "ahead", the default, or "background"), so
+// write them (cache.l1_prefault = "background", the default, or "ahead"), so
 // a store into L1 never used before does not pay a page fault per 4 KiB
-// (LMCache pre-faults its L1 at start; a store into never-touched L1 was
-// 13x slower, 240 ms instead of 18 ms for 256 MiB: BENCHMARKS.md,
+// (LMCache pre-faults its L1 at start; a store of 256 MiB into never-touched
+// L1 took 1,373 ms instead of 67 ms in a Firecracker VM: BENCHMARKS.md,
 // "lmcache bench server").
 //
 // "background": the whole mapping, from start. "ahead": only up to

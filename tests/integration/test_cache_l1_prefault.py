@@ -1,14 +1,15 @@
 """cache.l1_prefault: when the L1 pool's pages are faulted in.
 
-"ahead" (the default): the l1_prefault actor keeps cache.l1_prefault_ahead
-bytes past the highest slot handed out resident — that much right after
-start, and the window follows the stores, so RSS grows with use and stays
-below l1_size while the cache is not full of it.
-"background": the l1_prefault actor faults the whole pool in after start, at
-nice 19, logs `L1 faulted in: N MiB in S s`, and the process's RSS then
-covers L1 — while the cache keeps serving: a prompt stored during or after
-the prefault comes back byte for byte. "start": the pool is resident before
-the sidecar says ready. "off" (the default): RSS stays far below l1_size.
+"background" (the default): the l1_prefault actor faults the whole pool in
+after start, at nice 19, logs `L1 faulted in: N MiB in S s`, and the
+process's RSS then covers L1 while the cache serves: a prompt stored after
+the prefault comes back byte for byte.
+"ahead": the l1_prefault actor keeps cache.l1_prefault_ahead bytes past the
+highest slot handed out resident — that much right after start, and the
+window follows the stores, so RSS grows with use and stays below l1_size
+while the cache is not full of it.
+"start": the pool is resident before the sidecar says ready. "off": RSS
+stays far below l1_size.
 
 Run: KVSIDECAR_BIN=<build>/kvsidecar python3 -m pytest -q tests/integration/test_cache_l1_prefault.py
 """
@@ -73,12 +74,11 @@ def store_and_fetch(f: SeedFlow, salt: int) -> None:
     f.drain()
 
 
-def test_ahead_default_keeps_a_window_resident_that_follows_the_stores(cache_server, kv_pools):
+def test_ahead_keeps_a_window_resident_that_follows_the_stores(cache_server, kv_pools):
     off = cache_server(overrides={"cache.l1_size": f"{L1_MIB}MiB", "cache.l1_prefault": "off"})
     base = rss_anon_mib(off.sidecar.proc.pid)  # the process without L1
     off.sidecar.stop(signal.SIGTERM, timeout=5.0, expect=0)
-    # cache.l1_prefault left at its default
-    srv = cache_server(overrides={"cache.l1_size": f"{L1_MIB}MiB",
+    srv = cache_server(overrides={"cache.l1_size": f"{L1_MIB}MiB", "cache.l1_prefault": "ahead",
                                   "cache.l1_prefault_ahead": "64MiB"})
     pid = srv.sidecar.proc.pid
     srv.sidecar.wait_log(r"l1_prefault#\d+ L1 resident ahead of use: 64 MiB in [\d.]+ s",
@@ -112,8 +112,7 @@ def test_ahead_default_keeps_a_window_resident_that_follows_the_stores(cache_ser
 
 
 def test_background_prefault_makes_l1_resident_while_serving(cache_server, kv_pools):
-    srv = cache_server(overrides={"cache.l1_size": f"{L1_MIB}MiB",
-                                  "cache.l1_prefault": "background"})
+    srv = cache_server(overrides={"cache.l1_size": f"{L1_MIB}MiB"})  # the default
     pid = srv.sidecar.proc.pid
     f = engine(srv, kv_pools)
     store_and_fetch(f, salt=1)  # served while (or after) the pages fault in

@@ -69,7 +69,7 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.cache.endpoint == "tcp://127.0.0.1:5555");
   CHECK(c.cache.chunk_size == 256);
   CHECK(c.cache.l1_size == (uint64_t{4} << 30));
-  CHECK(c.cache.l1_prefault == l1_prefault_mode::ahead);
+  CHECK(c.cache.l1_prefault == l1_prefault_mode::background);
   CHECK(c.cache.l1_prefault_ahead == (uint64_t{1} << 30));
   CHECK(c.cache.evict_high == doctest::Approx(0.9));
   CHECK(c.cache.evict_low == doctest::Approx(0.8));
@@ -151,6 +151,7 @@ TEST_CASE("enums, ranges and cross-key rules") {
   CHECK(ok("[cache]\nl1_prefault = \"background\"\n").cache.l1_prefault
         == l1_prefault_mode::background);
   CHECK(ok("[cache]\nl1_prefault = \"off\"\n").cache.l1_prefault == l1_prefault_mode::off);
+  CHECK(ok("[cache]\nl1_prefault = \"ahead\"\n").cache.l1_prefault == l1_prefault_mode::ahead);
   CHECK(ok("[cache]\nl1_prefault_ahead = \"256MiB\"\n").cache.l1_prefault_ahead
         == (uint64_t{256} << 20));
   CHECK(error_of("[cache]\nl1_prefault_ahead = \"1KiB\"\n").key == "cache.l1_prefault_ahead");
