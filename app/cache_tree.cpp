@@ -126,6 +126,12 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
     return out;
   }
   sp.l2 = std::move(*l2);
+  if (c.l1_prefault == l1_prefault_mode::background || c.l1_prefault == l1_prefault_mode::ahead) {
+    // Spawned first so the store can nudge it; the store links to it.
+    l1_prefault_params pp{pool, c.l1_prefault == l1_prefault_mode::ahead
+                                  ? static_cast<size_t>(c.l1_prefault_ahead) : 0};
+    sp.l1_prefault = sys.spawn<caf::detached>(l1_prefault, std::move(pp));
+  }
   auto st = sys.spawn(store, sp);
   out.store = st;
   out.l2 = sp.l2.actor;
@@ -136,8 +142,6 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
     if (sp.l2.actor)
       caf::anon_send(events, cleared_atom_v, caf::actor_cast<caf::actor>(sp.l2.actor));
   }
-  if (c.l1_prefault == l1_prefault_mode::background)
-    sys.spawn<caf::detached>(l1_prefault, pool, st); // linked to the store: ends with it
 
   registry_params rp;
   rp.chunk_size = c.chunk_size;

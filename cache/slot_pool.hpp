@@ -19,6 +19,7 @@
 
 #include "core/error.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -100,6 +101,13 @@ public:
   /// "mmap" when the kernel refuses (ENOMEM: the memory is not there).
   status prefault(size_t offset, size_t len) const;
 
+  /// End of the highest slot ever handed out: every byte at or past it has
+  /// never been written through a slot, every new slot that is not a reused
+  /// hole starts at or below it (best fit carves the start of a run). The
+  /// fault-ahead (actors/cache/l1_prefault.hpp) keeps [high_water,
+  /// high_water + its window) resident; readable from any thread.
+  size_t high_water() const { return high_water_.load(std::memory_order_relaxed); }
+
   /// The capacity asked for (what fill fractions are relative to); slots
   /// are carved from [0, capacity rounded down to slot_align).
   size_t capacity_bytes() const { return capacity_; }
@@ -126,6 +134,7 @@ private:
   std::set<std::pair<size_t, size_t>> by_len_;  // (length, offset): best fit
   size_t used_count_ = 0;
   size_t bytes_used_ = 0;
+  std::atomic<size_t> high_water_{0}; // written by the owner, read by the prefault thread
 };
 
 } // namespace kvs

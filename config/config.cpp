@@ -185,6 +185,7 @@ const char* to_string(l1_prefault_mode p) {
     case l1_prefault_mode::off: return "off";
     case l1_prefault_mode::start: return "start";
     case l1_prefault_mode::background: return "background";
+    case l1_prefault_mode::ahead: return "ahead";
   }
   return "?";
 }

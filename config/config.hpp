@@ -80,9 +80,11 @@ struct events_config {
 /// cache.l1_prefault: when the L1 pool's pages are faulted in. "off": on
 /// first use (a first store into fresh memory pays the page faults); "start":
 /// before the cache serves (slower start; a shortage fails the start);
-/// "background": by a low-priority thread after start (actors/cache/l1_prefault.hpp).
-enum class l1_prefault_mode { off, start, background };
-/// The config spelling ("off", "start", "background"), for logs.
+/// "background": all of it by a low-priority thread after start; "ahead": by
+/// that thread, cache.l1_prefault_ahead bytes ahead of the highest slot
+/// handed out, so RSS grows with use (actors/cache/l1_prefault.hpp).
+enum class l1_prefault_mode { off, start, background, ahead };
+/// The config spelling ("off", "start", "background", "ahead"), for logs.
 const char* to_string(l1_prefault_mode p);
 
 struct cache_config {
@@ -90,7 +92,8 @@ struct cache_config {
   std::string endpoint;
   int64_t chunk_size = 0;
   uint64_t l1_size = 0;
-  l1_prefault_mode l1_prefault = l1_prefault_mode::off;
+  l1_prefault_mode l1_prefault = l1_prefault_mode::background;
+  uint64_t l1_prefault_ahead = 0; ///< cache.l1_prefault_ahead: the "ahead" window
   double evict_high = 0;
   double evict_low = 0;
   duration session_ttl{};

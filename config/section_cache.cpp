@@ -32,7 +32,9 @@ void read_cache_section(reader& r, loader& l, config& c) {
   k.l1_prefault = r.one_of<l1_prefault_mode>(
     "cache.l1_prefault", {{"off", l1_prefault_mode::off},
                           {"start", l1_prefault_mode::start},
-                          {"background", l1_prefault_mode::background}});
+                          {"background", l1_prefault_mode::background},
+                          {"ahead", l1_prefault_mode::ahead}});
+  k.l1_prefault_ahead = r.size("cache.l1_prefault_ahead", 1 << 20);
   k.evict_high = r.real("cache.evict_high", 0.01, 1.0);
   k.evict_low = r.real("cache.evict_low", 0.0, 1.0);
   if (!l.error && k.evict_low >= k.evict_high)

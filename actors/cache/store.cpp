@@ -1,5 +1,7 @@
 #include "actors/cache/store.hpp"
 
+#include "actors/cache/l1_prefault.hpp"
+
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
 #include "actors/cache/event_announce.hpp"
@@ -204,6 +206,7 @@ caf::result<store_reserve_reply> on_reserve(self_ptr self, store_reserve& q) {
     reserved.push_back(k);
     out.chunks.push_back(reserved_chunk{i, reinterpret_cast<uint8_t*>(r.data)});
   }
+  nudge_l1_prefault(st.p.l1_prefault, *st.p.pool, st.prefault_nudged);
   return out;
 }
 
@@ -493,6 +496,8 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
                             "lock_ttl {}",
                             st.p.pool->mapped_bytes() >> 20, st.p.evict_high * 100,
                             st.p.evict_low * 100, to_string(st.p.lock_ttl)));
+  if (st.p.l1_prefault)
+    self->link_to(st.p.l1_prefault); // the store's exit ends the fault-ahead
   arm_stats(self, st.p.stats_interval);
   // The lock and reservation sweep (on_sweep).
   auto expiry = sweep_interval(st.p.lock_ttl, max_lock_sweep_interval);

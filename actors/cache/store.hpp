@@ -33,6 +33,9 @@ struct store_params {
   store_l2_link l2;         ///< L2 tiers (actor null: none)
   bool quota_isolated = false; ///< cache.quota_mode = "isolated"
   std::vector<std::pair<std::string, uint64_t>> quotas; ///< [cache.quotas]: salt, bytes
+  /// The L1 fault-ahead (actors/cache/l1_prefault.hpp; null: none): the
+  /// store links to it and nudges it as slots are handed out.
+  caf::actor l1_prefault;
 };
 
 struct store_state {
@@ -96,6 +99,8 @@ struct store_state {
   /// L1 bytes per cache_salt and the per-salt limits (store_quota.cpp).
   salt_quota quota;
   uint64_t quota_evicted = 0; ///< chunks evicted to keep a salt within its limit
+
+  size_t prefault_nudged = 0; ///< the pool's high water at the last nudge
 
   uint64_t stored = 0;
   uint64_t evicted = 0;

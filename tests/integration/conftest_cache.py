@@ -213,6 +213,10 @@ def cache_server(tmp_path):
         if events:
             srv.engine = FakeEngine(ctx, ingest)
         sc.start()
+        if o.get("cache.enabled", True) and o.get("cache.l1_prefault", "background") in ("ahead", "background"):
+            # The start-up fault-in (all of a test's small L1, or the first
+            # window) is over before a test measures memory or threads.
+            sc.wait_log(r"l1_prefault#\d+ L1 (faulted in|resident ahead of use)", timeout=60)
         if events:
             srv.sub = Subscriber(ctx, pub)
             sync_rank(srv.engine, srv.sub, 0)

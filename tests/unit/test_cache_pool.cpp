@@ -83,6 +83,22 @@ TEST_CASE("best fit: a hole of the right size is reused before a larger run is c
   CHECK(p->largest_free_run() == 4096);
 }
 
+TEST_CASE("high_water: the end of the highest slot ever handed out; reused holes keep it") {
+  auto p = make(8192);
+  CHECK(p->high_water() == 0);
+  slot_id a = p->alloc(1000), b = p->alloc(2048);
+  CHECK(p->high_water() == 1024 + 2048);
+  REQUIRE(p->free(b));
+  CHECK(p->high_water() == 3072);  // freeing never lowers it: those pages were written
+  slot_id c = p->alloc(512);        // best fit: the start of the freed run
+  CHECK(p->offset(c) == 1024);
+  CHECK(p->high_water() == 3072);
+  REQUIRE(p->free(a));
+  slot_id d = p->alloc(4096);       // no hole fits: cut from the run past c
+  CHECK(p->offset(d) == 1536);
+  CHECK(p->high_water() == 1536 + 4096);
+}
+
 TEST_CASE("slot ids are recycled, data stays in place, slots do not overlap") {
   auto p = make(64 * 1024, false, false, 64);
   std::mt19937 rng(7);

@@ -69,7 +69,8 @@ TEST_CASE("the compiled-in default is valid and has the documented values") {
   CHECK(c.cache.endpoint == "tcp://127.0.0.1:5555");
   CHECK(c.cache.chunk_size == 256);
   CHECK(c.cache.l1_size == (uint64_t{4} << 30));
-  CHECK(c.cache.l1_prefault == l1_prefault_mode::off);
+  CHECK(c.cache.l1_prefault == l1_prefault_mode::background);
+  CHECK(c.cache.l1_prefault_ahead == (uint64_t{1} << 30));
   CHECK(c.cache.evict_high == doctest::Approx(0.9));
   CHECK(c.cache.evict_low == doctest::Approx(0.8));
   CHECK(c.cache.session_ttl == std::chrono::seconds{600});
@@ -146,9 +147,14 @@ TEST_CASE("enums, ranges and cross-key rules") {
   CHECK(error_of("[events]\nformat = \"json\"\n").key == "events.format");
   auto pf = error_of("[cache]\nl1_prefault = \"eager\"\n");
   CHECK(pf.key == "cache.l1_prefault");
-  CHECK(pf.what.find("\"off\", \"start\", \"background\"") != std::string::npos);
+  CHECK(pf.what.find("\"off\", \"start\", \"background\", \"ahead\"") != std::string::npos);
   CHECK(ok("[cache]\nl1_prefault = \"background\"\n").cache.l1_prefault
         == l1_prefault_mode::background);
+  CHECK(ok("[cache]\nl1_prefault = \"off\"\n").cache.l1_prefault == l1_prefault_mode::off);
+  CHECK(ok("[cache]\nl1_prefault = \"ahead\"\n").cache.l1_prefault == l1_prefault_mode::ahead);
+  CHECK(ok("[cache]\nl1_prefault_ahead = \"256MiB\"\n").cache.l1_prefault_ahead
+        == (uint64_t{256} << 20));
+  CHECK(error_of("[cache]\nl1_prefault_ahead = \"1KiB\"\n").key == "cache.l1_prefault_ahead");
   CHECK(error_of("[sidecar]\nlog_format = \"xml\"\n").key == "sidecar.log_format");
   CHECK(error_of("[gpu]\nbackend = \"rocm\"\n").key == "gpu.backend");
   CHECK(ok("").gpu.host_prefault);
