@@ -9,8 +9,8 @@ with the warm ones. Asserted from its JSON summary and its log: every
 request completed, every checksum was available and matched, none failed,
 and each request's digests were answered by kvsidecar (not skipped).
 
-float16 and bfloat16 KV (LMCache hashes bfloat16 upcast to float32) each
-run a few small requests. Side by side, kvsidecar's answer to the same
+bfloat16 KV (LMCache hashes bfloat16 upcast to float32) runs a few small
+requests here; float16 runs in test_cache_lmcache_bench_server.py. Side by side, kvsidecar's answer to the same
 block-id call equals the one LMCache's own ``_compute_block_checksums``
 gives over the same shared-memory bytes (tests/integration/
 lmcache_block_checksums.py), aggregated and layerwise, with its errors.
@@ -37,7 +37,8 @@ pytest_plugins = ["conftest_cache"]
 REQUESTS = 3
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+# float16 in both transfer modes: test_cache_lmcache_bench_server.py.
+@pytest.mark.parametrize("dtype", ["bfloat16"])
 def test_lmcache_bench_server_verifies_every_request(dtype, tmp_path):
     env, why = release_env("0.5.6")
     if env is None:
