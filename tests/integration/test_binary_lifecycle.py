@@ -60,7 +60,7 @@ def test_print_default_config_is_the_documented_toml():
     assert r.stdout == text
     parsed = tomllib.loads(r.stdout)
     assert parsed == tomllib.loads(text)
-    assert set(parsed) == {"sidecar", "events", "cache", "gpu", "security", "http", "l2"}
+    assert set(parsed) == {"sidecar", "events", "cache", "gpu", "security", "http", "l2", "coordinator"}
     assert parsed["events"]["endpoint"] == "tcp://*:5600"
 
 
