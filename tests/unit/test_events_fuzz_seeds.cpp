@@ -11,7 +11,8 @@ TEST_CASE("fuzz_events_decode seeds: every one decodes with no event dropped") {
   auto seeds = kvs_seeds::load("fuzz_events_decode");
   CHECK(seeds.size() >= 20);
   for (const auto& [name, bytes] : seeds) {
-    CAPTURE(name);
+    const auto& seed = name; // clang 14: CAPTURE's lambda cannot name a structured binding
+    CAPTURE(seed);
     auto r = kvs::decode_event_batch(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     REQUIRE(kvs_seeds::decoded(r));
     CHECK(kvs_seeds::value(r).dropped.empty());

@@ -39,7 +39,8 @@ TEST_CASE("fuzz_lmcache_decode seeds: every request and wrapper decodes") {
   CHECK(seeds.size() >= 20);
   size_t requests = 0, wrappers = 0;
   for (const auto& [name, bytes] : seeds) {
-    CAPTURE(name);
+    const auto& seed = name; // clang 14: CAPTURE's lambda cannot name a structured binding
+    CAPTURE(seed);
     REQUIRE(bytes.size() >= 2);
     std::string_view in(bytes);
     if ((static_cast<uint8_t>(in[0]) & 1) == 0) {
@@ -67,7 +68,8 @@ TEST_CASE("fuzz_pickle seeds: every pickled wrapper decodes") {
   auto seeds = kvs_seeds::load("fuzz_pickle");
   CHECK(seeds.size() >= 10);
   for (const auto& [name, bytes] : seeds) {
-    CAPTURE(name);
+    const auto& seed = name; // clang 14: CAPTURE's lambda cannot name a structured binding
+    CAPTURE(seed);
     CHECK(kvs_seeds::decoded(kvs::decode_pickled_ipc_wrapper(bytes)));
   }
 }
@@ -77,7 +79,8 @@ TEST_CASE("fuzz_tensor_envelope seeds: every envelope decodes, tensors of its sh
   CHECK(seeds.size() >= 4);
   size_t tensors = 0;
   for (const auto& [name, bytes] : seeds) {
-    CAPTURE(name);
+    const auto& seed = name; // clang 14: CAPTURE's lambda cannot name a structured binding
+    CAPTURE(seed);
     std::vector<kvs::envelope_tensor> all;
     if (name.rfind("grouped_", 0) == 0) { // a hybrid-KV worker's GroupedTensorEnvelope
       auto got = kvs::decode_grouped_tensor_envelope(bytes);
