@@ -16,7 +16,7 @@ MODE hold: as above. MODE restart: loads, connects, prints ``standby``; each
 line on stdin then tries to register INSTANCE (``refused <why>`` while another
 connection owns it; ``registered <seconds>`` once accepted), stores,
 retrieves the bytes back, takes and commits a staging slot of INSTANCE + 1,
-ends its sessions and prints ``ok``.
+ends its sessions, prints ``ok`` and stays connected until its stdin says more.
 Exit 3 with ``skip: <why>`` when the release cannot be loaded here.
 """
 
@@ -166,6 +166,10 @@ def main() -> None:
     reg = c.register_kv_cache_engine_driven_context(payload).result(timeout=T)
     assert reg.shm_name, reg
     (hold if mode == "hold" else restart)(lmc, release, c, instance, pools)
+    if mode == "restart":
+        # Stay connected while the test reads the server's state: leaving
+        # would end this connection and release the instances it checks.
+        sys.stdin.readline()
 
 
 if __name__ == "__main__":
