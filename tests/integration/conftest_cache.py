@@ -216,10 +216,7 @@ def cache_server(tmp_path):
         if o.get("cache.enabled", True) and o.get("cache.l1_prefault", "background") in ("ahead", "background"):
             # The start-up fault-in (all of a test's small L1, or the first
             # window) is over before a test measures memory or threads.
-            # The line in either log format (text: `l1_prefault#6 L1 …`;
-            # json: `"actor":"l1_prefault#6","msg":"L1 …"`).
-            sc.wait_log(r'l1_prefault#\d+(?: |","msg":")L1 (faulted in|resident ahead of use)',
-                        timeout=60)
+            sc.wait_l1_resident()
         if events:
             srv.sub = Subscriber(ctx, pub)
             sync_rank(srv.engine, srv.sub, 0)

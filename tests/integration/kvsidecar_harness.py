@@ -224,6 +224,14 @@ class Sidecar:
         self.wait_ready(timeout)
         return self
 
+    def wait_l1_resident(self, timeout: float = 60.0) -> None:
+        """Waits for the start-up L1 fault-in (cache.l1_prefault "background",
+        the default, or "ahead") to end, so a test that measures RSS or
+        threads sees a settled process. The line in either log format (text:
+        `l1_prefault#6 L1 …`; json: `"actor":"l1_prefault#6","msg":"L1 …"`)."""
+        self.wait_log(r'l1_prefault#\d+(?: |","msg":")L1 (faulted in|resident ahead of use)',
+                      timeout=timeout)
+
     def wait_ready(self, timeout: float = 10.0) -> None:
         def ready_or_dead():
             if READY_MARK in self.log_text():
