@@ -36,7 +36,7 @@ and measures:
             stats must come back to locks=0, sessions=0.
 
     bench_cache.py run --server tcp://127.0.0.1:P --echo tcp://127.0.0.1:Q \
-        --log kvsidecar.stderr.log --memcpy-bin build-relwithdebinfo/tests/bench_cache_echo --out r.json
+        --log kvsidecar.stderr.log --memcpy-bin build-bench/tests/bench_cache_echo --out r.json
     bench_cache.py report --server-json r.json --index-json idx.json [--loadavg "..."]
 """
 

@@ -12,7 +12,7 @@ which goes first) for --reps rounds; medians. Client CPU per request
 (user + sys of the client process, from getrusage of the children) is
 reported too: it moves less than req/s on a busy machine.
 
-  python3 tests/bench/l2_redis_side_by_side.py [--bench build-relwithdebinfo/tests/bench_l2]
+  python3 tests/bench/l2_redis_side_by_side.py [--bench build-bench/tests/bench_l2]
       [--also NAME=PATH ...] [--bytes 1048576] [--pipeline 8] [--conns 1]
       [--requests 2000] [--keys 256] [--reps 5]
 
@@ -52,7 +52,7 @@ def run_measured(cmd: list[str]) -> tuple[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bench", default="build-relwithdebinfo/tests/bench_l2")
+    ap.add_argument("--bench", default="build-bench/tests/bench_l2")
     ap.add_argument("--also", action="append", default=[], metavar="NAME=PATH")
     ap.add_argument("--bytes", type=int, default=1 << 20)
     ap.add_argument("--pipeline", type=int, default=8)

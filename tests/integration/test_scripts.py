@@ -123,7 +123,7 @@ def cmake_configure_flags(text: str, build_dir: str) -> set[str]:
     """The -D options of the first `cmake -S . -B <build_dir>` command in a
     script or document, its continuation lines ('\\') joined."""
     joined = re.sub(r"\\\n\s*", " ", text)
-    m = re.search(r"cmake -S \. -B " + re.escape(build_dir) + r"\b([^\n&|>]*)", joined)
+    m = re.search(r"cmake -S \. -B " + re.escape(build_dir) + r"(?=\s)([^\n&|>]*)", joined)
     assert m, f"no `cmake -S . -B {build_dir}` line"
     return {t for t in m.group(1).split() if t.startswith("-D")}
 
