@@ -327,7 +327,9 @@ def test_silent_owner_keeps_its_id_until_it_is_reaped(cache_server, kv_pools):
         assert new.ping(7200) is True
         assert time.monotonic() < deadline, srv.tail()
         time.sleep(0.05)
-    # ... and once it is reaped the engine registers again and is served.
+    # ... and once it is reaped (the bridge has freed the id: the registry's
+    # line comes first) the engine registers again and is served.
+    srv.wait_log(r"instance 7200 reaped: its id is free for another connection", mark)
     register(new, pools, 7200)
     assert store(new, 7200, tokens(1, salt=30), "s", blocks(0, 1)) == STORE_OK
     new.end_session("s")
