@@ -13,8 +13,9 @@ from lmcache_cli import VENV
 
 
 class Coordinator:
-    def __init__(self, tmp_path, port: int):
+    def __init__(self, tmp_path, port: int, args: tuple[str, ...] = ()):
         self.port, self.url = port, f"http://127.0.0.1:{port}"
+        self.args = list(args)
         self.log = tmp_path / f"coordinator-{port}.log"
         self.proc = None
 
@@ -24,7 +25,7 @@ class Coordinator:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [str(VENV / "bin" / "lmcache"), "coordinator", "--host", "127.0.0.1",
-                 "--port", str(self.port)], stdout=out, stderr=subprocess.STDOUT, env=env)
+                 "--port", str(self.port), *self.args], stdout=out, stderr=subprocess.STDOUT, env=env)
         wait_until(lambda: self.instances() is not None, 60, "the coordinator answering")
         return self
 

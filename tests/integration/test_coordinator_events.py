@@ -135,3 +135,44 @@ def test_events_past_the_queue_are_dropped_and_counted(cache_server, kv_pools, t
                    actor="l2", what="two queued, two dropped")
     assert metric(srv, "kvsidecar_coordinator_events_dropped_total") == 2
     assert srv.sidecar.http_get("/readyz")[0] == 200
+
+
+def test_a_fleet_quota_at_the_coordinator_evicts_a_tenant_on_kvsidecar(cache_server, kv_pools,
+                                                                      tmp_path):
+    # LMCache's coordinator sums each salt's L2 bytes from the reported
+    # events; a salt over its quota gets DELETE /cache/objects (LMCache's
+    # keys) sent to a registered server: here kvsidecar, which deletes the
+    # files and reports the deletes back.
+    env, why = release_env("0.5.6")
+    if env is None:
+        pytest.skip(why)
+    co = Coordinator(tmp_path, free_port_range(1), ("--eviction-check-interval", "0.2")).start()
+    try:
+        srv = cache_server(overrides=overrides(tmp_path, co.url))
+        port = srv.sidecar.http_port
+        wait_until(lambda: any(i["http_port"] == port for i in co.instances() or []), 10,
+                   "kvsidecar registered")
+        pools = kv_pools(seed=7)
+        plain, tenant = flow_for(srv, pools, 1), flow_for(srv, pools, 2, salt="tenant-a")
+        toks_p, toks_t = tokens(2, salt=48), tokens(2, salt=49)
+        store_prompt(srv, plain, toks_p, "p1", 2)
+        store_prompt(srv, tenant, toks_t, "t1", 4)  # written counts both prompts' chunks
+        keys_p = [key(h) for h in lmcache_hashes(toks_p)]
+        keys_t = [key(h, "tenant-a") for h in lmcache_hashes(toks_t)]
+
+        def placements(keys):
+            st, ans = request(co.port, "POST", "/directory/lookup", {"keys": keys})
+            assert st == 200, ans
+            return [len(r["placements"]) for r in ans["results"]]
+        wait_until(lambda: placements(keys_p + keys_t) == [1] * 4, 10, "four chunks reported")
+        st, q = request(co.port, "PUT", "/quota/tenant-a", {"limit_gb": 0})
+        assert st == 200, q
+        folder = tmp_path / "l2"
+        wait_until(lambda: placements(keys_t) == [0, 0], 15,
+                   "tenant-a's chunks evicted from the directory")
+        left = sorted(p.name for p in folder.iterdir() if p.name.endswith(".data"))
+        assert len(left) == 2 and not any("tenant-a" in n for n in left), left
+        assert placements(keys_p) == [1, 1]  # a salt without a quota is exempt
+        assert "Eviction dispatched" in co.log.read_text()
+    finally:
+        co.stop()
