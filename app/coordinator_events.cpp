@@ -27,9 +27,11 @@ std::string hex(const std::string& raw) {
 
 coordinator_events::coordinator_events(std::string url, std::string instance_id,
                                        std::chrono::milliseconds flush_interval,
-                                       size_t queue_max, std::string me)
+                                       size_t queue_max, std::vector<declared_capacity> capacity,
+                                       std::string me)
   : url_(std::move(url)), me_(std::move(me)), interval_(flush_interval), queue_max_(queue_max),
-    incarnation_(static_cast<int64_t>(std::time(nullptr))), id_(std::move(instance_id)) {
+    incarnation_(static_cast<int64_t>(std::time(nullptr))), capacity_(std::move(capacity)),
+    id_(std::move(instance_id)) {
   while (!url_.empty() && url_.back() == '/')
     url_.pop_back();
   thread_ = std::thread([this] { run(); });
@@ -70,6 +72,31 @@ cache_event_sink::figures coordinator_events::read() const {
 void coordinator_events::set_instance_id(const std::string& id) {
   std::lock_guard<std::mutex> lock{mu_};
   id_ = id;
+  declare_ = true;
+}
+
+std::string coordinator_events::encode_capacity(const std::vector<declared_capacity>& capacity,
+                                                const std::string& id, int64_t incarnation,
+                                                uint64_t seq_after, uint64_t revision, double ts) {
+  std::string out;
+  uint64_t n = 0;
+  for (auto& m : capacity) {
+    json_writer w;
+    w.begin_object()
+      .str("instance_id", id)
+      .integer("incarnation", static_cast<uint64_t>(incarnation))
+      .integer("seq", seq_after + ++n)
+      .str("event_type", "config")
+      .str("tier", "l2")
+      .str("backend", m.backend)
+      .boolean("shared", m.shared)
+      .num("ts", ts)
+      .integer("capacity_bytes", m.bytes)
+      .integer("capacity_revision", revision)
+      .end_object();
+    out += (out.empty() ? "" : ",") + w.take();
+  }
+  return out;
 }
 
 std::string coordinator_events::encode(const std::vector<cache_event>& events,
@@ -128,11 +155,14 @@ void coordinator_events::flush() {
   for (;;) {
     std::vector<cache_event> events;
     std::string id;
+    bool declare = false;
     {
       std::lock_guard<std::mutex> lock{mu_};
-      if (id_.empty() || queue_.empty())
+      if (id_.empty() || (queue_.empty() && !declare_))
         return; // not registered yet: the events wait (bounded by queue_max)
       id = id_;
+      declare = declare_ && !capacity_.empty();
+      declare_ = false;
       size_t n = std::min(queue_.size(), max_events_per_post);
       events.assign(std::make_move_iterator(queue_.begin()),
                     std::make_move_iterator(queue_.begin() + static_cast<ptrdiff_t>(n)));
@@ -141,7 +171,18 @@ void coordinator_events::flush() {
     uint64_t batches = 0;
     auto ts = std::chrono::duration<double>(
                 std::chrono::system_clock::now().time_since_epoch()).count();
+    // The declaration first, so the coordinator has the denominator before
+    // the bytes it divides (LMCache's flush orders them the same way).
+    std::string config;
+    if (declare) {
+      config = encode_capacity(capacity_, id, incarnation_, seq_, ++revision_, ts);
+      seq_ += capacity_.size();
+    }
     auto body = encode(events, id, incarnation_, seq_, ts, &batches);
+    if (!config.empty()) {
+      const std::string open = "{\"batches\":[";
+      body.insert(open.size(), config + (events.empty() ? "" : ","));
+    }
     // The seq numbers are spent whether or not the POST lands (LMCache's
     // subscriber too): a lost POST shows as a gap at the coordinator.
     seq_ += batches;
@@ -154,6 +195,10 @@ void coordinator_events::flush() {
             + r.value().body.substr(0, 200);
     if (!why.empty()) {
       failed_.fetch_add(1, std::memory_order_relaxed);
+      if (declare) { // a declaration is the whole topology: sent again next time
+        std::lock_guard<std::mutex> lock{mu_};
+        declare_ = true;
+      }
       lost_.fetch_add(events.size(), std::memory_order_relaxed);
       if (why != last_error_)
         KVS_WARN(me_, "coordinator: {} ({} cache events dropped; logged again when it changes)",

@@ -31,17 +31,27 @@
 
 namespace kvs {
 
+/// One L2 backend's capacity declaration (a CacheEventBatch of type
+/// "config"): the denominator of the coordinator's usage view.
+struct declared_capacity {
+  std::string backend; ///< "fs", "resp"
+  bool shared = false;
+  uint64_t bytes = 0;  ///< 0: no limit declared (Redis: its maxmemory is not ours)
+};
+
 class coordinator_events final : public cache_event_sink {
 public:
   coordinator_events(std::string url, std::string instance_id,
                      std::chrono::milliseconds flush_interval, size_t queue_max,
-                     std::string me);
+                     std::vector<declared_capacity> capacity, std::string me);
   /// Sends what is queued (one POST, within its deadline), then stops.
   ~coordinator_events() override;
 
   void offer(cache_event e) override;
   figures read() const override;
-  /// The id the coordinator registered us under (coordinator_member).
+  /// The id the coordinator registered us under (coordinator_member); each
+  /// registration (a restarted coordinator forgot everything) declares the
+  /// capacity again with the next POST.
   void set_instance_id(const std::string& id);
 
   /// One POST /events body for `events` (exposed for the unit test):
@@ -49,6 +59,11 @@ public:
   static std::string encode(const std::vector<cache_event>& events, const std::string& id,
                             int64_t incarnation, uint64_t seq_after, double ts,
                             uint64_t* batches_out);
+  /// The "config" batches (one per backend) of declaration `revision`, as
+  /// JSON array members, numbered from seq_after + 1.
+  static std::string encode_capacity(const std::vector<declared_capacity>& capacity,
+                                     const std::string& id, int64_t incarnation,
+                                     uint64_t seq_after, uint64_t revision, double ts);
 
 private:
   void run();
@@ -60,11 +75,14 @@ private:
   int64_t incarnation_;
   uint64_t seq_ = 0;
   std::string last_error_;
+  std::vector<declared_capacity> capacity_;
+  uint64_t revision_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<cache_event> queue_;
   std::string id_;
+  bool declare_ = true; ///< the next POST starts with the capacity declaration
   bool stop_ = false;
   std::atomic<uint64_t> queued_{0}, dropped_{0}, posted_{0}, batches_{0}, failed_{0}, lost_{0};
   std::thread thread_;

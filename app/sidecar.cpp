@@ -253,11 +253,17 @@ int run_sidecar(const config& cfg) {
     // Made before the tree (the L2 actor reports into it), handed its
     // instance id by the membership once registered.
     std::shared_ptr<coordinator_events> reporter;
-    if (cfg.coordinator.event_reporting)
+    if (cfg.coordinator.event_reporting) {
+      std::vector<declared_capacity> capacity;
+      if (cfg.l2.disk.enabled)
+        capacity.push_back({"fs", false, cfg.l2.disk.size});
+      if (cfg.l2.redis.enabled)
+        capacity.push_back({"resp", true, 0});
       reporter = std::make_shared<coordinator_events>(
         cfg.coordinator.url, cfg.coordinator.instance_id,
         std::chrono::duration_cast<std::chrono::milliseconds>(cfg.coordinator.event_flush_interval),
-        static_cast<size_t>(cfg.coordinator.event_queue_max), me);
+        static_cast<size_t>(cfg.coordinator.event_queue_max), std::move(capacity), me);
+    }
     auto tree = spawn_actor_tree(sys, ctx, replay_ctx, cfg, self, reporter);
     supervisor sup;
     watch_tree(self, sup, tree);

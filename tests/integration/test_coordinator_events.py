@@ -9,9 +9,12 @@ What is checked, with the real coordinator and LMCache's own MP client:
   /directory/lookup in both its forms (the keys; the request's tokens,
   hashed by the coordinator itself), placed on kvsidecar's registered
   instance, tier l2, backend fs, with their byte size; /directory/keys and
-  ``lmcache query coordinator --api directory`` count them;
+  ``lmcache query coordinator --api directory`` count them; the usage view
+  (``--api usage``) has their bytes over the declared l2.disk.size;
 - a chunk the coordinator's own call deletes (DELETE /cache/objects with
   LMCache's key) disappears from the directory;
+- a fleet quota set at the coordinator evicts that tenant's objects on
+  kvsidecar (the coordinator's DELETE /cache/objects), other salts kept;
 - with the coordinator down, storing costs nothing (the store's reply and
   L2 write come as before) and the events its POSTs carried are counted as
   lost; events past coordinator.event_queue_max are dropped and counted.
@@ -92,7 +95,16 @@ def test_the_directory_finds_kvsidecar_chunks_and_loses_the_deleted(cache_server
         assert sorted(k["key"]["chunk_hash_hex"] for k in page["keys"]) \
             == sorted(h.hex() for h in hashes)
         [q] = run_cli("0.5.6", [["query", "coordinator", "--api", "directory", "--url", co.url]])
-        assert q["rc"] == 0, q
+        assert q["rc"] == 0 and "Keys:" in q["out"], q
+        assert [ln.split()[-1] for ln in q["out"].splitlines() if ln.startswith("Keys:")] == ["3"]
+        # The usage view: the bytes over the capacity kvsidecar declared (l2.disk.size).
+        st, usage = request(co.port, "GET", f"/instances/{me}/usage")
+        assert st == 200, usage
+        [fs] = [m for m in usage["modules"] if m["tier"] == "l2"]
+        assert (fs["backend"], fs["used_bytes"], fs["capacity_bytes"]) \
+            == ("fs", 3 * CHUNK_BYTES, 16 << 20), usage
+        [q] = run_cli("0.5.6", [["query", "coordinator", "--api", "usage", "--url", co.url]])
+        assert q["rc"] == 0 and me in q["out"], q
         st, stats = request(co.port, "GET", "/directory/stats")
         assert st == 200 and stats["num_keys"] == 3 and stats["l2_count"] == 3, stats
         assert stats["l2_size_bytes"] == 3 * CHUNK_BYTES, stats
