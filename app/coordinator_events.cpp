@@ -71,8 +71,17 @@ cache_event_sink::figures coordinator_events::read() const {
 
 void coordinator_events::set_instance_id(const std::string& id) {
   std::lock_guard<std::mutex> lock{mu_};
+  if (left_)
+    return;
   id_ = id;
   declare_ = true;
+}
+
+void coordinator_events::leave() {
+  flush();
+  std::lock_guard<std::mutex> lock{mu_};
+  left_ = true;
+  id_.clear();
 }
 
 std::string coordinator_events::encode_capacity(const std::vector<declared_capacity>& capacity,
@@ -152,6 +161,7 @@ void coordinator_events::run() {
 }
 
 void coordinator_events::flush() {
+  std::lock_guard<std::mutex> posting{post_mu_};
   for (;;) {
     std::vector<cache_event> events;
     std::string id;

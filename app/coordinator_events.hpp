@@ -53,6 +53,10 @@ public:
   /// registration (a restarted coordinator forgot everything) declares the
   /// capacity again with the next POST.
   void set_instance_id(const std::string& id);
+  /// Before deregistering (coordinator_member's shutdown): sends what is
+  /// queued, then posts nothing more -- events after a DELETE /instances
+  /// would put placements of a departed instance back in the directory.
+  void leave();
 
   /// One POST /events body for `events` (exposed for the unit test):
   /// batches numbered from seq_after + 1; *batches_out: how many.
@@ -78,12 +82,14 @@ private:
   std::vector<declared_capacity> capacity_;
   uint64_t revision_ = 0;
 
+  std::mutex post_mu_; ///< one flush at a time (the thread's, leave()'s): seq_, last_error_
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<cache_event> queue_;
   std::string id_;
   bool declare_ = true; ///< the next POST starts with the capacity declaration
   bool stop_ = false;
+  bool left_ = false; ///< leave() ran: the id is never set again
   std::atomic<uint64_t> queued_{0}, dropped_{0}, posted_{0}, batches_{0}, failed_{0}, lost_{0};
   std::thread thread_;
 };

@@ -65,6 +65,8 @@ coordinator_member::~coordinator_member() {
   }
   cv_.notify_all();
   thread_.join();
+  if (events_)
+    events_->leave(); // its last events first, then nothing after we are gone
   if (id_.empty())
     return;
   auto r = http_call(cfg_.url, "DELETE", "/instances/" + id_, {}, call_timeout);

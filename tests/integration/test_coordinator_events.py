@@ -186,5 +186,11 @@ def test_a_fleet_quota_at_the_coordinator_evicts_a_tenant_on_kvsidecar(cache_ser
         assert len(left) == 2 and not any("tenant-a" in n for n in left), left
         assert placements(keys_p) == [1, 1]  # a salt without a quota is exempt
         assert "Eviction dispatched" in co.log.read_text()
+        # Shutdown: the last events, then the deregistration. As for an
+        # LMCache server, the coordinator keeps L2 placements (the files
+        # outlive the process; only delete events remove them).
+        srv.sidecar.stop()
+        assert co.instances() == []
+        assert placements(keys_p + keys_t) == [1, 1, 0, 0]
     finally:
         co.stop()
