@@ -15,6 +15,7 @@ What is checked, with the real coordinator and LMCache's own MP client:
   LMCache's key) disappears from the directory;
 - a fleet quota set at the coordinator evicts that tenant's objects on
   kvsidecar (the coordinator's DELETE /cache/objects), other salts kept;
+- Redis objects are reported as LMCache's resp adapter's;
 - with the coordinator down, storing costs nothing (the store's reply and
   L2 write come as before) and the events its POSTs carried are counted as
   lost; events past coordinator.event_queue_max are dropped and counted.
@@ -37,7 +38,7 @@ from lmcache_cli import release_env, run_cli
 from lmcache_coordinator import Coordinator
 from test_http_control_plane import request
 from test_cache_l2_lmcache import (CHUNK_BYTES, MODEL, flow_for, kv_rank, lmcache_hashes,
-                                   store_prompt)
+                                   needs_redis, redis, store_prompt)  # noqa: F401 (fixture)
 
 pytest_plugins = ["conftest_cache"]
 
@@ -192,5 +193,35 @@ def test_a_fleet_quota_at_the_coordinator_evicts_a_tenant_on_kvsidecar(cache_ser
         srv.sidecar.stop()
         assert co.instances() == []
         assert placements(keys_p + keys_t) == [1, 1, 0, 0]
+    finally:
+        co.stop()
+
+
+@needs_redis
+def test_redis_objects_are_reported_as_lmcache_resp(cache_server, kv_pools, redis, tmp_path):
+    env, why = release_env("0.5.6")
+    if env is None:
+        pytest.skip(why)
+    co = Coordinator(tmp_path, free_port_range(1)).start()
+    try:
+        srv = cache_server(overrides=overrides(
+            tmp_path, co.url, **{"l2.disk.enabled": False, "l2.redis.enabled": True,
+                                 "l2.redis.endpoints": [f"127.0.0.1:{redis.port}"]}))
+        port = srv.sidecar.http_port
+        wait_until(lambda: any(i["http_port"] == port for i in co.instances() or []), 10,
+                   "kvsidecar registered")
+        [me] = [i["instance_id"] for i in co.instances() if i["http_port"] == port]
+        f = flow_for(srv, kv_pools(seed=8), 1)
+        toks = tokens(2, salt=50)
+        store_prompt(srv, f, toks, "r1", 2)
+        keys = [key(h) for h in lmcache_hashes(toks)]
+
+        def placed():
+            st, ans = request(co.port, "POST", "/directory/lookup", {"keys": keys})
+            assert st == 200, ans
+            return [[(p["instance_id"], p["tier"], p["backend"]) for p in r["placements"]]
+                    for r in ans["results"]]
+        wait_until(lambda: placed() == [[(me, "l2", "resp")]] * 2, 10, "two chunks in Redis")
+        assert len(redis.keys()) == 2
     finally:
         co.stop()
