@@ -7,7 +7,8 @@ namespace kvs {
 
 actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx,
                             zmq::context_t& replay_ctx, const config& cfg,
-                            caf::actor supervisor) {
+                            caf::actor supervisor,
+                            std::shared_ptr<cache_event_sink> coordinator) {
   actor_tree t;
   std::vector<publisher_actor> publishers;
   if (cfg.events.enabled) {
@@ -26,7 +27,8 @@ actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx,
       events_pub = publishers[static_cast<size_t>(cfg.cache.events_rank)];
       events_queue = t.queues[static_cast<size_t>(cfg.cache.events_rank)];
     }
-    auto cache = spawn_cache_tree(sys, ctx, cfg, supervisor, events_pub, events_queue);
+    auto cache = spawn_cache_tree(sys, ctx, cfg, supervisor, events_pub, events_queue,
+                                  std::move(coordinator));
     t.input_bridges.insert(t.input_bridges.end(), cache.input_bridges.begin(),
                            cache.input_bridges.end());
     t.workers.insert(t.workers.end(), cache.workers.begin(), cache.workers.end());

@@ -4,6 +4,7 @@
 #include "actors/interfaces.hpp"
 #include "relay/relay_queue.hpp"
 #include "config/config.hpp"
+#include "core/cache_event_sink.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -48,6 +49,7 @@ struct actor_tree {
 /// streaming a whole buffer to a router never delays live publishing.
 actor_tree spawn_actor_tree(caf::actor_system& sys, zmq::context_t& ctx,
                             zmq::context_t& replay_ctx, const config& cfg,
-                            caf::actor supervisor);
+                            caf::actor supervisor,
+                            std::shared_ptr<cache_event_sink> coordinator = nullptr);
 
 } // namespace kvs

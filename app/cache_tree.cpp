@@ -49,7 +49,8 @@ std::shared_ptr<transfer_backend> pick_backend(const gpu_config& gpu, std::strin
 /// empty link when no tier is enabled, an error naming the key when a tier
 /// cannot start (the disk path is unusable).
 expected<store_l2_link> spawn_l2(caf::actor_system& sys, const config& cfg,
-                                 publisher_actor events, relay_queue_ptr events_queue) {
+                                 publisher_actor events, relay_queue_ptr events_queue,
+                                 std::shared_ptr<cache_event_sink> coordinator) {
   store_l2_link link;
   auto& c = cfg.l2;
   if (!c.enabled())
@@ -71,6 +72,7 @@ expected<store_l2_link> spawn_l2(caf::actor_system& sys, const config& cfg,
   p.events = std::move(events);
   p.events_queue = std::move(events_queue);
   p.stats_interval = cfg.sidecar.stats_interval;
+  p.coordinator = std::move(coordinator);
   link.actor = sys.spawn<caf::detached>(l2_tier, std::move(p));
   return link;
 }
@@ -79,7 +81,8 @@ expected<store_l2_link> spawn_l2(caf::actor_system& sys, const config& cfg,
 
 cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
                                        const config& cfg, caf::actor supervisor,
-                                       publisher_actor events, relay_queue_ptr events_queue) {
+                                       publisher_actor events, relay_queue_ptr events_queue,
+                                       std::shared_ptr<cache_event_sink> coordinator) {
   cache_tree out;
   auto& c = cfg.cache;
   auto interval = cfg.sidecar.stats_interval;
@@ -119,7 +122,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   sp.stats_interval = interval;
   sp.quota_isolated = c.quota_isolated;
   sp.quotas = c.quotas;
-  auto l2 = spawn_l2(sys, cfg, events, events_queue); // L2 tiers (none by default)
+  auto l2 = spawn_l2(sys, cfg, events, events_queue, std::move(coordinator)); // L2 tiers (none by default)
   if (!l2) {
     out.error = l2.error_value().detail;
     caf::anon_send_exit(gpu, caf::exit_reason::user_shutdown);

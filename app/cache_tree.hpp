@@ -5,6 +5,7 @@
 #include "actors/interfaces.hpp"
 #include "relay/relay_queue.hpp"
 #include "config/config.hpp"
+#include "core/cache_event_sink.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -29,8 +30,11 @@ struct cache_tree {
 };
 
 /// `events` / `events_queue` may be null: the cache then announces nothing.
+/// `coordinator`: where L2 reports its objects ([coordinator]
+/// event_reporting); null: nowhere.
 cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
                                        const config& cfg, caf::actor supervisor,
-                                       publisher_actor events, relay_queue_ptr events_queue);
+                                       publisher_actor events, relay_queue_ptr events_queue,
+                                       std::shared_ptr<cache_event_sink> coordinator);
 
 } // namespace kvs

@@ -38,15 +38,17 @@ std::string outbound_ip() {
 
 std::unique_ptr<coordinator_member> coordinator_member::start(const coordinator_config& cfg,
                                                               uint16_t http_port,
-                                                              std::string me) {
+                                                              std::string me,
+                                                              std::shared_ptr<coordinator_events> events) {
   if (cfg.url.empty())
     return nullptr;
-  return std::unique_ptr<coordinator_member>(new coordinator_member(cfg, http_port, std::move(me)));
+  return std::unique_ptr<coordinator_member>(
+    new coordinator_member(cfg, http_port, std::move(me), std::move(events)));
 }
 
 coordinator_member::coordinator_member(const coordinator_config& cfg, uint16_t port,
-                                       std::string me)
-  : cfg_(cfg), port_(port), me_(std::move(me)) {
+                                       std::string me, std::shared_ptr<coordinator_events> events)
+  : cfg_(cfg), port_(port), me_(std::move(me)), events_(std::move(events)) {
   while (!cfg_.url.empty() && cfg_.url.back() == '/')
     cfg_.url.pop_back();
   ip_ = cfg_.advertise_address.empty() ? outbound_ip() : cfg_.advertise_address;
@@ -63,6 +65,8 @@ coordinator_member::~coordinator_member() {
   }
   cv_.notify_all();
   thread_.join();
+  if (events_)
+    events_->leave(); // its last events first, then nothing after we are gone
   if (id_.empty())
     return;
   auto r = http_call(cfg_.url, "DELETE", "/instances/" + id_, {}, call_timeout);
@@ -108,6 +112,8 @@ void coordinator_member::tick() {
       return failed("registering: the answer has no usable instance_id: "
                     + r.value().body.substr(0, 200));
     id_ = id->s;
+    if (events_)
+      events_->set_instance_id(id_);
     last_error_.clear();
     KVS_INFO(me_, "registered with the coordinator as {}", id_);
     return;

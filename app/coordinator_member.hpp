@@ -10,6 +10,7 @@
 // Bounded: one call at a time, answers of at most 1 MiB (app/http_client).
 #pragma once
 
+#include "app/coordinator_events.hpp"
 #include "config/config.hpp"
 
 #include <condition_variable>
@@ -24,7 +25,8 @@ class coordinator_member {
 public:
   /// nullptr when coordinator.url is "" (no coordinator).
   static std::unique_ptr<coordinator_member> start(const coordinator_config& cfg,
-                                                   uint16_t http_port, std::string me);
+                                                   uint16_t http_port, std::string me,
+                                                   std::shared_ptr<coordinator_events> events = nullptr);
   /// Stops the heartbeats and deregisters (one call, within its deadline).
   ~coordinator_member();
 
@@ -32,7 +34,8 @@ public:
   coordinator_member& operator=(const coordinator_member&) = delete;
 
 private:
-  coordinator_member(const coordinator_config& cfg, uint16_t port, std::string me);
+  coordinator_member(const coordinator_config& cfg, uint16_t port, std::string me,
+                     std::shared_ptr<coordinator_events> events);
   void run();
   /// One tick: register when not registered, else a heartbeat.
   void tick();
@@ -44,6 +47,7 @@ private:
   std::string ip_;
   std::string id_; ///< the registered id; "" = not registered
   std::string last_error_;
+  std::shared_ptr<coordinator_events> events_; ///< told each id we register under
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

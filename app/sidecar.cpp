@@ -9,6 +9,7 @@
 #include "app/memory_trim.hpp"
 #include "metrics/health.hpp"
 #include "log/log.hpp"
+#include "app/coordinator_events.hpp"
 #include "app/coordinator_member.hpp"
 #include "app/observability.hpp"
 #include "app/signal_watcher.hpp"
@@ -249,7 +250,21 @@ int run_sidecar(const config& cfg) {
       KVS_INFO(me, "exited with status {}", exit_startup_failed);
       return exit_startup_failed;
     }
-    auto tree = spawn_actor_tree(sys, ctx, replay_ctx, cfg, self);
+    // Made before the tree (the L2 actor reports into it), handed its
+    // instance id by the membership once registered.
+    std::shared_ptr<coordinator_events> reporter;
+    if (cfg.coordinator.event_reporting) {
+      std::vector<declared_capacity> capacity;
+      if (cfg.l2.disk.enabled)
+        capacity.push_back({"fs", false, cfg.l2.disk.size});
+      if (cfg.l2.redis.enabled)
+        capacity.push_back({"resp", true, 0});
+      reporter = std::make_shared<coordinator_events>(
+        cfg.coordinator.url, cfg.coordinator.instance_id,
+        std::chrono::duration_cast<std::chrono::milliseconds>(cfg.coordinator.event_flush_interval),
+        static_cast<size_t>(cfg.coordinator.event_queue_max), std::move(capacity), me);
+    }
+    auto tree = spawn_actor_tree(sys, ctx, replay_ctx, cfg, self, reporter);
     supervisor sup;
     watch_tree(self, sup, tree);
     // Signals arrive as messages: the first one starts the shutdown; during
@@ -323,7 +338,7 @@ int run_sidecar(const config& cfg) {
         auto member = coordinator_member::start(
           cfg.coordinator,
           static_cast<uint16_t>(std::stoi(cfg.http.listen.substr(cfg.http.listen.rfind(':') + 1))),
-          me);
+          me, reporter);
         cause = wait_for_stop(self, sup, [&] { trimmer.tick(); });
         member.reset();
       }

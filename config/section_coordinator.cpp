@@ -20,10 +20,19 @@ void read_coordinator_section(reader& r, loader& l, config& c) {
   k.instance_id = r.str("coordinator.instance_id");
   k.heartbeat_interval = r.dur("coordinator.heartbeat_interval", false);
   k.event_reporting = r.boolean("coordinator.event_reporting");
-  if (k.event_reporting)
-    l.fail_at("coordinator.event_reporting",
-              "reporting cache events (CacheEventBatch) to the coordinator is not built yet: "
-              "set false (membership alone works)");
+  k.event_flush_interval = r.dur("coordinator.event_flush_interval", false);
+  k.event_queue_max = static_cast<uint64_t>(
+    r.integer("coordinator.event_queue_max", 1, int64_t{1} << 24));
+  if (k.event_reporting) {
+    // The coordinator's directory keys on LMCache's ObjectKey (its 32-byte
+    // BLAKE3 chunk hash): only L2 objects in LMCache's format carry it.
+    if (k.url.empty())
+      l.fail_at("coordinator.event_reporting", "needs coordinator.url");
+    else if (!c.l2.enabled() || c.l2.format != l2_format::lmcache)
+      l.fail_at("coordinator.event_reporting",
+                "kvsidecar reports its L2 objects under LMCache's keys: enable an L2 tier "
+                "(l2.disk or l2.redis) with l2.format = \"lmcache\"");
+  }
 }
 
 } // namespace kvs::config_detail

@@ -50,6 +50,30 @@ void note_faults(self_ptr self) {
       KVS_WARN(self->state.label, "{}", line);
 }
 
+/// LMCache's name for the L2 adapter a backend is (CacheEventBatch.backend).
+const char* lmcache_backend(const l2_backend& b) {
+  return std::string_view{b.tier()} == "redis" ? "resp" : "fs";
+}
+
+/// Tells the coordinator (when reporting) that backend `b` now holds, or no
+/// longer holds, the object `name`: one event under LMCache's key, which
+/// the name carries in LMCache's format.
+void report(const l2_state& st, const l2_backend& b, const std::string& name, bool stored,
+            uint64_t size) {
+  if (!st.p.coordinator)
+    return;
+  auto f = b.fields_of(name);
+  if (!f)
+    return;
+  cache_event e;
+  e.stored = stored;
+  e.backend = lmcache_backend(b);
+  e.shared = b.shared();
+  e.key = std::move(*f);
+  e.size_bytes = size;
+  st.p.coordinator->offer(std::move(e));
+}
+
 /// A buffer to read an L2 value into: one the store handed back, or empty.
 std::string take_spare(l2_state& st) {
   if (st.spare.empty())
@@ -196,6 +220,8 @@ void on_write(self_ptr self, l2_write& w) {
     auto ok = b.put(items);
     for (size_t k = 0; k < ok.size(); ++k) {
       const size_t i = which[k];
+      if (ok[k])
+        report(st, b, names[k], true, w.bytes[i].size());
       if (!ok[k] || w.rank != 0)
         continue;
       if (w.quiet)
@@ -486,6 +512,21 @@ stats_snapshot snapshot(const l2_state& st) {
     .counter("found_announced", "", static_cast<double>(st.found_announced))
     .counter("quota_evicted", "kvsidecar_l2_quota_evicted_objects_total",
              static_cast<double>(st.quota_evicted));
+  if (st.p.coordinator) {
+    auto f = st.p.coordinator->read();
+    s.counter("coord_queued", "kvsidecar_coordinator_events_queued_total",
+              static_cast<double>(f.queued))
+      .counter("coord_dropped", "kvsidecar_coordinator_events_dropped_total",
+               static_cast<double>(f.dropped))
+      .counter("coord_posted", "kvsidecar_coordinator_events_posted_total",
+               static_cast<double>(f.posted))
+      .counter("coord_batches", "kvsidecar_coordinator_event_batches_posted_total",
+               static_cast<double>(f.batches))
+      .counter("coord_failed_posts", "kvsidecar_coordinator_event_posts_failed_total",
+               static_cast<double>(f.failed_posts))
+      .counter("coord_lost", "kvsidecar_coordinator_events_lost_total",
+               static_cast<double>(f.lost));
+  }
   for (auto& b : st.p.backends)
     b->figures([&](std::string_view key, std::string_view metric, bool gauge, double value,
                    std::string_view label, std::string_view label_value) {
@@ -511,6 +552,7 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
     // with, or else the hash its name carries (kvsidecar's layout, rank 0:
     // objects found at start-up); never for a quiet one.
     b.on_removed = [self, j](const l2_removed& r) {
+      report(self->state, *self->state.p.backends[j], r.name, false, 0);
       auto& at = self->state.at[j];
       if (auto it = at.announced.find(r.name); it != at.announced.end()) {
         at.removed.push_back(it->second);

@@ -5,6 +5,7 @@
 
 #include "actors/interfaces.hpp"
 #include "core/admit_budget.hpp"
+#include "core/cache_event_sink.hpp"
 #include "l2/l2_backend.hpp"
 #include "l2/l2_quota.hpp"
 #include "relay/relay_queue.hpp"
@@ -61,6 +62,9 @@ struct l2_params {
   publisher_actor events;             ///< may be null
   relay_queue_ptr events_queue;
   std::chrono::nanoseconds stats_interval{};
+  /// [coordinator] event_reporting: every object written or dropped, in
+  /// LMCache's key form (app/coordinator_events); null: not reported.
+  std::shared_ptr<cache_event_sink> coordinator;
 };
 
 /// What the actor keeps per backend.

@@ -1,0 +1,37 @@
+// Where the L2 actor hands the placements it makes and drops when
+// [coordinator] event_reporting is on (app/coordinator_events): one
+// cache_event per object, in LMCache's key form (core/object_key.hpp), so
+// that LMCache's coordinator can put kvsidecar's objects in its key
+// directory. offer() never blocks and never fails the caller: a sink that
+// cannot keep up drops the event and counts it.
+#pragma once
+
+#include "core/object_key.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace kvs {
+
+struct cache_event {
+  bool stored = true;   ///< CacheEventType "store"; false: "delete"
+  std::string backend;  ///< LMCache's L2 adapter name ("fs", "resp")
+  bool shared = false;  ///< several instances mount the backend (Redis)
+  object_key_fields key;
+  uint64_t size_bytes = 0; ///< "store" only
+};
+
+class cache_event_sink {
+public:
+  virtual ~cache_event_sink() = default;
+  /// Queues `e`; when the queue is full, drops it (counted). Never blocks.
+  virtual void offer(cache_event e) = 0;
+  /// The sink's figures (kvsidecar_coordinator_events_*), for the L2
+  /// actor's stats line and /metrics.
+  struct figures {
+    uint64_t queued = 0, dropped = 0, posted = 0, batches = 0, failed_posts = 0, lost = 0;
+  };
+  virtual figures read() const = 0;
+};
+
+} // namespace kvs
