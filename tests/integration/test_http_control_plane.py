@@ -469,23 +469,37 @@ def test_prefetch_by_token_ids_loads_l2_into_l1(lmc, cache_server, kv_pools, tmp
         eng.close()
 
 
+def disk_l2_with_three_chunks(lmc, cache_server, kv_pools, path, salt, tenant):
+    """A sidecar with events and a 16 MiB disk L2 at `path`, an engine that
+    stored 3 chunks under `tenant`, and their BlockStored "DISK" hashes in
+    announcement order (each chunk written to L2 and announced first)."""
+    import vllm_structs as vs
+    srv = cache_server(events=True, overrides={"l2.disk.enabled": True,
+                                               "l2.disk.path": str(path),
+                                               "l2.disk.size": "16MiB"})
+    eng = Engine(lmc, srv, kv_pools("vllm", num_blocks=160))
+    try:
+        eng.store(tokens(3, salt=salt), tenant)
+        srv.wait_stats(lambda s: s["written"] >= 3, actor="l2", timeout=10, what="written=3")
+        stored = srv.events(6, kind=vs.BlockStored, timeout=10)
+        on_disk = [h for e in stored if e.medium == "DISK" for h in e.block_hashes]
+        assert len(on_disk) == 3 and len(list(path.glob("*.kvl2"))) == 3, on_disk
+    except BaseException:
+        eng.close()
+        raise
+    return srv, eng, on_disk
+
+
 def test_clear_by_tier_empties_the_disk_tier_with_its_events(lmc, cache_server, kv_pools, tmp_path):
     """POST /cache/clear {"tier": "l2"} removes the node-local disk tier's
     files, each announced chunk with a BlockRemoved "DISK", and leaves L1;
     {"tier": "all"} empties L1 as well; without an L2 tier "l2" is a 400."""
     import vllm_structs as vs
     path = tmp_path / "l2"
-    srv = cache_server(events=True, overrides={"l2.disk.enabled": True,
-                                               "l2.disk.path": str(path),
-                                               "l2.disk.size": "16MiB"})
+    srv, eng, on_disk = disk_l2_with_three_chunks(lmc, cache_server, kv_pools, path, 96, "tenant-c")
+    on_disk = sorted(on_disk)
     port = srv.sidecar.http_port
-    eng = Engine(lmc, srv, kv_pools("vllm", num_blocks=160))
     try:
-        eng.store(tokens(3, salt=96), "tenant-c")
-        srv.wait_stats(lambda s: s["written"] >= 3, actor="l2", timeout=10, what="written=3")
-        stored = srv.events(6, kind=vs.BlockStored, timeout=10)
-        on_disk = sorted(h for e in stored if e.medium == "DISK" for h in e.block_hashes)
-        assert len(on_disk) == 3 and len(list(path.glob("*.kvl2"))) == 3
         st, js = request(port, "POST", "/cache/clear", {"tier": "l2"})
         after = srv.mark()
         assert st == 200 and js == {"status": "ok", "cleared": {"tier": "l2"},
@@ -514,16 +528,9 @@ def test_objects_on_l2_by_default_listed_and_deleted_by_key(lmc, cache_server, k
     and leaves L1; an unknown adapter is a 404, tier=l1 still lists L1."""
     import vllm_structs as vs
     path = tmp_path / "l2"
-    srv = cache_server(events=True, overrides={"l2.disk.enabled": True,
-                                               "l2.disk.path": str(path),
-                                               "l2.disk.size": "16MiB"})
+    srv, eng, on_disk = disk_l2_with_three_chunks(lmc, cache_server, kv_pools, path, 97, "tenant-d")
     port = srv.sidecar.http_port
-    eng = Engine(lmc, srv, kv_pools("vllm", num_blocks=160))
     try:
-        eng.store(tokens(3, salt=97), "tenant-d")
-        srv.wait_stats(lambda s: s["written"] >= 3, actor="l2", timeout=10, what="written=3")
-        stored = srv.events(6, kind=vs.BlockStored)
-        on_disk = [h for e in stored if e.medium == "DISK" for h in e.block_hashes]
         entries, pages = list_all(port, tier="l2")
         assert pages == 2  # 3 objects, 2 a page
         assert [int(e["key"]["chunk_hash_hex"], 16) for e in entries] == [u64(h) for h in on_disk]
