@@ -4,7 +4,7 @@
 // steps live with their job:
 //   session_lookup.cpp         lookup and the prefetch queries
 //   session_copy.cpp           STORE / RETRIEVE: one copy job in named steps
-//   session_engine_driven.cpp  prepare_* / commit_* (session_hybrid.cpp: hybrid-KV instances)
+//   session_engine_driven.cpp  prepare_* / commit_*, single-group and hybrid-KV instances
 // This file holds what they share (session_steps.hpp), the end of the
 // session, and the actor.
 #include "actors/cache/session.hpp"
