@@ -46,7 +46,7 @@ using use = mp_instance_use;
 using route = mp_route;
 
 /// Builds a row by naming its fields: row(op, name).id(20).args({...})...;
-/// what a row does not name keeps mp_op_row's default.
+/// what a row does not name keeps mp_op_row's default (no gRPC method, for one).
 struct row {
   mp_op_row r;
   constexpr row(mp_op op, const char* name) : r{} {
@@ -117,9 +117,17 @@ struct row {
     r.unknown_job = f;
     return *this;
   }
-  /// LMCache has no gRPC method for it.
-  constexpr row& no_grpc() {
-    r.grpc = false;
+  /// Its gRPC method, at `path` in a service both releases share.
+  constexpr row& grpc(const char* path) {
+    r.grpc = true;
+    r.grpc_path = path;
+    return *this;
+  }
+  /// Its gRPC method in 0.5.6's and in 0.5.7's services (nullptr: none there).
+  constexpr row& grpc(const char* path_056, const char* path_057) {
+    r.grpc = true;
+    r.grpc_path_056 = path_056;
+    r.grpc_path_057 = path_057;
     return *this;
   }
   constexpr operator mp_op_row() const { return r; }
@@ -131,76 +139,100 @@ constexpr mp_op_row rows[] = {
     .args({"instance_id", "kv_cache", "model_name", "world_size", "engine_type", "layout_hints",
            "engine_group_infos"})
     .decode(body::register_kv_cache)
-    .instance(instance_id<register_kv_cache_req>, use::registers).route(route::registry),
+    .instance(instance_id<register_kv_cache_req>, use::registers).route(route::registry)
+    .grpc("/lmcache.mp.LMCacheDrivenService/RegisterKvCache"),
   row(mp_op::unregister_kv_cache, "unregister_kv_cache").id(2).args({"instance_id"})
     .decode(body::instance_only<unregister_kv_cache_req>)
-    .instance(instance_id<unregister_kv_cache_req>, use::unregisters).route(route::registry),
+    .instance(instance_id<unregister_kv_cache_req>, use::unregisters).route(route::registry)
+    .grpc("/lmcache.mp.LMCacheDrivenService/UnregisterKvCache"),
   row(mp_op::store, "store").id(6).args({"key", "instance_id", "block_ids", "event_ipc_handle"})
     .decode(body::store).request_id(key_request_id<store_req>)
-    .instance(instance_id<store_req>, use::uses).route(route::new_session).failure(event_not_ok),
+    .instance(instance_id<store_req>, use::uses).route(route::new_session).failure(event_not_ok)
+    .grpc("/lmcache.mp.LMCacheDrivenService/Store"),
   row(mp_op::retrieve, "retrieve").id(7)
     .args({"key", "instance_id", "block_ids", "event_ipc_handle", "skip_first_n_tokens"})
     .decode(body::retrieve).request_id(key_request_id<retrieve_req>)
     .instance(instance_id<retrieve_req>, use::uses).route(route::new_session)
-    .failure(event_not_ok),
+    .failure(event_not_ok)
+    .grpc("/lmcache.mp.LMCacheDrivenService/Retrieve"),
   row(mp_op::lookup, "lookup").id(8).args({"key", "tp_size"})
     .decode(body::lookup).request_id(key_request_id<lookup_req>)
-    .route(route::new_session).router_acks(),
+    .route(route::new_session).router_acks()
+    .grpc("/lmcache.mp.LookupService/Lookup"),
   row(mp_op::query_prefetch_status, "query_prefetch_status").id(9).args({"request_id"})
     .decode(body::request_id_only<query_prefetch_status_req>)
-    .request_id(own_request_id<query_prefetch_status_req>).route(route::session).unknown_job(zero),
+    .request_id(own_request_id<query_prefetch_status_req>).route(route::session).unknown_job(zero)
+    .grpc("/lmcache.mp.LookupService/QueryPrefetchStatus"),
   row(mp_op::wait_prefetch_status, "wait_prefetch_status").id(10).args({"request_id", "timeout"})
     .decode(body::wait_prefetch_status).request_id(own_request_id<wait_prefetch_status_req>)
-    .route(route::session).unknown_job(zero),
+    .route(route::session).unknown_job(zero)
+    .grpc("/lmcache.mp.LookupService/WaitPrefetchStatus"),
   row(mp_op::query_prefetch_lookup_hits, "query_prefetch_lookup_hits").id(11).args({"request_id"})
     .decode(body::request_id_only<query_prefetch_lookup_hits_req>)
-    .request_id(own_request_id<query_prefetch_lookup_hits_req>).route(route::session).no_grpc(),
+    .request_id(own_request_id<query_prefetch_lookup_hits_req>).route(route::session),
   row(mp_op::free_lookup_locks, "free_lookup_locks").id(12)
     .args({"key", "tp_size", "extra_ranges"}).last_arg_057()
     .decode(body::free_lookup_locks).request_id(key_request_id<free_lookup_locks_req>)
-    .route(route::session),
+    .route(route::session)
+    .grpc("/lmcache.mp.LookupService/FreeLookupLocks"),
   row(mp_op::end_session, "end_session").id(13).args({"request_id"})
     .decode(body::request_id_only<end_session_req>).request_id(own_request_id<end_session_req>)
-    .route(route::end_session),
+    .route(route::end_session)
+    .grpc("/lmcache.mp.LookupService/EndSession"),
   row(mp_op::register_kv_cache_engine_driven_context, "register_kv_cache_engine_driven_context")
     .id(14).args({"payload"})
     .decode(body::register_engine_driven).release_of(engine_driven_release)
-    .instance(instance_id<register_engine_driven_req>, use::registers).route(route::registry),
+    .instance(instance_id<register_engine_driven_req>, use::registers).route(route::registry)
+    .grpc("/lmcache.mp.EngineDrivenService/RegisterKvCacheEngineDrivenContext"),
   row(mp_op::unregister_kv_cache_engine_driven_context, "unregister_kv_cache_engine_driven_context")
     .id(15).args({"instance_id"})
     .decode(body::instance_only<unregister_engine_driven_req>)
-    .instance(instance_id<unregister_engine_driven_req>, use::unregisters).route(route::registry),
+    .instance(instance_id<unregister_engine_driven_req>, use::unregisters).route(route::registry)
+    .grpc("/lmcache.mp.EngineDrivenService/UnregisterKvCacheEngineDrivenContext"),
   row(mp_op::prepare_store, "prepare_store").id(16)
     .args({"key", "instance_id", "skipped_chunks"}).last_arg_057()
     .decode(body::prepare_store).request_id(key_request_id<prepare_store_req>)
-    .instance(instance_id<prepare_store_req>, use::uses).route(route::new_session),
+    .instance(instance_id<prepare_store_req>, use::uses).route(route::new_session)
+    .grpc("/lmcache.mp.EngineDrivenService/PrepareStore"),
   row(mp_op::commit_store, "commit_store").id(17).args({"key", "instance_id", "data"})
     .decode(body::commit_store).request_id(key_request_id<commit_store_req>)
-    .instance(instance_id<commit_store_req>, use::uses).route(route::new_session).failure(false_),
+    .instance(instance_id<commit_store_req>, use::uses).route(route::new_session).failure(false_)
+    .grpc("/lmcache.mp.EngineDrivenService/CommitStore"),
   row(mp_op::prepare_retrieve, "prepare_retrieve").id(18).args({"key", "instance_id"})
     .decode(body::key_instance<prepare_retrieve_req>).request_id(key_request_id<prepare_retrieve_req>)
     .instance(instance_id<prepare_retrieve_req>, use::uses).route(route::new_session)
-    .failure(prepare_retrieve_failed),
+    .failure(prepare_retrieve_failed)
+    .grpc("/lmcache.mp.EngineDrivenService/PrepareRetrieve"),
   row(mp_op::commit_retrieve, "commit_retrieve").id(19).args({"key", "instance_id"})
     .decode(body::key_instance<commit_retrieve_req>).request_id(key_request_id<commit_retrieve_req>)
     .instance(instance_id<commit_retrieve_req>, use::uses).route(route::new_session)
-    .failure(false_),
+    .failure(false_)
+    .grpc("/lmcache.mp.EngineDrivenService/CommitRetrieve"),
   row(mp_op::clear, "clear").id(20).args({"force"}).optional_from(0)
-    .decode(body::clear).route(route::store_clear),
-  row(mp_op::get_chunk_size, "get_chunk_size").id(21).decode(body::none<get_chunk_size_req>),
+    .decode(body::clear).route(route::store_clear)
+    .grpc("/lmcache.mp.ControllerService/Clear", "/lmcache.mp.ManagementService/Clear"),
+  row(mp_op::get_chunk_size, "get_chunk_size").id(21).decode(body::none<get_chunk_size_req>)
+    .grpc("/lmcache.mp.ControllerService/GetChunkSize", "/lmcache.mp.ManagementService/GetChunkSize"),
   row(mp_op::ping, "ping").id(22).args({"instance_id"}).decode(body::ping)
-    .instance(instance_id<ping_req>),
+    .instance(instance_id<ping_req>)
+    .grpc("/lmcache.mp.ControllerService/Ping", "/lmcache.mp.ManagementService/Ping"),
   row(mp_op::report_block_allocation, "report_block_allocation").id(23)
-    .args({"instance_id", "model_name", "records"}).decode(body::report_block_allocation),
-  row(mp_op::noop, "noop").id(24).decode(body::none<noop_req>),
+    .args({"instance_id", "model_name", "records"}).decode(body::report_block_allocation)
+    .grpc("/lmcache.mp.ObservabilityService/ReportBlockAllocation", "/lmcache.mp.ManagementService/ReportBlockAllocation"),
+  row(mp_op::noop, "noop").id(24).decode(body::none<noop_req>)
+    .grpc("/lmcache.mp.DebugService/Noop", "/lmcache.mp.ManagementService/Noop"),
   row(mp_op::get_experimental, "get_experimental").id(32, 40)
-    .decode(body::none<get_experimental_req>),
+    .decode(body::none<get_experimental_req>)
+    .grpc("/lmcache.mp.ControllerService/GetExperimental", "/lmcache.mp.ManagementService/GetExperimental"),
   row(mp_op::negotiate_chunk_size, "negotiate_chunk_size").only_in(client_release::v0_5_7)
-    .args({"required_chunk_alignment"}).decode(body::negotiate_chunk_size),
+    .args({"required_chunk_alignment"}).decode(body::negotiate_chunk_size)
+    .grpc(nullptr, "/lmcache.mp.ManagementService/NegotiateChunkSize"),
   row(mp_op::server_module_call, "server_module_call").args({"request"})
-    .decode(body::server_module_call),
+    .decode(body::server_module_call)
+    .grpc("/lmcache.mp.ControllerService/ServerModuleCall", "/lmcache.mp.ExtensionService/ServerModuleCall"),
   row(mp_op::server_module_affinity_call, "server_module_affinity_call")
-    .only_in(client_release::v0_5_7).args({"request"}).decode(body::server_module_call),
+    .only_in(client_release::v0_5_7).args({"request"}).decode(body::server_module_call)
+    .grpc(nullptr, "/lmcache.mp.ExtensionService/ServerModuleAffinityCall"),
 };
 // clang-format on
 

@@ -81,8 +81,17 @@ struct mp_op_row {
   /// The answer for a request id with no session (route session): LMCache's
   /// unknown-job answer. nullptr: None.
   std::string (*unknown_job)() = nullptr;
-  /// LMCache has a gRPC method for it (lmcache_grpc/grpc_methods.cpp).
-  bool grpc = true;
+  /// LMCache has a gRPC method for it: its HTTP/2 paths below, which
+  /// lmcache_grpc/grpc_methods.cpp serves.
+  bool grpc = false;
+  /// The method's path in a service both releases share
+  /// ("/lmcache.mp.LookupService/Lookup"), or nullptr.
+  const char* grpc_path = nullptr;
+  /// The paths in 0.5.6's and 0.5.7's release-specific services (0.5.7
+  /// moved the management ops; a client's release is latched from them),
+  /// nullptr where that release has none.
+  const char* grpc_path_056 = nullptr;
+  const char* grpc_path_057 = nullptr;
 };
 
 /// The row of `op` (every mp_op has one).
