@@ -371,23 +371,3 @@ TEST_CASE("docs/ARCHITECTURE.md's op table matches the rows and the handler file
     }
   }
 }
-
-TEST_CASE("every row has a handler where its route points") {
-  // The actors are not linked here (no CAF): their sources are read. The
-  // bridge answers its rows in engine_bridge::answer (one case each); the
-  // session serves its rows through session.cpp's k_steps (one entry each).
-  const std::string root = KVS_SOURCE_DIR;
-  const auto bridge = read_text(root + "/actors/cache/engine_bridge.cpp");
-  const auto session = read_text(root + "/actors/cache/session.cpp");
-  REQUIRE_FALSE(bridge.empty());
-  REQUIRE_FALSE(session.empty());
-  for (const auto& row : all_op_rows()) {
-    INFO("op " << row.name);
-    const std::string op = std::string("mp_op::") + row.name;
-    const bool in_bridge = bridge.find("case " + op + ":") != std::string::npos;
-    const bool in_session = session.find("{" + op + ", on_" + row.name + "}") != std::string::npos;
-    CHECK(in_bridge == (row.route == mp_route::bridge));
-    CHECK(in_session == (row.route == mp_route::new_session || row.route == mp_route::session ||
-                         row.route == mp_route::end_session));
-  }
-}
