@@ -4,7 +4,7 @@
 // Why here: LMCache's server names its chunks with BLAKE3 (its TokenHasher,
 // cache/lmcache_token_hash.hpp), and no Debian package carries a C library
 // of it. Checked against the specification's published test vectors
-// (tests/unit/test_cache_blake3.cpp). Throughput is what a scalar
+// (tests/unit/test_cache_lmcache_hash.cpp). Throughput is what a scalar
 // compression function gives (BENCHMARKS.md, "LMCache-format L2"): enough
 // for ~1 KiB per chunk, not meant for bulk data.
 #pragma once

@@ -1,5 +1,6 @@
 // The gRPC methods of LMCache's MP transport (transport/grpc_impl/ of
-// LMCache 0.5.6 and 0.5.7), one row per HTTP/2 path kvsidecar serves.
+// LMCache 0.5.6 and 0.5.7), one row per HTTP/2 path kvsidecar serves: an
+// op's paths are in its op-table row (lmcache_wire/lmcache_ops.cpp, `.grpc`).
 //
 // LMCache maps every MP op onto one RPC of a typed protobuf service
 // (package lmcache.mp, path /lmcache.mp.<Service>/<CamelCaseOp>). The

@@ -4,6 +4,7 @@
 
 #include "lmcache_wire/lmcache_body_decode.hpp"
 
+#include <initializer_list>
 #include <iterator>
 
 namespace kvs {
@@ -41,98 +42,197 @@ client_release engine_driven_release(const mp_request_body& b) {
                                                                : client_release::v0_5_6;
 }
 
-constexpr auto any = client_release::unknown;
-constexpr auto v57 = client_release::v0_5_7;
 using use = mp_instance_use;
 using route = mp_route;
-using ack = mp_ack;
+
+/// Builds a row by naming its fields: row(op, name).id(20).args({...})...;
+/// what a row does not name keeps mp_op_row's default (no gRPC method, for one).
+struct row {
+  mp_op_row r;
+  constexpr row(mp_op op, const char* name) : r{} {
+    r.op = op;
+    r.name = name;
+  }
+  /// Its legacy id, and 0.5.3 / 0.5.4's where theirs differs.
+  constexpr row& id(int16_t v, int16_t pre_055 = -1) {
+    r.id = v;
+    r.id_pre_055 = pre_055;
+    return *this;
+  }
+  constexpr row& only_in(client_release v) {
+    r.only_in = v;
+    return *this;
+  }
+  /// Its arguments, by name, all required.
+  constexpr row& args(std::initializer_list<const char*> names) {
+    uint8_t n = 0;
+    for (const char* a : names)
+      r.arg_names[n++] = a;
+    r.min_args = r.max_args = n;
+    return *this;
+  }
+  /// The arguments from the `n`th on may be left out.
+  constexpr row& optional_from(uint8_t n) {
+    r.min_args = n;
+    return *this;
+  }
+  /// The last argument is 0.5.7's (sent by 0.5.7 only).
+  constexpr row& last_arg_057() {
+    r.min_args = static_cast<uint8_t>(r.max_args - 1);
+    r.last_arg_057 = true;
+    return *this;
+  }
+  constexpr row& decode(status (*f)(const lmcache_wire::op_args&, mp_request_body&)) {
+    r.decode = f;
+    return *this;
+  }
+  constexpr row& release_of(client_release (*f)(const mp_request_body&)) {
+    r.release_of = f;
+    return *this;
+  }
+  constexpr row& request_id(const std::string* (*f)(const mp_request_body&)) {
+    r.request_id = f;
+    return *this;
+  }
+  constexpr row& instance(std::optional<int64_t> (*f)(const mp_request_body&),
+                          mp_instance_use u = mp_instance_use::none) {
+    r.instance = f;
+    r.instance_use = u;
+    return *this;
+  }
+  constexpr row& route(mp_route v) {
+    r.route = v;
+    return *this;
+  }
+  /// The session router answers None at once (mp_ack::router).
+  constexpr row& router_acks() {
+    r.ack = mp_ack::router;
+    return *this;
+  }
+  constexpr row& failure(std::string (*f)()) {
+    r.failure = f;
+    return *this;
+  }
+  constexpr row& unknown_job(std::string (*f)()) {
+    r.unknown_job = f;
+    return *this;
+  }
+  /// Its gRPC method, at `path` in a service both releases share.
+  constexpr row& grpc(const char* path) {
+    r.grpc = true;
+    r.grpc_path = path;
+    return *this;
+  }
+  /// Its gRPC method in 0.5.6's and in 0.5.7's services (nullptr: none there).
+  constexpr row& grpc(const char* path_056, const char* path_057) {
+    r.grpc = true;
+    r.grpc_path_056 = path_056;
+    r.grpc_path_057 = path_057;
+    return *this;
+  }
+  constexpr operator mp_op_row() const { return r; }
+};
 
 // clang-format off
-const mp_op_row rows[] = {
-  // op, name, id, id 0.5.3/4, only in, args min..max, last arg 0.5.7's, arg names,
-  //   decoder, release of, request id, instance, instance use, route, ack, failure, unknown job, gRPC
-  {mp_op::register_kv_cache, "register_kv_cache", 1, -1, any, 7, 7, false,
-   {"instance_id", "kv_cache", "model_name", "world_size", "engine_type", "layout_hints", "engine_group_infos"},
-   body::register_kv_cache, nullptr, nullptr, instance_id<register_kv_cache_req>, use::registers,
-   route::registry, ack::served, nullptr, nullptr, true},
-  {mp_op::unregister_kv_cache, "unregister_kv_cache", 2, -1, any, 1, 1, false, {"instance_id"},
-   body::instance_only<unregister_kv_cache_req>, nullptr, nullptr, instance_id<unregister_kv_cache_req>,
-   use::unregisters, route::registry, ack::served, nullptr, nullptr, true},
-  {mp_op::store, "store", 6, -1, any, 4, 4, false, {"key", "instance_id", "block_ids", "event_ipc_handle"},
-   body::store, nullptr, key_request_id<store_req>, instance_id<store_req>, use::uses,
-   route::new_session, ack::served, event_not_ok, nullptr, true},
-  {mp_op::retrieve, "retrieve", 7, -1, any, 5, 5, false,
-   {"key", "instance_id", "block_ids", "event_ipc_handle", "skip_first_n_tokens"},
-   body::retrieve, nullptr, key_request_id<retrieve_req>, instance_id<retrieve_req>, use::uses,
-   route::new_session, ack::served, event_not_ok, nullptr, true},
-  {mp_op::lookup, "lookup", 8, -1, any, 2, 2, false, {"key", "tp_size"},
-   body::lookup, nullptr, key_request_id<lookup_req>, nullptr, use::none,
-   route::new_session, ack::router, nullptr, nullptr, true},
-  {mp_op::query_prefetch_status, "query_prefetch_status", 9, -1, any, 1, 1, false, {"request_id"},
-   body::request_id_only<query_prefetch_status_req>, nullptr, own_request_id<query_prefetch_status_req>,
-   nullptr, use::none, route::session, ack::served, nullptr, zero, true},
-  {mp_op::wait_prefetch_status, "wait_prefetch_status", 10, -1, any, 2, 2, false, {"request_id", "timeout"},
-   body::wait_prefetch_status, nullptr, own_request_id<wait_prefetch_status_req>, nullptr, use::none,
-   route::session, ack::served, nullptr, zero, true},
-  {mp_op::query_prefetch_lookup_hits, "query_prefetch_lookup_hits", 11, -1, any, 1, 1, false, {"request_id"},
-   body::request_id_only<query_prefetch_lookup_hits_req>, nullptr,
-   own_request_id<query_prefetch_lookup_hits_req>, nullptr, use::none, route::session, ack::served,
-   nullptr, nullptr, false},
-  {mp_op::free_lookup_locks, "free_lookup_locks", 12, -1, any, 2, 3, true, {"key", "tp_size", "extra_ranges"},
-   body::free_lookup_locks, nullptr, key_request_id<free_lookup_locks_req>, nullptr, use::none,
-   route::session, ack::served, nullptr, nullptr, true},
-  {mp_op::end_session, "end_session", 13, -1, any, 1, 1, false, {"request_id"},
-   body::request_id_only<end_session_req>, nullptr, own_request_id<end_session_req>, nullptr, use::none,
-   route::end_session, ack::served, nullptr, nullptr, true},
-  {mp_op::register_kv_cache_engine_driven_context, "register_kv_cache_engine_driven_context", 14, -1, any,
-   1, 1, false, {"payload"},
-   body::register_engine_driven, engine_driven_release, nullptr, instance_id<register_engine_driven_req>,
-   use::registers, route::registry, ack::served, nullptr, nullptr, true},
-  {mp_op::unregister_kv_cache_engine_driven_context, "unregister_kv_cache_engine_driven_context", 15, -1,
-   any, 1, 1, false, {"instance_id"},
-   body::instance_only<unregister_engine_driven_req>, nullptr, nullptr,
-   instance_id<unregister_engine_driven_req>, use::unregisters, route::registry, ack::served, nullptr,
-   nullptr, true},
-  {mp_op::prepare_store, "prepare_store", 16, -1, any, 2, 3, true, {"key", "instance_id", "skipped_chunks"},
-   body::prepare_store, nullptr, key_request_id<prepare_store_req>, instance_id<prepare_store_req>,
-   use::uses, route::new_session, ack::served, nullptr, nullptr, true},
-  {mp_op::commit_store, "commit_store", 17, -1, any, 3, 3, false, {"key", "instance_id", "data"},
-   body::commit_store, nullptr, key_request_id<commit_store_req>, instance_id<commit_store_req>,
-   use::uses, route::new_session, ack::served, false_, nullptr, true},
-  {mp_op::prepare_retrieve, "prepare_retrieve", 18, -1, any, 2, 2, false, {"key", "instance_id"},
-   body::key_instance<prepare_retrieve_req>, nullptr, key_request_id<prepare_retrieve_req>,
-   instance_id<prepare_retrieve_req>, use::uses, route::new_session, ack::served,
-   prepare_retrieve_failed, nullptr, true},
-  {mp_op::commit_retrieve, "commit_retrieve", 19, -1, any, 2, 2, false, {"key", "instance_id"},
-   body::key_instance<commit_retrieve_req>, nullptr, key_request_id<commit_retrieve_req>,
-   instance_id<commit_retrieve_req>, use::uses, route::new_session, ack::served, false_, nullptr, true},
-  {mp_op::clear, "clear", 20, -1, any, 0, 1, false, {"force"},
-   body::clear, nullptr, nullptr, nullptr, use::none, route::store, ack::served, nullptr, nullptr, true},
-  {mp_op::get_chunk_size, "get_chunk_size", 21, -1, any, 0, 0, false, {},
-   body::none<get_chunk_size_req>, nullptr, nullptr, nullptr, use::none, route::bridge, ack::served,
-   nullptr, nullptr, true},
-  {mp_op::ping, "ping", 22, -1, any, 1, 1, false, {"instance_id"},
-   body::ping, nullptr, nullptr, instance_id<ping_req>, use::none, route::bridge, ack::served, nullptr,
-   nullptr, true},
-  {mp_op::report_block_allocation, "report_block_allocation", 23, -1, any, 3, 3, false,
-   {"instance_id", "model_name", "records"},
-   body::report_block_allocation, nullptr, nullptr, nullptr, use::none, route::bridge, ack::served,
-   nullptr, nullptr, true},
-  {mp_op::noop, "noop", 24, -1, any, 0, 0, false, {},
-   body::none<noop_req>, nullptr, nullptr, nullptr, use::none, route::bridge, ack::served, nullptr,
-   nullptr, true},
-  {mp_op::get_experimental, "get_experimental", 32, 40, any, 0, 0, false, {},
-   body::none<get_experimental_req>, nullptr, nullptr, nullptr, use::none, route::bridge, ack::served,
-   nullptr, nullptr, true},
-  {mp_op::negotiate_chunk_size, "negotiate_chunk_size", -1, -1, v57, 1, 1, false, {"required_chunk_alignment"},
-   body::negotiate_chunk_size, nullptr, nullptr, nullptr, use::none, route::bridge, ack::served, nullptr,
-   nullptr, true},
-  {mp_op::server_module_call, "server_module_call", -1, -1, any, 1, 1, false, {"request"},
-   body::server_module_call, nullptr, nullptr, nullptr, use::none, route::bridge, ack::served, nullptr,
-   nullptr, true},
-  {mp_op::server_module_affinity_call, "server_module_affinity_call", -1, -1, v57, 1, 1, false, {"request"},
-   body::server_module_call, nullptr, nullptr, nullptr, use::none, route::bridge, ack::served, nullptr,
-   nullptr, true},
+constexpr mp_op_row rows[] = {
+  row(mp_op::register_kv_cache, "register_kv_cache").id(1)
+    .args({"instance_id", "kv_cache", "model_name", "world_size", "engine_type", "layout_hints",
+           "engine_group_infos"})
+    .decode(body::register_kv_cache)
+    .instance(instance_id<register_kv_cache_req>, use::registers).route(route::registry)
+    .grpc("/lmcache.mp.LMCacheDrivenService/RegisterKvCache"),
+  row(mp_op::unregister_kv_cache, "unregister_kv_cache").id(2).args({"instance_id"})
+    .decode(body::instance_only<unregister_kv_cache_req>)
+    .instance(instance_id<unregister_kv_cache_req>, use::unregisters).route(route::registry)
+    .grpc("/lmcache.mp.LMCacheDrivenService/UnregisterKvCache"),
+  row(mp_op::store, "store").id(6).args({"key", "instance_id", "block_ids", "event_ipc_handle"})
+    .decode(body::store).request_id(key_request_id<store_req>)
+    .instance(instance_id<store_req>, use::uses).route(route::new_session).failure(event_not_ok)
+    .grpc("/lmcache.mp.LMCacheDrivenService/Store"),
+  row(mp_op::retrieve, "retrieve").id(7)
+    .args({"key", "instance_id", "block_ids", "event_ipc_handle", "skip_first_n_tokens"})
+    .decode(body::retrieve).request_id(key_request_id<retrieve_req>)
+    .instance(instance_id<retrieve_req>, use::uses).route(route::new_session)
+    .failure(event_not_ok)
+    .grpc("/lmcache.mp.LMCacheDrivenService/Retrieve"),
+  row(mp_op::lookup, "lookup").id(8).args({"key", "tp_size"})
+    .decode(body::lookup).request_id(key_request_id<lookup_req>)
+    .route(route::new_session).router_acks()
+    .grpc("/lmcache.mp.LookupService/Lookup"),
+  row(mp_op::query_prefetch_status, "query_prefetch_status").id(9).args({"request_id"})
+    .decode(body::request_id_only<query_prefetch_status_req>)
+    .request_id(own_request_id<query_prefetch_status_req>).route(route::session).unknown_job(zero)
+    .grpc("/lmcache.mp.LookupService/QueryPrefetchStatus"),
+  row(mp_op::wait_prefetch_status, "wait_prefetch_status").id(10).args({"request_id", "timeout"})
+    .decode(body::wait_prefetch_status).request_id(own_request_id<wait_prefetch_status_req>)
+    .route(route::session).unknown_job(zero)
+    .grpc("/lmcache.mp.LookupService/WaitPrefetchStatus"),
+  row(mp_op::query_prefetch_lookup_hits, "query_prefetch_lookup_hits").id(11).args({"request_id"})
+    .decode(body::request_id_only<query_prefetch_lookup_hits_req>)
+    .request_id(own_request_id<query_prefetch_lookup_hits_req>).route(route::session),
+  row(mp_op::free_lookup_locks, "free_lookup_locks").id(12)
+    .args({"key", "tp_size", "extra_ranges"}).last_arg_057()
+    .decode(body::free_lookup_locks).request_id(key_request_id<free_lookup_locks_req>)
+    .route(route::session)
+    .grpc("/lmcache.mp.LookupService/FreeLookupLocks"),
+  row(mp_op::end_session, "end_session").id(13).args({"request_id"})
+    .decode(body::request_id_only<end_session_req>).request_id(own_request_id<end_session_req>)
+    .route(route::end_session)
+    .grpc("/lmcache.mp.LookupService/EndSession"),
+  row(mp_op::register_kv_cache_engine_driven_context, "register_kv_cache_engine_driven_context")
+    .id(14).args({"payload"})
+    .decode(body::register_engine_driven).release_of(engine_driven_release)
+    .instance(instance_id<register_engine_driven_req>, use::registers).route(route::registry)
+    .grpc("/lmcache.mp.EngineDrivenService/RegisterKvCacheEngineDrivenContext"),
+  row(mp_op::unregister_kv_cache_engine_driven_context, "unregister_kv_cache_engine_driven_context")
+    .id(15).args({"instance_id"})
+    .decode(body::instance_only<unregister_engine_driven_req>)
+    .instance(instance_id<unregister_engine_driven_req>, use::unregisters).route(route::registry)
+    .grpc("/lmcache.mp.EngineDrivenService/UnregisterKvCacheEngineDrivenContext"),
+  row(mp_op::prepare_store, "prepare_store").id(16)
+    .args({"key", "instance_id", "skipped_chunks"}).last_arg_057()
+    .decode(body::prepare_store).request_id(key_request_id<prepare_store_req>)
+    .instance(instance_id<prepare_store_req>, use::uses).route(route::new_session)
+    .grpc("/lmcache.mp.EngineDrivenService/PrepareStore"),
+  row(mp_op::commit_store, "commit_store").id(17).args({"key", "instance_id", "data"})
+    .decode(body::commit_store).request_id(key_request_id<commit_store_req>)
+    .instance(instance_id<commit_store_req>, use::uses).route(route::new_session).failure(false_)
+    .grpc("/lmcache.mp.EngineDrivenService/CommitStore"),
+  row(mp_op::prepare_retrieve, "prepare_retrieve").id(18).args({"key", "instance_id"})
+    .decode(body::key_instance<prepare_retrieve_req>).request_id(key_request_id<prepare_retrieve_req>)
+    .instance(instance_id<prepare_retrieve_req>, use::uses).route(route::new_session)
+    .failure(prepare_retrieve_failed)
+    .grpc("/lmcache.mp.EngineDrivenService/PrepareRetrieve"),
+  row(mp_op::commit_retrieve, "commit_retrieve").id(19).args({"key", "instance_id"})
+    .decode(body::key_instance<commit_retrieve_req>).request_id(key_request_id<commit_retrieve_req>)
+    .instance(instance_id<commit_retrieve_req>, use::uses).route(route::new_session)
+    .failure(false_)
+    .grpc("/lmcache.mp.EngineDrivenService/CommitRetrieve"),
+  row(mp_op::clear, "clear").id(20).args({"force"}).optional_from(0)
+    .decode(body::clear).route(route::store_clear)
+    .grpc("/lmcache.mp.ControllerService/Clear", "/lmcache.mp.ManagementService/Clear"),
+  row(mp_op::get_chunk_size, "get_chunk_size").id(21).decode(body::none<get_chunk_size_req>)
+    .grpc("/lmcache.mp.ControllerService/GetChunkSize", "/lmcache.mp.ManagementService/GetChunkSize"),
+  row(mp_op::ping, "ping").id(22).args({"instance_id"}).decode(body::ping)
+    .instance(instance_id<ping_req>)
+    .grpc("/lmcache.mp.ControllerService/Ping", "/lmcache.mp.ManagementService/Ping"),
+  row(mp_op::report_block_allocation, "report_block_allocation").id(23)
+    .args({"instance_id", "model_name", "records"}).decode(body::report_block_allocation)
+    .grpc("/lmcache.mp.ObservabilityService/ReportBlockAllocation", "/lmcache.mp.ManagementService/ReportBlockAllocation"),
+  row(mp_op::noop, "noop").id(24).decode(body::none<noop_req>)
+    .grpc("/lmcache.mp.DebugService/Noop", "/lmcache.mp.ManagementService/Noop"),
+  row(mp_op::get_experimental, "get_experimental").id(32, 40)
+    .decode(body::none<get_experimental_req>)
+    .grpc("/lmcache.mp.ControllerService/GetExperimental", "/lmcache.mp.ManagementService/GetExperimental"),
+  row(mp_op::negotiate_chunk_size, "negotiate_chunk_size").only_in(client_release::v0_5_7)
+    .args({"required_chunk_alignment"}).decode(body::negotiate_chunk_size)
+    .grpc(nullptr, "/lmcache.mp.ManagementService/NegotiateChunkSize"),
+  row(mp_op::server_module_call, "server_module_call").args({"request"})
+    .decode(body::server_module_call)
+    .grpc("/lmcache.mp.ControllerService/ServerModuleCall", "/lmcache.mp.ExtensionService/ServerModuleCall"),
+  row(mp_op::server_module_affinity_call, "server_module_affinity_call")
+    .only_in(client_release::v0_5_7).args({"request"}).decode(body::server_module_call)
+    .grpc(nullptr, "/lmcache.mp.ExtensionService/ServerModuleAffinityCall"),
 };
 // clang-format on
 
@@ -142,7 +242,7 @@ const mp_op_row& op_row(mp_op op) {
   for (const auto& r : rows)
     if (r.op == op)
       return r;
-  return rows[0]; // not reached: every mp_op has a row (test_lmcache_op_table)
+  return rows[0]; // not reached: every mp_op has a row (tests/unit/test_grpc_op_table.cpp)
 }
 
 const mp_op_row* op_row_by_name(std::string_view name) {
@@ -184,8 +284,6 @@ std::optional<mp_op> mp_op_from_id(int64_t id) {
   return std::nullopt;
 }
 
-mp_route route_of(mp_op op) { return op_row(op).route; }
-
 const std::string* request_id_of(const mp_request& r) {
   const auto& row = op_row(r.op);
   return row.request_id ? row.request_id(r.body) : nullptr;
@@ -207,7 +305,7 @@ const char* to_string(mp_route r) {
   switch (r) {
     case mp_route::bridge: return "bridge";
     case mp_route::registry: return "registry";
-    case mp_route::store: return "store";
+    case mp_route::store_clear: return "store_clear";
     case mp_route::new_session: return "new_session";
     case mp_route::session: return "session";
     case mp_route::end_session: return "end_session";

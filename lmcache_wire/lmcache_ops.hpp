@@ -4,10 +4,11 @@
 // lmcache_body_decode.cpp), where its request id and worker instance are, who
 // serves it and who acks it, and LMCache's failure value for it. The rows are
 // in lmcache_ops.cpp; docs/ARCHITECTURE.md "Op -> files" lists where each
-// op's handler is (checked by tests/unit/test_lmcache_op_table.cpp).
+// op's handler is (checked by tests/unit/test_grpc_op_table.cpp).
 //
 // Adding an op: its request struct (lmcache_protocol.hpp), its body decoder,
-// its row, and one handler where the row's route points.
+// its row, and one handler where the row's route points (docs/ARCHITECTURE.md
+// "LMCache ops -> files").
 //
 // No msgpack and no CAF here: actors include it freely.
 #pragma once
@@ -41,45 +42,56 @@ enum class mp_instance_use : uint8_t {
   uses,        ///< a copy on the instance's memory (refused when another owns it)
 };
 
+/// One op's row. Rows are built field by field by name (lmcache_ops.cpp's
+/// `row` builder); a field a row does not name keeps the default here.
 struct mp_op_row {
-  mp_op op;
-  const char* name; ///< snake_case, as LMCache routes ops by name (0.5.6+)
+  mp_op op = mp_op::noop;
+  const char* name = ""; ///< snake_case, as LMCache routes ops by name (0.5.6+)
   /// The frozen legacy id (wire.py LEGACY_OPERATION_IDS, 0.5.5+); -1: the
   /// op travels by name only (newer than the frozen table).
-  int16_t id;
+  int16_t id = -1;
   /// The id 0.5.3 / 0.5.4 send where theirs differs (their table differs
   /// from 25 on); -1: the same or none. A request sent by it is legacy.
-  int16_t id_pre_055;
+  int16_t id_pre_055 = -1;
   /// The one release that sends this op (v0_5_7 for ops new there);
   /// unknown: every release that has it.
-  client_release only_in;
-  uint8_t min_args;
-  uint8_t max_args;
+  client_release only_in = client_release::unknown;
+  uint8_t min_args = 0;
+  uint8_t max_args = 0;
   /// The argument past min_args is 0.5.7's: 0.5.7 always sends it (it binds
   /// every default), older releases never do.
-  bool last_arg_057;
-  const char* arg_names[7];
+  bool last_arg_057 = false;
+  const char* arg_names[7] = {};
   /// The body decoder entry (lmcache_body_decode.hpp).
-  status (*decode)(const lmcache_wire::op_args&, mp_request_body&);
+  status (*decode)(const lmcache_wire::op_args&, mp_request_body&) = nullptr;
   /// The release a decoded body shows beyond its key's token form, or
   /// nullptr (register_kv_cache_engine_driven_context: its group_layouts).
-  client_release (*release_of)(const mp_request_body&);
+  client_release (*release_of)(const mp_request_body&) = nullptr;
   /// The request id (session) of a decoded body, nullptr: none.
-  const std::string* (*request_id)(const mp_request_body&);
+  const std::string* (*request_id)(const mp_request_body&) = nullptr;
   /// The worker instance a decoded body names (ping may send nil), nullptr: none.
-  std::optional<int64_t> (*instance)(const mp_request_body&);
-  mp_instance_use instance_use;
-  mp_route route; ///< who serves it
-  mp_ack ack;     ///< who answers it
+  std::optional<int64_t> (*instance)(const mp_request_body&) = nullptr;
+  mp_instance_use instance_use = mp_instance_use::none;
+  mp_route route = mp_route::bridge; ///< who serves it
+  mp_ack ack = mp_ack::served;       ///< who answers it
   /// LMCache's failure value for the op ((b"", False), False, a failed
   /// PrepareRetrieveResponse); nullptr: it has none, a failed request gets
   /// the failure reply of lmcache_failure.hpp.
-  std::string (*failure)();
+  std::string (*failure)() = nullptr;
   /// The answer for a request id with no session (route session): LMCache's
   /// unknown-job answer. nullptr: None.
-  std::string (*unknown_job)();
-  /// LMCache has a gRPC method for it (lmcache_grpc/grpc_methods.cpp).
-  bool grpc;
+  std::string (*unknown_job)() = nullptr;
+  /// LMCache has a gRPC method for it: its HTTP/2 paths below, which
+  /// lmcache_grpc/grpc_methods.cpp serves.
+  bool grpc = false;
+  /// The method's path in a service both releases share
+  /// ("/lmcache.mp.LookupService/Lookup"), or nullptr.
+  const char* grpc_path = nullptr;
+  /// The paths in 0.5.6's and 0.5.7's release-specific services (0.5.7
+  /// moved the management ops; a client's release is latched from them),
+  /// nullptr where that release has none.
+  const char* grpc_path_056 = nullptr;
+  const char* grpc_path_057 = nullptr;
 };
 
 /// The row of `op` (every mp_op has one).

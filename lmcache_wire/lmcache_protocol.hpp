@@ -311,12 +311,11 @@ struct mp_request {
 enum class mp_route : uint8_t {
   bridge,      ///< answered by the engine bridge at once (no state, or the heartbeat)
   registry,    ///< (un)registrations
-  store,       ///< clear
+  store_clear, ///< the store's on_clear: empties L1 (clear)
   new_session, ///< the request's session, spawned on demand (lookup, copies)
   session,     ///< the request's session if it exists; LMCache's unknown-job answer if not
   end_session, ///< ends the request's session
 };
-mp_route route_of(mp_op op);
 
 // The questions below are answered from the op's row (lmcache_ops.cpp).
 

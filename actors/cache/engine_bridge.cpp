@@ -1,4 +1,5 @@
 #include "actors/cache/engine_bridge.hpp"
+#include "actors/cache/op_handlers.hpp"
 
 #include "actors/cache/sweep.hpp"
 #include "actors/zap_handler.hpp"
@@ -502,72 +503,93 @@ bool engine_bridge::claim_instance(const mp_call& call, const mp_op_row& row) {
   return true;
 }
 
+// The handlers of the ops whose row routes them to the bridge.
+const engine_bridge::op_handler engine_bridge::handlers_[] = {
+  {mp_op::get_chunk_size,
+   [](engine_bridge& b, const mp_call& call) {
+     b.send_reply(make_reply(call, encode_mp_int(b.p_.chunk_size)));
+   }},
+  {mp_op::noop,
+   [](engine_bridge& b, const mp_call& call) {
+     b.send_reply(make_reply(call, encode_mp_str("OK")));
+   }},
+  {mp_op::negotiate_chunk_size,
+   [](engine_bridge& b, const mp_call& call) {
+     // LMCache 0.5.7 rounds its chunk size up to the alignment until the
+     // first session; kvsidecar's is fixed (cache.chunk_size), so it is the
+     // answer when it is a multiple, and the failure names both otherwise.
+     const auto& req = *call.request;
+     const int64_t cs = b.p_.chunk_size;
+     const int64_t a = std::get<negotiate_chunk_size_req>(req.body).required_chunk_alignment;
+     if (a >= 1 && cs % a == 0) {
+       b.send_reply(make_reply(call, encode_mp_int(cs)));
+     } else {
+       b.reject(hex(call.identity), hex(req.uid_frame), "negotiate_chunk_size",
+                error{"chunk_size", "alignment " + std::to_string(a)});
+       b.send_reply(make_failure_reply(
+         call, "negotiate_chunk_size: cache.chunk_size " + std::to_string(cs)
+                 + " is not a multiple of the required alignment " + std::to_string(a)
+                 + " (set cache.chunk_size to a multiple of the engine's block size)"));
+     }
+   }},
+  {mp_op::server_module_call, [](engine_bridge& b, const mp_call& call) { b.no_module(call); }},
+  {mp_op::server_module_affinity_call,
+   [](engine_bridge& b, const mp_call& call) { b.no_module(call); }},
+  {mp_op::report_block_allocation,
+   [](engine_bridge& b, const mp_call& call) {
+     // LMCache's blend / p2p modules use it; the cache needs nothing from it.
+     b.send_reply(make_reply(call, std::nullopt));
+   }},
+  {mp_op::get_experimental,
+   [](engine_bridge& b, const mp_call& call) {
+     // With the log on, LMCache's vLLM adapter opens subscribe_kv_events.
+     b.send_reply(make_reply(call, encode_mp_str_list(b.streams_.enabled()
+                                                        ? std::vector<std::string>{"kv_event_stream"}
+                                                        : std::vector<std::string>{})));
+   }},
+  {mp_op::ping,
+   [](engine_bridge& b, const mp_call& call) {
+     // Answered here (the heartbeat must not queue behind anything); the
+     // registry learns the instance is alive (through the router).
+     // Only the owning connection keeps an instance alive: an engine that
+     // reconnected (new identity) re-registers once the old one is reaped.
+     const auto& p = std::get<ping_req>(call.request->body);
+     if (p.instance_id) {
+       auto o = b.owners_.find(*p.instance_id);
+       if (o == b.owners_.end() || o->second == call.identity) {
+         b.send(b.p_.router, seen_atom_v, *p.instance_id, true);
+         b.streams_.touch(*p.instance_id, clock::now());
+       }
+     }
+     b.send_reply(make_reply(call, encode_mp_bool(true)));
+   }},
+};
+
+bool bridge_answers(mp_op op) {
+  for (const auto& h : engine_bridge::handlers_)
+    if (h.op == op)
+      return true;
+  return false;
+}
+
+void engine_bridge::no_module(const mp_call& call) {
+  // No server modules here: LMCache's own answer for an unknown method.
+  send_reply(make_reply(
+    call, encode_reply_server_module_call(
+            false, "", "unknown server module method: "
+                         + std::get<server_module_call_req>(call.request->body).method)));
+}
+
 void engine_bridge::answer(const mp_call& call) {
-  // The handlers of the ops whose row routes them to the bridge.
-  const auto& req = *call.request;
-  switch (req.op) {
-    case mp_op::get_chunk_size:
-      send_reply(make_reply(call, encode_mp_int(p_.chunk_size)));
-      return;
-    case mp_op::noop:
-      send_reply(make_reply(call, encode_mp_str("OK")));
-      return;
-    case mp_op::negotiate_chunk_size: {
-      // LMCache 0.5.7 rounds its chunk size up to the alignment until the
-      // first session; kvsidecar's is fixed (cache.chunk_size), so it is the
-      // answer when it is a multiple, and the failure names both otherwise.
-      const int64_t a = std::get<negotiate_chunk_size_req>(req.body).required_chunk_alignment;
-      if (a >= 1 && p_.chunk_size % a == 0) {
-        send_reply(make_reply(call, encode_mp_int(p_.chunk_size)));
-      } else {
-        reject(hex(call.identity), hex(req.uid_frame), "negotiate_chunk_size",
-               error{"chunk_size", "alignment " + std::to_string(a)});
-        send_reply(make_failure_reply(
-          call, "negotiate_chunk_size: cache.chunk_size " + std::to_string(p_.chunk_size)
-                  + " is not a multiple of the required alignment " + std::to_string(a)
-                  + " (set cache.chunk_size to a multiple of the engine's block size)"));
-      }
+  for (const auto& h : handlers_)
+    if (h.op == call.request->op) {
+      h.serve(*this, call);
       return;
     }
-    case mp_op::server_module_call:
-    case mp_op::server_module_affinity_call:
-      // No server modules here: LMCache's own answer for an unknown method.
-      send_reply(make_reply(call, encode_reply_server_module_call(
-                                    false, "", "unknown server module method: "
-                                                 + std::get<server_module_call_req>(req.body).method)));
-      return;
-    case mp_op::report_block_allocation:
-      // LMCache's blend / p2p modules use it; the cache needs nothing from it.
-      send_reply(make_reply(call, std::nullopt));
-      return;
-    case mp_op::get_experimental:
-      // With the log on, LMCache's vLLM adapter opens subscribe_kv_events.
-      send_reply(make_reply(call, encode_mp_str_list(streams_.enabled()
-                                                       ? std::vector<std::string>{"kv_event_stream"}
-                                                       : std::vector<std::string>{})));
-      return;
-    case mp_op::ping: {
-      // Answered here (the heartbeat must not queue behind anything); the
-      // registry learns the instance is alive (through the router).
-      // Only the owning connection keeps an instance alive: an engine that
-      // reconnected (new identity) re-registers once the old one is reaped.
-      auto& b = std::get<ping_req>(req.body);
-      if (b.instance_id) {
-        auto o = owners_.find(*b.instance_id);
-        if (o == owners_.end() || o->second == call.identity) {
-          send(p_.router, seen_atom_v, *b.instance_id, true);
-          streams_.touch(*b.instance_id, clock::now());
-        }
-      }
-      send_reply(make_reply(call, encode_mp_bool(true)));
-      return;
-    }
-    default:
-      // A row routed to the bridge with no handler here: a failure, never silence.
-      KVS_ERROR(label(), "op {} is routed to the bridge but has no handler", to_string(req.op));
-      send_reply(make_failure_reply(call, "no handler for this operation"));
-      return;
-  }
+  // A row routed to the bridge with no handler here: a failure, never silence.
+  KVS_ERROR(label(), "op {} is routed to the bridge but has no handler",
+            to_string(call.request->op));
+  send_reply(make_failure_reply(call, "no handler for this operation"));
 }
 
 void engine_bridge::send_reply(const mp_reply& r) {

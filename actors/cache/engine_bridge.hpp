@@ -73,8 +73,19 @@ private:
              std::string_view grpc_peer);
   /// Serves `call` where its op's row says (lmcache_ops.hpp): here, or the router.
   void route(mp_call call);
-  /// The bridge's own ops (row route `bridge`): answered at once.
+  /// The bridge's own ops (row route `bridge`): answered at once by the
+  /// op's entry in `handlers_`.
   void answer(const mp_call& call);
+  /// The handler of each op whose row routes it to the bridge
+  /// (bridge_answers: every such row has one, test_actor_op_handlers).
+  struct op_handler {
+    mp_op op;
+    void (*serve)(engine_bridge&, const mp_call&);
+  };
+  static const op_handler handlers_[];
+  friend bool bridge_answers(mp_op op);
+  /// server_module_call(s): LMCache's answer for an unknown method.
+  void no_module(const mp_call& call);
   /// Binds or checks the instance `call` names, as its row's instance_use
   /// says; false when it was refused (and answered).
   bool claim_instance(const mp_call& call, const mp_op_row& row);

@@ -1,4 +1,5 @@
 #include "actors/cache/registry.hpp"
+#include "actors/cache/op_handlers.hpp"
 
 #include "actors/actor_logging.hpp"
 #include "actors/caf_error.hpp"
@@ -389,7 +390,54 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
     [fail](caf::error& err) { fail(from_caf_error(err).detail); });
 }
 
+// -- The ops the op table routes to the registry ------------------------------
+
+void unregister(self_ptr self, const mp_call& call, int64_t id) {
+  auto& st = self->state;
+  if (st.instances.count(id)) {
+    forget(self, id);
+    KVS_INFO(st.label, "instance {} unregistered", id);
+  } else {
+    KVS_WARN(st.label, "{} of unknown instance {}", to_string(call.request->op), id);
+  }
+  self->send(st.bridge, make_reply(call, std::nullopt));
+}
+
+/// The step of each op the registry serves (registry_serves: every row
+/// routed here has one, tests/unit/test_actor_op_handlers.cpp).
+struct registry_step {
+  mp_op op;
+  void (*serve)(self_ptr, const mp_call&);
+};
+constexpr registry_step k_steps[] = {
+  {mp_op::register_kv_cache,
+   [](self_ptr self, const mp_call& call) {
+     on_register(self, call, std::get<register_kv_cache_req>(call.request->body));
+   }},
+  {mp_op::register_kv_cache_engine_driven_context,
+   [](self_ptr self, const mp_call& call) {
+     on_register_engine_driven(self, call,
+                               std::get<register_engine_driven_req>(call.request->body));
+   }},
+  {mp_op::unregister_kv_cache,
+   [](self_ptr self, const mp_call& call) {
+     unregister(self, call, std::get<unregister_kv_cache_req>(call.request->body).instance_id);
+   }},
+  {mp_op::unregister_kv_cache_engine_driven_context,
+   [](self_ptr self, const mp_call& call) {
+     unregister(self, call,
+                std::get<unregister_engine_driven_req>(call.request->body).instance_id);
+   }},
+};
+
 } // namespace
+
+bool registry_serves(mp_op op) {
+  for (const auto& step : k_steps)
+    if (step.op == op)
+      return true;
+  return false;
+}
 
 stats_snapshot snapshot(const registry_state& st) {
   stats_snapshot s;
@@ -428,30 +476,15 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry
     [self](mp_call& call) {
       auto& st = self->state;
       st.bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
-      auto& req = *call.request;
-      auto unregister = [&](int64_t id, const char* op) {
-        if (st.instances.count(id)) {
-          forget(self, id);
-          KVS_INFO(st.label, "instance {} unregistered", id);
-        } else {
-          KVS_WARN(st.label, "{} of unknown instance {}", op, id);
+      for (const auto& step : k_steps)
+        if (step.op == call.request->op) {
+          step.serve(self, call);
+          return;
         }
-        self->send(st.bridge, make_reply(call, std::nullopt));
-      };
-      if (auto* r = std::get_if<register_kv_cache_req>(&req.body)) {
-        on_register(self, call, *r);
-      } else if (auto* e = std::get_if<register_engine_driven_req>(&req.body)) {
-        on_register_engine_driven(self, call, *e);
-      } else if (auto* u = std::get_if<unregister_kv_cache_req>(&req.body)) {
-        unregister(u->instance_id, "unregister_kv_cache");
-      } else if (auto* ue = std::get_if<unregister_engine_driven_req>(&req.body)) {
-        unregister(ue->instance_id, "unregister_kv_cache_engine_driven_context");
-      } else {
-        // The bridge routes nothing else here; should it ever, the caller
-        // still gets an answer.
-        KVS_ERROR(st.label, "request of an op the registry does not serve: answered as failed");
-        self->send(st.bridge, make_failure_reply(call, "not served by the registry"));
-      }
+      // The router sends nothing else here; should it ever, the caller
+      // still gets an answer.
+      KVS_ERROR(st.label, "request of an op the registry does not serve: answered as failed");
+      self->send(st.bridge, make_failure_reply(call, "not served by the registry"));
     },
     [self](seen_atom, int64_t id, bool ping) {
       auto i = self->state.instances.find(id);

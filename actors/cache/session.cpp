@@ -4,11 +4,12 @@
 // steps live with their job:
 //   session_lookup.cpp         lookup and the prefetch queries
 //   session_copy.cpp           STORE / RETRIEVE: one copy job in named steps
-//   session_engine_driven.cpp  prepare_* / commit_* (session_hybrid.cpp: hybrid-KV instances)
+//   session_engine_driven.cpp  prepare_* / commit_*, single-group and hybrid-KV instances
 // This file holds what they share (session_steps.hpp), the end of the
 // session, and the actor.
 #include "actors/cache/session.hpp"
 #include "actors/cache/session_steps.hpp"
+#include "actors/cache/op_handlers.hpp"
 
 #include "actors/actor_logging.hpp"
 #include "cache/chunk_hash.hpp"
@@ -138,7 +139,8 @@ namespace {
 
 using namespace session_steps;
 
-/// The step of each op the session serves.
+/// The step of each op the session serves (session_serves: every row routed
+/// to a session has one, tests/unit/test_actor_op_handlers.cpp).
 struct session_step {
   mp_op op;
   void (*serve)(self_ptr, mp_call&);
@@ -169,6 +171,13 @@ void on_call(self_ptr self, mp_call& call) {
 }
 
 } // namespace
+
+bool session_serves(mp_op op) {
+  for (const auto& s : k_steps)
+    if (s.op == op)
+      return true;
+  return false;
+}
 
 session_actor::behavior_type session(session_actor::stateful_pointer<session_state> self,
                                      session_params params) {

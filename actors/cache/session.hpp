@@ -46,23 +46,19 @@ struct copy_job {
 /// they stand for in the store.
 struct staged_transfer {
   int64_t instance_id = 0;
-  std::vector<uint64_t> offsets;        ///< staging slots, in the reply's order
-  std::vector<uint8_t*> l1;             ///< store: the reserved L1 slots they go to
-  std::optional<store_finish> reserved; ///< store: committed or aborted at commit_store
-  /// store: each reserved chunk's position in the key's range (where its
-  /// tensor is in an inline commit_store's data), and the chunk as the
-  /// instance registered it (to check that data against).
-  std::vector<uint64_t> positions;
-  uint64_t slot_bytes = 0;
-  std::vector<int64_t> chunk_shape;
-  std::string dtype;
-  /// A hybrid-KV instance's transfer between its prepare and its commit:
-  /// its groups; over a staging pool, the bytes of each slot (its group's
-  /// chunk) and, for a store, each group's reservations. Inline, nothing
-  /// is held (the data comes with the commit).
-  stage_groups groups;
+  std::vector<uint64_t> offsets; ///< staging slots, in the reply's order
+  /// store: the reserved L1 slots they go to (inline: the data's chunks
+  /// go to), each one's length (its group's chunk), and its chunk's
+  /// position in the key's range (an inline commit_store's tensor index).
+  std::vector<uint8_t*> l1;
   std::vector<uint64_t> lengths;
-  std::vector<store_finish> group_reserved;
+  std::vector<uint64_t> positions;
+  /// store: each group's reservations, committed or aborted at commit_store.
+  std::vector<store_finish> reserved;
+  /// store: the instance's groups (one: a single-group instance); a hybrid
+  /// instance's (`grouped`) inline commit_store carries every group's data.
+  stage_groups groups;
+  bool grouped = false;
 };
 
 struct session_state {

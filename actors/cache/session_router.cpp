@@ -124,8 +124,9 @@ void route(self_ptr self, mp_call& call) {
   auto& st = self->state;
   const auto& req = *call.request;
   const auto& row = op_row(req.op);
-  if (row.route == mp_route::registry || row.route == mp_route::store) {
-    // Delegated: the registry / store answers the bridge, which stays the sender.
+  if (row.route == mp_route::registry || row.route == mp_route::store_clear) {
+    // Delegated: the registry / the store's on_clear answers the bridge,
+    // which stays the sender.
     if (row.route == mp_route::registry)
       self->delegate(st.p.registry, std::move(call));
     else
