@@ -11,7 +11,7 @@ using namespace kvs;
 namespace {
 cache_event ev(bool stored, const char* backend, char hash_byte, const char* salt = "") {
   cache_event e;
-  e.stored = stored;
+  e.kind = stored ? cache_event_kind::store : cache_event_kind::remove;
   e.backend = backend;
   e.key = object_key_fields{"org/model", 0x01000100, 0, std::string(32, hash_byte), salt};
   e.size_bytes = 65536;
@@ -41,6 +41,24 @@ TEST_CASE("consecutive events of one type and backend share a batch, seq from th
   // A delete carries no size.
   CHECK(body.find(R"("size_bytes":0)") != std::string::npos);
   CHECK(body.find(R"("cache_salt":"t")") != std::string::npos);
+}
+
+TEST_CASE("a read-back is an access batch of its own, sizeless, on its backend") {
+  auto read = ev(true, "fs", 4);
+  read.kind = cache_event_kind::access;
+  uint64_t batches = 0;
+  auto body = coordinator_events::encode({ev(true, "fs", 4), read, read}, "mp-1", 1, 0, 1.0,
+                                         &batches);
+  CHECK(batches == 2);
+  CHECK(body.find(R"("seq":2,"event_type":"access","tier":"l2","backend":"fs","shared":false)")
+        != std::string::npos);
+  // The access batch's two entries carry no size (LMCache's CacheEventEntry default).
+  auto access = body.substr(body.find(R"("event_type":"access")"));
+  size_t zeros = 0;
+  for (size_t at = access.find(R"("size_bytes":0})"); at != std::string::npos;
+       at = access.find(R"("size_bytes":0})", at + 1))
+    ++zeros;
+  CHECK(zeros == 2);
 }
 
 TEST_CASE("a capacity declaration: one config batch per backend, no entries") {
