@@ -96,7 +96,7 @@ std::string coordinator_events::encode_capacity(const std::vector<declared_capac
       .integer("incarnation", static_cast<uint64_t>(incarnation))
       .integer("seq", seq_after + ++n)
       .str("event_type", "config")
-      .str("tier", "l2")
+      .str("tier", m.l1 ? "l1" : "l2")
       .str("backend", m.backend)
       .boolean("shared", m.shared)
       .num("ts", ts)
@@ -123,14 +123,14 @@ std::string coordinator_events::encode(const std::vector<cache_event>& events,
       .str("event_type", first.kind == cache_event_kind::store    ? "store"
                          : first.kind == cache_event_kind::remove ? "delete"
                                                                   : "access")
-      .str("tier", "l2")
+      .str("tier", first.l1 ? "l1" : "l2")
       .str("backend", first.backend)
       .boolean("shared", first.shared)
       .num("ts", ts)
       .begin_array("entries");
     // A batch: the run of events of one type on one backend (LMCache's
     // CacheEventSubscriber._record joins consecutive ones the same way).
-    for (; i < events.size() && events[i].kind == first.kind
+    for (; i < events.size() && events[i].kind == first.kind && events[i].l1 == first.l1
            && events[i].backend == first.backend && events[i].shared == first.shared;
          ++i) {
       const auto& e = events[i];

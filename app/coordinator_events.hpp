@@ -32,12 +32,13 @@
 
 namespace kvs {
 
-/// One L2 backend's capacity declaration (a CacheEventBatch of type
-/// "config"): the denominator of the coordinator's usage view.
+/// One tier's capacity declaration (a CacheEventBatch of type "config"):
+/// the denominator of the coordinator's usage view.
 struct declared_capacity {
-  std::string backend; ///< "fs", "resp"
+  std::string backend; ///< "fs", "resp"; L1: "dram"
   bool shared = false;
   uint64_t bytes = 0;  ///< 0: no limit declared (Redis: its maxmemory is not ours)
+  bool l1 = false;     ///< tier "l1" (cache.l1_size), else "l2"
 };
 
 class coordinator_events final : public cache_event_sink {

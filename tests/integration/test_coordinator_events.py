@@ -77,9 +77,11 @@ def test_the_directory_finds_kvsidecar_chunks_and_loses_the_deleted(cache_server
     def placed(body):
         st, ans = request(co.port, "POST", "/directory/lookup", body)
         assert st == 200, ans
-        return [[(p["instance_id"], p["tier"], p["backend"], p.get("size_bytes"))
-                 for p in r["placements"]] for r in ans["results"]]
-    where = [(me, "l2", "fs", CHUNK_BYTES)]
+        return [sorted((p["instance_id"], p["tier"], p["backend"], p.get("size_bytes"))
+                       for p in r["placements"]) for r in ans["results"]]
+    # In L1 (LMCache's medium name "dram") and in the disk tier ("fs").
+    l1 = (me, "l1", "dram", CHUNK_BYTES)
+    where = [l1, (me, "l2", "fs", CHUNK_BYTES)]
     wait_until(lambda: placed({"keys": [key(h) for h in hashes]}) == [where] * 3, 10,
                "the three chunks in the coordinator's directory")
     # The token form: the coordinator hashes the request itself.
@@ -97,21 +99,31 @@ def test_the_directory_finds_kvsidecar_chunks_and_loses_the_deleted(cache_server
     [fs] = [m for m in usage["modules"] if m["tier"] == "l2"]
     assert (fs["backend"], fs["used_bytes"], fs["capacity_bytes"]) \
         == ("fs", 3 * CHUNK_BYTES, 16 << 20), usage
+    [dram] = [m for m in usage["modules"] if m["tier"] == "l1"]
+    assert (dram["backend"], dram["used_bytes"], dram["capacity_bytes"]) \
+        == ("dram", 3 * CHUNK_BYTES, 64 << 20), usage  # cache.l1_size
     [q] = run_cli("0.5.6", [["query", "coordinator", "--api", "usage", "--url", co.url]])
     assert q["rc"] == 0 and me in q["out"], q
     st, stats = request(co.port, "GET", "/directory/stats")
     assert st == 200 and stats["num_keys"] == 3 and stats["l2_count"] == 3, stats
+    assert stats["l1_count"] == 3 and stats["l1_size_bytes"] == 3 * CHUNK_BYTES, stats
     assert stats["l2_size_bytes"] == 3 * CHUNK_BYTES, stats
 
-    # The coordinator's delete call (DELETE /cache/objects, LMCache's key):
-    # the chunk leaves kvsidecar's folder and the directory.
+    # The coordinator's delete call (DELETE /cache/objects, LMCache's key,
+    # L2 by default): the chunk leaves kvsidecar's folder and the
+    # directory's L2; "tier": "l1" then takes it out of L1 too.
     assert request(port, "DELETE", "/cache/objects", {"keys": [key(hashes[1])]}) \
         == (200, {"deleted": 1, "skipped": 0, "ok": True})
-    wait_until(lambda: placed({"keys": [key(h) for h in hashes]}) == [where, [], where], 10,
-               "the deleted chunk gone from the directory")
+    wait_until(lambda: placed({"keys": [key(h) for h in hashes]}) == [where, [l1], where], 10,
+               "the deleted chunk gone from the directory's L2")
+    # An L1 eviction of any kind (here /cache/clear) is a delete on tier l1.
+    assert request(port, "POST", "/cache/clear", {"tier": "l1"})[0] == 200
+    wait_until(lambda: placed({"keys": [key(h) for h in hashes]}) == [[where[1]], [], [where[1]]],
+               10, "the L1 placements gone from the directory")
     assert metric(srv, "kvsidecar_coordinator_events_dropped_total") == 0
     assert metric(srv, "kvsidecar_coordinator_events_lost_total") == 0
-    assert metric(srv, "kvsidecar_coordinator_events_posted_total") == 4
+    # 3 L1 stores, 3 L2 stores, 1 L2 delete, 3 L1 deletes.
+    assert metric(srv, "kvsidecar_coordinator_events_posted_total") == 10
 
     # The coordinator goes away: storing goes on as before; what the
     # failed POSTs carried is counted as lost.
@@ -129,15 +141,16 @@ def test_the_directory_finds_kvsidecar_chunks_and_loses_the_deleted(cache_server
 
 def test_events_past_the_queue_are_dropped_and_counted(cache_server, kv_pools, tmp_path):
     # Nobody at the URL: never registered, so the events wait in the queue,
-    # which holds two; the other two of four chunks are dropped.
+    # which holds two; the other six of four chunks' L1 and L2 stores are
+    # dropped.
     url = f"http://127.0.0.1:{free_port_range(1)}"
     srv = cache_server(overrides=overrides(tmp_path, url, **{"coordinator.event_queue_max": 2}))
     pools = kv_pools(seed=6)
     f = flow_for(srv, pools, 1)
     store_prompt(srv, f, tokens(4, salt=47), "r1", 4)
-    srv.wait_stats(lambda s: s.get("coord_dropped", 0) == 2 and s.get("coord_queued", 0) == 2,
-                   actor="l2", what="two queued, two dropped")
-    assert metric(srv, "kvsidecar_coordinator_events_dropped_total") == 2
+    srv.wait_stats(lambda s: s.get("coord_dropped", 0) == 6 and s.get("coord_queued", 0) == 2,
+                   actor="l2", what="two queued, six dropped")
+    assert metric(srv, "kvsidecar_coordinator_events_dropped_total") == 6
     assert srv.sidecar.http_get("/readyz")[0] == 200
 
 
@@ -159,10 +172,10 @@ def test_a_fleet_quota_at_the_coordinator_evicts_a_tenant_on_kvsidecar(cache_ser
     keys_p = [key(h) for h in lmcache_hashes(toks_p)]
     keys_t = [key(h, "tenant-a") for h in lmcache_hashes(toks_t)]
 
-    def placements(keys):
+    def placements(keys):  # in L2 (the fleet quota's tier)
         st, ans = request(co.port, "POST", "/directory/lookup", {"keys": keys})
         assert st == 200, ans
-        return [len(r["placements"]) for r in ans["results"]]
+        return [sum(p["tier"] == "l2" for p in r["placements"]) for r in ans["results"]]
     wait_until(lambda: placements(keys_p + keys_t) == [1] * 4, 10, "four chunks reported")
     st, q = request(co.port, "PUT", "/quota/tenant-a", {"limit_gb": 0})
     assert st == 200, q
@@ -198,7 +211,8 @@ def test_redis_objects_are_reported_as_lmcache_resp(cache_server, kv_pools, redi
     def placed():
         st, ans = request(co.port, "POST", "/directory/lookup", {"keys": keys})
         assert st == 200, ans
-        return [[(p["instance_id"], p["tier"], p["backend"]) for p in r["placements"]]
+        return [sorted((p["instance_id"], p["tier"], p["backend"]) for p in r["placements"])
                 for r in ans["results"]]
-    wait_until(lambda: placed() == [[(me, "l2", "resp")]] * 2, 10, "two chunks in Redis")
+    wait_until(lambda: placed() == [[(me, "l1", "dram"), (me, "l2", "resp")]] * 2, 10,
+               "two chunks in L1 and Redis")
     assert len(redis.keys()) == 2

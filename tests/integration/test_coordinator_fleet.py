@@ -9,15 +9,14 @@ What is checked:
   lists both, each at its HTTP address;
 - the same prompt stored into both through LMCache's own client: the
   coordinator's directory lookup (the token form, hashed by the
-  coordinator) finds every chunk on both instances' L2 -- the same keys,
-  one placement each, backend fs, the same byte size -- and on LMCache's
-  L1 (kvsidecar does not report its L1: README, "Running in an LMCache
-  fleet");
+  coordinator) finds every chunk on both instances, in L1 (backend
+  "dram") and L2 (backend "fs") -- the same keys, the same byte size;
 - a prompt stored only into kvsidecar is found there and nowhere else;
-- a prompt read back from kvsidecar's L2 (a fetch after L1 was cleared)
-  is reported as LMCache's adapters report a load: an ``access`` event,
-  which the directory counts per key (the coordinator's fleet eviction
-  moves such keys to the young end of its LRU).
+- kvsidecar's L1 cleared: its L1 placements leave the directory; read
+  back from its L2, the chunks are reported as LMCache's adapters report a
+  load (an ``access`` event, counted per key; the coordinator's fleet
+  eviction moves such keys to the young end of its LRU) and are placed in
+  its L1 again.
 
 Needs the engine venv (build-venv-engine, lmcache 0.5.6) and the blake3
 package; skips with the reason without them.
@@ -84,11 +83,12 @@ def test_lmcache_server_and_kvsidecar_in_one_directory(cache_server, tmp_path, c
         def placed(p: int):
             return [sorted((pl["instance_id"], pl["tier"], pl["backend"], pl.get("size_bytes"))
                            for pl in r["placements"]) for r in lookup(p)]
+        kvs_l1, kvs_l2 = (kvs_id, "l1", "dram", CHUNK_BYTES), (kvs_id, "l2", "fs", CHUNK_BYTES)
         both = sorted([(lmc_id, "l1", "dram", CHUNK_BYTES), (lmc_id, "l2", "fs", CHUNK_BYTES),
-                       (kvs_id, "l2", "fs", CHUNK_BYTES)])
+                       kvs_l1, kvs_l2])
         wait_until(lambda: placed(1) == [both] * CHUNKS, 15,
                    "prompt 1's chunks on both servers in the directory")
-        assert placed(2) == [[(kvs_id, "l2", "fs", CHUNK_BYTES)]] * CHUNKS
+        assert placed(2) == [[kvs_l1, kvs_l2]] * CHUNKS
         st, page = request(co.port, "GET", f"/directory/keys?instance_id={kvs_id}")
         assert st == 200 and page["total"] == 2 * CHUNKS, page
         assert [r["access_count"] for r in lookup(2)] == [0] * CHUNKS
@@ -97,11 +97,13 @@ def test_lmcache_server_and_kvsidecar_in_one_directory(cache_server, tmp_path, c
         # per key, as LMCache's fs adapter reports each key it loads.
         st, js = request(kvs.sidecar.http_port, "POST", "/cache/clear", {"tier": "l1"})
         assert st == 200, js
+        wait_until(lambda: placed(2) == [[kvs_l2]] * CHUNKS, 10, "kvsidecar's L1 placements gone")
         got = fleet.step("fetch", kvs.endpoint, model=MODEL, seed=6, prompt=2, expect=CHUNKS)
         assert got == {"ok": True, "hit": CHUNKS, "equal": True}
         wait_until(lambda: all(r["access_count"] >= 1 for r in lookup(2)), 10,
                    "the loads reported as accesses")
-        assert placed(2) == [[(kvs_id, "l2", "fs", CHUNK_BYTES)]] * CHUNKS
+        # Loaded into L1: placed there again under the same keys.
+        wait_until(lambda: placed(2) == [[kvs_l1, kvs_l2]] * CHUNKS, 10, "back in kvsidecar's L1")
     finally:
         if fleet:
             fleet.close()

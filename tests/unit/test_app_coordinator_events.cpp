@@ -71,6 +71,28 @@ TEST_CASE("a capacity declaration: one config batch per backend, no entries") {
              R"("capacity_bytes":0,"capacity_revision":3})");
 }
 
+TEST_CASE("L1's declaration and events name tier l1, as LMCache's L1 medium") {
+  auto s = coordinator_events::encode_capacity({{"dram", false, 64u << 20, true}}, "mp-1", 5, 0,
+                                               1, 1.0);
+  CHECK(s.find(R"("event_type":"config","tier":"l1","backend":"dram")") != std::string::npos);
+  auto placed = ev(true, "dram", 5);
+  placed.l1 = true;
+  auto read = placed;
+  read.kind = cache_event_kind::access;
+  read.backend = "";
+  uint64_t batches = 0;
+  auto body = coordinator_events::encode({placed, ev(true, "dram", 6), read}, "mp-1", 1, 0, 1.0,
+                                         &batches);
+  // The same type and backend on another tier is another batch.
+  CHECK(batches == 3);
+  CHECK(body.find(R"("seq":1,"event_type":"store","tier":"l1","backend":"dram")")
+        != std::string::npos);
+  CHECK(body.find(R"("seq":2,"event_type":"store","tier":"l2","backend":"dram")")
+        != std::string::npos);
+  CHECK(body.find(R"("seq":3,"event_type":"access","tier":"l1","backend":"")")
+        != std::string::npos);
+}
+
 TEST_CASE("offer never waits: past queue_max the event is dropped and counted") {
   // No instance id and nobody at the URL: nothing leaves the queue.
   coordinator_events r{"http://127.0.0.1:9", "", std::chrono::milliseconds{50}, 2, {}, "test"};
