@@ -122,6 +122,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   sp.stats_interval = interval;
   sp.quota_isolated = c.quota_isolated;
   sp.quotas = c.quotas;
+  sp.coordinator = coordinator;
   auto l2 = spawn_l2(sys, cfg, events, events_queue, std::move(coordinator)); // L2 tiers (none by default)
   if (!l2) {
     out.error = l2.error_value().detail;

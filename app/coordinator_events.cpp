@@ -96,7 +96,7 @@ std::string coordinator_events::encode_capacity(const std::vector<declared_capac
       .integer("incarnation", static_cast<uint64_t>(incarnation))
       .integer("seq", seq_after + ++n)
       .str("event_type", "config")
-      .str("tier", "l2")
+      .str("tier", m.l1 ? "l1" : "l2")
       .str("backend", m.backend)
       .boolean("shared", m.shared)
       .num("ts", ts)
@@ -120,15 +120,17 @@ std::string coordinator_events::encode(const std::vector<cache_event>& events,
       .str("instance_id", id)
       .integer("incarnation", static_cast<uint64_t>(incarnation))
       .integer("seq", seq_after + ++n)
-      .str("event_type", first.stored ? "store" : "delete")
-      .str("tier", "l2")
+      .str("event_type", first.kind == cache_event_kind::store    ? "store"
+                         : first.kind == cache_event_kind::remove ? "delete"
+                                                                  : "access")
+      .str("tier", first.l1 ? "l1" : "l2")
       .str("backend", first.backend)
       .boolean("shared", first.shared)
       .num("ts", ts)
       .begin_array("entries");
     // A batch: the run of events of one type on one backend (LMCache's
     // CacheEventSubscriber._record joins consecutive ones the same way).
-    for (; i < events.size() && events[i].stored == first.stored
+    for (; i < events.size() && events[i].kind == first.kind && events[i].l1 == first.l1
            && events[i].backend == first.backend && events[i].shared == first.shared;
          ++i) {
       const auto& e = events[i];
@@ -140,7 +142,7 @@ std::string coordinator_events::encode(const std::vector<cache_event>& events,
         .integer("object_group_id", e.key.group)
         .str("cache_salt", e.key.salt)
         .end_object()
-        .integer("size_bytes", e.stored ? e.size_bytes : 0)
+        .integer("size_bytes", e.kind == cache_event_kind::store ? e.size_bytes : 0)
         .end_object();
     }
     w.end_array().end_object();
@@ -201,8 +203,8 @@ void coordinator_events::flush() {
     if (!r)
       why = "POST /events failed: " + r.error_value().detail;
     else if (r.value().status / 100 != 2)
-      why = "POST /events: HTTP " + std::to_string(r.value().status) + ": "
-            + r.value().body.substr(0, 200);
+      why = "POST " + url_ + "/events: HTTP " + std::to_string(r.value().status) + " -- "
+            + printable_excerpt(r.value().body);
     if (!why.empty()) {
       failed_.fetch_add(1, std::memory_order_relaxed);
       if (declare) { // a declaration is the whole topology: sent again next time
@@ -210,15 +212,13 @@ void coordinator_events::flush() {
         declare_ = true;
       }
       lost_.fetch_add(events.size(), std::memory_order_relaxed);
-      if (why != last_error_)
+      if (failures_.failed(why))
         KVS_WARN(me_, "coordinator: {} ({} cache events dropped; logged again when it changes)",
                  why, events.size());
-      last_error_ = why;
       return;
     }
-    if (!last_error_.empty())
+    if (failures_.succeeded())
       KVS_INFO(me_, "coordinator: cache events delivered again");
-    last_error_.clear();
     posted_.fetch_add(events.size(), std::memory_order_relaxed);
     batches_.fetch_add(batches, std::memory_order_relaxed);
   }

@@ -16,6 +16,7 @@
 // has given us an instance id (coordinator_member::set_reporter).
 #pragma once
 
+#include "app/peer_failure_log.hpp"
 #include "core/cache_event_sink.hpp"
 
 #include <atomic>
@@ -31,12 +32,13 @@
 
 namespace kvs {
 
-/// One L2 backend's capacity declaration (a CacheEventBatch of type
-/// "config"): the denominator of the coordinator's usage view.
+/// One tier's capacity declaration (a CacheEventBatch of type "config"):
+/// the denominator of the coordinator's usage view.
 struct declared_capacity {
-  std::string backend; ///< "fs", "resp"
+  std::string backend; ///< "fs", "resp"; L1: "dram"
   bool shared = false;
   uint64_t bytes = 0;  ///< 0: no limit declared (Redis: its maxmemory is not ours)
+  bool l1 = false;     ///< tier "l1" (cache.l1_size), else "l2"
 };
 
 class coordinator_events final : public cache_event_sink {
@@ -78,11 +80,11 @@ private:
   size_t queue_max_;
   int64_t incarnation_;
   uint64_t seq_ = 0;
-  std::string last_error_;
+  peer_failure_log failures_;
   std::vector<declared_capacity> capacity_;
   uint64_t revision_ = 0;
 
-  std::mutex post_mu_; ///< one flush at a time (the thread's, leave()'s): seq_, last_error_
+  std::mutex post_mu_; ///< one flush at a time (the thread's, leave()'s): seq_, failures_
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<cache_event> queue_;

@@ -2,6 +2,7 @@
 
 #include "app/http_client.hpp"
 #include "log/log.hpp"
+#include "metrics/coordinator_calls.hpp"
 #include "metrics/json_text.hpp"
 
 #include <arpa/inet.h>
@@ -52,6 +53,7 @@ coordinator_member::coordinator_member(const coordinator_config& cfg, uint16_t p
   while (!cfg_.url.empty() && cfg_.url.back() == '/')
     cfg_.url.pop_back();
   ip_ = cfg_.advertise_address.empty() ? outbound_ip() : cfg_.advertise_address;
+  coordinator_calls().joined = true;
   KVS_INFO(me_, "joining the LMCache coordinator at {} as {}:{} (heartbeat every {} ms)", cfg_.url,
            ip_, port_,
            std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.heartbeat_interval).count());
@@ -70,10 +72,13 @@ coordinator_member::~coordinator_member() {
   if (id_.empty())
     return;
   auto r = http_call(cfg_.url, "DELETE", "/instances/" + id_, {}, call_timeout);
+  if (!r || (r.value().status / 100 != 2 && r.value().status != 404))
+    coordinator_calls().deregistering.fetch_add(1, std::memory_order_relaxed);
   if (!r)
     KVS_WARN(me_, "deregistering {} from the coordinator failed: {}", id_, r.error_value().detail);
   else if (r.value().status / 100 != 2 && r.value().status != 404)
-    KVS_WARN(me_, "deregistering {} from the coordinator: HTTP {}", id_, r.value().status);
+    KVS_WARN(me_, "deregistering {} from the coordinator: DELETE {}/instances/{}: HTTP {}", id_,
+             cfg_.url, id_, r.value().status);
   else
     KVS_INFO(me_, "deregistered {} from the coordinator", id_);
 }
@@ -88,10 +93,17 @@ void coordinator_member::run() {
   }
 }
 
-void coordinator_member::failed(const std::string& why) {
-  if (why != last_error_)
+void coordinator_member::failed(std::atomic<uint64_t>& counter, const std::string& why) {
+  counter.fetch_add(1, std::memory_order_relaxed);
+  if (failures_.failed(why))
     KVS_WARN(me_, "coordinator: {} (retrying every heartbeat; logged again when it changes)", why);
-  last_error_ = why;
+}
+
+std::string coordinator_member::answered(std::string_view method, const std::string& path,
+                                         const http_reply& r) const {
+  // The body excerpt after " -- ": garbage differs each time, its kind does not.
+  return std::string{method} + " " + cfg_.url + path + ": HTTP " + std::to_string(r.status) + " -- "
+         + printable_excerpt(r.body);
 }
 
 void coordinator_member::tick() {
@@ -99,28 +111,34 @@ void coordinator_member::tick() {
     json_writer w;
     w.begin_object().str("instance_id", cfg_.instance_id).str("ip", ip_)
       .integer("http_port", port_).end_object();
+    auto& counter = coordinator_calls().registering;
     auto r = http_call(cfg_.url, "POST", "/instances", w.take(), call_timeout);
     if (!r)
-      return failed("registering failed: " + r.error_value().detail);
+      return failed(counter, "registering failed: " + r.error_value().detail);
     if (r.value().status / 100 != 2)
-      return failed("registering: HTTP " + std::to_string(r.value().status) + ": "
-                    + r.value().body.substr(0, 200));
+      return failed(counter, "registering: " + answered("POST", "/instances", r.value()));
     auto o = parse_json_object(r.value().body);
     auto id = o.error.empty() ? o.get("instance_id") : nullptr;
+    if (!o.error.empty())
+      return failed(counter, "registering: POST " + cfg_.url + "/instances answered "
+                               + std::to_string(r.value().status) + " with no JSON object ("
+                               + o.error + ") -- " + printable_excerpt(r.value().body));
     if (!id || id->k != json_value::kind::string || id->s.empty() || id->s.size() > 256
         || id->s.find_first_of("/?#% ") != std::string::npos)
-      return failed("registering: the answer has no usable instance_id: "
-                    + r.value().body.substr(0, 200));
+      return failed(counter, "registering: POST " + cfg_.url
+                               + "/instances answered no usable instance_id -- "
+                               + printable_excerpt(r.value().body));
     id_ = id->s;
     if (events_)
       events_->set_instance_id(id_);
-    last_error_.clear();
+    failures_.succeeded();
     KVS_INFO(me_, "registered with the coordinator as {}", id_);
     return;
   }
+  auto& counter = coordinator_calls().heartbeat;
   auto r = http_call(cfg_.url, "PUT", "/instances/" + id_ + "/heartbeat", {}, call_timeout);
   if (!r)
-    return failed("heartbeat failed: " + r.error_value().detail);
+    return failed(counter, "heartbeat failed: " + r.error_value().detail);
   if (r.value().status == 404) {
     // The coordinator forgot us (restarted): register again at once.
     KVS_INFO(me_, "the coordinator no longer knows {}: registering again", id_);
@@ -129,10 +147,9 @@ void coordinator_member::tick() {
     return;
   }
   if (r.value().status / 100 != 2)
-    return failed("heartbeat: HTTP " + std::to_string(r.value().status));
-  if (!last_error_.empty())
+    return failed(counter, "heartbeat: " + answered("PUT", "/instances/" + id_ + "/heartbeat", r.value()));
+  if (failures_.succeeded())
     KVS_INFO(me_, "coordinator reachable again");
-  last_error_.clear();
 }
 
 } // namespace kvs

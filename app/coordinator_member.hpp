@@ -11,8 +11,11 @@
 #pragma once
 
 #include "app/coordinator_events.hpp"
+#include "app/http_client.hpp"
+#include "app/peer_failure_log.hpp"
 #include "config/config.hpp"
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -39,14 +42,18 @@ private:
   void run();
   /// One tick: register when not registered, else a heartbeat.
   void tick();
-  void failed(const std::string& why);
+  /// Counts a failed call and logs it when its kind changed.
+  void failed(std::atomic<uint64_t>& counter, const std::string& why);
+  /// "<METHOD> <url><path>: HTTP <status> -- <body excerpt>" for a non-2xx answer.
+  std::string answered(std::string_view method, const std::string& path,
+                       const http_reply& r) const;
 
   coordinator_config cfg_;
   uint16_t port_;
   std::string me_;
   std::string ip_;
   std::string id_; ///< the registered id; "" = not registered
-  std::string last_error_;
+  peer_failure_log failures_;
   std::shared_ptr<coordinator_events> events_; ///< told each id we register under
   std::mutex mu_;
   std::condition_variable cv_;

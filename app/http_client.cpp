@@ -145,4 +145,16 @@ expected<http_reply> http_call(const std::string& base_url, std::string_view met
   return r;
 }
 
+std::string printable_excerpt(std::string_view body) {
+  constexpr size_t most = 120;
+  std::string out;
+  for (size_t i = 0; i < body.size() && i < most; ++i) {
+    auto ch = static_cast<unsigned char>(body[i]);
+    out += ch >= 0x20 && ch < 0x7f ? static_cast<char>(ch) : '?';
+  }
+  if (body.size() > most)
+    out += "... (" + std::to_string(body.size()) + " bytes)";
+  return out.empty() ? "(empty body)" : out;
+}
+
 } // namespace kvs

@@ -29,4 +29,8 @@ expected<http_reply> http_call(const std::string& base_url, std::string_view met
                                const std::string& path, const std::string& body,
                                std::chrono::milliseconds timeout);
 
+/// At most 120 bytes of `body` for a log line, bytes outside printable
+/// ASCII as '?' (a garbage answer must not garble the log).
+std::string printable_excerpt(std::string_view body);
+
 } // namespace kvs

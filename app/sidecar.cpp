@@ -255,6 +255,9 @@ int run_sidecar(const config& cfg) {
     std::shared_ptr<coordinator_events> reporter;
     if (cfg.coordinator.event_reporting) {
       std::vector<declared_capacity> capacity;
+      // L1 first, as LMCache's CapacitySnapshot lists its L1 medium first.
+      if (cfg.cache.enabled)
+        capacity.push_back({"dram", false, cfg.cache.l1_size, true});
       if (cfg.l2.disk.enabled)
         capacity.push_back({"fs", false, cfg.l2.disk.size});
       if (cfg.l2.redis.enabled)

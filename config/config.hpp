@@ -209,8 +209,8 @@ struct coordinator_config {
   std::string advertise_address; ///< the IP it reaches our HTTP port at; "" = the outbound one
   std::string instance_id;       ///< "" = the coordinator assigns one
   duration heartbeat_interval{};
-  /// Report L2 objects written and dropped as LMCache's CacheEventBatch
-  /// (POST /events; app/coordinator_events). Needs l2.format = "lmcache":
+  /// Report L1 chunks and L2 objects placed, dropped and read as LMCache's
+  /// CacheEventBatch (POST /events; app/coordinator_events). Needs l2.format = "lmcache":
   /// the coordinator keys on LMCache's ObjectKey.
   bool event_reporting = false;
   duration event_flush_interval{}; ///< LMCache's --coordinator-event-flush-interval

@@ -168,6 +168,9 @@ constexpr metric_info catalog[] = {
    "HTTP connections the server closed or refused, by reason: head_timeout (no whole request "
    "head in 5 s), write_timeout (answer not read in 10 s), evicted (the oldest, past 256 "
    "connections), bad_request (a 400 or 431)"},
+  {"kvsidecar_coordinator_calls_failed_total",
+   "Membership calls to the LMCache coordinator that failed (no answer in 2 s, an answer over "
+   "1 MiB, not HTTP, a non-2xx, bad JSON), by call: register, heartbeat, deregister"},
   {"kvsidecar_scrape_timeouts_total",
    "Scrapes an actor did not answer in time (its last values were exported), by actor "
    "(its log label without the id: publisher[dp=0], l2)"},
@@ -184,6 +187,16 @@ constexpr metric_info catalog[] = {
    "L2's BlockStored/BlockRemoved dropped (publisher queue full)"},
   {"kvsidecar_l2_reannounced_chunks_total",
    "L2 chunks announced again after an AllBlocksCleared (one per medium)"},
+  {"kvsidecar_coordinator_events_queued_total",
+   "L2 objects written, dropped or read back, queued for the LMCache coordinator"},
+  {"kvsidecar_coordinator_events_dropped_total",
+   "Coordinator events dropped because the queue held coordinator.event_queue_max"},
+  {"kvsidecar_coordinator_events_posted_total", "Coordinator events the coordinator accepted"},
+  {"kvsidecar_coordinator_event_batches_posted_total",
+   "CacheEventBatches (store, delete, access) in the accepted POST /events"},
+  {"kvsidecar_coordinator_event_posts_failed_total",
+   "POST /events that failed (no answer in 2 s, over 1 MiB, not HTTP, a non-2xx)"},
+  {"kvsidecar_coordinator_events_lost_total", "Events the failed POST /events carried"},
   {"kvsidecar_l2_objects", "Objects an L2 tier holds, by tier"},
   {"kvsidecar_l2_bytes", "Bytes an L2 tier holds (headers included), by tier"},
   {"kvsidecar_l2_puts_total", "Objects written to an L2 tier, by tier"},

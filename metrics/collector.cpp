@@ -4,6 +4,7 @@
 #include "metrics/health.hpp"
 #include "messages/type_ids.hpp"
 #include "metrics/families.hpp"
+#include "metrics/coordinator_calls.hpp"
 #include "metrics/process_stats.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -78,6 +79,14 @@ stats_snapshot stats_collector::process_snapshot() const {
     .gauge("", "kvsidecar_build_info", 1, "version", kvs::version)
     .gauge("", "process_resident_memory_bytes", static_cast<double>(resident_bytes()))
     .gauge("", "process_start_time_seconds", start_time_seconds());
+  if (auto& c = coordinator_calls(); c.joined.load()) {
+    s.counter("", "kvsidecar_coordinator_calls_failed_total",
+              static_cast<double>(c.registering.load()), "call", "register")
+      .counter("", "kvsidecar_coordinator_calls_failed_total",
+               static_cast<double>(c.heartbeat.load()), "call", "heartbeat")
+      .counter("", "kvsidecar_coordinator_calls_failed_total",
+               static_cast<double>(c.deregistering.load()), "call", "deregister");
+  }
   for (auto& [actor, n] : timeouts_)
     s.counter("", "kvsidecar_scrape_timeouts_total", static_cast<double>(n), "actor", actor);
   return s;

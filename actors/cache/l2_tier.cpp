@@ -55,18 +55,18 @@ const char* lmcache_backend(const l2_backend& b) {
   return std::string_view{b.tier()} == "redis" ? "resp" : "fs";
 }
 
-/// Tells the coordinator (when reporting) that backend `b` now holds, or no
-/// longer holds, the object `name`: one event under LMCache's key, which
-/// the name carries in LMCache's format.
-void report(const l2_state& st, const l2_backend& b, const std::string& name, bool stored,
-            uint64_t size) {
+/// Tells the coordinator (when reporting) that backend `b` now holds, no
+/// longer holds, or was read for, the object `name`: one event under
+/// LMCache's key, which the name carries in LMCache's format.
+void report(const l2_state& st, const l2_backend& b, const std::string& name,
+            cache_event_kind kind, uint64_t size = 0) {
   if (!st.p.coordinator)
     return;
   auto f = b.fields_of(name);
   if (!f)
     return;
   cache_event e;
-  e.stored = stored;
+  e.kind = kind;
   e.backend = lmcache_backend(b);
   e.shared = b.shared();
   e.key = std::move(*f);
@@ -221,7 +221,7 @@ void on_write(self_ptr self, l2_write& w) {
     for (size_t k = 0; k < ok.size(); ++k) {
       const size_t i = which[k];
       if (ok[k])
-        report(st, b, names[k], true, w.bytes[i].size());
+        report(st, b, names[k], cache_event_kind::store, w.bytes[i].size());
       if (!ok[k] || w.rank != 0)
         continue;
       if (w.quiet)
@@ -370,6 +370,8 @@ l2_fetch_reply on_fetch(self_ptr self, l2_fetch& f) {
       chunk[r] = std::move(value[i]);
       chunk_skip[r] = skip[i];
       ++st.at[j].fetched;
+      // Read back: LMCache's adapters report each loaded key as accessed.
+      report(st, *st.p.backends[j], name[i], cache_event_kind::access);
       if (r == 0) {
         rank0_from[c] = static_cast<int>(j);
         rank0_name[c] = name[i];
@@ -552,7 +554,7 @@ l2_actor::behavior_type l2_tier(l2_actor::stateful_pointer<l2_state> self, l2_pa
     // with, or else the hash its name carries (kvsidecar's layout, rank 0:
     // objects found at start-up); never for a quiet one.
     b.on_removed = [self, j](const l2_removed& r) {
-      report(self->state, *self->state.p.backends[j], r.name, false, 0);
+      report(self->state, *self->state.p.backends[j], r.name, cache_event_kind::remove);
       auto& at = self->state.at[j];
       if (auto it = at.announced.find(r.name); it != at.announced.end()) {
         at.removed.push_back(it->second);

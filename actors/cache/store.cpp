@@ -55,6 +55,7 @@ void announce_removed(self_ptr self, const std::vector<chunk_key>& keys) {
   for (auto& k : keys) {
     ++st.evicted;
     st.quota.removed(k);
+    st.l1_keys.removed(k);
     if (k.rank != 0)
       continue;
     if (auto a = st.announced.find(k.hash); a != st.announced.end()) {
@@ -225,6 +226,10 @@ void on_finish(self_ptr self, store_finish& f) {
       continue;
     ++st.stored;
     quota_committed(st, k, f.salt);
+    if (st.l1_keys.reporting())
+      if (auto e = st.index->find(k))
+        st.l1_keys.stored(k, f.model, f.salt, f.world_size, f.group,
+                          i < f.l2_names.size() ? f.l2_names[i] : std::string{}, e->bytes);
     l2_stage(self, f, i); // L2 hook: write-through
     if (f.group != 0)
       continue; // a hybrid model's other groups: group 0's chunk is announced
@@ -305,6 +310,7 @@ caf::result<store_acquire_reply> on_acquire(self_ptr self, store_acquire& q) {
     }
     t.locks.push_back(*tok);
     st.quota.touched(k); // read: the most recently used of its salt's chunks
+    st.l1_keys.read(k);
     out.slots.push_back(reinterpret_cast<uint8_t*>(e->data));
     out.slot_bytes = std::min(out.slot_bytes, e->bytes);
   }
@@ -483,6 +489,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
                                  store_params params) {
   auto& st = self->state;
   st.p = std::move(params);
+  st.l1_keys = store_l1_keys{st.p.coordinator};
   st.label = log::label(store_state::name, "", self->id());
   index_options io;
   io.evict_high = st.p.evict_high;

@@ -3,6 +3,7 @@
 
 #include "actors/interfaces.hpp"
 #include "relay/relay_queue.hpp"
+#include "actors/cache/store_coordinator.hpp"
 #include "actors/cache/store_l2.hpp"
 #include "cache/chunk_index.hpp"
 #include "cache/lock_ledger.hpp"
@@ -36,6 +37,9 @@ struct store_params {
   /// The L1 fault-ahead (actors/cache/l1_prefault.hpp; null: none): the
   /// store links to it and nudges it as slots are handed out.
   caf::actor l1_prefault;
+  /// [coordinator] event_reporting: L1 placements and reads in LMCache's
+  /// key form (store_coordinator.hpp); null: not reported.
+  std::shared_ptr<cache_event_sink> coordinator;
 };
 
 struct store_state {
@@ -98,6 +102,8 @@ struct store_state {
 
   /// L1 bytes per cache_salt and the per-salt limits (store_quota.cpp).
   salt_quota quota;
+  /// LMCache's keys of the chunks reported to the coordinator.
+  store_l1_keys l1_keys{nullptr};
   uint64_t quota_evicted = 0; ///< chunks evicted to keep a salt within its limit
 
   size_t prefault_nudged = 0; ///< the pool's high water at the last nudge

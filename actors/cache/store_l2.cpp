@@ -100,9 +100,16 @@ uint64_t lookup_layout(const store_state& st, const store_lookup& q) {
 /// is not that long: an object whose header names the layout but carries
 /// another size (another writer of a shared Redis) never becomes a short L1
 /// entry. Shards already in L1 are left as they are. Each chunk loaded is
-/// charged to `salt`'s quota as a stored one is (cache/salt_quota).
+/// charged to `salt`'s quota as a stored one is (cache/salt_quota), and
+/// reported to the coordinator under LMCache's key, names[c] (chunk c's
+/// hash; l2.format = "lmcache"), as a stored one is (store_coordinator.hpp).
+struct l1_load_names {
+  const std::string& model;
+  const std::vector<std::string>& names; ///< parallel to the fetched chunks; may be shorter
+  uint32_t group = 0;
+};
 void load_into_l1(store_self self, const uint64_t* hashes, int32_t world_size,
-                  l2_fetch_reply& r, const std::string& salt,
+                  l2_fetch_reply& r, const std::string& salt, const l1_load_names& n,
                   uint8_t format = chunk_format_kv_2ltd, size_t expect_bytes = 0) {
   auto& st = self->state;
   auto world = static_cast<size_t>(std::max(world_size, 1));
@@ -124,6 +131,9 @@ void load_into_l1(store_self self, const uint64_t* hashes, int32_t world_size,
       std::memcpy(res.data, bytes.data() + skip, payload);
       st.index->commit(k);
       quota_committed(st, k, salt);
+      if (st.l1_keys.reporting())
+        st.l1_keys.stored(k, n.model, salt, world_size, n.group,
+                          c < n.names.size() ? n.names[c] : std::string{}, payload);
       ++st.p.l2.prefetched_chunks;
     }
   }
@@ -167,8 +177,11 @@ caf::typed_response_promise<uint64_t> l2_prefetch(store_self self, store_lookup 
       [self, q, l1_hits, rp, current, layout](l2_fetch_reply& r) mutable {
         auto& st = self->state;
         if (r.chunks > 0) {
+          const std::vector<std::string> names(
+            q.l2_names.begin() + static_cast<ptrdiff_t>(std::min(l1_hits, q.l2_names.size())),
+            q.l2_names.end());
           load_into_l1(self, q.hashes.data() + l1_hits, q.world_size, r, q.salt,
-                       chunk_format_kv_2ltd, layout);
+                       {q.model, names, 0}, chunk_format_kv_2ltd, layout);
           // The bytes are in L1 now: their buffers go back for the next fetch.
           self->send(st.p.l2.actor, recycle_atom_v, std::move(r));
         }
@@ -244,13 +257,16 @@ void fetch_groups(store_self self, const group_prefetch_ptr& p,
         f.names.push_back(c < p->q.l2_names.size() ? p->q.l2_names[c] : std::string{});
     }
     auto keys = std::make_shared<std::vector<uint64_t>>(f.hashes);
+    auto names = std::make_shared<std::vector<std::string>>(f.names);
+    const auto group = static_cast<uint32_t>(g);
     const uint8_t format = p->groups.formats[g];
     const size_t bytes = p->groups.bytes[g];
     self->request<caf::message_priority::high>(st.p.l2.actor, l2_prefetch_timeout, std::move(f))
       .then(
-        [self, p, keys, format, bytes, then](l2_fetch_reply& r) {
+        [self, p, keys, names, group, format, bytes, then](l2_fetch_reply& r) {
           if (r.chunks > 0) {
-            load_into_l1(self, keys->data(), p->q.world_size, r, p->q.salt, format, bytes);
+            load_into_l1(self, keys->data(), p->q.world_size, r, p->q.salt,
+                         {p->q.model, *names, group}, format, bytes);
             self->send(self->state.p.l2.actor, recycle_atom_v, std::move(r));
           }
           if (--p->left == 0)

@@ -1,6 +1,9 @@
 """LMCache 0.5.6's fleet coordinator (``lmcache coordinator`` from the engine
 venv) as a test process: started on a port, answering /instances, stopped
-and started again (it forgets everything: its state is in memory)."""
+and started again (it forgets everything: its state is in memory). The
+`coordinator` fixture (pytest_plugins = ["lmcache_coordinator"]) starts
+them with a test's options, skips without the engine venv, and stops them
+after the test."""
 
 from __future__ import annotations
 
@@ -8,8 +11,10 @@ import json
 import os
 import subprocess
 
-from kvsidecar_harness import wait_until
-from lmcache_cli import VENV
+import pytest
+
+from kvsidecar_harness import free_port_range, wait_until
+from lmcache_cli import VENV, release_env
 
 
 class Coordinator:
@@ -39,6 +44,14 @@ class Coordinator:
                 raise AssertionError(f"coordinator exited:\n{self.log.read_text()[-3000:]}")
             return None
 
+    def registered(self, http_port: int, timeout: float = 10) -> str:
+        """Waits until an instance at `http_port` is registered; its id."""
+        def mine():
+            ids = [i["instance_id"] for i in self.instances() or [] if i["http_port"] == http_port]
+            return ids[0] if ids else None
+        return wait_until(mine, timeout, f"the server at HTTP port {http_port} registered",
+                          interval=0.05)
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
@@ -48,3 +61,19 @@ class Coordinator:
                 self.proc.kill()
                 self.proc.wait()
 
+
+
+@pytest.fixture
+def coordinator(tmp_path):
+    """Factory: coordinator(*options) -> a started Coordinator on a free port."""
+    made: list[Coordinator] = []
+
+    def start(*args: str) -> Coordinator:
+        env, why = release_env("0.5.6")
+        if env is None:
+            pytest.skip(why)
+        made.append(Coordinator(tmp_path, free_port_range(1), args).start())
+        return made[-1]
+    yield start
+    for c in made:
+        c.stop()

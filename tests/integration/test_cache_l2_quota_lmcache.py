@@ -46,7 +46,7 @@ class LMCacheHttpServer:
     """`python -m lmcache.v1.multiprocess.http_server`: the MP server and its
     HTTP API (/quota) in one process, with one L2 adapter."""
 
-    def __init__(self, workdir: Path, env: dict, adapter: dict):
+    def __init__(self, workdir: Path, env: dict, adapter: dict, extra: tuple[str, ...] = ()):
         self.port, self.http_port = free_port_range(1), free_port_range(1)
         self.url = f"tcp://127.0.0.1:{self.port}"
         self.log = workdir / "lmcache-server.log"
@@ -55,7 +55,7 @@ class LMCacheHttpServer:
             [str(PYTHON), "-m", "lmcache.v1.multiprocess.http_server", "--host", "127.0.0.1",
              "--port", str(self.port), "--http-port", str(self.http_port), "--chunk-size", "256",
              "--l1-size-gb", "1", "--eviction-policy", "LRU",
-             "--l2-adapter", json.dumps(adapter)],
+             "--l2-adapter", json.dumps(adapter), *extra],
             env=env, stdin=subprocess.DEVNULL, stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT)
 

@@ -101,12 +101,12 @@ def test_a_coordinator_answering_garbage_or_absent_costs_nothing(tmp_path):
     try:
         sc = sidecar(tmp_path / "g", f"http://127.0.0.1:{srv.server_address[1]}").start()
         try:
-            wait_until(lambda: "no usable instance_id" in sc.log_text(), 10, "the garbage named")
+            wait_until(lambda: "with no JSON object" in sc.log_text(), 10, "the garbage named")
             assert sc.http_get("/readyz")[0] == 200
             # Logged once per kind of failure, not every heartbeat.
             seen = Garbage.calls
             wait_until(lambda: Garbage.calls >= seen + 3, 10, "three more registrations tried")
-            assert sc.log_text().count("no usable instance_id") == 1
+            assert sc.log_text().count("with no JSON object") == 1
         finally:
             sc.stop()
     finally:

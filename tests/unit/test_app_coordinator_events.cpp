@@ -11,7 +11,7 @@ using namespace kvs;
 namespace {
 cache_event ev(bool stored, const char* backend, char hash_byte, const char* salt = "") {
   cache_event e;
-  e.stored = stored;
+  e.kind = stored ? cache_event_kind::store : cache_event_kind::remove;
   e.backend = backend;
   e.key = object_key_fields{"org/model", 0x01000100, 0, std::string(32, hash_byte), salt};
   e.size_bytes = 65536;
@@ -43,6 +43,24 @@ TEST_CASE("consecutive events of one type and backend share a batch, seq from th
   CHECK(body.find(R"("cache_salt":"t")") != std::string::npos);
 }
 
+TEST_CASE("a read-back is an access batch of its own, sizeless, on its backend") {
+  auto read = ev(true, "fs", 4);
+  read.kind = cache_event_kind::access;
+  uint64_t batches = 0;
+  auto body = coordinator_events::encode({ev(true, "fs", 4), read, read}, "mp-1", 1, 0, 1.0,
+                                         &batches);
+  CHECK(batches == 2);
+  CHECK(body.find(R"("seq":2,"event_type":"access","tier":"l2","backend":"fs","shared":false)")
+        != std::string::npos);
+  // The access batch's two entries carry no size (LMCache's CacheEventEntry default).
+  auto access = body.substr(body.find(R"("event_type":"access")"));
+  size_t zeros = 0;
+  for (size_t at = access.find(R"("size_bytes":0})"); at != std::string::npos;
+       at = access.find(R"("size_bytes":0})", at + 1))
+    ++zeros;
+  CHECK(zeros == 2);
+}
+
 TEST_CASE("a capacity declaration: one config batch per backend, no entries") {
   auto s = coordinator_events::encode_capacity({{"fs", false, 16u << 20}, {"resp", true, 0}},
                                                "mp-1", 5, 0, 3, 1.0);
@@ -51,6 +69,28 @@ TEST_CASE("a capacity declaration: one config batch per backend, no entries") {
              R"("capacity_revision":3},{"instance_id":"mp-1","incarnation":5,"seq":2,)"
              R"("event_type":"config","tier":"l2","backend":"resp","shared":true,"ts":1.0,)"
              R"("capacity_bytes":0,"capacity_revision":3})");
+}
+
+TEST_CASE("L1's declaration and events name tier l1, as LMCache's L1 medium") {
+  auto s = coordinator_events::encode_capacity({{"dram", false, 64u << 20, true}}, "mp-1", 5, 0,
+                                               1, 1.0);
+  CHECK(s.find(R"("event_type":"config","tier":"l1","backend":"dram")") != std::string::npos);
+  auto placed = ev(true, "dram", 5);
+  placed.l1 = true;
+  auto read = placed;
+  read.kind = cache_event_kind::access;
+  read.backend = "";
+  uint64_t batches = 0;
+  auto body = coordinator_events::encode({placed, ev(true, "dram", 6), read}, "mp-1", 1, 0, 1.0,
+                                         &batches);
+  // The same type and backend on another tier is another batch.
+  CHECK(batches == 3);
+  CHECK(body.find(R"("seq":1,"event_type":"store","tier":"l1","backend":"dram")")
+        != std::string::npos);
+  CHECK(body.find(R"("seq":2,"event_type":"store","tier":"l2","backend":"dram")")
+        != std::string::npos);
+  CHECK(body.find(R"("seq":3,"event_type":"access","tier":"l1","backend":"")")
+        != std::string::npos);
 }
 
 TEST_CASE("offer never waits: past queue_max the event is dropped and counted") {

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "app/http_client.hpp"
+#include "app/peer_failure_log.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -121,4 +122,23 @@ TEST_CASE("http_call: every bad answer is an error naming it") {
                            2000ms)).find("cannot connect") != std::string::npos);
   CHECK(error_of(http_call("https://127.0.0.1:1", "GET", "/", {}, 100ms)).find("only http://")
         != std::string::npos);
+}
+
+TEST_CASE("a garbage answer's excerpt is short and printable; its kind ignores what varies") {
+  CHECK(printable_excerpt("") == "(empty body)");
+  CHECK(printable_excerpt(std::string("{not\xff\0json", 10)) == "{not??json");
+  auto big = printable_excerpt(std::string(5000, 'x'));
+  CHECK(big == std::string(120, 'x') + "... (5000 bytes)");
+  // The same failure with another byte count or body is the same kind.
+  CHECK(failure_kind("POST http://h:1/x: not an HTTP answer (17 bytes)")
+        == failure_kind("POST http://h:1/x: not an HTTP answer (4096 bytes)"));
+  CHECK(failure_kind("PUT u: HTTP 503 -- <html>a") == failure_kind("PUT u: HTTP 503 -- {b"));
+  CHECK(failure_kind("PUT u: HTTP 503 -- x") == "PUT u: HTTP #");
+  peer_failure_log log;
+  CHECK(log.failed("a: HTTP 500 -- one"));
+  CHECK_FALSE(log.failed("a: HTTP 500 -- two"));
+  CHECK(log.failed("a: no whole answer within 2000 ms"));
+  CHECK(log.succeeded());
+  CHECK_FALSE(log.succeeded());
+  CHECK(log.failed("a: no whole answer within 2000 ms")); // again after a recovery
 }
