@@ -9,7 +9,7 @@
 #include "core/cache_salt.hpp"
 #include "core/version.hpp"
 #include "metrics/health.hpp"
-#include "metrics/json_text.hpp"
+#include "http/json_text.hpp"
 #include "messages/type_ids.hpp"
 
 #include <caf/event_based_actor.hpp>
@@ -80,7 +80,7 @@ store_actor admin_api::current_store() {
 }
 
 http_answer admin_api::store_missing() const {
-  return admin_error(503, cfg_.cache.enabled ? "the cache server is starting"
+  return http_error(503, cfg_.cache.enabled ? "the cache server is starting"
                                              : "the cache server is off (cache.enabled = false)");
 }
 
@@ -91,16 +91,16 @@ namespace {
 template <class Reply, class Handle, class Msg>
 std::variant<Reply, http_answer> ask_actor(caf::actor_system& sys, const Handle& to, Msg msg,
                                            const std::string& who) {
-  std::variant<Reply, http_answer> out = admin_error(504, who + " did not answer");
+  std::variant<Reply, http_answer> out = http_error(504, who + " did not answer");
   caf::scoped_actor self{sys};
   self->request(to, admin_store_timeout, std::move(msg))
     .receive([&](Reply& r) { out = std::move(r); },
              [&](caf::error& e) {
                out = e == caf::sec::request_timeout
-                       ? admin_error(504, who + " did not answer within "
+                       ? http_error(504, who + " did not answer within "
                                             + std::to_string(admin_store_timeout.count())
                                             + " ms (busy?): try again")
-                       : admin_error(503, who + " is gone: " + caf::to_string(e));
+                       : http_error(503, who + " is gone: " + caf::to_string(e));
              });
   return out;
 }
@@ -241,7 +241,7 @@ http_answer admin_api::quota(const admin_call& c) {
   }
   case admin_op::quota_set:
     if (!r.ok)
-      return admin_error(400, "too many quotas: at most "
+      return http_error(400, "too many quotas: at most "
                                 + std::to_string(salt_quota_max_limits) + " salts have one");
     w.begin_object()
       .str("cache_salt", name)
@@ -274,7 +274,7 @@ http_answer admin_api::clear(const admin_call& c) {
     tier2 = l2_;
   }
   if (l2 && !tier2)
-    return admin_error(400, "tier '" + c.tier + "': no L2 tier is configured (l2.disk, l2.redis)");
+    return http_error(400, "tier '" + c.tier + "': no L2 tier is configured (l2.disk, l2.redis)");
   uint64_t l1_chunks = 0, l2_objects = 0;
   if (l1) {
     store_admin q;
@@ -323,7 +323,7 @@ http_answer admin_api::prefetch(const admin_call& c) {
   {
     std::lock_guard<std::mutex> lock{jobs_->mu};
     if (jobs_->running >= admin_max_prefetches)
-      return admin_error(503, "too many prefetches in flight (at most "
+      return http_error(503, "too many prefetches in flight (at most "
                                 + std::to_string(admin_max_prefetches) + "); try again");
     id = "pf-" + std::to_string(jobs_->next++);
     ++jobs_->running;
@@ -387,7 +387,7 @@ http_answer admin_api::prefetch_status(const admin_call& c) {
   std::lock_guard<std::mutex> lock{jobs_->mu};
   auto i = jobs_->jobs.find(c.request_id);
   if (i == jobs_->jobs.end())
-    return admin_error(404, "unknown prefetch request_id='" + c.request_id
+    return http_error(404, "unknown prefetch request_id='" + c.request_id
                               + "' (already completed or never submitted)");
   json_writer w;
   w.begin_object().str("request_id", c.request_id);
@@ -466,7 +466,7 @@ l2_actor admin_api::current_l2() {
 http_answer admin_api::l2_objects_list(const admin_call& c) {
   auto tier2 = current_l2();
   if (!tier2)
-    return admin_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier=l1 lists L1");
+    return http_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier=l1 lists L1");
   l2_list_objects q;
   q.adapter = c.adapter;
   if (c.by_model)
@@ -480,7 +480,7 @@ http_answer admin_api::l2_objects_list(const admin_call& c) {
     return *e;
   auto& r = std::get<l2_objects_page>(a);
   if (r.status != 200)
-    return admin_error(r.status, r.error);
+    return http_error(r.status, r.error);
   json_writer w;
   w.begin_object().str("adapter", r.adapter).boolean("shared", r.shared).begin_array("entries");
   for (auto& e : r.entries) {
@@ -500,7 +500,7 @@ http_answer admin_api::l2_objects_list(const admin_call& c) {
 std::variant<l2_deleted, http_answer> admin_api::l2_objects_delete(const admin_call& c) {
   auto tier2 = current_l2();
   if (!tier2)
-    return admin_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier \"l1\" "
+    return http_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier \"l1\" "
                             "deletes L1's chunks");
   l2_delete_objects q;
   q.adapter = c.adapter;
@@ -512,7 +512,7 @@ std::variant<l2_deleted, http_answer> admin_api::l2_objects_delete(const admin_c
     return *e;
   auto& r = std::get<l2_deleted>(a);
   if (r.status != 200)
-    return admin_error(r.status, r.error);
+    return http_error(r.status, r.error);
   return r;
 }
 
@@ -606,7 +606,7 @@ http_answer admin_api::block_checksums(const admin_call& c) {
       return *e;
     auto& r = std::get<block_checksum_chunk>(a);
     if (r.status != 200)
-      return admin_error(r.status, r.error);
+      return http_error(r.status, r.error);
     chunks = r.num_chunks;
     digests.push_back(chunk_digests(r, c.layerwise));
   }
@@ -686,7 +686,7 @@ http_answer admin_api::checksums(const admin_call& c) {
     ask(std::move(u)); // unanswered: the locks expire with cache.lock_ttl
   }
   if (bytes > admin_checksum_max_bytes)
-    return admin_error(413, "those chunks hold " + std::to_string(bytes >> 20)
+    return http_error(413, "those chunks hold " + std::to_string(bytes >> 20)
                               + " MiB; one call hashes at most "
                               + std::to_string(admin_checksum_max_bytes >> 20)
                               + " MiB: ask for fewer tokens");
@@ -758,7 +758,7 @@ http_answer admin_api::serve(const admin_call& c) {
   case admin_op::checksums:
     return checksums(c);
   }
-  return admin_error(500, "unknown call");
+  return http_error(500, "unknown call");
 }
 
 } // namespace kvs

@@ -6,7 +6,8 @@
 #include "app/admin_api.hpp"
 #include "config/config.hpp"
 #include "metrics/collector.hpp"
-#include "metrics/http_server.hpp"
+#include "admin/admin_plane.hpp"
+#include "http/http_server.hpp"
 
 #include <caf/actor_system.hpp>
 

@@ -9,8 +9,11 @@
 #   config, l2                core log
 #   gpu                       core log messages
 #   metrics                   core log messages
+#   http                      core log messages metrics
+#   admin                     core log messages http (LMCache's HTTP API)
 #   lmcache_grpc              core msgpack lmcache_wire messages
-#   actors                    everything above except metrics (the shared
+#   actors                    everything above except metrics, http and
+#                             admin (the shared
 #                             actor helpers: interfaces, bridge base, ZAP)
 #   actors/relay              actors and everything it may include
 #   actors/cache              actors and everything it may include
@@ -30,14 +33,16 @@ set(allowed_config "core;log;config")
 set(allowed_l2 "core;log;l2")
 set(allowed_gpu "core;log;messages;gpu")
 set(allowed_metrics "core;log;messages;metrics")
+set(allowed_http "core;log;messages;metrics;http")
+set(allowed_admin "core;log;messages;http;admin")
 set(allowed_lmcache_grpc "core;cache;msgpack;lmcache_wire;messages;lmcache_grpc")
 set(allowed_actors "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;lmcache_grpc;actors")
 set(allowed_actors_relay "${allowed_actors};actors/relay")
 set(allowed_actors_cache "${allowed_actors};actors/cache")
-set(allowed_app "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;metrics;lmcache_grpc;actors;actors/relay;actors/cache;app")
+set(allowed_app "core;log;msgpack;cache;events_wire;lmcache_wire;messages;relay;config;l2;gpu;metrics;http;admin;lmcache_grpc;actors;actors/relay;actors/cache;app")
 
 set(violations "")
-foreach(folder log core msgpack cache events_wire lmcache_wire messages relay config l2 gpu metrics lmcache_grpc actors actors/relay actors/cache app)
+foreach(folder log core msgpack cache events_wire lmcache_wire messages relay config l2 gpu metrics http admin lmcache_grpc actors actors/relay actors/cache app)
   string(REPLACE "/" "_" var "${folder}")
   file(GLOB files ${SRC}/${folder}/*.hpp ${SRC}/${folder}/*.cpp ${SRC}/${folder}/*.cu)
   foreach(f ${files})

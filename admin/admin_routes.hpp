@@ -21,6 +21,8 @@
 // (check_api_key, which the HTTP server applies to /metrics as well).
 #pragma once
 
+#include "http/http_answer.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -30,15 +32,6 @@
 #include <vector>
 
 namespace kvs {
-
-/// The largest request body read (a quota or clear body is tens of bytes).
-inline constexpr size_t http_max_body = 64 * 1024;
-
-struct http_answer {
-  int status = 200;
-  std::string body; ///< JSON unless content_type says otherwise
-  std::string content_type = "application/json";
-};
 
 enum class admin_op {
   root,            ///< GET /
@@ -136,9 +129,6 @@ using admin_route = std::variant<admin_call, http_answer>;
 admin_route route_admin(std::string_view method, std::string_view path, std::string_view query,
                         std::string_view body, std::string_view authorization,
                         const admin_policy& policy);
-
-/// {"error": why, "detail": why} with `status`.
-http_answer admin_error(int status, std::string_view why);
 
 /// Decodes %XX escapes (a path segment); false on a malformed escape.
 bool percent_decode(std::string_view in, std::string& out);

@@ -1,4 +1,4 @@
-#include "metrics/json_text.hpp"
+#include "http/json_text.hpp"
 
 #include <cmath>
 #include <cstdio>
