@@ -2,7 +2,7 @@
 // http_server, lmcache/v1/multiprocess/http_apis/ in 0.5.6 and 0.5.7), as
 // the paths and bodies kvsidecar's HTTP server accepts. Pure: a request
 // (method, path, query, body, Authorization) becomes either an admin_call
-// for the backend (app/admin_api.cpp asks the actors) or a finished
+// for the backend (admin/admin_api.cpp asks the actors) or a finished
 // answer -- a 400 naming the bad parameter, a 401, a 404/405, or a 501 for
 // what kvsidecar does not have (DAX reconfiguration, run_script, Python
 // thread dumps...). Fuzzed with the JSON body reader (tests/fuzz/fuzz_http_admin).
@@ -133,7 +133,7 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
 /// Decodes %XX escapes (a path segment); false on a malformed escape.
 bool percent_decode(std::string_view in, std::string& out);
 
-/// Answers admin calls (app/admin_api.cpp); called on the HTTP server's
+/// Answers admin calls (admin/admin_api.cpp); called on the HTTP server's
 /// admin thread, one call at a time; may block up to its own deadline.
 class admin_backend {
 public:

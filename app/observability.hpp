@@ -3,7 +3,7 @@
 #pragma once
 
 #include "app/actor_tree.hpp"
-#include "app/admin_api.hpp"
+#include "admin/admin_api.hpp"
 #include "config/config.hpp"
 #include "metrics/collector.hpp"
 #include "admin/admin_plane.hpp"

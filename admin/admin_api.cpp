@@ -1,10 +1,9 @@
-#include "app/admin_api.hpp"
+#include "admin/admin_api.hpp"
 
-#include "app/chunk_digests.hpp"
-
-#include "cache/lmcache_token_hash.hpp"
+#include "admin/chunk_digests.hpp"
 
 #include "cache/chunk_hash.hpp"
+#include "cache/lookup_keys.hpp"
 #include "cache/md5.hpp"
 #include "core/cache_salt.hpp"
 #include "core/version.hpp"
@@ -261,8 +260,9 @@ http_answer admin_api::quota(const admin_call& c) {
 }
 
 std::vector<uint64_t> admin_api::hashes_of(const admin_call& c) const {
-  return chunk_hashes(c.tokens.data(), c.tokens.size(), static_cast<size_t>(cfg_.cache.chunk_size),
-                      identity_seed(c.model, c.world_size, c.salt));
+  auto cs = static_cast<size_t>(cfg_.cache.chunk_size);
+  return prefix_chunk_hashes(c.tokens.data(), c.tokens.size(), cs, c.tokens.size() / cs,
+                             identity_seed(c.model, c.world_size, c.salt));
 }
 
 http_answer admin_api::clear(const admin_call& c) {
@@ -338,11 +338,8 @@ http_answer admin_api::prefetch(const admin_call& c) {
   if (cfg_.l2.format == l2_format::lmcache) {
     // LMCache's object names for what L1 misses, as a session's LOOKUP
     // carries them (a token outside uint32 ends the names, as LMCache's keys).
-    append_lmcache_chunk_hashes(c.tokens.data(), n_chunks * cs, cs, q.l2_names);
-    std::vector<uint32_t> toks;
-    for (size_t i = 0; i < q.l2_names.size() * cs; ++i)
-      toks.push_back(static_cast<uint32_t>(c.tokens[i]));
-    q.tokens = std::make_shared<const std::vector<uint32_t>>(std::move(toks));
+    q.l2_names = prefix_l2_names(c.tokens.data(), c.tokens.size(), cs, n_chunks);
+    q.tokens = prefix_l2_tokens(c.tokens.data(), c.tokens.size(), q.l2_names.size() * cs);
   }
   // The lookup is the spawned function's argument (CAF 0.17 dereferences an
   // empty argument tuple it never allocated for a function spawned with
