@@ -6,6 +6,7 @@
 #include "cache/lookup_keys.hpp"
 #include "cache/md5.hpp"
 #include "core/cache_salt.hpp"
+#include "core/hex.hpp"
 #include "core/version.hpp"
 #include "metrics/health.hpp"
 #include "http/json_text.hpp"
@@ -432,12 +433,8 @@ store_admin filter_of(const admin_call& c, store_admin::op what) {
 
 /// LMCache's EncodedObjectKey of an L2 object.
 void l2_object_key(json_writer& w, const object_key_fields& k) {
-  std::string hex;
-  static const char* d = "0123456789abcdef";
-  for (unsigned char ch : k.chunk_hash)
-    hex.append({d[ch >> 4], d[ch & 15]});
   w.begin_object("key")
-    .str("chunk_hash_hex", hex)
+    .str("chunk_hash_hex", hex(k.chunk_hash, k.chunk_hash.size()))
     .str("model_name", k.model)
     .integer("kv_rank", k.kv_rank)
     .integer("object_group_id", k.group)

@@ -1,6 +1,7 @@
 #include "admin/admin_routes.hpp"
 
 #include "core/cache_salt.hpp"
+#include "core/hex.hpp"
 #include "http/json_text.hpp"
 
 #include <algorithm>
@@ -12,6 +13,25 @@
 namespace kvs {
 
 namespace {
+
+/// Decodes %XX escapes (a path segment); false on a malformed escape.
+bool percent_decode(std::string_view in, std::string& out) {
+  out.clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out += in[i];
+      continue;
+    }
+    if (i + 2 >= in.size())
+      return false;
+    int h = hex_digit(in[i + 1]), l = hex_digit(in[i + 2]);
+    if (h < 0 || l < 0)
+      return false;
+    out += static_cast<char>(h * 16 + l);
+    i += 2;
+  }
+  return true;
+}
 
 http_answer detail(int status, std::string_view what) {
   json_writer w;
@@ -521,24 +541,6 @@ std::optional<http_answer> check_api_key(std::string_view path, std::string_view
   if ((!bearer.empty() && known_key(bearer, p)) || (!api_key.empty() && known_key(api_key, p)))
     return std::nullopt;
   return detail(401, "Invalid or missing API key");
-}
-
-bool percent_decode(std::string_view in, std::string& out) {
-  out.clear();
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out += in[i];
-      continue;
-    }
-    if (i + 2 >= in.size())
-      return false;
-    int h = hex_digit(in[i + 1]), l = hex_digit(in[i + 2]);
-    if (h < 0 || l < 0)
-      return false;
-    out += static_cast<char>(h * 16 + l);
-    i += 2;
-  }
-  return true;
 }
 
 admin_route route_admin(std::string_view method, std::string_view path, std::string_view query,

@@ -130,9 +130,6 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
                         std::string_view body, std::string_view authorization,
                         const admin_policy& policy);
 
-/// Decodes %XX escapes (a path segment); false on a malformed escape.
-bool percent_decode(std::string_view in, std::string& out);
-
 /// Answers admin calls (admin/admin_api.cpp); called on the HTTP server's
 /// admin thread, one call at a time; may block up to its own deadline.
 class admin_backend {
