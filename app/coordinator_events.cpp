@@ -2,7 +2,7 @@
 
 #include "app/http_client.hpp"
 #include "log/log.hpp"
-#include "metrics/json_text.hpp"
+#include "http/json_text.hpp"
 
 #include <ctime>
 

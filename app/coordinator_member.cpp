@@ -2,8 +2,8 @@
 
 #include "app/http_client.hpp"
 #include "log/log.hpp"
+#include "http/json_text.hpp"
 #include "metrics/coordinator_calls.hpp"
-#include "metrics/json_text.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

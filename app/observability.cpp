@@ -36,7 +36,7 @@ observability start_observability(caf::actor_system& sys, const config& cfg,
   const size_t n_keys = policy.api_keys.size();
   bool open = !policy.loopback && policy.token.empty() && n_keys == 0;
   o.server = http_server::start(cfg.http.listen, o.collector, health(), why,
-                                http_admin_options{o.admin, std::move(policy)});
+                                std::make_shared<admin_plane>(o.admin, std::move(policy)));
   if (!o.server) {
     o.error = "http.listen = \"" + cfg.http.listen + "\": " + why;
   } else {

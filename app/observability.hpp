@@ -3,10 +3,11 @@
 #pragma once
 
 #include "app/actor_tree.hpp"
-#include "app/admin_api.hpp"
+#include "admin/admin_api.hpp"
 #include "config/config.hpp"
 #include "metrics/collector.hpp"
-#include "metrics/http_server.hpp"
+#include "admin/admin_plane.hpp"
+#include "http/http_server.hpp"
 
 #include <caf/actor_system.hpp>
 

@@ -1,5 +1,6 @@
-// hex(): the first bytes of a binary string in hex, for logs (peer
-// identities, uid frames).
+// Hex digits: hex(), the first bytes of a binary string in hex (logs: peer
+// identities, uid frames; object names), and hex_digit(), one digit's value
+// (JSON's \u escapes, %-escapes, LMCache's hashes in object names and keys).
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,17 @@ inline std::string hex(const std::string& s, size_t max = 16) {
     out += digits[c & 15];
   }
   return out;
+}
+
+/// The value of one hex digit; -1 when `c` is none.
+inline int hex_digit(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
 }
 
 } // namespace kvs

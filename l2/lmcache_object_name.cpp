@@ -1,5 +1,7 @@
 #include "l2/lmcache_object_name.hpp"
 
+#include "core/hex.hpp"
+
 #include <cstdio>
 #include <vector>
 
@@ -16,13 +18,6 @@ void append_hex(std::string& out, std::string_view bytes) {
     out.push_back(d[c >> 4]);
     out.push_back(d[c & 15]);
   }
-}
-
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 /// The common part: model@rank@group@hash, rank written by `rank_fmt`.

@@ -8,6 +8,7 @@ DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libcaf-dev cppzmq-dev libzmq3-dev libmsgpack-cxx-dev libtomlplusplus-dev
   doctest-dev libspdlog-dev libfmt-dev libxxhash-dev libcli11-dev libbenchmark-dev
+  nlohmann-json3-dev libsimdjson-dev # tests/bench/bench_json (BENCHMARKS.md)
   prometheus-cpp-dev
   clang libclang-rt-14-dev python3 python3-pip
   gdb

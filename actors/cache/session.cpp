@@ -13,7 +13,7 @@
 
 #include "actors/actor_logging.hpp"
 #include "cache/chunk_hash.hpp"
-#include "cache/lmcache_token_hash.hpp"
+#include "cache/lookup_keys.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 
 namespace kvs {
@@ -21,22 +21,16 @@ namespace kvs {
 namespace session_steps {
 
 std::vector<uint64_t> key_hashes(const cache_key& key, size_t chunk_size, size_t n_chunks) {
-  size_t n_tokens = std::min(key.token_ids.size(), n_chunks * chunk_size);
-  std::vector<int64_t> tokens(key.token_ids.begin(),
-                              key.token_ids.begin() + static_cast<ptrdiff_t>(n_tokens));
-  return chunk_hashes(tokens.data(), tokens.size(), chunk_size,
-                      identity_seed(key.model_name, key.world_size, key.cache_salt));
+  return prefix_chunk_hashes(key.token_ids.data(), key.token_ids.size(), chunk_size, n_chunks,
+                             identity_seed(key.model_name, key.world_size, key.cache_salt));
 }
 
 std::vector<std::string> key_l2_names(const session_params& p, const cache_key& key,
                                       size_t n_chunks) {
-  std::vector<std::string> out;
   if (!p.l2_lmcache_names || p.chunk_size <= 0)
-    return out;
-  auto cs = static_cast<size_t>(p.chunk_size);
-  size_t n_tokens = std::min(key.token_ids.size(), n_chunks * cs);
-  append_lmcache_chunk_hashes(key.token_ids.data(), n_tokens, cs, out);
-  return out;
+    return {};
+  return prefix_l2_names(key.token_ids.data(), key.token_ids.size(),
+                         static_cast<size_t>(p.chunk_size), n_chunks);
 }
 
 std::shared_ptr<const std::vector<uint32_t>> lookup_tokens(const session_params& p,
@@ -44,10 +38,8 @@ std::shared_ptr<const std::vector<uint32_t>> lookup_tokens(const session_params&
                                                            size_t n_chunks) {
   if (!p.l2_lmcache_names || p.chunk_size <= 0)
     return nullptr;
-  size_t n = std::min(key.token_ids.size(), n_chunks * static_cast<size_t>(p.chunk_size));
-  return std::make_shared<const std::vector<uint32_t>>(key.token_ids.begin(),
-                                                       key.token_ids.begin()
-                                                         + static_cast<ptrdiff_t>(n));
+  return prefix_l2_tokens(key.token_ids.data(), key.token_ids.size(),
+                          n_chunks * static_cast<size_t>(p.chunk_size));
 }
 
 std::pair<size_t, size_t> chunk_range(const cache_key& key, size_t cs) {

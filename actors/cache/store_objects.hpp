@@ -1,5 +1,5 @@
 // The store's side of GET/DELETE /cache/objects and POST /cache/checksums
-// (metrics/admin_routes.hpp): pages of L1 chunks with what the store knows
+// (admin/admin_routes.hpp): pages of L1 chunks with what the store knows
 // of each (model, cache_salt, size, lock), removal by model/salt filter
 // (announced as evictions: BlockRemoved for routers), and read locks that
 // keep a chunk's bytes in place while the HTTP side hashes them off the

@@ -7,9 +7,9 @@
 // parsed JSON object has no error and at most json_max_members members.
 #include "tests/fuzz/fuzz_fail.hpp"
 #include "core/cache_salt.hpp"
-#include "metrics/admin_routes.hpp"
-#include "metrics/http_request.hpp"
-#include "metrics/json_text.hpp"
+#include "admin/admin_routes.hpp"
+#include "http/http_request.hpp"
+#include "http/json_text.hpp"
 
 #include <cstddef>
 #include <cstdint>

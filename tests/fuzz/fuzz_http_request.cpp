@@ -2,7 +2,7 @@
 // its three states, self-consistent: a complete head names a method and a
 // path starting with '/', both inside the input; a bad one a 400/431 and why.
 #include "tests/fuzz/fuzz_fail.hpp"
-#include "metrics/http_request.hpp"
+#include "http/http_request.hpp"
 
 #include <cstddef>
 #include <cstdint>

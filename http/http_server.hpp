@@ -1,10 +1,11 @@
-// http_server: /metrics, /healthz and /readyz on [http] listen, and
-// LMCache's HTTP control plane (metrics/admin_routes.hpp) beside them.
+// http_server: /metrics, /healthz and /readyz on [http] listen, and a
+// control plane (http/control_plane.hpp: LMCache's HTTP API,
+// admin/admin_plane.hpp) beside them.
 //
 //   GET /metrics  Prometheus text format (prometheus-cpp's TextSerializer)
 //   GET /healthz  200 "ok" while the process and its long-lived actors live
 //   GET /readyz   200 "ready" once start-up is done; 503 during start-up and drain
-//   anything else: admin_routes, when an admin backend is given; a request
+//   anything else: the control plane's, when one is given; a request
 //     body (Content-Length, at most http_max_body, else 413) is read for it,
 //     within the same http_head_timeout as the head. A call
 //     that needs the actors runs on a third thread ("http-admin"), one at
@@ -33,7 +34,7 @@
 // its thread.
 #pragma once
 
-#include "metrics/admin_routes.hpp"
+#include "http/control_plane.hpp"
 #include "metrics/collector.hpp"
 #include "metrics/health.hpp"
 
@@ -68,12 +69,6 @@ inline constexpr std::chrono::milliseconds http_write_timeout{10000};
 /// took ~18% of a core from them; now at most ~0.2%.
 inline constexpr std::chrono::milliseconds http_min_scrape_interval{100};
 
-/// The control plane's backend and who may change state through it.
-struct http_admin_options {
-  std::shared_ptr<admin_backend> backend; ///< null: only /metrics and the probes
-  admin_policy policy;
-};
-
 class http_server {
 public:
   /// Starts listening on `listen` ("0.0.0.0:9090", or "[::]:9090" for IPv6
@@ -83,7 +78,7 @@ public:
   static std::unique_ptr<http_server> start(const std::string& listen,
                                             std::shared_ptr<const stats_collector> collector,
                                             health_state& health, std::string& error,
-                                            http_admin_options admin = {});
+                                            std::shared_ptr<http_control_plane> control = {});
   /// Stops both threads and closes every connection.
   ~http_server();
 
@@ -112,8 +107,8 @@ private:
   };
 
   http_server(std::shared_ptr<const stats_collector> collector, health_state& health,
-              http_admin_options admin)
-    : collector_(std::move(collector)), health_(health), admin_(std::move(admin)) {}
+              std::shared_ptr<http_control_plane> control)
+    : collector_(std::move(collector)), health_(health), control_(std::move(control)) {}
 
   // The loop thread.
   void run();
@@ -141,7 +136,7 @@ private:
 
   std::shared_ptr<const stats_collector> collector_;
   health_state& health_;
-  http_admin_options admin_;
+  std::shared_ptr<http_control_plane> control_; ///< null: only /metrics and the probes
   int listen_fd_ = -1;
   int wake_fd_ = -1; ///< eventfd: stop, or scrapes done
   int port_ = 0;
@@ -160,7 +155,7 @@ private:
   std::deque<uint64_t> scrape_queue_;                       ///< connection ids
   std::vector<std::pair<uint64_t, std::string>> scraped_;   ///< id, text body
   std::condition_variable admin_cv_;
-  std::deque<std::pair<uint64_t, admin_call>> admin_queue_; ///< at most one per connection
+  std::deque<std::pair<uint64_t, http_control_plane::deferred>> admin_queue_; ///< at most one per connection
   std::vector<std::pair<uint64_t, http_answer>> admin_done_;
 
   std::thread loop_;

@@ -3,13 +3,13 @@
 // real shared memory) against a reference written here the way LMCache
 // computes them -- index_select of the block ids on the tensor's block axis,
 // then every element in the tensor's own axis order, layer after layer --
-// and the digests app/chunk_digests makes of them (bfloat16 widened to
+// and the digests admin/chunk_digests makes of them (bfloat16 widened to
 // float32 as LMCache's .to(torch.float32) does). LMCache's answers for bad
 // calls: 400 (no block_ids, chunk_size <= 0), 501 (formats it declines);
 // ours: 400 for a block outside the pools, 413 past the byte cap.
 #include <doctest/doctest.h>
 
-#include "app/chunk_digests.hpp"
+#include "admin/chunk_digests.hpp"
 #include "cache/md5.hpp"
 #include "gpu/block_checksum.hpp"
 #include "shm_object.hpp"

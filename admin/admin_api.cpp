@@ -1,15 +1,15 @@
-#include "app/admin_api.hpp"
+#include "admin/admin_api.hpp"
 
-#include "app/chunk_digests.hpp"
-
-#include "cache/lmcache_token_hash.hpp"
+#include "admin/chunk_digests.hpp"
 
 #include "cache/chunk_hash.hpp"
+#include "cache/lookup_keys.hpp"
 #include "cache/md5.hpp"
 #include "core/cache_salt.hpp"
+#include "core/hex.hpp"
 #include "core/version.hpp"
 #include "metrics/health.hpp"
-#include "metrics/json_text.hpp"
+#include "http/json_text.hpp"
 #include "messages/type_ids.hpp"
 
 #include <caf/event_based_actor.hpp>
@@ -80,7 +80,7 @@ store_actor admin_api::current_store() {
 }
 
 http_answer admin_api::store_missing() const {
-  return admin_error(503, cfg_.cache.enabled ? "the cache server is starting"
+  return http_error(503, cfg_.cache.enabled ? "the cache server is starting"
                                              : "the cache server is off (cache.enabled = false)");
 }
 
@@ -91,16 +91,16 @@ namespace {
 template <class Reply, class Handle, class Msg>
 std::variant<Reply, http_answer> ask_actor(caf::actor_system& sys, const Handle& to, Msg msg,
                                            const std::string& who) {
-  std::variant<Reply, http_answer> out = admin_error(504, who + " did not answer");
+  std::variant<Reply, http_answer> out = http_error(504, who + " did not answer");
   caf::scoped_actor self{sys};
   self->request(to, admin_store_timeout, std::move(msg))
     .receive([&](Reply& r) { out = std::move(r); },
              [&](caf::error& e) {
                out = e == caf::sec::request_timeout
-                       ? admin_error(504, who + " did not answer within "
+                       ? http_error(504, who + " did not answer within "
                                             + std::to_string(admin_store_timeout.count())
                                             + " ms (busy?): try again")
-                       : admin_error(503, who + " is gone: " + caf::to_string(e));
+                       : http_error(503, who + " is gone: " + caf::to_string(e));
              });
   return out;
 }
@@ -241,7 +241,7 @@ http_answer admin_api::quota(const admin_call& c) {
   }
   case admin_op::quota_set:
     if (!r.ok)
-      return admin_error(400, "too many quotas: at most "
+      return http_error(400, "too many quotas: at most "
                                 + std::to_string(salt_quota_max_limits) + " salts have one");
     w.begin_object()
       .str("cache_salt", name)
@@ -261,8 +261,9 @@ http_answer admin_api::quota(const admin_call& c) {
 }
 
 std::vector<uint64_t> admin_api::hashes_of(const admin_call& c) const {
-  return chunk_hashes(c.tokens.data(), c.tokens.size(), static_cast<size_t>(cfg_.cache.chunk_size),
-                      identity_seed(c.model, c.world_size, c.salt));
+  auto cs = static_cast<size_t>(cfg_.cache.chunk_size);
+  return prefix_chunk_hashes(c.tokens.data(), c.tokens.size(), cs, c.tokens.size() / cs,
+                             identity_seed(c.model, c.world_size, c.salt));
 }
 
 http_answer admin_api::clear(const admin_call& c) {
@@ -274,7 +275,7 @@ http_answer admin_api::clear(const admin_call& c) {
     tier2 = l2_;
   }
   if (l2 && !tier2)
-    return admin_error(400, "tier '" + c.tier + "': no L2 tier is configured (l2.disk, l2.redis)");
+    return http_error(400, "tier '" + c.tier + "': no L2 tier is configured (l2.disk, l2.redis)");
   uint64_t l1_chunks = 0, l2_objects = 0;
   if (l1) {
     store_admin q;
@@ -323,7 +324,7 @@ http_answer admin_api::prefetch(const admin_call& c) {
   {
     std::lock_guard<std::mutex> lock{jobs_->mu};
     if (jobs_->running >= admin_max_prefetches)
-      return admin_error(503, "too many prefetches in flight (at most "
+      return http_error(503, "too many prefetches in flight (at most "
                                 + std::to_string(admin_max_prefetches) + "); try again");
     id = "pf-" + std::to_string(jobs_->next++);
     ++jobs_->running;
@@ -338,11 +339,8 @@ http_answer admin_api::prefetch(const admin_call& c) {
   if (cfg_.l2.format == l2_format::lmcache) {
     // LMCache's object names for what L1 misses, as a session's LOOKUP
     // carries them (a token outside uint32 ends the names, as LMCache's keys).
-    append_lmcache_chunk_hashes(c.tokens.data(), n_chunks * cs, cs, q.l2_names);
-    std::vector<uint32_t> toks;
-    for (size_t i = 0; i < q.l2_names.size() * cs; ++i)
-      toks.push_back(static_cast<uint32_t>(c.tokens[i]));
-    q.tokens = std::make_shared<const std::vector<uint32_t>>(std::move(toks));
+    q.l2_names = prefix_l2_names(c.tokens.data(), c.tokens.size(), cs, n_chunks);
+    q.tokens = prefix_l2_tokens(c.tokens.data(), c.tokens.size(), q.l2_names.size() * cs);
   }
   // The lookup is the spawned function's argument (CAF 0.17 dereferences an
   // empty argument tuple it never allocated for a function spawned with
@@ -387,7 +385,7 @@ http_answer admin_api::prefetch_status(const admin_call& c) {
   std::lock_guard<std::mutex> lock{jobs_->mu};
   auto i = jobs_->jobs.find(c.request_id);
   if (i == jobs_->jobs.end())
-    return admin_error(404, "unknown prefetch request_id='" + c.request_id
+    return http_error(404, "unknown prefetch request_id='" + c.request_id
                               + "' (already completed or never submitted)");
   json_writer w;
   w.begin_object().str("request_id", c.request_id);
@@ -435,12 +433,8 @@ store_admin filter_of(const admin_call& c, store_admin::op what) {
 
 /// LMCache's EncodedObjectKey of an L2 object.
 void l2_object_key(json_writer& w, const object_key_fields& k) {
-  std::string hex;
-  static const char* d = "0123456789abcdef";
-  for (unsigned char ch : k.chunk_hash)
-    hex.append({d[ch >> 4], d[ch & 15]});
   w.begin_object("key")
-    .str("chunk_hash_hex", hex)
+    .str("chunk_hash_hex", hex(k.chunk_hash, k.chunk_hash.size()))
     .str("model_name", k.model)
     .integer("kv_rank", k.kv_rank)
     .integer("object_group_id", k.group)
@@ -466,7 +460,7 @@ l2_actor admin_api::current_l2() {
 http_answer admin_api::l2_objects_list(const admin_call& c) {
   auto tier2 = current_l2();
   if (!tier2)
-    return admin_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier=l1 lists L1");
+    return http_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier=l1 lists L1");
   l2_list_objects q;
   q.adapter = c.adapter;
   if (c.by_model)
@@ -480,7 +474,7 @@ http_answer admin_api::l2_objects_list(const admin_call& c) {
     return *e;
   auto& r = std::get<l2_objects_page>(a);
   if (r.status != 200)
-    return admin_error(r.status, r.error);
+    return http_error(r.status, r.error);
   json_writer w;
   w.begin_object().str("adapter", r.adapter).boolean("shared", r.shared).begin_array("entries");
   for (auto& e : r.entries) {
@@ -500,7 +494,7 @@ http_answer admin_api::l2_objects_list(const admin_call& c) {
 std::variant<l2_deleted, http_answer> admin_api::l2_objects_delete(const admin_call& c) {
   auto tier2 = current_l2();
   if (!tier2)
-    return admin_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier \"l1\" "
+    return http_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier \"l1\" "
                             "deletes L1's chunks");
   l2_delete_objects q;
   q.adapter = c.adapter;
@@ -512,7 +506,7 @@ std::variant<l2_deleted, http_answer> admin_api::l2_objects_delete(const admin_c
     return *e;
   auto& r = std::get<l2_deleted>(a);
   if (r.status != 200)
-    return admin_error(r.status, r.error);
+    return http_error(r.status, r.error);
   return r;
 }
 
@@ -606,7 +600,7 @@ http_answer admin_api::block_checksums(const admin_call& c) {
       return *e;
     auto& r = std::get<block_checksum_chunk>(a);
     if (r.status != 200)
-      return admin_error(r.status, r.error);
+      return http_error(r.status, r.error);
     chunks = r.num_chunks;
     digests.push_back(chunk_digests(r, c.layerwise));
   }
@@ -686,7 +680,7 @@ http_answer admin_api::checksums(const admin_call& c) {
     ask(std::move(u)); // unanswered: the locks expire with cache.lock_ttl
   }
   if (bytes > admin_checksum_max_bytes)
-    return admin_error(413, "those chunks hold " + std::to_string(bytes >> 20)
+    return http_error(413, "those chunks hold " + std::to_string(bytes >> 20)
                               + " MiB; one call hashes at most "
                               + std::to_string(admin_checksum_max_bytes >> 20)
                               + " MiB: ask for fewer tokens");
@@ -758,7 +752,7 @@ http_answer admin_api::serve(const admin_call& c) {
   case admin_op::checksums:
     return checksums(c);
   }
-  return admin_error(500, "unknown call");
+  return http_error(500, "unknown call");
 }
 
 } // namespace kvs

@@ -2,7 +2,7 @@
 // http_server, lmcache/v1/multiprocess/http_apis/ in 0.5.6 and 0.5.7), as
 // the paths and bodies kvsidecar's HTTP server accepts. Pure: a request
 // (method, path, query, body, Authorization) becomes either an admin_call
-// for the backend (app/admin_api.cpp asks the actors) or a finished
+// for the backend (admin/admin_api.cpp asks the actors) or a finished
 // answer -- a 400 naming the bad parameter, a 401, a 404/405, or a 501 for
 // what kvsidecar does not have (DAX reconfiguration, run_script, Python
 // thread dumps...). Fuzzed with the JSON body reader (tests/fuzz/fuzz_http_admin).
@@ -21,6 +21,8 @@
 // (check_api_key, which the HTTP server applies to /metrics as well).
 #pragma once
 
+#include "http/http_answer.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -30,15 +32,6 @@
 #include <vector>
 
 namespace kvs {
-
-/// The largest request body read (a quota or clear body is tens of bytes).
-inline constexpr size_t http_max_body = 64 * 1024;
-
-struct http_answer {
-  int status = 200;
-  std::string body; ///< JSON unless content_type says otherwise
-  std::string content_type = "application/json";
-};
 
 enum class admin_op {
   root,            ///< GET /
@@ -137,13 +130,7 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
                         std::string_view body, std::string_view authorization,
                         const admin_policy& policy);
 
-/// {"error": why, "detail": why} with `status`.
-http_answer admin_error(int status, std::string_view why);
-
-/// Decodes %XX escapes (a path segment); false on a malformed escape.
-bool percent_decode(std::string_view in, std::string& out);
-
-/// Answers admin calls (app/admin_api.cpp); called on the HTTP server's
+/// Answers admin calls (admin/admin_api.cpp); called on the HTTP server's
 /// admin thread, one call at a time; may block up to its own deadline.
 class admin_backend {
 public:

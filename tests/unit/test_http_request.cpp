@@ -1,6 +1,6 @@
-// The HTTP request-head reader (metrics/http_request): what completes a
+// The HTTP request-head reader (http/http_request): what completes a
 // head, what is judged bad at once, and the size limit.
-#include "metrics/http_request.hpp"
+#include "http/http_request.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,9 +1,9 @@
-#include "metrics/http_server.hpp"
+#include "http/http_server.hpp"
 
 #include "core/listen_address.hpp"
 #include "log/log.hpp"
 #include "metrics/families.hpp"
-#include "metrics/http_request.hpp"
+#include "http/http_request.hpp"
 
 #include <prometheus/text_serializer.h>
 
@@ -114,9 +114,9 @@ struct http_server::connection {
 std::unique_ptr<http_server> http_server::start(const std::string& listen,
                                                 std::shared_ptr<const stats_collector> collector,
                                                 health_state& health, std::string& error,
-                                                http_admin_options admin) {
+                                                std::shared_ptr<http_control_plane> control) {
   std::unique_ptr<http_server> s{
-    new http_server(std::move(collector), health, std::move(admin))};
+    new http_server(std::move(collector), health, std::move(control))};
   s->label_ = log::label("http", listen, 0);
   auto addr = parse_listen_address(listen); // the config checked it too
   if (!addr) {
@@ -157,7 +157,7 @@ std::unique_ptr<http_server> http_server::start(const std::string& listen,
   // Named from here, so that they have their names once start() returns.
   ::pthread_setname_np(s->loop_.native_handle(), "http");
   ::pthread_setname_np(s->scraper_.native_handle(), "http-scrape");
-  if (s->admin_.backend) {
+  if (s->control_) {
     s->admin_thread_ = std::thread{[p = s.get()] { p->admin_loop(); }};
     ::pthread_setname_np(s->admin_thread_.native_handle(), "http-admin");
   }
@@ -335,7 +335,7 @@ void http_server::on_readable(connection& c) {
     }
     if (h.content_length > http_max_body) {
       closed(c, closed_reason::bad_request, "body too large");
-      respond(c, admin_error(413, "request body of " + std::to_string(h.content_length)
+      respond(c, http_error(413, "request body of " + std::to_string(h.content_length)
                                     + " bytes: at most " + std::to_string(http_max_body)));
       return;
     }
@@ -367,10 +367,11 @@ void http_server::route(connection& c, std::string_view method, std::string_view
                         std::string_view authorization, std::string_view api_key) {
   c.head = method == "HEAD";
   // API keys (LMCache 0.5.7): before anything else, /metrics included.
-  if (auto deny = check_api_key(path, authorization, api_key, admin_.policy)) {
-    respond(c, *deny);
-    return;
-  }
+  if (control_)
+    if (auto deny = control_->admit(path, authorization, api_key)) {
+      respond(c, *deny);
+      return;
+    }
   // LMCache takes the key in either header: X-LMCache-API-Key alone opens
   // what a bearer key opens (the state changes off loopback included).
   std::string key_as_bearer;
@@ -379,8 +380,8 @@ void http_server::route(connection& c, std::string_view method, std::string_view
     authorization = key_as_bearer;
   }
   bool known = path == "/metrics" || path == "/healthz" || path == "/readyz";
-  if (!known && admin_.backend) {
-    auto r = route_admin(method, path, query, body, authorization, admin_.policy);
+  if (!known && control_) {
+    auto r = control_->route(method, path, query, body, authorization);
     if (auto* a = std::get_if<http_answer>(&r)) {
       respond(c, *a);
       return;
@@ -390,10 +391,10 @@ void http_server::route(connection& c, std::string_view method, std::string_view
     {
       std::lock_guard<std::mutex> lock{mu_};
       if (admin_queue_.size() >= http_max_connections) {
-        respond(c, admin_error(503, "too many control-plane calls waiting; try again"));
+        respond(c, http_error(503, "too many control-plane calls waiting; try again"));
         return;
       }
-      admin_queue_.emplace_back(c.id, std::move(std::get<admin_call>(r)));
+      admin_queue_.emplace_back(c.id, std::move(std::get<http_control_plane::deferred>(r)));
     }
     c.ph = connection::phase::scraping;
     admin_cv_.notify_one();
@@ -520,7 +521,7 @@ void http_server::take_scrapes(std::vector<std::unique_ptr<connection>>& conns) 
 
 void http_server::admin_loop() {
   for (;;) {
-    std::pair<uint64_t, admin_call> job;
+    std::pair<uint64_t, http_control_plane::deferred> job;
     {
       std::unique_lock<std::mutex> lock{mu_};
       admin_cv_.wait(lock, [this] { return stopping_ || !admin_queue_.empty(); });
@@ -531,9 +532,9 @@ void http_server::admin_loop() {
     }
     http_answer a;
     try {
-      a = admin_.backend->serve(job.second);
+      a = job.second();
     } catch (const std::exception& e) {
-      a = admin_error(500, std::string{"internal error: "} + e.what());
+      a = http_error(500, std::string{"internal error: "} + e.what());
     }
     {
       std::lock_guard<std::mutex> lock{mu_};

@@ -1,8 +1,8 @@
 // admin_routes and json_text: LMCache's control-plane paths, their bodies,
 // their validation and the bearer-token rule; the flat JSON reader.
-#include "metrics/admin_routes.hpp"
-#include "metrics/http_request.hpp"
-#include "metrics/json_text.hpp"
+#include "admin/admin_routes.hpp"
+#include "http/http_request.hpp"
+#include "http/json_text.hpp"
 
 #include <doctest/doctest.h>
 

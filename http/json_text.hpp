@@ -52,9 +52,6 @@ struct json_object {
 /// Parses `text` as one flat JSON object (whitespace around it allowed).
 json_object parse_json_object(std::string_view text);
 
-/// The value of one hex digit; -1 when `c` is none.
-int hex_digit(char c);
-
 /// `s` as a JSON string literal, quotes included.
 std::string json_quote(std::string_view s);
 

@@ -4,7 +4,8 @@
 // values and is counted), and the probes' answers for each health state.
 #include "metrics/collector.hpp"
 #include "metrics/families.hpp"
-#include "metrics/http_server.hpp"
+#include "admin/admin_plane.hpp"
+#include "http/http_server.hpp"
 #include "messages/type_ids.hpp"
 
 #include <caf/actor_system.hpp>
@@ -483,7 +484,7 @@ struct admin_served {
   explicit admin_served(admin_policy p) {
     std::string err;
     srv = http_server::start("127.0.0.1:" + std::to_string(port), col, h, err,
-                             http_admin_options{backend, std::move(p)});
+                             std::make_shared<admin_plane>(backend, std::move(p)));
     REQUIRE_MESSAGE(srv, err);
   }
 };

@@ -1,4 +1,4 @@
-#include "app/chunk_digests.hpp"
+#include "admin/chunk_digests.hpp"
 
 #include "cache/md5.hpp"
 

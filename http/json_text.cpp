@@ -1,4 +1,6 @@
-#include "metrics/json_text.hpp"
+#include "http/json_text.hpp"
+
+#include "core/hex.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -286,16 +288,6 @@ json_object parse_json_object(std::string_view text) {
   if (c.i != text.size())
     c.fail("bytes after the object");
   return done();
-}
-
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
 }
 
 std::string json_quote(std::string_view s) {

@@ -1,4 +1,4 @@
-#include "metrics/http_request.hpp"
+#include "http/http_request.hpp"
 
 namespace kvs {
 

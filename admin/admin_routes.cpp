@@ -1,7 +1,8 @@
-#include "metrics/admin_routes.hpp"
+#include "admin/admin_routes.hpp"
 
 #include "core/cache_salt.hpp"
-#include "metrics/json_text.hpp"
+#include "core/hex.hpp"
+#include "http/json_text.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -12,6 +13,25 @@
 namespace kvs {
 
 namespace {
+
+/// Decodes %XX escapes (a path segment); false on a malformed escape.
+bool percent_decode(std::string_view in, std::string& out) {
+  out.clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out += in[i];
+      continue;
+    }
+    if (i + 2 >= in.size())
+      return false;
+    int h = hex_digit(in[i + 1]), l = hex_digit(in[i + 2]);
+    if (h < 0 || l < 0)
+      return false;
+    out += static_cast<char>(h * 16 + l);
+    i += 2;
+  }
+  return true;
+}
 
 http_answer detail(int status, std::string_view what) {
   json_writer w;
@@ -42,15 +62,15 @@ std::optional<http_answer> check_token(std::string_view auth, const admin_policy
   if (p.loopback)
     return std::nullopt;
   if (p.token.empty() && p.api_keys.empty())
-    return admin_error(401, "this call changes state and the HTTP listener is not loopback: "
+    return http_error(401, "this call changes state and the HTTP listener is not loopback: "
                             "set http.admin_token (or KVSIDECAR_ADMIN_TOKEN) or an API key "
                             "(http.api_key_files) and send 'Authorization: Bearer <token>'");
   constexpr std::string_view scheme = "Bearer ";
   if (auth.size() <= scheme.size() || auth.substr(0, scheme.size()) != scheme)
-    return admin_error(401, "this call changes state: send 'Authorization: Bearer <token>' "
+    return http_error(401, "this call changes state: send 'Authorization: Bearer <token>' "
                             "(http.admin_token or an API key)");
   if (!known_key(auth.substr(scheme.size()), p))
-    return admin_error(401, "wrong bearer token (http.admin_token or an API key)");
+    return http_error(401, "wrong bearer token (http.admin_token or an API key)");
   return std::nullopt;
 }
 
@@ -91,7 +111,7 @@ std::optional<std::string_view> unsupported(std::string_view path) {
 }
 
 http_answer bad_body(const std::string& why) {
-  return admin_error(400, "invalid JSON body: " + why);
+  return http_error(400, "invalid JSON body: " + why);
 }
 
 admin_route route_clear(std::string_view body) {
@@ -104,22 +124,22 @@ admin_route route_clear(std::string_view body) {
     return bad_body(o.error);
   for (auto& [name, v] : o.members)
     if (name != "tier" && name != "force")
-      return admin_error(422, "unknown field \"" + name.substr(0, 64)
+      return http_error(422, "unknown field \"" + name.substr(0, 64)
                                 + "\": expected {\"tier\": \"l1\"|\"l2\"|\"all\", "
                                   "\"force\": bool}");
   if (auto t = o.get("tier")) {
     if (t->k != json_value::kind::string
         || (t->s != "l1" && t->s != "l2" && t->s != "all"))
-      return admin_error(422, "tier must be \"l1\", \"l2\" or \"all\"");
+      return http_error(422, "tier must be \"l1\", \"l2\" or \"all\"");
     c.tier = t->s;
   }
   if (auto f = o.get("force")) {
     if (f->k != json_value::kind::boolean)
-      return admin_error(422, "force must be true or false");
+      return http_error(422, "force must be true or false");
     c.force = f->b;
   }
   if (c.force)
-    return admin_error(501, "force=true is not supported: kvsidecar never drops chunks a "
+    return http_error(501, "force=true is not supported: kvsidecar never drops chunks a "
                             "reader has locked or a copy is writing");
   return c;
 }
@@ -127,20 +147,20 @@ admin_route route_clear(std::string_view body) {
 admin_route route_quota_set(admin_call c, std::string_view body) {
   auto o = parse_json_object(body);
   if (!o.error.empty())
-    return admin_error(400, "invalid JSON body: " + o.error);
+    return http_error(400, "invalid JSON body: " + o.error);
   auto v = o.get("limit_gb");
   if (!v)
-    return admin_error(400, "body must be {'limit_gb': <float>}");
+    return http_error(400, "body must be {'limit_gb': <float>}");
   if (v->k != json_value::kind::number)
-    return admin_error(400, "limit_gb must be numeric");
+    return http_error(400, "limit_gb must be numeric");
   if (!std::isfinite(v->n))
-    return admin_error(400, "limit_gb must be finite");
+    return http_error(400, "limit_gb must be finite");
   if (v->n < 0)
-    return admin_error(400, "limit_gb must be non-negative");
+    return http_error(400, "limit_gb must be non-negative");
   // 2^24 GiB (16 PiB) is far past any L1; above it the byte count would
   // lose its meaning (and 2^64 overflow).
   if (v->n > 16777216.0)
-    return admin_error(400, "limit_gb must be at most 16777216 (16 PiB)");
+    return http_error(400, "limit_gb must be at most 16777216 (16 PiB)");
   c.limit_gb = v->n;
   c.limit_bytes = static_cast<uint64_t>(v->n * 1073741824.0);
   return c;
@@ -151,23 +171,23 @@ admin_route route_quota_set(admin_call c, std::string_view body) {
 std::optional<http_answer> token_fields(const json_object& o, admin_call& c) {
   auto m = o.get("model_name");
   if (!m || m->k != json_value::kind::string || m->s.empty() || m->s.size() > 1024)
-    return admin_error(422, "model_name must be a non-empty string of at most 1024 bytes");
+    return http_error(422, "model_name must be a non-empty string of at most 1024 bytes");
   c.model = m->s;
   auto w = o.get("world_size");
   if (!w || w->k != json_value::kind::number || w->n != static_cast<double>(
                                                   static_cast<int64_t>(w->n))
       || w->n < 1 || w->n > 1024)
-    return admin_error(422, "world_size must be an integer in 1..1024");
+    return http_error(422, "world_size must be an integer in 1..1024");
   c.world_size = static_cast<int64_t>(w->n);
   auto t = o.get("token_ids");
   if (!t || t->k != json_value::kind::int_array)
-    return admin_error(422, "token_ids must be an array of integers");
+    return http_error(422, "token_ids must be an array of integers");
   c.tokens = t->ints;
   if (auto s = o.get("cache_salt")) {
     if (s->k != json_value::kind::string)
-      return admin_error(422, "cache_salt must be a string");
+      return http_error(422, "cache_salt must be a string");
     if (auto why = check_cache_salt(s->s))
-      return admin_error(400, why);
+      return http_error(400, why);
     c.salt = s->s;
   }
   return std::nullopt;
@@ -196,7 +216,7 @@ std::optional<http_answer> unknown_field(const json_object& o,
                                          std::initializer_list<std::string_view> known) {
   for (auto& [name, v] : o.members)
     if (std::find(known.begin(), known.end(), name) == known.end())
-      return admin_error(422, "unknown field \"" + name.substr(0, 64) + "\"");
+      return http_error(422, "unknown field \"" + name.substr(0, 64) + "\"");
   return std::nullopt;
 }
 
@@ -216,11 +236,11 @@ admin_route route_prefetch(std::string_view body) {
     if (auto v = o.get(key)) {
       if (v->k != json_value::kind::string
           || (v->s != "l1" && v->s != "l2" && v->s != "all"))
-        return admin_error(422, std::string{key} + " must be \"l1\", \"l2\" or \"all\"");
+        return http_error(422, std::string{key} + " must be \"l1\", \"l2\" or \"all\"");
       *out = v->s;
     }
   if (from != "l2" || to != "l1")
-    return admin_error(400, "unsupported prefetch direction '" + from + "'->'" + to
+    return http_error(400, "unsupported prefetch direction '" + from + "'->'" + to
                               + "'; only 'l2'->'l1'");
   return r;
 }
@@ -236,7 +256,7 @@ bool small_uint(std::string_view v, uint64_t& out) {
 /// An L2 adapter's name as the query or body gives it.
 std::optional<http_answer> adapter_name(std::string_view v, std::string& out) {
   if (v.empty() || v.size() > 64)
-    return admin_error(422, "adapter must be an L2 adapter's type_name (GET /config/adapters)");
+    return http_error(422, "adapter must be an L2 adapter's type_name (GET /config/adapters)");
   out = std::string{v};
   return std::nullopt;
 }
@@ -260,47 +280,47 @@ admin_route route_objects_list(std::string_view query) {
     auto raw_value = eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
     std::string name, value;
     if (!percent_decode(raw_name, name) || !percent_decode(raw_value, value))
-      return admin_error(400, "query: malformed %-escape");
+      return http_error(400, "query: malformed %-escape");
     for (auto& ch : value)
       if (ch == '+')
         ch = ' ';
     uint64_t n = 0;
     if (name == "tier") {
       if (value == "all")
-        return admin_error(400, "tier 'all' not supported; only 'l2' (or 'l1': L1's chunks)");
+        return http_error(400, "tier 'all' not supported; only 'l2' (or 'l1': L1's chunks)");
       if (value != "l1" && value != "l2")
-        return admin_error(422, "tier must be \"l1\", \"l2\" or \"all\"");
+        return http_error(422, "tier must be \"l1\", \"l2\" or \"all\"");
       c.tier = value;
     } else if (name == "adapter") {
       if (auto bad = adapter_name(value, c.adapter))
         return *bad;
     } else if (name == "model_name") {
       if (value.empty() || value.size() > 1024)
-        return admin_error(422, "model_name must be a non-empty string of at most 1024 bytes");
+        return http_error(422, "model_name must be a non-empty string of at most 1024 bytes");
       c.by_model = true;
       c.model = value;
     } else if (name == "cache_salt") {
       if (auto why = check_cache_salt(value))
-        return admin_error(400, why);
+        return http_error(400, why);
       c.by_salt = true;
       c.salt = std::string{cache_salt_from_name(value)};
     } else if (name == "page_size" || name == "limit") {
       if (!small_uint(value, n) || n < 1 || n > objects_max_page)
-        return admin_error(422, name + " must be an integer in 1.."
+        return http_error(422, name + " must be an integer in 1.."
                                   + std::to_string(objects_max_page));
       c.page_size = static_cast<uint32_t>(n);
     } else if (name == "page_token" || name == "cursor") {
       if (!small_uint(value, n))
-        return admin_error(400, "malformed " + name + ": pass next_page_token verbatim");
+        return http_error(400, "malformed " + name + ": pass next_page_token verbatim");
       c.cursor = n;
     } else {
-      return admin_error(422, "unknown query parameter \"" + name.substr(0, 64)
+      return http_error(422, "unknown query parameter \"" + name.substr(0, 64)
                                 + "\": expected tier, adapter, model_name, cache_salt, "
                                   "page_size, page_token");
     }
   }
   if (c.tier == "l1" && !c.adapter.empty())
-    return admin_error(400, "adapter selects an L2 adapter; tier=l1 lists L1's chunks");
+    return http_error(400, "adapter selects an L2 adapter; tier=l1 lists L1's chunks");
   return c;
 }
 
@@ -315,11 +335,11 @@ std::optional<http_answer> object_key(const json_object& o, size_t at, admin_obj
   for (auto& [name, v] : o.members)
     if (name != "chunk_hash_hex" && name != "model_name" && name != "kv_rank"
         && name != "object_group_id" && name != "cache_salt")
-      return admin_error(422, where + "unknown field \"" + name.substr(0, 64) + "\"");
+      return http_error(422, where + "unknown field \"" + name.substr(0, 64) + "\"");
   auto h = o.get("chunk_hash_hex");
   if (!h || h->k != json_value::kind::string || h->s.empty() || h->s.size() > 128
       || h->s.size() % 2 != 0 || h->s.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
-    return admin_error(400, where + "chunk_hash_hex must be 2 to 128 hex digits, an even count");
+    return http_error(400, where + "chunk_hash_hex must be 2 to 128 hex digits, an even count");
   k.hash_hex = h->s;
   for (auto& ch : k.hash_hex)
     ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -328,27 +348,27 @@ std::optional<http_answer> object_key(const json_object& o, size_t at, admin_obj
   auto m = o.get("model_name");
   if (!m || m->k != json_value::kind::string || (m->s.empty() && !model_optional)
       || m->s.size() > 1024)
-    return admin_error(422, where + "model_name must be a non-empty string of at most 1024 bytes");
+    return http_error(422, where + "model_name must be a non-empty string of at most 1024 bytes");
   if (m->s.find('@') != std::string::npos)
-    return admin_error(400, where + "model_name must not contain '@'");
+    return http_error(400, where + "model_name must not contain '@'");
   k.model = m->s;
   auto r = o.get("kv_rank");
   if (!r || r->k != json_value::kind::number || r->n != static_cast<double>(
                                                   static_cast<int64_t>(r->n))
       || r->n < 0 || r->n > 2147483647.0)
-    return admin_error(422, where + "kv_rank must be a non-negative integer");
+    return http_error(422, where + "kv_rank must be a non-negative integer");
   k.rank = static_cast<int32_t>(r->n);
   if (auto g = o.get("object_group_id")) {
     if (g->k != json_value::kind::number || g->n != static_cast<double>(static_cast<int64_t>(g->n))
         || g->n < 0 || g->n > 4294967295.0)
-      return admin_error(422, where + "object_group_id must be a non-negative integer");
+      return http_error(422, where + "object_group_id must be a non-negative integer");
     k.group = static_cast<uint32_t>(g->n);
   }
   if (auto s = o.get("cache_salt")) {
     if (s->k != json_value::kind::string)
-      return admin_error(422, where + "cache_salt must be a string");
+      return http_error(422, where + "cache_salt must be a string");
     if (auto why = check_cache_salt(s->s))
-      return admin_error(400, where + why);
+      return http_error(400, where + why);
     k.salt = s->s;
   }
   return std::nullopt;
@@ -371,17 +391,17 @@ admin_route route_objects_delete(std::string_view body) {
   if (auto t = o.get("tier")) {
     if (t->k != json_value::kind::string
         || (t->s != "l1" && t->s != "l2" && t->s != "all"))
-      return admin_error(422, "tier must be \"l1\", \"l2\" or \"all\"");
+      return http_error(422, "tier must be \"l1\", \"l2\" or \"all\"");
     c.tier = t->s;
   }
   if (auto ks = o.get("keys")) {
     if (o.get("model_name") || o.get("cache_salt"))
-      return admin_error(422, "send either \"keys\" or a model_name/cache_salt filter");
+      return http_error(422, "send either \"keys\" or a model_name/cache_salt filter");
     if (ks->k == json_value::kind::int_array && !ks->ints.empty())
-      return admin_error(422, "keys must be a list of {\"chunk_hash_hex\", \"model_name\", "
+      return http_error(422, "keys must be a list of {\"chunk_hash_hex\", \"model_name\", "
                               "\"kv_rank\", \"cache_salt\"} objects");
     if (ks->k != json_value::kind::object_array && ks->k != json_value::kind::int_array)
-      return admin_error(422, "keys must be a list of objects");
+      return http_error(422, "keys must be a list of objects");
     c.by_keys = true;
     for (size_t i = 0; i < ks->objects.size(); ++i) {
       c.keys.emplace_back();
@@ -391,45 +411,45 @@ admin_route route_objects_delete(std::string_view body) {
       if (auto bad = object_key(ks->objects[i], i, k, c.tier == "l2"))
         return *bad;
       if (c.tier != "l2" && (k.hash_hex.size() > 16 || k.group != 0))
-        return admin_error(400, "keys[" + std::to_string(i) + "]: an L1 chunk's key has a "
+        return http_error(400, "keys[" + std::to_string(i) + "]: an L1 chunk's key has a "
                                 "64-bit chunk_hash_hex (at most 16 hex digits) and "
                                 "object_group_id 0");
     }
   }
   if (auto m = o.get("model_name")) {
     if (m->k != json_value::kind::string || m->s.empty() || m->s.size() > 1024)
-      return admin_error(422, "model_name must be a non-empty string of at most 1024 bytes");
+      return http_error(422, "model_name must be a non-empty string of at most 1024 bytes");
     c.by_model = true;
     c.model = m->s;
   }
   if (auto s = o.get("cache_salt")) {
     if (s->k != json_value::kind::string)
-      return admin_error(422, "cache_salt must be a string");
+      return http_error(422, "cache_salt must be a string");
     if (auto why = check_cache_salt(s->s))
-      return admin_error(400, why);
+      return http_error(400, why);
     c.by_salt = true;
     c.salt = std::string{cache_salt_from_name(s->s)};
   }
   if (!c.by_keys && !c.by_model && !c.by_salt)
-    return admin_error(400, "name what to delete: \"keys\", or, for tier \"l1\", "
+    return http_error(400, "name what to delete: \"keys\", or, for tier \"l1\", "
                             "\"model_name\" and/or \"cache_salt\" (POST /cache/clear drops "
                             "everything)");
   if (!c.by_keys && c.tier != "l1")
-    return admin_error(400, "a delete by model_name/cache_salt is L1's (\"tier\": \"l1\"); "
+    return http_error(400, "a delete by model_name/cache_salt is L1's (\"tier\": \"l1\"); "
                             "name the \"keys\" for tier '" + c.tier + "'");
   if (auto a = o.get("adapter")) {
     if (a->k != json_value::kind::string)
-      return admin_error(422, "adapter must be a string");
+      return http_error(422, "adapter must be a string");
     if (c.tier == "l1")
-      return admin_error(400, "adapter selects an L2 adapter; tier 'l1' deletes L1's chunks");
+      return http_error(400, "adapter selects an L2 adapter; tier 'l1' deletes L1's chunks");
     if (auto bad = adapter_name(a->s, c.adapter))
       return *bad;
   }
   if (auto f = o.get("force")) {
     if (f->k != json_value::kind::boolean)
-      return admin_error(422, "force must be true or false");
+      return http_error(422, "force must be true or false");
     if (f->b && c.tier != "l2")
-      return admin_error(501, "force=true is not supported: kvsidecar never drops chunks a "
+      return http_error(501, "force=true is not supported: kvsidecar never drops chunks a "
                               "reader has locked or a copy is writing");
   }
   return c;
@@ -443,7 +463,7 @@ std::optional<http_answer> int_member(const json_object& o, const char* name, in
     return std::nullopt;
   if (v->k != json_value::kind::number || v->n != static_cast<double>(static_cast<int64_t>(v->n))
       || v->n < static_cast<double>(lo) || v->n > static_cast<double>(hi))
-    return admin_error(422, std::string{name} + " must be an integer in " + std::to_string(lo)
+    return http_error(422, std::string{name} + " must be an integer in " + std::to_string(lo)
                               + ".." + std::to_string(hi));
   out = static_cast<int64_t>(v->n);
   return std::nullopt;
@@ -461,7 +481,7 @@ admin_route route_block_checksums(const json_object& o) {
   c.by_blocks = true;
   if (auto b = o.get("block_ids")) {
     if (b->k != json_value::kind::int_array)
-      return admin_error(422, "block_ids must be an array of integers");
+      return http_error(422, "block_ids must be an array of integers");
     c.block_ids = b->ints;
   }
   constexpr int64_t big = int64_t{1} << 53;
@@ -471,7 +491,7 @@ admin_route route_block_checksums(const json_object& o) {
     return *bad;
   if (auto l = o.get("layerwise")) {
     if (l->k != json_value::kind::boolean)
-      return admin_error(422, "layerwise must be true or false");
+      return http_error(422, "layerwise must be true or false");
     c.layerwise = l->b;
   }
   return c;
@@ -500,7 +520,7 @@ admin_route route_checksums(std::string_view body) {
     if (k->k != json_value::kind::number || k->n != static_cast<double>(
                                                     static_cast<int64_t>(k->n))
         || k->n < 0 || k->n >= static_cast<double>(c->world_size))
-      return admin_error(422, "kv_rank must be an integer in 0..world_size-1");
+      return http_error(422, "kv_rank must be an integer in 0..world_size-1");
     c->kv_rank = static_cast<int64_t>(k->n);
   }
   return r;
@@ -521,30 +541,6 @@ std::optional<http_answer> check_api_key(std::string_view path, std::string_view
   if ((!bearer.empty() && known_key(bearer, p)) || (!api_key.empty() && known_key(api_key, p)))
     return std::nullopt;
   return detail(401, "Invalid or missing API key");
-}
-
-http_answer admin_error(int status, std::string_view why) {
-  json_writer w;
-  w.begin_object().str("error", why).str("detail", why).end_object();
-  return {status, w.take()};
-}
-
-bool percent_decode(std::string_view in, std::string& out) {
-  out.clear();
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out += in[i];
-      continue;
-    }
-    if (i + 2 >= in.size())
-      return false;
-    int h = hex_digit(in[i + 1]), l = hex_digit(in[i + 2]);
-    if (h < 0 || l < 0)
-      return false;
-    out += static_cast<char>(h * 16 + l);
-    i += 2;
-  }
-  return true;
 }
 
 admin_route route_admin(std::string_view method, std::string_view path, std::string_view query,
@@ -607,7 +603,7 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
     if (id.empty() || id.size() > 64
         || id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
              != std::string_view::npos)
-      return admin_error(404, "unknown prefetch request_id (ids are letters, digits and '-')");
+      return http_error(404, "unknown prefetch request_id (ids are letters, digits and '-')");
     admin_call c;
     c.op = admin_op::prefetch_status;
     c.request_id = std::string{id};
@@ -622,9 +618,9 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
     if (name.empty() || name.find('/') != std::string_view::npos)
       return detail(404, "Not Found");
     if (!percent_decode(name, decoded))
-      return admin_error(400, "cache_salt: malformed %-escape in the path");
+      return http_error(400, "cache_salt: malformed %-escape in the path");
     if (auto why = check_cache_salt(decoded))
-      return admin_error(400, why);
+      return http_error(400, why);
     c.salt = std::string{cache_salt_from_name(decoded)};
     if (read) {
       c.op = admin_op::quota_get;
@@ -641,7 +637,7 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
     return detail(405, "Method Not Allowed");
   }
   if (auto why = unsupported(path))
-    return admin_error(501, *why);
+    return http_error(501, *why);
   return detail(404, "Not Found");
 }
 

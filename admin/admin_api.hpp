@@ -1,5 +1,5 @@
 // admin_api: the backend of LMCache's HTTP control plane
-// (metrics/admin_routes.hpp): answers each call from the health atomics,
+// (admin/admin_routes.hpp): answers each call from the health atomics,
 // the effective config, and the store actor, which it asks with a
 // deadline (admin_store_timeout) and a fresh scoped actor per call, as the
 // /metrics collector does, so a late answer is never taken for another
@@ -9,7 +9,7 @@
 
 #include "actors/interfaces.hpp"
 #include "config/config.hpp"
-#include "metrics/admin_routes.hpp"
+#include "admin/admin_routes.hpp"
 
 #include <caf/actor_system.hpp>
 
