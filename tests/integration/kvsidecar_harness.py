@@ -758,3 +758,21 @@ class EventsRig:
                 self.sub.close()
             if self.engine is not None:
                 self.engine.close()
+
+
+def rss_kib(pid: int) -> int:
+    """The process's resident set (VmRSS), KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def sanitized(pid: int) -> bool:
+    """The binary runs under AddressSanitizer (scripts/test.sh runs every
+    integration test so): its quarantine and shadow memory make RSS say
+    nothing about our own bounds, so RSS limits are not checked then (the
+    tests that check them carry the "release" label, tests/CMakeLists.txt)."""
+    with open(f"/proc/{pid}/maps") as f:
+        return "libasan" in f.read()

@@ -14,8 +14,8 @@ import pytest
 import zmq
 
 import vllm_structs as vs
-from kvsidecar_harness import (FakeEngine, Subscriber, free_port_range, is_fence, read_replay,
-                               parse_stats, replay_batches, wait_until)
+from kvsidecar_harness import (FakeEngine, Subscriber, free_port_range, is_fence, parse_stats,
+                               read_replay, replay_batches, rss_kib, sanitized, wait_until)
 from test_events_relay import big_batch, burst_with_fast_reader, join_stalled_subscriber
 
 U64_MAX = (1 << 64) - 1
@@ -29,22 +29,6 @@ def batch_at(ts: float) -> bytes:
 
 def ts_of(payload: bytes) -> float:
     return msgspec.msgpack.decode(payload)[0]
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
-def sanitized(pid: int) -> bool:
-    """The binary runs under AddressSanitizer (scripts/test.sh runs every
-    integration test so): its quarantine and shadow memory make RSS say
-    nothing about our own bounds, so RSS limits are not checked then."""
-    with open(f"/proc/{pid}/maps") as f:
-        return "libasan" in f.read()
 
 
 def rebind_pub(engine: FakeEngine, ctx: zmq.Context, port: int, rank: int = 0) -> None:
