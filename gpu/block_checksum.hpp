@@ -18,7 +18,7 @@
 // chunk, and reading it through the instance's backend (host: memcpy from
 // the shared memory; CUDA: device-to-host copies on the instance's stream,
 // ordered after its copies). Hashing (and LMCache's bfloat16 -> float32
-// upcast) is the caller's (app/block_checksums.hpp), off the transfer
+// upcast) is the caller's (admin/chunk_digests.hpp), off the transfer
 // actor's thread.
 #pragma once
 
