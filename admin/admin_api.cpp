@@ -182,14 +182,12 @@ http_answer admin_api::status() {
   return json(w);
 }
 
-http_answer admin_api::quota(const admin_call& c) {
+http_answer admin_api::quota(store_admin::op what, const std::string& salt,
+                             uint64_t limit_bytes, double limit_gb) {
   store_admin q;
-  q.salt = c.salt;
-  q.limit_bytes = c.limit_bytes;
-  q.what = c.op == admin_op::quota_list  ? store_admin::op::quota_list
-           : c.op == admin_op::quota_get ? store_admin::op::quota_get
-           : c.op == admin_op::quota_set ? store_admin::op::quota_set
-                                         : store_admin::op::quota_delete;
+  q.salt = salt;
+  q.limit_bytes = limit_bytes;
+  q.what = what;
   auto a = ask(q);
   if (auto* e = std::get_if<http_answer>(&a))
     return *e;
@@ -202,11 +200,11 @@ http_answer admin_api::quota(const admin_call& c) {
     tier2 = l2_;
   }
   if (cfg_.l2.quota_isolated && tier2) {
-    if (c.op == admin_op::quota_set && r.ok)
-      caf::anon_send(tier2, l2_quota_limit{c.salt, c.limit_bytes});
-    else if (c.op == admin_op::quota_delete)
-      caf::anon_send(tier2, l2_quota_limit{c.salt, std::nullopt});
-    if (c.op == admin_op::quota_list || c.op == admin_op::quota_get) {
+    if (what == store_admin::op::quota_set && r.ok)
+      caf::anon_send(tier2, l2_quota_limit{salt, limit_bytes});
+    else if (what == store_admin::op::quota_delete)
+      caf::anon_send(tier2, l2_quota_limit{salt, std::nullopt});
+    if (what == store_admin::op::quota_list || what == store_admin::op::quota_get) {
       auto u = ask_actor<l2_usage>(sys_, tier2, l2_usage_atom_v, "the L2 actor");
       if (auto* e = std::get_if<http_answer>(&u))
         return *e;
@@ -218,9 +216,9 @@ http_answer admin_api::quota(const admin_call& c) {
     }
   }
   json_writer w;
-  auto name = std::string{cache_salt_name(c.salt)};
-  switch (c.op) {
-  case admin_op::quota_list:
+  auto name = std::string{cache_salt_name(salt)};
+  switch (what) {
+  case store_admin::op::quota_list:
     w.begin_object().begin_object("users");
     for (auto& u : r.salts)
       w.begin_object(cache_salt_name(u.salt))
@@ -229,7 +227,7 @@ http_answer admin_api::quota(const admin_call& c) {
         .end_object();
     w.end_object().end_object();
     break;
-  case admin_op::quota_get: {
+  case store_admin::op::quota_get: {
     auto& u = r.salts.at(0);
     w.begin_object()
       .str("cache_salt", name)
@@ -239,13 +237,13 @@ http_answer admin_api::quota(const admin_call& c) {
       .end_object();
     break;
   }
-  case admin_op::quota_set:
+  case store_admin::op::quota_set:
     if (!r.ok)
       return http_error(400, "too many quotas: at most "
                                 + std::to_string(salt_quota_max_limits) + " salts have one");
     w.begin_object()
       .str("cache_salt", name)
-      .num("limit_gb", c.limit_gb)
+      .num("limit_gb", limit_gb)
       .str("status", "ok")
       .integer("evicted_chunks", r.removed)
       .end_object();
@@ -260,13 +258,13 @@ http_answer admin_api::quota(const admin_call& c) {
   return json(w);
 }
 
-std::vector<uint64_t> admin_api::hashes_of(const admin_call& c) const {
+std::vector<uint64_t> admin_api::hashes_of(const admin_req::token_chunks& c) const {
   auto cs = static_cast<size_t>(cfg_.cache.chunk_size);
   return prefix_chunk_hashes(c.tokens.data(), c.tokens.size(), cs, c.tokens.size() / cs,
                              identity_seed(c.model, c.world_size, c.salt));
 }
 
-http_answer admin_api::clear(const admin_call& c) {
+http_answer admin_api::clear(const admin_req::cache_clear& c) {
   const bool l1 = c.tier == "l1" || c.tier == "all";
   const bool l2 = c.tier == "l2" || c.tier == "all";
   l2_actor tier2;
@@ -308,7 +306,7 @@ http_answer admin_api::clear(const admin_call& c) {
   return json(w);
 }
 
-http_answer admin_api::prefetch(const admin_call& c) {
+http_answer admin_api::prefetch(const admin_req::prefetch_submit& c) {
   auto cs = static_cast<size_t>(cfg_.cache.chunk_size);
   auto hashes = hashes_of(c);
   json_writer w;
@@ -381,7 +379,7 @@ http_answer admin_api::prefetch(const admin_call& c) {
   return {202, w.take()};
 }
 
-http_answer admin_api::prefetch_status(const admin_call& c) {
+http_answer admin_api::prefetch_status(const admin_req::prefetch_status& c) {
   std::lock_guard<std::mutex> lock{jobs_->mu};
   auto i = jobs_->jobs.find(c.request_id);
   if (i == jobs_->jobs.end())
@@ -421,7 +419,7 @@ void object_key(json_writer& w, const stored_object& o) {
     .end_object();
 }
 
-store_admin filter_of(const admin_call& c, store_admin::op what) {
+store_admin filter_of(const admin_req::objects_filter& c, store_admin::op what) {
   store_admin q;
   q.what = what;
   q.by_model = c.by_model;
@@ -457,7 +455,7 @@ l2_actor admin_api::current_l2() {
   return l2_;
 }
 
-http_answer admin_api::l2_objects_list(const admin_call& c) {
+http_answer admin_api::l2_objects_list(const admin_req::objects_list& c) {
   auto tier2 = current_l2();
   if (!tier2)
     return http_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier=l1 lists L1");
@@ -491,7 +489,7 @@ http_answer admin_api::l2_objects_list(const admin_call& c) {
   return json(w);
 }
 
-std::variant<l2_deleted, http_answer> admin_api::l2_objects_delete(const admin_call& c) {
+std::variant<l2_deleted, http_answer> admin_api::l2_objects_delete(const admin_req::objects_delete& c) {
   auto tier2 = current_l2();
   if (!tier2)
     return http_error(503, "no L2 adapters configured (l2.disk, l2.redis); tier \"l1\" "
@@ -511,7 +509,7 @@ std::variant<l2_deleted, http_answer> admin_api::l2_objects_delete(const admin_c
 }
 
 
-http_answer admin_api::objects_list(const admin_call& c) {
+http_answer admin_api::objects_list(const admin_req::objects_list& c) {
   if (c.tier == "l2")
     return l2_objects_list(c);
   auto q = filter_of(c, store_admin::op::list_objects);
@@ -537,7 +535,7 @@ http_answer admin_api::objects_list(const admin_call& c) {
   return json(w);
 }
 
-http_answer admin_api::objects_delete(const admin_call& c) {
+http_answer admin_api::objects_delete(const admin_req::objects_delete& c) {
   uint64_t l2_deleted_keys = 0;
   if (c.tier != "l1") { // LMCache's default: L2 ("all": L2, then L1)
     auto d = l2_objects_delete(c);
@@ -577,7 +575,7 @@ http_answer admin_api::objects_delete(const admin_call& c) {
   return json(w);
 }
 
-http_answer admin_api::block_checksums(const admin_call& c) {
+http_answer admin_api::block_checksums(const admin_req::block_checksums& c) {
   gpu_transfer_actor gpu;
   {
     std::lock_guard<std::mutex> lock{mu_};
@@ -645,9 +643,7 @@ http_answer admin_api::block_checksums(const admin_call& c) {
   return json(w);
 }
 
-http_answer admin_api::checksums(const admin_call& c) {
-  if (c.by_blocks)
-    return block_checksums(c);
+http_answer admin_api::checksums(const admin_req::chunk_checksums& c) {
   auto cs = static_cast<size_t>(cfg_.cache.chunk_size);
   auto hashes = hashes_of(c);
   store_admin q;
@@ -702,57 +698,68 @@ http_answer admin_api::checksums(const admin_call& c) {
   return json(w);
 }
 
-http_answer admin_api::serve(const admin_call& c) {
+http_answer admin_api::answer(const admin_req::healthcheck&) {
+  auto& h = health();
+  const char* why = !h.alive.load()    ? "an actor died: see the log"
+                    : h.draining.load() ? "draining"
+                    : !h.ready.load()   ? "starting"
+                                        : nullptr;
   json_writer w;
-  switch (c.op) {
-  case admin_op::root:
-    w.begin_object().str("status", "ok").str("service", "LMCache HTTP API")
-      .str("server", std::string{"kvsidecar "} + kvs::version).end_object();
-    return json(w);
-  case admin_op::healthcheck: {
-    auto& h = health();
-    const char* why = !h.alive.load()    ? "an actor died: see the log"
-                      : h.draining.load() ? "draining"
-                      : !h.ready.load()   ? "starting"
-                                          : nullptr;
-    if (why) {
-      w.begin_object().str("status", "unhealthy").str("reason", why).end_object();
-      return json(w, 503);
+  if (why) {
+    w.begin_object().str("status", "unhealthy").str("reason", why).end_object();
+    return json(w, 503);
+  }
+  w.begin_object().str("status", "healthy").end_object();
+  return json(w);
+}
+
+http_answer admin_api::answer(const admin_req::root&) {
+  json_writer w;
+  w.begin_object().str("status", "ok").str("service", "LMCache HTTP API")
+    .str("server", std::string{"kvsidecar "} + kvs::version).end_object();
+  return json(w);
+}
+
+http_answer admin_api::answer(const admin_req::config_adapters&) {
+  json_writer w;
+  w.begin_object().begin_array("adapters");
+  adapters(w, cfg_, false);
+  w.end_array().end_object();
+  return json(w);
+}
+
+http_answer admin_api::serve(const admin_call& call) {
+  namespace req = admin_req;
+  using op = store_admin::op;
+  // One handler per call type; std::visit fails to compile if one is missing.
+  struct visitor {
+    admin_api& a;
+    http_answer operator()(const req::root& c) { return a.answer(c); }
+    http_answer operator()(const req::healthcheck& c) { return a.answer(c); }
+    http_answer operator()(const req::status&) { return a.status(); }
+    http_answer operator()(const req::config&) { return {200, a.cfg_.effective_json}; }
+    http_answer operator()(const req::config_adapters& c) { return a.answer(c); }
+    http_answer operator()(const req::version& c) {
+      return {200, json_quote(c.path == "/version" ? std::string{"kvsidecar "} + kvs::version
+                                                   : std::string{kvs::version})};
     }
-    w.begin_object().str("status", "healthy").end_object();
-    return json(w);
-  }
-  case admin_op::status:
-    return status();
-  case admin_op::config:
-    return {200, cfg_.effective_json};
-  case admin_op::config_adapters:
-    w.begin_object().begin_array("adapters");
-    adapters(w, cfg_, false);
-    w.end_array().end_object();
-    return json(w);
-  case admin_op::version:
-    return {200, json_quote(c.path == "/version" ? std::string{"kvsidecar "} + kvs::version
-                                                 : std::string{kvs::version})};
-  case admin_op::cache_clear:
-    return clear(c);
-  case admin_op::quota_list:
-  case admin_op::quota_get:
-  case admin_op::quota_set:
-  case admin_op::quota_delete:
-    return quota(c);
-  case admin_op::prefetch_submit:
-    return prefetch(c);
-  case admin_op::prefetch_status:
-    return prefetch_status(c);
-  case admin_op::objects_list:
-    return objects_list(c);
-  case admin_op::objects_delete:
-    return objects_delete(c);
-  case admin_op::checksums:
-    return checksums(c);
-  }
-  return http_error(500, "unknown call");
+    http_answer operator()(const req::cache_clear& c) { return a.clear(c); }
+    http_answer operator()(const req::quota_list&) { return a.quota(op::quota_list, {}, 0, 0); }
+    http_answer operator()(const req::quota_get& c) { return a.quota(op::quota_get, c.salt, 0, 0); }
+    http_answer operator()(const req::quota_set& c) {
+      return a.quota(op::quota_set, c.salt, c.limit_bytes, c.limit_gb);
+    }
+    http_answer operator()(const req::quota_delete& c) {
+      return a.quota(op::quota_delete, c.salt, 0, 0);
+    }
+    http_answer operator()(const req::prefetch_submit& c) { return a.prefetch(c); }
+    http_answer operator()(const req::prefetch_status& c) { return a.prefetch_status(c); }
+    http_answer operator()(const req::objects_list& c) { return a.objects_list(c); }
+    http_answer operator()(const req::objects_delete& c) { return a.objects_delete(c); }
+    http_answer operator()(const req::chunk_checksums& c) { return a.checksums(c); }
+    http_answer operator()(const req::block_checksums& c) { return a.block_checksums(c); }
+  };
+  return std::visit(visitor{*this}, call);
 }
 
 } // namespace kvs

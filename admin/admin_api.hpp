@@ -56,25 +56,31 @@ private:
   /// The store's reply, or the answer that says why there is none.
   std::variant<store_admin_reply, http_answer> ask(store_admin q);
   http_answer status();
-  http_answer quota(const admin_call& call);
+  http_answer answer(const admin_req::root&);
+  http_answer answer(const admin_req::healthcheck&);
+  http_answer answer(const admin_req::config_adapters&);
+  /// GET|PUT|DELETE /quota[/{salt}]: `what` is the store's quota op.
+  http_answer quota(store_admin::op what, const std::string& salt, uint64_t limit_bytes,
+                    double limit_gb);
   /// The chunk hashes of a call's tokens under its model, world size and salt.
-  std::vector<uint64_t> hashes_of(const admin_call& call) const;
+  std::vector<uint64_t> hashes_of(const admin_req::token_chunks& call) const;
   /// POST /cache/clear: L1 through the store, L2's node-local tier through
   /// the L2 actor, by the call's tier ("l1", "l2", "all").
-  http_answer clear(const admin_call& call);
-  http_answer prefetch(const admin_call& call);
-  http_answer prefetch_status(const admin_call& call);
+  http_answer clear(const admin_req::cache_clear& call);
+  http_answer prefetch(const admin_req::prefetch_submit& call);
+  http_answer prefetch_status(const admin_req::prefetch_status& call);
   /// GET|DELETE /cache/objects: L2 (tier l2, LMCache's default) through
   /// the L2 actor, L1 (tier l1) through the store; "all" deletes from both.
-  http_answer objects_list(const admin_call& call);
-  http_answer objects_delete(const admin_call& call);
+  http_answer objects_list(const admin_req::objects_list& call);
+  http_answer objects_delete(const admin_req::objects_delete& call);
   l2_actor current_l2();
-  http_answer l2_objects_list(const admin_call& call);
-  std::variant<l2_deleted, http_answer> l2_objects_delete(const admin_call& call);
-  http_answer checksums(const admin_call& call);
+  http_answer l2_objects_list(const admin_req::objects_list& call);
+  std::variant<l2_deleted, http_answer> l2_objects_delete(const admin_req::objects_delete& call);
+  /// POST /cache/checksums by token ids: MD5 of each L1 chunk, read-locked.
+  http_answer checksums(const admin_req::chunk_checksums& call);
   /// LMCache's block-id form: the engine's KV blocks, a chunk at a time
   /// from the gpu-transfer actor, hashed here.
-  http_answer block_checksums(const admin_call& call);
+  http_answer block_checksums(const admin_req::block_checksums& call);
 
   /// Prefetch jobs; shared with the actors that run them, which may finish
   /// after this object is gone.

@@ -115,8 +115,8 @@ http_answer bad_body(const std::string& why) {
 }
 
 admin_route route_clear(std::string_view body) {
-  admin_call c;
-  c.op = admin_op::cache_clear;
+  admin_req::cache_clear c;
+  bool force = false;
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
     return c; // no body: {"tier": "l1", "force": false}
   auto o = parse_json_object(body);
@@ -136,15 +136,15 @@ admin_route route_clear(std::string_view body) {
   if (auto f = o.get("force")) {
     if (f->k != json_value::kind::boolean)
       return http_error(422, "force must be true or false");
-    c.force = f->b;
+    force = f->b;
   }
-  if (c.force)
+  if (force)
     return http_error(501, "force=true is not supported: kvsidecar never drops chunks a "
                             "reader has locked or a copy is writing");
   return c;
 }
 
-admin_route route_quota_set(admin_call c, std::string_view body) {
+admin_route route_quota_set(admin_req::quota_set c, std::string_view body) {
   auto o = parse_json_object(body);
   if (!o.error.empty())
     return http_error(400, "invalid JSON body: " + o.error);
@@ -168,7 +168,7 @@ admin_route route_quota_set(admin_call c, std::string_view body) {
 
 /// model_name, world_size, token_ids and cache_salt of a body that names
 /// chunks by their tokens (LMCache's PrefetchRequest; our checksum body).
-std::optional<http_answer> token_fields(const json_object& o, admin_call& c) {
+std::optional<http_answer> token_fields(const json_object& o, admin_req::token_chunks& c) {
   auto m = o.get("model_name");
   if (!m || m->k != json_value::kind::string || m->s.empty() || m->s.size() > 1024)
     return http_error(422, "model_name must be a non-empty string of at most 1024 bytes");
@@ -198,15 +198,16 @@ std::optional<http_answer> unknown_field(const json_object& o,
 
 /// A body naming chunks by their tokens, with no members but `known`;
 /// `o` is the parsed body, for the caller's own members.
-admin_route token_request(std::string_view body, admin_op op,
-                          std::initializer_list<std::string_view> known, json_object& o) {
+template <class Call>
+std::variant<Call, http_answer> token_request(std::string_view body,
+                                              std::initializer_list<std::string_view> known,
+                                              json_object& o) {
   o = parse_json_object(body);
   if (!o.error.empty())
     return bad_body(o.error);
   if (auto bad = unknown_field(o, known))
     return *bad;
-  admin_call c;
-  c.op = op;
+  Call c;
   if (auto bad = token_fields(o, c))
     return *bad;
   return c;
@@ -224,13 +225,12 @@ std::optional<http_answer> unknown_field(const json_object& o,
 /// (""), source_tier ("l2"), target_tier ("l1").
 admin_route route_prefetch(std::string_view body) {
   json_object o;
-  auto r = token_request(body, admin_op::prefetch_submit,
-                         {"model_name", "world_size", "token_ids", "cache_salt", "source_tier",
-                          "target_tier"},
-                         o);
-  auto* c = std::get_if<admin_call>(&r);
+  auto r = token_request<admin_req::prefetch_submit>(
+    body, {"model_name", "world_size", "token_ids", "cache_salt", "source_tier", "target_tier"},
+    o);
+  auto* c = std::get_if<admin_req::prefetch_submit>(&r);
   if (!c)
-    return r;
+    return std::get<http_answer>(std::move(r));
   std::string from = "l2", to = "l1";
   for (auto [key, out] : {std::pair{"source_tier", &from}, std::pair{"target_tier", &to}})
     if (auto v = o.get(key)) {
@@ -242,7 +242,7 @@ admin_route route_prefetch(std::string_view body) {
   if (from != "l2" || to != "l1")
     return http_error(400, "unsupported prefetch direction '" + from + "'->'" + to
                               + "'; only 'l2'->'l1'");
-  return r;
+  return std::move(*c);
 }
 
 /// Decimal digits only, at most 18 of them (no sign, no overflow).
@@ -266,9 +266,7 @@ std::optional<http_answer> adapter_name(std::string_view v, std::string& out) {
 /// as page_size / page_token. tier=l2 (the default, as LMCache's) lists an
 /// L2 adapter's objects; tier=l1, kvsidecar's L1 chunks.
 admin_route route_objects_list(std::string_view query) {
-  admin_call c;
-  c.op = admin_op::objects_list;
-  c.tier = "l2";
+  admin_req::objects_list c;
   while (!query.empty()) {
     auto amp = query.find('&');
     auto pair = query.substr(0, amp);
@@ -385,9 +383,7 @@ admin_route route_objects_delete(std::string_view body) {
   if (auto bad = unknown_field(o, {"keys", "model_name", "cache_salt", "tier", "force",
                                    "adapter"}))
     return *bad;
-  admin_call c;
-  c.op = admin_op::objects_delete;
-  c.tier = "l2";
+  admin_req::objects_delete c;
   if (auto t = o.get("tier")) {
     if (t->k != json_value::kind::string
         || (t->s != "l1" && t->s != "l2" && t->s != "all"))
@@ -476,9 +472,7 @@ std::optional<http_answer> int_member(const json_object& o, const char* name, in
 admin_route route_block_checksums(const json_object& o) {
   if (auto bad = unknown_field(o, {"block_ids", "chunk_size", "instance_id", "layerwise"}))
     return *bad;
-  admin_call c;
-  c.op = admin_op::checksums;
-  c.by_blocks = true;
+  admin_req::block_checksums c;
   if (auto b = o.get("block_ids")) {
     if (b->k != json_value::kind::int_array)
       return http_error(422, "block_ids must be an array of integers");
@@ -511,11 +505,11 @@ admin_route route_checksums(std::string_view body) {
         return route_block_checksums(o);
   }
   json_object o;
-  auto r = token_request(body, admin_op::checksums,
-                         {"model_name", "world_size", "token_ids", "cache_salt", "kv_rank"}, o);
-  auto* c = std::get_if<admin_call>(&r);
+  auto r = token_request<admin_req::chunk_checksums>(
+    body, {"model_name", "world_size", "token_ids", "cache_salt", "kv_rank"}, o);
+  auto* c = std::get_if<admin_req::chunk_checksums>(&r);
   if (!c)
-    return r;
+    return std::get<http_answer>(std::move(r));
   if (auto k = o.get("kv_rank")) {
     if (k->k != json_value::kind::number || k->n != static_cast<double>(
                                                     static_cast<int64_t>(k->n))
@@ -523,7 +517,7 @@ admin_route route_checksums(std::string_view body) {
       return http_error(422, "kv_rank must be an integer in 0..world_size-1");
     c->kv_rank = static_cast<int64_t>(k->n);
   }
-  return r;
+  return std::move(*c);
 }
 
 } // namespace
@@ -551,33 +545,31 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
     if (auto refused = check_token(authorization, policy))
       return *refused;
   }
-  auto only = [&](bool ok, admin_op op) -> admin_route {
+  // A read-only call (GET or HEAD), else 405.
+  auto only = [&](bool ok, admin_call c) -> admin_route {
     if (!ok)
       return detail(405, "Method Not Allowed");
-    admin_call c;
-    c.op = op;
-    c.path = std::string{path};
     return c;
   };
   if (path == "/")
-    return only(read, admin_op::root);
+    return only(read, admin_req::root{});
   if (path == "/healthcheck")
-    return only(read, admin_op::healthcheck);
+    return only(read, admin_req::healthcheck{});
   if (path == "/status")
-    return only(read, admin_op::status);
+    return only(read, admin_req::status{});
   if (path == "/config")
-    return only(read, admin_op::config);
+    return only(read, admin_req::config{});
   if (path == "/config/adapters")
-    return only(read, admin_op::config_adapters);
+    return only(read, admin_req::config_adapters{});
   if (path == "/version" || path == "/lmc_version" || path == "/commit_id")
-    return only(read, admin_op::version);
+    return only(read, admin_req::version{std::string{path}});
   if (path == "/cache/clear") {
     if (method != "POST")
       return detail(405, "Method Not Allowed");
     return route_clear(body);
   }
   if (path == "/quota")
-    return only(read, admin_op::quota_list);
+    return only(read, admin_req::quota_list{});
   if (path == "/cache/prefetches") {
     if (method != "POST")
       return detail(405, "Method Not Allowed");
@@ -604,15 +596,10 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
         || id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
              != std::string_view::npos)
       return http_error(404, "unknown prefetch request_id (ids are letters, digits and '-')");
-    admin_call c;
-    c.op = admin_op::prefetch_status;
-    c.request_id = std::string{id};
-    return c;
+    return admin_call{admin_req::prefetch_status{std::string{id}}};
   }
   constexpr std::string_view quota_prefix = "/quota/";
   if (path.substr(0, quota_prefix.size()) == quota_prefix) {
-    admin_call c;
-    c.path = std::string{path};
     auto name = path.substr(quota_prefix.size());
     std::string decoded;
     if (name.empty() || name.find('/') != std::string_view::npos)
@@ -621,19 +608,16 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
       return http_error(400, "cache_salt: malformed %-escape in the path");
     if (auto why = check_cache_salt(decoded))
       return http_error(400, why);
-    c.salt = std::string{cache_salt_from_name(decoded)};
-    if (read) {
-      c.op = admin_op::quota_get;
-      return c;
-    }
+    auto salt = std::string{cache_salt_from_name(decoded)};
+    if (read)
+      return admin_call{admin_req::quota_get{std::move(salt)}};
     if (method == "PUT") {
-      c.op = admin_op::quota_set;
+      admin_req::quota_set c;
+      c.salt = std::move(salt);
       return route_quota_set(std::move(c), body);
     }
-    if (method == "DELETE") {
-      c.op = admin_op::quota_delete;
-      return c;
-    }
+    if (method == "DELETE")
+      return admin_call{admin_req::quota_delete{std::move(salt)}};
     return detail(405, "Method Not Allowed");
   }
   if (auto why = unsupported(path))

@@ -2,10 +2,11 @@
 // http_server, lmcache/v1/multiprocess/http_apis/ in 0.5.6 and 0.5.7), as
 // the paths and bodies kvsidecar's HTTP server accepts. Pure: a request
 // (method, path, query, body, Authorization) becomes either an admin_call
-// for the backend (admin/admin_api.cpp asks the actors) or a finished
-// answer -- a 400 naming the bad parameter, a 401, a 404/405, or a 501 for
-// what kvsidecar does not have (DAX reconfiguration, run_script, Python
-// thread dumps...). Fuzzed with the JSON body reader (tests/fuzz/fuzz_http_admin).
+// (admin/admin_calls.hpp: one type per operation) for the backend
+// (admin/admin_api.cpp asks the actors) or a finished answer -- a 400
+// naming the bad parameter, a 401, a 404/405, or a 501 for what kvsidecar
+// does not have (DAX reconfiguration, run_script, Python thread dumps...).
+// Fuzzed with the JSON body reader (tests/fuzz/fuzz_http_admin).
 //
 // Answers use LMCache's JSON shapes: FastAPI's {"detail": ...} for unknown
 // paths and methods, the routers' own {"error": ...} elsewhere (our errors
@@ -21,6 +22,7 @@
 // (check_api_key, which the HTTP server applies to /metrics as well).
 #pragma once
 
+#include "admin/admin_calls.hpp"
 #include "http/http_answer.hpp"
 
 #include <cstddef>
@@ -32,73 +34,6 @@
 #include <vector>
 
 namespace kvs {
-
-enum class admin_op {
-  root,            ///< GET /
-  healthcheck,     ///< GET /healthcheck
-  status,          ///< GET /status
-  config,          ///< GET /config
-  config_adapters, ///< GET /config/adapters
-  version,         ///< GET /version, /lmc_version, /commit_id
-  cache_clear,     ///< POST /cache/clear
-  quota_list,      ///< GET /quota
-  quota_get,       ///< GET /quota/{salt}
-  quota_set,       ///< PUT /quota/{salt}
-  quota_delete,    ///< DELETE /quota/{salt}
-  prefetch_submit, ///< POST /cache/prefetches (L2 -> L1 by token ids)
-  prefetch_status, ///< GET /cache/prefetches/{request_id}
-  objects_list,    ///< GET /cache/objects (an L2 adapter's objects, or L1's chunks, paged)
-  objects_delete,  ///< DELETE /cache/objects (L2 by LMCache's keys; L1 by keys or filter)
-  checksums,       ///< POST /cache/checksums (by block ids: the engine's KV blocks, as
-                   ///< LMCache; or by token ids: MD5 of each L1 chunk)
-};
-
-/// GET /cache/objects' page size: default, and the most one page holds.
-inline constexpr uint32_t objects_default_page = 500; ///< LMCache's _DEFAULT_PAGE_SIZE
-inline constexpr uint32_t objects_max_page = 5000;    ///< LMCache's _MAX_PAGE_SIZE
-
-/// One of LMCache's EncodedObjectKeys (DELETE /cache/objects' "keys").
-struct admin_object_key {
-  uint64_t hash = 0;  ///< chunk_hash_hex: kvsidecar's 64-bit chunk hashes (L1)
-  std::string hash_hex; ///< chunk_hash_hex as given, lower case (L2: LMCache's 32-byte hashes too)
-  int32_t rank = 0;   ///< kv_rank
-  uint32_t group = 0; ///< object_group_id (L2; L1 keeps one group)
-  std::string model;  ///< model_name
-  std::string salt;   ///< cache_salt
-};
-
-struct admin_call {
-  admin_op op = admin_op::root;
-  std::string path; ///< as requested (version: which of the three)
-  std::string salt; ///< quota_*: the cache_salt ("_default" already mapped to "")
-  double limit_gb = 0;      ///< quota_set, as given
-  uint64_t limit_bytes = 0; ///< quota_set: limit_gb * 2^30
-  /// cache_clear: "l1" (the only tier cleared); objects_*: "l2" (LMCache's
-  /// default), "l1" (kvsidecar's L1 chunks) or, for a delete, "all".
-  std::string tier = "l1";
-  std::string adapter; ///< objects_*: the L2 backend by type name ("": the first)
-  bool force = false;       ///< cache_clear: also locked chunks (refused: 501)
-  // prefetch_submit: LMCache's PrefetchRequest (salt above)
-  std::string model;
-  int64_t world_size = 0;
-  std::vector<int64_t> tokens;
-  std::string request_id; ///< prefetch_status
-  // objects_list / objects_delete: the filter (salt above with by_salt)
-  bool by_model = false, by_salt = false;
-  uint32_t page_size = objects_default_page; ///< objects_list
-  uint64_t cursor = 0;                       ///< objects_list: page_token
-  int64_t kv_rank = 0;                       ///< checksums: whose chunks
-  /// checksums in LMCache's block-id form: the registered instance, its
-  /// block ids, blocks per chunk, and one digest per layer or per chunk.
-  bool by_blocks = false;
-  std::vector<int64_t> block_ids;
-  int64_t chunk_blocks = 0;
-  int64_t instance_id = 0;
-  bool layerwise = false;
-  /// objects_delete by key (LMCache's body) instead of by filter.
-  bool by_keys = false;
-  std::vector<admin_object_key> keys;
-};
 
 struct admin_policy {
   /// The listener is a loopback address: no token is asked.

@@ -35,35 +35,53 @@ void check_route(std::string_view method, std::string_view path, std::string_vie
       KVS_FUZZ_FAIL();
     return;
   }
-  auto& c = std::get<kvs::admin_call>(r);
-  if (kvs::check_cache_salt(c.salt) != nullptr)
-    KVS_FUZZ_FAIL();
-  for (auto& k : c.keys)
-    if (kvs::check_cache_salt(k.salt) != nullptr || k.rank < 0)
-      KVS_FUZZ_FAIL();
   if (!p.loopback && method != "GET" && method != "HEAD" && auth != "Bearer 0123456789abcdef")
     KVS_FUZZ_FAIL(); // a state change without the token
-  if (c.op == kvs::admin_op::cache_clear
-      && ((c.tier != "l1" && c.tier != "l2" && c.tier != "all") || c.force))
-    KVS_FUZZ_FAIL(); // a clear names a tier kvsidecar has; force=true is refused (501)
-  if (c.op == kvs::admin_op::objects_list
-      && (c.page_size < 1 || c.page_size > kvs::objects_max_page))
-    KVS_FUZZ_FAIL(); // a page is always bounded
-  if (c.op == kvs::admin_op::objects_delete && !c.by_keys && !c.by_model && !c.by_salt)
-    KVS_FUZZ_FAIL(); // a delete always names what (a clear is another call)
-  if (c.op == kvs::admin_op::objects_delete && !c.by_keys && c.tier != "l1")
-    KVS_FUZZ_FAIL(); // L2 is deleted from by LMCache's keys only
-  if ((c.op == kvs::admin_op::objects_list || c.op == kvs::admin_op::objects_delete)
-      && c.tier != "l1" && c.tier != "l2" && (c.op == kvs::admin_op::objects_list || c.tier != "all"))
-    KVS_FUZZ_FAIL(); // objects: tier l2 (LMCache's default), l1, or all for a delete
-  if ((c.op == kvs::admin_op::objects_list || c.op == kvs::admin_op::objects_delete)
-      && c.tier == "l1" && !c.adapter.empty())
-    KVS_FUZZ_FAIL(); // an adapter is L2's
-  if (c.op == kvs::admin_op::checksums && !c.by_blocks
-      && (c.kv_rank < 0 || c.kv_rank >= c.world_size))
+  namespace req = kvs::admin_req;
+  auto& call = std::get<kvs::admin_call>(r);
+  auto salt_ok = [](const std::string& s) { return kvs::check_cache_salt(s) == nullptr; };
+  if (auto* q = std::get_if<req::quota_get>(&call); q && !salt_ok(q->salt))
     KVS_FUZZ_FAIL();
-  if (c.op == kvs::admin_op::checksums && c.by_blocks && !c.tokens.empty())
-    KVS_FUZZ_FAIL(); // the block-id form names no tokens
+  if (auto* q = std::get_if<req::quota_set>(&call); q && !salt_ok(q->salt))
+    KVS_FUZZ_FAIL();
+  if (auto* q = std::get_if<req::quota_delete>(&call); q && !salt_ok(q->salt))
+    KVS_FUZZ_FAIL();
+  if (auto* c = std::get_if<req::prefetch_submit>(&call); c && !salt_ok(c->salt))
+    KVS_FUZZ_FAIL();
+  if (auto* c = std::get_if<req::cache_clear>(&call);
+      c && c->tier != "l1" && c->tier != "l2" && c->tier != "all")
+    KVS_FUZZ_FAIL(); // a clear names a tier kvsidecar has (force=true is refused: 501)
+  if (auto* c = std::get_if<req::objects_list>(&call)) {
+    if (!salt_ok(c->salt))
+      KVS_FUZZ_FAIL();
+    if (c->page_size < 1 || c->page_size > kvs::objects_max_page)
+      KVS_FUZZ_FAIL(); // a page is always bounded
+    if (c->tier != "l1" && c->tier != "l2")
+      KVS_FUZZ_FAIL(); // objects: tier l2 (LMCache's default) or l1
+    if (c->tier == "l1" && !c->adapter.empty())
+      KVS_FUZZ_FAIL(); // an adapter is L2's
+  }
+  if (auto* c = std::get_if<req::objects_delete>(&call)) {
+    if (!salt_ok(c->salt))
+      KVS_FUZZ_FAIL();
+    for (auto& k : c->keys)
+      if (!salt_ok(k.salt) || k.rank < 0)
+        KVS_FUZZ_FAIL();
+    if (!c->by_keys && !c->by_model && !c->by_salt)
+      KVS_FUZZ_FAIL(); // a delete always names what (a clear is another call)
+    if (!c->by_keys && c->tier != "l1")
+      KVS_FUZZ_FAIL(); // L2 is deleted from by LMCache's keys only
+    if (c->tier != "l1" && c->tier != "l2" && c->tier != "all")
+      KVS_FUZZ_FAIL(); // objects: tier l2 (LMCache's default), l1, or all for a delete
+    if (c->tier == "l1" && !c->adapter.empty())
+      KVS_FUZZ_FAIL(); // an adapter is L2's
+  }
+  if (auto* c = std::get_if<req::chunk_checksums>(&call)) {
+    if (!salt_ok(c->salt))
+      KVS_FUZZ_FAIL();
+    if (c->kv_rank < 0 || c->kv_rank >= c->world_size)
+      KVS_FUZZ_FAIL();
+  }
 }
 
 } // namespace

@@ -13,12 +13,16 @@ namespace {
 const admin_policy loopback{};
 const admin_policy exposed{false, "0123456789abcdef", {}};
 
-admin_call call(std::string_view method, std::string_view path, std::string_view body = {},
-                const admin_policy& p = loopback, std::string_view auth = {}) {
+/// The call a request routes to, which must be a T (the operation).
+template <class T>
+T call(std::string_view method, std::string_view path, std::string_view body = {},
+       const admin_policy& p = loopback, std::string_view auth = {}) {
   auto r = route_admin(method, path, {}, body, auth, p);
   auto* c = std::get_if<admin_call>(&r);
   REQUIRE_MESSAGE(c, std::get<http_answer>(r).body);
-  return *c;
+  auto* t = std::get_if<T>(c);
+  REQUIRE_MESSAGE(t, path);
+  return *t;
 }
 
 http_answer answer(std::string_view method, std::string_view path, std::string_view body = {},
@@ -32,33 +36,28 @@ http_answer answer(std::string_view method, std::string_view path, std::string_v
 } // namespace
 
 TEST_CASE("the paths the lmcache CLI calls become calls") {
-  CHECK(call("GET", "/").op == admin_op::root);
-  CHECK(call("GET", "/healthcheck").op == admin_op::healthcheck);
-  CHECK(call("HEAD", "/status").op == admin_op::status);
-  CHECK(call("GET", "/config").op == admin_op::config);
-  CHECK(call("GET", "/config/adapters").op == admin_op::config_adapters);
+  call<admin_req::root>("GET", "/");
+  call<admin_req::healthcheck>("GET", "/healthcheck");
+  call<admin_req::status>("HEAD", "/status");
+  call<admin_req::config>("GET", "/config");
+  call<admin_req::config_adapters>("GET", "/config/adapters");
   for (auto v : {"/version", "/lmc_version", "/commit_id"}) {
-    auto c = call("GET", v);
-    CHECK(c.op == admin_op::version);
+    auto c = call<admin_req::version>("GET", v);
     CHECK(c.path == v);
   }
-  CHECK(call("GET", "/quota").op == admin_op::quota_list);
-  auto g = call("GET", "/quota/_default");
-  CHECK(g.op == admin_op::quota_get);
+  call<admin_req::quota_list>("GET", "/quota");
+  auto g = call<admin_req::quota_get>("GET", "/quota/_default");
   CHECK(g.salt.empty()); // LMCache's sentinel for the un-salted traffic
-  auto s = call("PUT", "/quota/tenant%2Da", R"({"limit_gb": 1.5})");
-  CHECK(s.op == admin_op::quota_set);
+  auto s = call<admin_req::quota_set>("PUT", "/quota/tenant%2Da", R"({"limit_gb": 1.5})");
   CHECK(s.salt == "tenant-a");
   CHECK(s.limit_gb == 1.5);
   CHECK(s.limit_bytes == 1610612736u);
-  CHECK(call("PUT", "/quota/t", R"({"limit_gb": 0})").limit_bytes == 0);
-  CHECK(call("DELETE", "/quota/t").op == admin_op::quota_delete);
-  auto clear = call("POST", "/cache/clear", R"({"tier": "l1"})");
-  CHECK(clear.op == admin_op::cache_clear);
+  CHECK(call<admin_req::quota_set>("PUT", "/quota/t", R"({"limit_gb": 0})").limit_bytes == 0);
+  call<admin_req::quota_delete>("DELETE", "/quota/t");
+  auto clear = call<admin_req::cache_clear>("POST", "/cache/clear", R"({"tier": "l1"})");
   CHECK(clear.tier == "l1");
-  CHECK(call("POST", "/cache/clear").op == admin_op::cache_clear); // no body: l1
-  CHECK(call("POST", "/cache/clear", R"({"tier": "l1", "force": false})").op
-        == admin_op::cache_clear);
+  call<admin_req::cache_clear>("POST", "/cache/clear"); // no body: l1
+  call<admin_req::cache_clear>("POST", "/cache/clear", R"({"tier": "l1", "force": false})");
 }
 
 TEST_CASE("bad parameters are answered with what was wrong") {
@@ -82,9 +81,9 @@ TEST_CASE("bad parameters are answered with what was wrong") {
   CHECK(answer("PUT", "/quota/t", R"({"limit_gb": 1e300})").status == 400);
   CHECK(answer("PUT", "/quota/t", R"({"limit_gb": [1]})").status == 400);
   // Every tier LMCache names is a call; the backend says what it cleared.
-  CHECK(call("POST", "/cache/clear", R"({"tier": "l2"})").tier == "l2");
-  CHECK(call("POST", "/cache/clear", R"({"tier": "all"})").tier == "all");
-  CHECK(call("POST", "/cache/clear").tier == "l1");
+  CHECK(call<admin_req::cache_clear>("POST", "/cache/clear", R"({"tier": "l2"})").tier == "l2");
+  CHECK(call<admin_req::cache_clear>("POST", "/cache/clear", R"({"tier": "all"})").tier == "all");
+  CHECK(call<admin_req::cache_clear>("POST", "/cache/clear").tier == "l1");
   CHECK(answer("POST", "/cache/clear", R"({"tier": "gpu"})").status == 422);
   CHECK(answer("POST", "/cache/clear", R"({"tier": 1})").status == 422);
   CHECK(answer("POST", "/cache/clear", R"({"force": "yes"})").status == 422);
@@ -109,18 +108,16 @@ TEST_CASE("unknown paths 404, wrong methods 405, what kvsidecar lacks 501 with a
 }
 
 TEST_CASE("prefetches: LMCache's PrefetchRequest, validated; status by request id") {
-  auto p = call("POST", "/cache/prefetches",
+  auto p = call<admin_req::prefetch_submit>("POST", "/cache/prefetches",
                 R"({"model_name": "m/x", "world_size": 2, "token_ids": [1, 2, 3],
                     "cache_salt": "t", "source_tier": "l2", "target_tier": "l1"})");
-  CHECK(p.op == admin_op::prefetch_submit);
   CHECK(p.model == "m/x");
   CHECK(p.world_size == 2);
   CHECK(p.tokens == std::vector<int64_t>{1, 2, 3});
   CHECK(p.salt == "t");
-  CHECK(call("POST", "/cache/prefetches",
+  CHECK(call<admin_req::prefetch_submit>("POST", "/cache/prefetches",
              R"({"model_name": "m", "world_size": 1, "token_ids": []})").tokens.empty());
-  auto s = call("GET", "/cache/prefetches/pf-12");
-  CHECK(s.op == admin_op::prefetch_status);
+  auto s = call<admin_req::prefetch_status>("GET", "/cache/prefetches/pf-12");
   CHECK(s.request_id == "pf-12");
   CHECK(answer("GET", "/cache/prefetches/a_b").status == 404);
   CHECK(answer("GET", "/cache/prefetches").status == 405);
@@ -146,11 +143,13 @@ TEST_CASE("prefetches: LMCache's PrefetchRequest, validated; status by request i
   CHECK(dir.body.find("only 'l2'->'l1'") != std::string::npos);
 }
 
-admin_call list(std::string_view query) {
+admin_req::objects_list list(std::string_view query) {
   auto r = route_admin("GET", "/cache/objects", query, {}, {}, loopback);
   auto* c = std::get_if<admin_call>(&r);
   REQUIRE_MESSAGE(c, std::get<http_answer>(r).body);
-  return *c;
+  auto* l = std::get_if<admin_req::objects_list>(c);
+  REQUIRE(l);
+  return *l;
 }
 
 int list_status(std::string_view query) {
@@ -162,7 +161,6 @@ int list_status(std::string_view query) {
 
 TEST_CASE("GET /cache/objects: LMCache's query, paged and bounded; L2 by default, L1 on request") {
   auto d = list("");
-  CHECK(d.op == admin_op::objects_list);
   CHECK(d.tier == "l2"); // LMCache's default tier
   CHECK(d.adapter.empty()); // the first adapter
   CHECK(d.page_size == objects_default_page);
@@ -194,12 +192,11 @@ TEST_CASE("GET /cache/objects: LMCache's query, paged and bounded; L2 by default
 }
 
 TEST_CASE("DELETE /cache/objects: L2 by LMCache's keys by default; L1 by keys or filter") {
-  auto d = call("DELETE", "/cache/objects", R"({"cache_salt": "t", "tier": "l1"})");
-  CHECK(d.op == admin_op::objects_delete);
+  auto d = call<admin_req::objects_delete>("DELETE", "/cache/objects", R"({"cache_salt": "t", "tier": "l1"})");
   CHECK(d.by_salt);
   CHECK(!d.by_model);
   CHECK(d.salt == "t");
-  auto m = call("DELETE", "/cache/objects",
+  auto m = call<admin_req::objects_delete>("DELETE", "/cache/objects",
                 R"({"model_name": "m", "cache_salt": "", "tier": "l1", "force": false})");
   CHECK(m.by_model);
   CHECK(m.model == "m");
@@ -248,7 +245,7 @@ TEST_CASE("DELETE /cache/objects: L2 by LMCache's keys by default; L1 by keys or
     CHECK_MESSAGE(answer("DELETE", "/cache/objects", request).status == status, request);
   }
   // LMCache's own body: a list of EncodedObjectKeys.
-  auto k = call("DELETE", "/cache/objects",
+  auto k = call<admin_req::objects_delete>("DELETE", "/cache/objects",
                 R"({"keys": [{"chunk_hash_hex": "00000000000000ff", "model_name": "org/m",
                               "kv_rank": 3, "object_group_id": 0, "cache_salt": "t"},
                              {"chunk_hash_hex": "AB", "model_name": "m", "kv_rank": 0}],
@@ -265,7 +262,7 @@ TEST_CASE("DELETE /cache/objects: L2 by LMCache's keys by default; L1 by keys or
   // Tier unsaid: L2, as LMCache; its keys are LMCache's (32-byte hashes,
   // packed kv_rank, any object group), the adapter by type name.
   const std::string h64(64, 'c');
-  auto l2 = call("DELETE", "/cache/objects",
+  auto l2 = call<admin_req::objects_delete>("DELETE", "/cache/objects",
                  R"({"keys": [{"chunk_hash_hex": ")" + h64 + R"(", "model_name": "org/m",
                                "kv_rank": 16777472, "object_group_id": 2, "cache_salt": "t"}],
                      "adapter": "disk", "force": true})");
@@ -276,7 +273,7 @@ TEST_CASE("DELETE /cache/objects: L2 by LMCache's keys by default; L1 by keys or
   CHECK(l2.keys[0].rank == 16777472);
   CHECK(l2.keys[0].group == 2);
   // A kvsidecar-format L2 key as listed (its file name carries no model).
-  auto nameless = call("DELETE", "/cache/objects",
+  auto nameless = call<admin_req::objects_delete>("DELETE", "/cache/objects",
                        R"({"keys": [{"chunk_hash_hex": "00000000000000ff", "model_name": "",
                                      "kv_rank": 0}]})");
   CHECK(nameless.keys.at(0).model.empty());
@@ -286,7 +283,7 @@ TEST_CASE("DELETE /cache/objects: L2 by LMCache's keys by default; L1 by keys or
   CHECK(answer("DELETE", "/cache/objects",
                R"({"keys": [{"chunk_hash_hex": ")" + h64 + R"(", "model_name": "m",
                              "kv_rank": 0}], "tier": "l1"})").status == 400); // not an L1 key
-  auto none = call("DELETE", "/cache/objects", R"({"keys": [], "tier": "l1"})");
+  auto none = call<admin_req::objects_delete>("DELETE", "/cache/objects", R"({"keys": [], "tier": "l1"})");
   CHECK(none.by_keys);
   CHECK(none.keys.empty());
   // It changes state: off loopback it needs the token.
@@ -295,31 +292,26 @@ TEST_CASE("DELETE /cache/objects: L2 by LMCache's keys by default; L1 by keys or
 }
 
 TEST_CASE("POST /cache/checksums: chunks by token ids, or LMCache's engine block ids") {
-  auto c = call("POST", "/cache/checksums",
+  auto c = call<admin_req::chunk_checksums>("POST", "/cache/checksums",
                 R"({"model_name": "m", "world_size": 2, "token_ids": [1, 2], "cache_salt": "t",
                     "kv_rank": 1})");
-  CHECK(c.op == admin_op::checksums);
   CHECK(c.world_size == 2);
   CHECK(c.kv_rank == 1);
   CHECK(c.salt == "t");
   CHECK(c.tokens == std::vector<int64_t>{1, 2});
-  CHECK(call("POST", "/cache/checksums", R"({"model_name": "m", "world_size": 1,
+  CHECK(call<admin_req::chunk_checksums>("POST", "/cache/checksums", R"({"model_name": "m", "world_size": 1,
                                              "token_ids": []})").kv_rank == 0);
   // LMCache's ChecksumRequest, as `lmcache bench server` sends it.
-  auto b = call("POST", "/cache/checksums",
+  auto b = call<admin_req::block_checksums>("POST", "/cache/checksums",
                 R"({"block_ids": [4, 5, 6, 9], "chunk_size": 2, "instance_id": 7,
                     "layerwise": true})");
-  CHECK(b.op == admin_op::checksums);
-  CHECK(b.by_blocks);
   CHECK(b.block_ids == std::vector<int64_t>{4, 5, 6, 9});
   CHECK(b.chunk_blocks == 2);
   CHECK(b.instance_id == 7);
   CHECK(b.layerwise);
-  CHECK_FALSE(c.by_blocks);
   // Its dataclass defaults: emptiness and chunk_size are judged after the
   // instance lookup (the backend's, as LMCache orders them).
-  auto d = call("POST", "/cache/checksums", R"({"instance_id": 3})");
-  CHECK(d.by_blocks);
+  auto d = call<admin_req::block_checksums>("POST", "/cache/checksums", R"({"instance_id": 3})");
   CHECK(d.block_ids.empty());
   CHECK(d.chunk_blocks == 0);
   CHECK_FALSE(d.layerwise);
@@ -342,9 +334,9 @@ TEST_CASE("POST /cache/checksums: chunks by token ids, or LMCache's engine block
 }
 
 TEST_CASE("off loopback, state changes need the bearer token; reads stay open") {
-  CHECK(call("GET", "/cache/objects", {}, exposed).op == admin_op::objects_list);
-  CHECK(call("GET", "/status", {}, exposed).op == admin_op::status);
-  CHECK(call("GET", "/quota/t", {}, exposed).op == admin_op::quota_get);
+  call<admin_req::objects_list>("GET", "/cache/objects", {}, exposed);
+  call<admin_req::status>("GET", "/status", {}, exposed);
+  call<admin_req::quota_get>("GET", "/quota/t", {}, exposed);
   auto none = answer("POST", "/cache/clear", {}, exposed);
   CHECK(none.status == 401);
   CHECK(none.body.find("Bearer") != std::string::npos);
@@ -352,10 +344,8 @@ TEST_CASE("off loopback, state changes need the bearer token; reads stay open") 
           .status == 401);
   CHECK(answer("DELETE", "/quota/t", {}, exposed, "0123456789abcdef").status == 401);
   CHECK(answer("POST", "/run_script", {}, exposed).status == 401); // before anything else
-  CHECK(call("PUT", "/quota/t", R"({"limit_gb": 1})", exposed, "Bearer 0123456789abcdef").op
-        == admin_op::quota_set);
-  CHECK(call("POST", "/cache/clear", {}, exposed, "Bearer 0123456789abcdef").op
-        == admin_op::cache_clear);
+  call<admin_req::quota_set>("PUT", "/quota/t", R"({"limit_gb": 1})", exposed, "Bearer 0123456789abcdef");
+  call<admin_req::cache_clear>("POST", "/cache/clear", {}, exposed, "Bearer 0123456789abcdef");
   // No token configured and not loopback: every state change is refused.
   admin_policy open{false, "", {}};
   auto a = answer("POST", "/cache/clear", {}, open, "Bearer ");
@@ -400,14 +390,11 @@ TEST_CASE("API keys (LMCache 0.5.7): every path but the public ones needs one, r
   admin_policy both{false, "0123456789abcdef", {"a-key-0123456789"}};
   CHECK_FALSE(check_api_key("/status", "Bearer 0123456789abcdef", "", both));
   // Off loopback a key also opens the state changes; without any token or key they stay shut.
-  CHECK(call("POST", "/cache/clear", {}, both, "Bearer a-key-0123456789").op
-        == admin_op::cache_clear);
-  CHECK(call("POST", "/cache/clear", {}, both, "Bearer 0123456789abcdef").op
-        == admin_op::cache_clear);
+  call<admin_req::cache_clear>("POST", "/cache/clear", {}, both, "Bearer a-key-0123456789");
+  call<admin_req::cache_clear>("POST", "/cache/clear", {}, both, "Bearer 0123456789abcdef");
   CHECK(answer("POST", "/cache/clear", {}, both, "Bearer a-key-012345678").status == 401);
   admin_policy keys_only{false, "", {"a-key-0123456789"}};
-  CHECK(call("PUT", "/quota/t", R"({"limit_gb": 1})", keys_only, "Bearer a-key-0123456789").op
-        == admin_op::quota_set);
+  call<admin_req::quota_set>("PUT", "/quota/t", R"({"limit_gb": 1})", keys_only, "Bearer a-key-0123456789");
 }
 
 TEST_CASE("parse_json_object reads flat objects and names what is wrong") {

@@ -456,7 +456,7 @@ TEST_CASE_FIXTURE(served, "server: scrapes in a loop make at most one collection
 
 namespace {
 
-/// Echoes each call (op, salt, limit) as JSON; blocks while `hold` is set.
+/// Echoes each call (op, and a quota_set's salt and limit) as JSON; blocks while `hold` is set.
 struct echo_backend : admin_backend {
   std::atomic<bool> hold{false};
   std::atomic<int> calls{0};
@@ -465,8 +465,11 @@ struct echo_backend : admin_backend {
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds{5};
     while (hold.load() && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds{5});
-    return {200, "{\"op\":" + std::to_string(static_cast<int>(c.op)) + ",\"salt\":\"" + c.salt
-                   + "\",\"bytes\":" + std::to_string(c.limit_bytes) + "}"};
+    // op: the call's type, by its index in admin_call (9: quota_set, 2: status).
+    auto* q = std::get_if<admin_req::quota_set>(&c);
+    return {200, "{\"op\":" + std::to_string(c.index()) + ",\"salt\":\""
+                   + (q ? q->salt : std::string{}) + "\",\"bytes\":"
+                   + std::to_string(q ? q->limit_bytes : 0) + "}"};
   }
 };
 
