@@ -1,9 +1,10 @@
 // Every typed actor interface of kvsidecar, in one place.
 //
-// Bridges (actors that own ZeroMQ sockets) are blocking actors on their own
-// threads and are addressed through plain caf::actor handles; the messages
-// they take are listed next to each bridge's class. Everything else is an
-// event-based actor with a typed interface below.
+// Bridges (actors that own ZeroMQ sockets, actors/zmq_bridge.hpp) are
+// blocking actors on their own threads; their interfaces below extend
+// bridge_actor (stop, stats, metrics), and zmq_bridge::typed_handlers checks
+// each bridge's handlers against its interface. Everything else is an
+// event-based actor with a typed interface extending stats_client_actor.
 #pragma once
 
 #include <caf/typed_actor.hpp>
@@ -11,40 +12,42 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "messages/stats_client.hpp"
 #include "messages/type_ids.hpp"
 
 namespace kvs {
 
-// -- bridges, as typed handles for typed senders (actor_cast of the bridge) --
+// -- bridges -----------------------------------------------------------------
 
-/// What every long-lived actor answers besides its own messages (as VAST's
-/// status_client_actor): `stats` writes its stats line (on its own timer),
-/// `metrics, to` sends a stats_snapshot to the /metrics collector. Each
-/// interface below extends it, so the two handlers are declared once.
-using stats_client_actor = caf::typed_actor<
-  caf::reacts_to<stats_atom>,
-  caf::reacts_to<metrics_atom, caf::actor>>; ///< send a stats_snapshot to the actor
+/// What every bridge answers (zmq_bridge's built-ins): `stop` (the shutdown
+/// handshake: drain, close the sockets on the bridge's thread, answer
+/// `stop, label` to the supervisor) and stats_client_actor's two.
+using bridge_actor =
+  caf::typed_actor<caf::reacts_to<stop_atom>>::extend_with<stats_client_actor>;
 
 /// pub_bridge[dp=r] (actors/relay/pub_bridge.hpp): sends a batch to routers.
 /// join_bridge[dp=r] (actors/relay/join_bridge.hpp, events.join_endpoint) takes
 /// the same message: the rank's state first, then live, for one router.
-using pub_bridge_actor = caf::typed_actor<caf::reacts_to<publish_atom, encoded_batches>>;
+using pub_bridge_actor =
+  caf::typed_actor<caf::reacts_to<publish_atom, encoded_batches>>::extend_with<bridge_actor>;
 
 /// replay_bridge[dp=r] (actors/relay/replay_bridge.hpp): streams a replay, or a
 /// snapshot part by part, to a client. The join bridge takes snapshot parts
 /// the same way (the indexer answers whichever bridge asked).
-using replay_bridge_actor = caf::typed_actor<caf::reacts_to<replay_stream>,
-                                             caf::reacts_to<snapshot_part>>;
+using replay_bridge_actor =
+  caf::typed_actor<caf::reacts_to<replay_stream>,
+                   caf::reacts_to<snapshot_part>>::extend_with<bridge_actor>;
 
 /// join_bridge[dp=r] (actors/relay/join_bridge.hpp): the publisher's batches
 /// as the PUB bridge takes them, and the indexer's snapshot parts as the
 /// replay bridge takes them (it is addressed as either).
-using join_bridge_actor = caf::typed_actor<caf::reacts_to<publish_atom, encoded_batches>,
-                                           caf::reacts_to<snapshot_part>>;
+using join_bridge_actor =
+  caf::typed_actor<caf::reacts_to<publish_atom, encoded_batches>,
+                   caf::reacts_to<snapshot_part>>::extend_with<bridge_actor>;
 
-// ingest_bridge[dp=r] (actors/relay/ingest_bridge.hpp) and grpc_bridge take no
-// messages of their own besides the bridges' built-ins (stop, stats,
-// metrics): their work comes from their sockets.
+/// ingest_bridge[dp=r] (actors/relay/ingest_bridge.hpp): its work comes from
+/// its sockets; it takes only the bridges' built-ins.
+using ingest_bridge_actor = bridge_actor;
 
 // -- event relay -------------------------------------------------------------
 
@@ -111,13 +114,14 @@ using engine_bridge_actor = caf::typed_actor<
   caf::reacts_to<reaped_atom, int64_t>,     ///< instance gone: free its binding
   caf::reacts_to<lmcache_frames>,           ///< a request that came over gRPC
   caf::reacts_to<grpc_atom, lmcache_reply_sink_ptr>, ///< where the gRPC replies go
-  caf::reacts_to<sweep_atom>>; ///< its own timer: kv-event subscriptions without a PING expire
+  caf::reacts_to<sweep_atom>>::extend_with<bridge_actor>; ///< its own timer: kv-event subscriptions without a PING expire
 
-// grpc_bridge (actors/cache/grpc_bridge.hpp) — LMCache's gRPC transport
-// (cache.grpc_endpoint): turns each RPC into the frames a ZeroMQ client
-// sends and hands them to the engine bridge, which serves them as it serves
-// ZeroMQ and hands each reply to the bridge's server (lmcache_reply_sink).
-// It takes no messages of its own besides the bridges' stop / stats / metrics.
+/// grpc_bridge (actors/cache/grpc_bridge.hpp) — LMCache's gRPC transport
+/// (cache.grpc_endpoint): turns each RPC into the frames a ZeroMQ client
+/// sends and hands them to the engine bridge, which serves them as it serves
+/// ZeroMQ and hands each reply to the bridge's server (lmcache_reply_sink).
+/// It takes only the bridges' built-ins.
+using grpc_bridge_actor = bridge_actor;
 
 /// session_router (actors/cache/session_router.hpp) — routes decoded requests:
 /// registrations to the registry, CLEAR to the store, request-id ops to a

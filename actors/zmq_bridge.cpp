@@ -127,7 +127,7 @@ void zmq_bridge::close_sockets() {
     }
 }
 
-void zmq_bridge::dispatch_mailbox(caf::behavior& base, caf::behavior& builtin) {
+void zmq_bridge::dispatch_mailbox(caf::behavior& base) {
   // Drains everything queued; handlers run here, on the bridge's thread.
   while (running_ && has_next_message()) {
     auto ptr = dequeue();
@@ -140,9 +140,28 @@ void zmq_bridge::dispatch_mailbox(caf::behavior& base, caf::behavior& builtin) {
       running_ = false;
       break;
     }
-    if (!(base && base(msg)) && !builtin(msg))
+    if (!base(msg))
       KVS_WARN(label_, "ignored an unexpected message: {}", to_string(msg));
   }
+}
+
+void zmq_bridge::on_stop() {
+  drain();
+  stopping_ = true;
+  running_ = false;
+}
+
+void zmq_bridge::on_stats() {
+  if (auto line = full_snapshot().line(); log::stats_line_due(label_, line))
+    KVS_INFO(label_, "stats: {}", line);
+  delayed_send(caf::actor_cast<caf::actor>(this), stats_interval_, stats_atom_v);
+}
+
+void zmq_bridge::on_metrics(const caf::actor& reply_to) {
+  auto s = full_snapshot();
+  s.actor = label_;
+  s.actor_id = id();
+  send(reply_to, std::move(s));
 }
 
 void zmq_bridge::act() {
@@ -171,26 +190,7 @@ void zmq_bridge::act() {
   KVS_DEBUG(label_, "started");
   send(supervisor_, ready_atom_v, label_);
 
-  bool stopping = false;
   auto base = handlers();
-  caf::behavior builtin{
-    [&](stop_atom) {
-      drain();
-      stopping = true;
-      running_ = false;
-    },
-    [&](stats_atom) {
-      if (auto line = full_snapshot().line(); log::stats_line_due(label_, line))
-        KVS_INFO(label_, "stats: {}", line);
-      delayed_send(caf::actor_cast<caf::actor>(this), stats_interval_, stats_atom_v);
-    },
-    [&](metrics_atom, const caf::actor& reply_to) {
-      auto s = full_snapshot();
-      s.actor = label_;
-      s.actor_id = id();
-      send(reply_to, std::move(s));
-    },
-  };
   if (stats_interval_.count() > 0)
     delayed_send(caf::actor_cast<caf::actor>(this), stats_interval_, stats_atom_v);
 
@@ -213,7 +213,7 @@ void zmq_bridge::act() {
       uint64_t n;
       [[maybe_unused]] auto r = ::read(efd_, &n, sizeof(n));
     }
-    dispatch_mailbox(base, builtin);
+    dispatch_mailbox(base);
     if (!running_)
       break;
     // Connection counts first: current before the sockets' traffic.
@@ -232,8 +232,8 @@ void zmq_bridge::act() {
   }
   close_sockets();
   close_monitors();
-  KVS_INFO(label_, "stopped, sockets closed{}", stopping ? "" : " (not by a stop request)");
-  if (stopping)
+  KVS_INFO(label_, "stopped, sockets closed{}", stopping_ ? "" : " (not by a stop request)");
+  if (stopping_)
     send(supervisor_, stop_atom_v, label_);
 }
 

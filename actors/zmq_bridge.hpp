@@ -18,7 +18,10 @@
 
 #include "actors/connection_gate.hpp"
 #include "messages/stats_snapshot.hpp"
+#include "messages/type_ids.hpp"
 
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
 #include <caf/blocking_actor.hpp>
 #include <caf/typed_behavior.hpp>
 #include <zmq.hpp>
@@ -65,19 +68,21 @@ protected:
 
   /// Creates, configures and binds/connects the sockets; returns why not.
   virtual std::optional<std::string> open() = 0;
-  /// The typed messages this bridge handles (an empty behavior: none
-  /// besides the built-in stop and stats). Built with typed_handlers<I>(),
-  /// so the compiler checks them against the bridge's interface I.
+  /// The typed messages this bridge handles, built with typed_handlers<I>().
   virtual caf::behavior handlers() = 0;
 
   /// A bridge's handlers, checked by the compiler against its typed
-  /// interface `Handle` (interfaces.hpp): every message the interface names
-  /// is handled and nothing else is, as for an event-based typed actor.
-  /// The built-ins (stop, stats_client_actor's stats and metrics) are the
-  /// base's.
+  /// interface `Handle` (interfaces.hpp, extending bridge_actor): every
+  /// message the interface names is handled and nothing else is, as for an
+  /// event-based typed actor. The built-ins (bridge_actor's stop, stats and
+  /// metrics) are the base's and are added here.
   template <class Handle, class... Fs>
-  static caf::behavior typed_handlers(Fs... fs) {
-    typename Handle::behavior_type checked{std::move(fs)...};
+  caf::behavior typed_handlers(Fs... fs) {
+    typename Handle::behavior_type checked{
+      std::move(fs)...,
+      [this](stop_atom) { on_stop(); },
+      [this](stats_atom) { on_stats(); },
+      [this](metrics_atom, const caf::actor& reply_to) { on_metrics(reply_to); }};
     return std::move(checked.unbox());
   }
   /// Socket `index` (order of watch()) is ready with `revents`.
@@ -137,7 +142,11 @@ protected:
   caf::actor supervisor_;
 
 private:
-  void dispatch_mailbox(caf::behavior& base, caf::behavior& builtin);
+  void dispatch_mailbox(caf::behavior& base);
+  // The built-ins typed_handlers() adds.
+  void on_stop();
+  void on_stats();
+  void on_metrics(const caf::actor& reply_to);
   /// snapshot() with what the base keeps (the gates' figures).
   stats_snapshot full_snapshot();
   void read_monitor(size_t index);
@@ -163,6 +172,7 @@ private:
   /// Every gate (limit_connections' and gate_connections'): their figures.
   std::vector<std::shared_ptr<connection_gate>> gates_;
   bool running_ = true;
+  bool stopping_ = false; ///< a stop request ended the loop: acknowledge it
 };
 
 /// Opens `ep` on `s` by vLLM's rule: bind for * / :: / ipc:// / inproc://,
@@ -174,5 +184,15 @@ struct open_result {
   std::string endpoint; ///< actual endpoint on success, error text on failure
 };
 open_result open_endpoint(zmq::socket_t& s, const std::string& ep, bool force_bind);
+
+/// Spawns a bridge on its own thread and returns it as its typed interface
+/// (`Bridge::handle_type`, interfaces.hpp). A blocking actor spawns as an
+/// untyped caf::actor in CAF 0.17; this is the one place it is cast, and
+/// typed_handlers() checks that the bridge handles exactly that interface.
+template <class Bridge, class... Ts>
+typename Bridge::handle_type spawn_bridge(caf::actor_system& sys, Ts&&... xs) {
+  return caf::actor_cast<typename Bridge::handle_type>(
+    sys.spawn<Bridge, caf::detached>(std::forward<Ts>(xs)...));
+}
 
 } // namespace kvs

@@ -19,11 +19,11 @@ namespace kvs {
 
 struct actor_tree {
   /// Bridges that take input from outside: stopped first on shutdown.
-  std::vector<caf::actor> input_bridges;
+  std::vector<bridge_actor> input_bridges;
   /// Bridges that send to the outside: stopped after the drain.
-  std::vector<caf::actor> output_bridges;
+  std::vector<bridge_actor> output_bridges;
   /// Event-based actors: told to exit last.
-  std::vector<caf::actor> workers;
+  std::vector<stats_client_actor> workers;
   /// The cache's copy engine (null without the cache): drained after the
   /// input stops and before the workers exit, so no copy is cut short.
   gpu_transfer_actor gpu;

@@ -180,7 +180,7 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   ep.store = st;
   ep.curve_secret_key = cfg.security.curve_secret_key;
   ep.max_connections = cfg.cache.max_connections;
-  auto engine = sys.spawn<engine_bridge, caf::detached>(ctx, supervisor, interval, ep);
+  auto engine = spawn_bridge<engine_bridge>(sys, ctx, supervisor, interval, ep);
   out.input_bridges.push_back(engine);
   if (!c.grpc_endpoint.empty()) {
     grpc_bridge_params gp;
@@ -189,15 +189,13 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
     gp.server.tls_cert_pem = c.grpc_tls_cert_pem;
     gp.server.tls_key_pem = c.grpc_tls_key_pem;
     gp.server.tls_client_ca_pem = c.grpc_tls_client_ca_pem;
-    gp.engine = caf::actor_cast<engine_bridge_actor>(engine);
+    gp.engine = engine;
     out.input_bridges.push_back(
-      sys.spawn<grpc_bridge, caf::detached>(ctx, supervisor, interval, gp));
+      spawn_bridge<grpc_bridge>(sys, ctx, supervisor, interval, gp));
   }
-  for (auto& a : {caf::actor_cast<caf::actor>(router), caf::actor_cast<caf::actor>(reg),
-                  caf::actor_cast<caf::actor>(st), caf::actor_cast<caf::actor>(gpu)})
-    out.workers.push_back(a);
+  out.workers.insert(out.workers.end(), {router, reg, st, gpu});
   if (sp.l2.actor)
-    out.workers.push_back(caf::actor_cast<caf::actor>(sp.l2.actor));
+    out.workers.push_back(sp.l2.actor);
   out.summary.push_back(fmt::format("engine_bridge {} -> session_router -> registry, "
                                     "session[rid] (on demand), store (L1 {} MiB, chunk {} tokens)",
                                     c.endpoint, c.l1_size >> 20, c.chunk_size));

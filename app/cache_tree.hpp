@@ -19,8 +19,8 @@
 namespace kvs {
 
 struct cache_tree {
-  std::vector<caf::actor> input_bridges; ///< the engine bridge
-  std::vector<caf::actor> workers;       ///< session router, registry, store, gpu transfer
+  std::vector<bridge_actor> input_bridges; ///< the engine bridge
+  std::vector<stats_client_actor> workers; ///< session router, registry, store, gpu transfer
   gpu_transfer_actor gpu;                ///< drained at shutdown before the workers exit
   store_actor store;                     ///< the HTTP control plane's (admin/admin_api.hpp)
   l2_actor l2;                           ///< null without an L2 tier: the HTTP clear of "l2" asks it

@@ -60,9 +60,10 @@ void watch_actors(observability& o, const actor_tree& t) {
     o.admin->watch(t.store, t.l2, t.gpu);
   if (!o.collector)
     return;
-  std::vector<caf::actor> all;
-  for (auto* group : {&t.input_bridges, &t.output_bridges, &t.workers})
-    all.insert(all.end(), group->begin(), group->end());
+  // Bridges and workers alike: every interface extends stats_client_actor.
+  std::vector<stats_client_actor> all{t.input_bridges.begin(), t.input_bridges.end()};
+  all.insert(all.end(), t.output_bridges.begin(), t.output_bridges.end());
+  all.insert(all.end(), t.workers.begin(), t.workers.end());
   o.collector->watch(std::move(all));
 }
 

@@ -56,7 +56,7 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
       rpp.buffer_bytes = static_cast<size_t>(ev.buffer_bytes);
       rpp.stats_interval = interval;
       rep = sys.spawn(replay, rpp);
-      t.workers.push_back(caf::actor_cast<caf::actor>(rep));
+      t.workers.push_back(rep);
     }
 
     // On its own thread: index updates and snapshot walks never hold up a
@@ -69,7 +69,7 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
     xp.queue = queue;
     xp.stats_interval = interval;
     auto idx = sys.spawn<caf::detached>(indexer, xp);
-    t.workers.push_back(caf::actor_cast<caf::actor>(idx));
+    t.workers.push_back(idx);
 
     pub_bridge_params pp;
     pp.rank = r;
@@ -81,7 +81,7 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
     pp.linger = pub_linger(cfg);
     pp.curve_secret_key = cfg.security.curve_secret_key;
     pp.max_connections = ev.max_connections;
-    auto pub = sys.spawn<pub_bridge, caf::detached>(ctx, supervisor, interval, pp);
+    auto pub = spawn_bridge<pub_bridge>(sys, ctx, supervisor, interval, pp);
     t.output_bridges.push_back(pub);
 
     publisher_params ppp;
@@ -97,15 +97,15 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
       jp.linger = pp.linger;
       jp.curve_secret_key = cfg.security.curve_secret_key;
       jp.max_connections = ev.max_connections;
-      auto join = sys.spawn<join_bridge, caf::detached>(ctx, supervisor, interval, jp);
+      auto join = spawn_bridge<join_bridge>(sys, ctx, supervisor, interval, jp);
       t.output_bridges.push_back(join);
-      ppp.join_bridge = caf::actor_cast<pub_bridge_actor>(join);
+      ppp.join_bridge = join;
       t.summary.push_back(fmt::format("dp={}: publisher -> join_bridge {} (state, then live)", r,
                                       jp.endpoint));
     }
     ppp.rank = r;
     ppp.dialect = dialect;
-    ppp.pub_bridge = caf::actor_cast<pub_bridge_actor>(pub);
+    ppp.pub_bridge = pub;
     ppp.replay = rep;
     ppp.indexer = idx;
     ppp.queue = queue;
@@ -134,11 +134,11 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
       rp.max_waiting = ev.replay_max_waiting;
       rp.nice = static_cast<int>(ev.replay_nice);
       t.output_bridges.push_back(
-        sys.spawn<replay_bridge, caf::detached>(replay_ctx, supervisor, interval, rp));
+        spawn_bridge<replay_bridge>(sys, replay_ctx, supervisor, interval, rp));
       t.summary.push_back(fmt::format("dp={}: replay (last {} batches) <- replay_bridge {}", r,
                                       ev.buffer_steps, rp.endpoint));
     }
-    t.workers.push_back(caf::actor_cast<caf::actor>(p));
+    t.workers.push_back(p);
     t.summary.push_back(fmt::format("dp={}: publisher ({}) -> pub_bridge {}", r, to_string(ev.format),
                                     pp.endpoint));
   }
@@ -161,7 +161,7 @@ relay_tree spawn_relay_tree(caf::actor_system& sys, zmq::context_t& ctx,
     ip.queues = t.queues;
     ip.pool = pools[static_cast<size_t>(r)];
     t.input_bridges.push_back(
-      sys.spawn<ingest_bridge, caf::detached>(ctx, supervisor, interval, ip));
+      spawn_bridge<ingest_bridge>(sys, ctx, supervisor, interval, ip));
     t.summary.push_back(fmt::format("dp={}: ingest_bridge {} -> publisher", r, ip.endpoint));
   }
   return t;

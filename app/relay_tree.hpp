@@ -18,9 +18,9 @@
 namespace kvs {
 
 struct relay_tree {
-  std::vector<caf::actor> input_bridges;  ///< the ingest bridges
-  std::vector<caf::actor> output_bridges; ///< PUB and replay bridges
-  std::vector<caf::actor> workers;        ///< publishers, indexers, replay buffers
+  std::vector<bridge_actor> input_bridges;  ///< the ingest bridges
+  std::vector<bridge_actor> output_bridges; ///< PUB and replay bridges
+  std::vector<stats_client_actor> workers;  ///< publishers, indexers, replay buffers
   std::vector<publisher_actor> publishers; ///< one per DP rank (the cache announces on one)
   std::vector<relay_queue_ptr> queues;     ///< one per DP rank
   std::vector<std::string> summary;

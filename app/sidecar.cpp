@@ -16,6 +16,7 @@
 #include "app/supervisor.hpp"
 #include "messages/type_ids.hpp"
 
+#include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/exit_reason.hpp>
@@ -70,7 +71,7 @@ using ready_set = std::set<caf::actor_addr>;
 
 /// Sends stop to `bridges` and collects the acknowledgements of those that
 /// are running; one that dies instead of answering counts as stopped.
-bool stop_bridges(caf::scoped_actor& self, const std::vector<caf::actor>& bridges,
+bool stop_bridges(caf::scoped_actor& self, const std::vector<bridge_actor>& bridges,
                   const ready_set& ready, supervisor& sup, clock::time_point deadline) {
   std::set<caf::actor_addr> waiting;
   for (auto& b : bridges) {
@@ -179,9 +180,14 @@ bool stop_all(caf::scoped_actor& self, actor_tree& t, const ready_set& ready, su
 }
 
 void watch_tree(caf::scoped_actor& self, supervisor& sup, const actor_tree& t) {
-  for (auto* group : {&t.input_bridges, &t.output_bridges, &t.workers})
-    for (auto& a : *group)
-      sup.watch(self, a);
+  // The supervisor only monitors them: any handle will do.
+  auto watch_all = [&](const auto& group) {
+    for (auto& a : group)
+      sup.watch(self, caf::actor_cast<caf::actor>(a));
+  };
+  watch_all(t.input_bridges);
+  watch_all(t.output_bridges);
+  watch_all(t.workers);
 }
 
 } // namespace

@@ -18,7 +18,7 @@ namespace {
 /// How a scrape timeout names an actor: its log label without the "#id"
 /// ("publisher[dp=0]", "l2"), stable across restarts of the sidecar; before
 /// its first answer, the actor's own name.
-std::string timeout_label(const caf::actor& a, const stats_snapshot* last) {
+std::string timeout_label(const stats_client_actor& a, const stats_snapshot* last) {
   if (last && !last->actor.empty())
     return last->actor.substr(0, last->actor.rfind('#'));
   auto* p = dynamic_cast<caf::monitorable_actor*>(caf::actor_cast<caf::abstract_actor*>(a));
@@ -30,7 +30,7 @@ std::string timeout_label(const caf::actor& a, const stats_snapshot* last) {
 stats_collector::stats_collector(caf::actor_system& sys, std::chrono::milliseconds timeout)
   : sys_(sys), timeout_(timeout) {}
 
-void stats_collector::watch(std::vector<caf::actor> actors) {
+void stats_collector::watch(std::vector<stats_client_actor> actors) {
   std::lock_guard<std::mutex> guard{mu_};
   targets_ = std::move(actors);
 }

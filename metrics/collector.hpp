@@ -8,6 +8,7 @@
 // counted in kvsidecar_scrape_timeouts_total.
 #pragma once
 
+#include "messages/stats_client.hpp"
 #include "messages/stats_snapshot.hpp"
 
 #include <caf/actor.hpp>
@@ -27,8 +28,9 @@ class stats_collector : public prometheus::Collectable {
 public:
   stats_collector(caf::actor_system& sys, std::chrono::milliseconds timeout);
 
-  /// The actors to ask from now on.
-  void watch(std::vector<caf::actor> actors);
+  /// The actors to ask from now on (every long-lived actor's interface
+  /// extends stats_client_actor).
+  void watch(std::vector<stats_client_actor> actors);
 
   std::vector<prometheus::MetricFamily> Collect() const override;
 
@@ -39,7 +41,7 @@ private:
   caf::actor_system& sys_;
   std::chrono::milliseconds timeout_;
   mutable std::mutex mu_; ///< one scrape at a time; guards everything below
-  std::vector<caf::actor> targets_;
+  std::vector<stats_client_actor> targets_;
   mutable std::map<caf::actor_id, stats_snapshot> last_;
   mutable std::map<std::string, uint64_t> timeouts_; ///< by actor label
 };

@@ -42,6 +42,9 @@ struct engine_bridge_params {
 
 class engine_bridge : public zmq_bridge {
 public:
+  /// How the tree holds it (interfaces.hpp; spawn_bridge casts to it once).
+  using handle_type = engine_bridge_actor;
+
   engine_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor supervisor,
                 std::chrono::nanoseconds stats_interval, engine_bridge_params params);
 

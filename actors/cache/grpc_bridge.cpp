@@ -50,7 +50,8 @@ std::optional<std::string> grpc_bridge::open() {
 }
 
 caf::behavior grpc_bridge::handlers() {
-  return {}; // replies go to the server directly (lmcache_reply_sink)
+  // Only the built-ins: replies go to the server directly (lmcache_reply_sink).
+  return typed_handlers<grpc_bridge_actor>();
 }
 
 void grpc_bridge::close_sockets() {

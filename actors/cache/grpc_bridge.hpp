@@ -28,6 +28,9 @@ struct grpc_bridge_params {
 
 class grpc_bridge : public zmq_bridge {
 public:
+  /// How the tree holds it (interfaces.hpp; spawn_bridge casts to it once).
+  using handle_type = grpc_bridge_actor;
+
   grpc_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor supervisor,
               std::chrono::nanoseconds stats_interval, grpc_bridge_params params);
 

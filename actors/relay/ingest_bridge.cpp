@@ -78,9 +78,9 @@ std::optional<std::string> ingest_bridge::open() {
 }
 
 caf::behavior ingest_bridge::handlers() {
-  // Only the built-in messages (stop, stats): gap and re-dial deadlines are
-  // poll timeouts.
-  return {};
+  // Only the built-ins (stop, stats, metrics): gap and re-dial deadlines
+  // are poll timeouts.
+  return typed_handlers<ingest_bridge_actor>();
 }
 
 void ingest_bridge::note(std::set<std::string>& seen, const std::string& kind,

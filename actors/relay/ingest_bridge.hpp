@@ -74,6 +74,9 @@ struct ingest_bridge_params {
 
 class ingest_bridge : public zmq_bridge {
 public:
+  /// How the tree holds it (interfaces.hpp; spawn_bridge casts to it once).
+  using handle_type = ingest_bridge_actor;
+
   ingest_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor supervisor,
                 std::chrono::nanoseconds stats_interval, ingest_bridge_params params);
 

@@ -48,6 +48,9 @@ struct join_bridge_params {
 
 class join_bridge : public zmq_bridge {
 public:
+  /// How the tree holds it (interfaces.hpp; spawn_bridge casts to it once).
+  using handle_type = join_bridge_actor;
+
   join_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor supervisor,
               std::chrono::nanoseconds stats_interval, join_bridge_params params);
 

@@ -51,6 +51,9 @@ struct pub_bridge_params {
 
 class pub_bridge : public zmq_bridge {
 public:
+  /// How the tree holds it (interfaces.hpp; spawn_bridge casts to it once).
+  using handle_type = pub_bridge_actor;
+
   pub_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor supervisor,
              std::chrono::nanoseconds stats_interval, pub_bridge_params params);
 

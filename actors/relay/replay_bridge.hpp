@@ -64,6 +64,9 @@ struct replay_bridge_params {
 
 class replay_bridge : public zmq_bridge {
 public:
+  /// How the tree holds it (interfaces.hpp; spawn_bridge casts to it once).
+  using handle_type = replay_bridge_actor;
+
   replay_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor supervisor,
                 std::chrono::nanoseconds stats_interval, replay_bridge_params params);
 

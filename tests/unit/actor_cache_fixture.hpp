@@ -96,7 +96,9 @@ inline engine_bridge_actor::behavior_type fake_bridge(engine_bridge_actor::point
           [log](kv_event_records& r) { log->records += r.records.size(); },
           [log](reaped_atom, int64_t id) { log->reaped.push_back(id); },
           // The gRPC transport's messages: nothing in these tests sends them.
-          [](lmcache_frames&) {}, [](grpc_atom, lmcache_reply_sink_ptr&) {}, [](sweep_atom) {}};
+          [](lmcache_frames&) {}, [](grpc_atom, lmcache_reply_sink_ptr&) {}, [](sweep_atom) {},
+          // The bridges' built-ins (bridge_actor): nothing here sends them.
+          [](stop_atom) {}, [](stats_atom) {}, [](metrics_atom, const caf::actor&) {}};
 }
 
 /// A reply or the error a request failed with.

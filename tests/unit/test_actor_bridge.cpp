@@ -1,6 +1,7 @@
 // The zmq_bridge base: a typed message wakes its zmq_poll at once (eventfd,
 // no timeout), socket input reaches its handler, and the stop handshake
 // drains, closes the sockets on the bridge's thread and acknowledges.
+#include "actors/interfaces.hpp"
 #include "actors/zmq_bridge.hpp"
 #include "messages/type_ids.hpp"
 
@@ -22,6 +23,10 @@ std::atomic<int> socket_events{0};
 
 // Echoes every `publish_atom, encoded_batch` as one frame on an inproc PAIR,
 // and counts frames it receives on it.
+/// The echo bridge's interface: one message of its own besides the built-ins.
+using echo_bridge_actor =
+  caf::typed_actor<caf::reacts_to<publish_atom, encoded_batch>>::extend_with<bridge_actor>;
+
 class echo_bridge : public zmq_bridge {
 public:
   echo_bridge(caf::actor_config& cfg, zmq::context_t& ctx, caf::actor sup, std::string ep)
@@ -38,9 +43,9 @@ protected:
     return std::nullopt;
   }
   caf::behavior handlers() override {
-    return {[this](publish_atom, encoded_batch& b) {
+    return typed_handlers<echo_bridge_actor>([this](publish_atom, const encoded_batch& b) {
       pair_.send(zmq::buffer(*b.payload), zmq::send_flags::none);
-    }};
+    });
   }
   void on_socket(size_t, short) override {
     zmq::message_t m;

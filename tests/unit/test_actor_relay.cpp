@@ -27,9 +27,11 @@ using fixture = test::caf_test_fixture;
 pub_bridge_actor::behavior_type fake_pub(pub_bridge_actor::pointer,
                                          std::vector<encoded_batch>* sent) {
   return {[sent](publish_atom, encoded_batches& bs) {
-    for (auto& b : bs.items)
-      sent->push_back(b);
-  }};
+            for (auto& b : bs.items)
+              sent->push_back(b);
+          },
+          // The bridges' built-ins (bridge_actor): nothing here sends them.
+          [](stop_atom) {}, [](stats_atom) {}, [](metrics_atom, const caf::actor&) {}};
 }
 
 /// Stands in for the replay bridge: asks once, records the stream.
@@ -42,7 +44,8 @@ replay_bridge_actor::behavior_type fake_replay_client(replay_bridge_actor::point
             for (auto& b : s.batches)
               got->push_back(b.seq);
           },
-          [](snapshot_part&) { FAIL("a replay got a snapshot part"); }};
+          [](snapshot_part&) { FAIL("a replay got a snapshot part"); },
+          [](stop_atom) {}, [](stats_atom) {}, [](metrics_atom, const caf::actor&) {}};
 }
 
 /// Stands in for the replay bridge serving a snapshot: asks, then credits
@@ -57,7 +60,8 @@ replay_bridge_actor::behavior_type fake_snapshot_client(replay_bridge_actor::poi
             parts->push_back(p);
             if (!p.last)
               self->send(indexer, snapshot_credit{7, false});
-          }};
+          },
+          [](stop_atom) {}, [](stats_atom) {}, [](metrics_atom, const caf::actor&) {}};
 }
 
 publisher_params publisher_with(int64_t rank, pub_bridge_actor pub, replay_actor rep,

@@ -11,6 +11,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <doctest/doctest.h>
 #include <prometheus/text_serializer.h>
@@ -108,9 +109,10 @@ std::string body(const std::string& response) {
 }
 
 /// Answers `answers` scrapes with received_total = 1, 2, ..., then no more.
-caf::behavior fake_actor(caf::event_based_actor* self, int answers) {
+stats_client_actor::behavior_type fake_actor(stats_client_actor::pointer self, int answers) {
   auto n = std::make_shared<int>(0);
-  return {[self, n, answers](metrics_atom, const caf::actor& to) {
+  return {[](stats_atom) {},
+          [self, n, answers](metrics_atom, const caf::actor& to) {
     if (*n >= answers)
       return;
     ++*n;
