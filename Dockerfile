@@ -22,6 +22,7 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
       libcaf-dev cppzmq-dev libzmq3-dev libmsgpack-cxx-dev libtomlplusplus-dev \
       doctest-dev libspdlog-dev libfmt-dev libxxhash-dev libcli11-dev \
       prometheus-cpp-dev libhiredis-dev libgrpc++-dev libprotobuf-dev protobuf-compiler \
+      libsimdjson-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -32,6 +33,8 @@ RUN rm -rf build-docker \
     && cd build-docker && cpack -G DEB -B /out
 
 FROM debian:12-slim
+# The .deb's Depends (dpkg-shlibdeps) bring the runtime libraries:
+# libcaf-core, libzmq5, libspdlog1.10, libsimdjson14, ...
 COPY --from=build /out/kvsidecar_*.deb /tmp/
 RUN apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends /tmp/kvsidecar_*.deb \

@@ -8,7 +8,8 @@ DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libcaf-dev cppzmq-dev libzmq3-dev libmsgpack-cxx-dev libtomlplusplus-dev
   doctest-dev libspdlog-dev libfmt-dev libxxhash-dev libcli11-dev libbenchmark-dev
-  nlohmann-json3-dev libsimdjson-dev # tests/bench/bench_json (BENCHMARKS.md)
+  libsimdjson-dev # the HTTP API's JSON reader (http/json_text.cpp)
+  nlohmann-json3-dev # tests/bench/bench_json's comparison (BENCHMARKS.md)
   prometheus-cpp-dev
   clang libclang-rt-14-dev python3 python3-pip
   gdb

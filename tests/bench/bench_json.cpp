@@ -1,7 +1,8 @@
-// bench_json: the control plane's JSON (issue 44 item 3/7), today's
-// hand-written reader and writer (http/json_text) against nlohmann-json 3.11
-// and simdjson 3.0 (Debian's nlohmann-json3-dev, libsimdjson-dev; each case
-// is left out when its library is not installed). Every parse extracts what
+// bench_json: the control plane's JSON (issue 44 item 3/7), the product's
+// reader and writer (http/json_text: simdjson's On Demand, a hand-written
+// writer) against nlohmann-json 3.11 and simdjson 3.0's DOM (Debian's
+// nlohmann-json3-dev, libsimdjson-dev; nlohmann's cases are left out when it
+// is not installed). Every parse extracts what
 // the route reads (the fields, the token ids summed, the keys' ranks), so
 // the three do the same work:
 //   clear      POST /cache/clear     {"tier": "l1", "force": false}
@@ -48,7 +49,7 @@ std::string delete_body() {
 const std::string prefetch = prefetch_body();
 const std::string del = delete_body();
 
-// -- today's reader -----------------------------------------------------------
+// -- the product's reader ---------------------------------------------------
 
 uint64_t text_extract(const std::string& body) {
   auto o = kvs::parse_json_object(body);
