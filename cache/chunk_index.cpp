@@ -191,6 +191,7 @@ entry_info chunk_index::info(const entry& e) const {
   i.slot = e.slot;
   i.offset = pool_.offset(e.slot);
   i.data = pool_.data(e.slot);
+  i.arena = pool_.arena_of(e.slot);
   i.bytes = e.bytes;
   i.format = e.format;
   i.readers = e.readers;
@@ -319,29 +320,31 @@ void chunk_index::evict(uint32_t idx, reserve_result& r) {
 }
 
 // The eviction rules of the header comment, steps 1-3.
-slot_id chunk_index::make_room(size_t bytes, size_t stride, reserve_result& r) {
+slot_id chunk_index::make_room(size_t bytes, size_t stride, arena_id arena,
+                               reserve_result& r) {
   const size_t cap = pool_.capacity_bytes();
   if (pool_.bytes_used() + stride > slots_at(opts_.evict_high, cap)) {
     const size_t low = slots_at(opts_.evict_low, cap);
     while (pool_.bytes_used() + stride > low && lru_head_ != npos) evict(lru_head_, r);
   }
-  slot_id s = pool_.alloc(bytes);
+  slot_id s = pool_.alloc(bytes, arena);
   if (s != invalid_slot || lru_head_ == npos) return s;
   for (uint32_t cur = lru_head_; cur != npos; cur = entries_[cur].next) {
-    if (pool_.run_if_freed(entries_[cur].slot) >= stride) {
+    if (pool_.run_if_freed(entries_[cur].slot, arena) >= stride) {
       evict(cur, r);
-      return pool_.alloc(bytes);
+      return pool_.alloc(bytes, arena);
     }
   }
   while (s == invalid_slot && lru_head_ != npos) {
     evict(lru_head_, r);
-    s = pool_.alloc(bytes);
+    s = pool_.alloc(bytes, arena);
   }
   return s;
 }
 
 reserve_result chunk_index::reserve(chunk_key k, size_t bytes,
-                                    cache_clock::time_point now, uint8_t format) {
+                                    cache_clock::time_point now, uint8_t format,
+                                    arena_id arena) {
   reserve_result r;
   const uint32_t found = find_idx(k.hash, k.rank);
   if (found != npos) {
@@ -365,7 +368,15 @@ reserve_result chunk_index::reserve(chunk_key k, size_t bytes,
                     "chunk of " + std::to_string(bytes) +
                         " bytes is larger than the whole L1 region of " +
                         std::to_string(pool_.capacity_bytes()) + " bytes (cache.l1_size)");
-  const slot_id s = make_room(bytes, stride, r);
+  if (arena != anonymous_arena && (!pool_.arena_open(arena) || stride > pool_.extent_bytes()))
+    return no_space(no_space_reason::chunk_too_large,
+                    "chunk of " + std::to_string(bytes) + " bytes for L1 arena " +
+                        std::to_string(arena) + ": " +
+                        (pool_.arena_open(arena) ? "larger than an arena extent of " +
+                                                      std::to_string(pool_.extent_bytes()) +
+                                                      " bytes"
+                                                 : std::string("no such arena open")));
+  const slot_id s = make_room(bytes, stride, arena, r);
   if (s == invalid_slot)
     return no_space(no_space_reason::all_pinned,
                     "no free run of " + std::to_string(stride) + " bytes in L1: " +
@@ -395,6 +406,7 @@ reserve_result chunk_index::reserve(chunk_key k, size_t bytes,
   r.slot = s;
   r.offset = pool_.offset(s);
   r.data = pool_.data(s);
+  r.arena = arena;
   return r;
 }
 

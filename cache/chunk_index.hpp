@@ -81,6 +81,7 @@ struct entry_info {
   /// 0 = LMCache's KV_2LTD, the format every copy-driven store writes): a
   /// reader of another format must not get these bytes.
   uint8_t format = 0;
+  arena_id arena = anonymous_arena; ///< the pool arena its slot is in
   uint32_t readers = 0;
   uint32_t lock_epoch = 0;
   cache_clock::time_point lock_expiry{};  // meaningful while readers > 0
@@ -102,6 +103,7 @@ struct reserve_result {
   slot_id slot = invalid_slot;
   size_t offset = 0;
   std::byte* data = nullptr;
+  arena_id arena = anonymous_arena;
   // already_present: committed (skip the copy) or reserved (a copy of the
   // same chunk is in flight; skip it too).
   entry_state existing = entry_state::reserved;
@@ -180,8 +182,12 @@ public:
   bool lock_alive(const lock_token& t) const;
 
   // --- write path -----------------------------------------------------------
+  /// `arena`: the pool arena the slot must come from (slot_pool.hpp; 0, the
+  /// anonymous L1, for every copy-driven store). Eviction is the same
+  /// global LRU; steps 2 and 3 count only the room `arena` can use.
   reserve_result reserve(chunk_key k, size_t bytes,
-                         cache_clock::time_point now, uint8_t format = 0);
+                         cache_clock::time_point now, uint8_t format = 0,
+                         arena_id arena = anonymous_arena);
   /// reserved -> committed (visible, most recently used). False otherwise.
   bool commit(chunk_key k);
   /// Frees a reservation (the copy failed). False if not reserved.
@@ -268,7 +274,7 @@ private:
   void list_remove(std::vector<uint32_t>& list, uint32_t idx);
   void end_lock_lifetime(uint32_t idx);  // readers -> 0, back to the LRU
   void evict(uint32_t idx, reserve_result& r);
-  slot_id make_room(size_t bytes, size_t stride, reserve_result& r);
+  slot_id make_room(size_t bytes, size_t stride, arena_id arena, reserve_result& r);
 
   entry_info info(const entry& e) const;
   bool committed(uint64_t hash, int32_t rank) const;

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <iterator>
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace kvs {
@@ -39,6 +41,10 @@ expected<std::unique_ptr<slot_pool>> slot_pool::create(const pool_options& opts)
   std::unique_ptr<slot_pool> p(new slot_pool());
   p->capacity_ = opts.capacity_bytes;
   p->align_ = opts.slot_align;
+  p->by_len_.resize(1);
+  p->arenas_.resize(1);
+  p->arenas_[0].open = true;
+  p->hugepages_ = opts.hugepages;
   if (opts.capacity_bytes == 0) return p;  // a pool with no slots is valid
 
 
@@ -83,6 +89,12 @@ expected<std::unique_ptr<slot_pool>> slot_pool::create(const pool_options& opts)
   // Slots are carved from the capacity asked for, not the rounded mapping,
   // so fill fractions mean what the operator configured.
   const size_t usable_slots = opts.capacity_bytes / opts.slot_align * opts.slot_align;
+  p->slot_end_ = usable_slots;
+  // Extents are remapped one by one: whole pages (huge pages when advised),
+  // whole slot_align units.
+  const size_t unit = std::max(region_align, opts.slot_align);
+  p->extent_ = std::min(round_up(std::max<size_t>(opts.extent_bytes, 1), unit),
+                        round_up(std::max<size_t>(usable_slots, 1), unit));
   if (usable_slots) p->add_run(0, usable_slots);
   return p;
 }
@@ -109,6 +121,10 @@ status slot_pool::prefault(size_t offset, size_t len) const {
 }
 
 slot_pool::~slot_pool() {
+  for (auto& a : arenas_) {
+    if (a.open && a.fd >= 0) ::shm_unlink(a.name.c_str());
+    if (a.fd >= 0) ::close(a.fd);
+  }
   if (base_) ::munmap(base_, map_len_);
 }
 
@@ -119,21 +135,67 @@ size_t slot_pool::stride_for(size_t bytes) const {
 
 void slot_pool::add_run(size_t offset, size_t len) {
   runs_.emplace(offset, len);
-  by_len_.emplace(len, offset);
+  by_len_[arena_at(offset)].emplace(len, offset);
 }
 
 void slot_pool::drop_run(std::map<size_t, size_t>::iterator it) {
-  by_len_.erase({it->second, it->first});
+  by_len_[arena_at(it->first)].erase({it->second, it->first});
   runs_.erase(it);
 }
 
-slot_id slot_pool::alloc(size_t bytes) {
+bool slot_pool::mergeable(size_t a, size_t b) const {
+  if (extents_.empty()) return true;
+  const arena_id x = arena_at(a);
+  if (x != arena_at(b)) return false;
+  return x == anonymous_arena || a / extent_ == b / extent_;
+}
+
+void slot_pool::insert_free(size_t off, size_t len) {
+  auto next = runs_.lower_bound(off);
+  if (next != runs_.end() && next->first == off + len && mergeable(off, next->first)) {
+    len += next->second;
+    auto victim = next++;
+    drop_run(victim);
+  }
+  if (next != runs_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off && mergeable(prev->first, off)) {
+      off = prev->first;
+      len += prev->second;
+      drop_run(prev);
+    }
+  }
+  add_run(off, len);
+}
+
+std::pair<size_t, size_t> slot_pool::merged_if_freed(slot_id s) const {
+  const slot_rec& r = slots_[s];
+  size_t lo = r.offset, hi = r.offset + r.stride;
+  auto next = runs_.lower_bound(r.offset);
+  if (next != runs_.end() && next->first == hi && mergeable(r.offset, next->first))
+    hi += next->second;
+  if (next != runs_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == r.offset && mergeable(prev->first, r.offset))
+      lo = prev->first;
+  }
+  return {lo, hi};
+}
+
+slot_id slot_pool::alloc(size_t bytes, arena_id a) {
   const size_t stride = stride_for(bytes);
-  if (bytes == 0 || stride == 0) return invalid_slot;
-  auto fit = by_len_.lower_bound({stride, 0});
-  if (fit == by_len_.end()) return invalid_slot;
+  if (bytes == 0 || stride == 0 || !arena_open(a)) return invalid_slot;
+  if (a != anonymous_arena && stride > extent_) return invalid_slot;
   // The index packs entry numbers (one per slot in use) into 31 bits.
   if (free_ids_.empty() && slots_.size() >= k_max_slots) return invalid_slot;
+  auto fit = lens(a).lower_bound({stride, 0});
+  if (fit == lens(a).end()) {
+    const bool more = a == anonymous_arena ? reclaim_for_anonymous(stride)
+                                           : claim_extent(a, stride);
+    if (!more) return invalid_slot;
+    fit = lens(a).lower_bound({stride, 0});
+    if (fit == lens(a).end()) return invalid_slot;
+  }
   const size_t off = fit->second, len = fit->first;
   drop_run(runs_.find(off));
   if (len > stride) add_run(off + stride, len - stride);
@@ -146,6 +208,7 @@ slot_id slot_pool::alloc(size_t bytes) {
     slots_.emplace_back();
   }
   slots_[s] = slot_rec{off, stride, bytes, true};
+  if (a != anonymous_arena) ++extents_[off / extent_].slots;
   if (off + stride > high_water_.load(std::memory_order_relaxed))
     high_water_.store(off + stride, std::memory_order_relaxed);
   ++used_count_;
@@ -156,45 +219,180 @@ slot_id slot_pool::alloc(size_t bytes) {
 bool slot_pool::free(slot_id s) {
   if (!in_use(s)) return false;
   slot_rec& r = slots_[s];
-  size_t off = r.offset, len = r.stride;
-  // Merge with the free runs that touch this slot on either side.
-  auto next = runs_.lower_bound(off);
-  if (next != runs_.end() && next->first == off + len) {
-    len += next->second;
-    auto victim = next++;
-    drop_run(victim);
-  }
-  if (next != runs_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == off) {
-      off = prev->first;
-      len += prev->second;
-      drop_run(prev);
-    }
-  }
-  add_run(off, len);
+  const size_t off = r.offset;
+  const arena_id a = arena_at(off);
+  insert_free(off, r.stride);
   --used_count_;
   bytes_used_ -= r.stride;
   r = slot_rec{};
   free_ids_.push_back(s);
+  if (a != anonymous_arena) {
+    const size_t i = off / extent_;
+    // A closed arena's extent goes back to arena 0 as soon as it empties.
+    if (--extents_[i].slots == 0 && !arenas_[a].open) (void)move_extent(i, anonymous_arena);
+  }
   return true;
 }
 
-size_t slot_pool::run_if_freed(slot_id s) const {
+size_t slot_pool::run_if_freed(slot_id s, arena_id a) const {
   if (!in_use(s)) return 0;
-  const slot_rec& r = slots_[s];
-  size_t len = r.stride;
-  auto next = runs_.lower_bound(r.offset);
-  if (next != runs_.end() && next->first == r.offset + r.stride) len += next->second;
-  if (next != runs_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == r.offset) len += prev->second;
+  const arena_id own = arena_of(s);
+  const auto [lo, hi] = merged_if_freed(s);
+  if (own == a) return hi - lo;
+  if (own != anonymous_arena) {
+    // Its extent, emptied, is there for the taking.
+    const size_t i = slots_[s].offset / extent_;
+    return extents_[i].slots == 1 ? extent_len(i) : 0;
   }
-  return len;
+  // Arena 0 to another arena: a whole aligned extent inside the merged run.
+  const size_t first = round_up(lo, extent_);
+  if (first < slot_end_ && first + extent_len(first / extent_) <= hi)
+    return extent_len(first / extent_);
+  return 0;
+}
+
+// --- arenas ----------------------------------------------------------------------
+
+expected<arena_id> slot_pool::open_arena(std::string name, std::optional<uint32_t> owner_uid) {
+  auto sys = [&](const char* what, int e) {
+    return make_error("arena", std::string(what) + "('" + name + "'): " + std::strerror(e));
+  };
+  if (slot_end_ == 0) return make_error("arena", "an L1 of 0 bytes has no room for arenas");
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return sys("shm_open", errno);
+  auto fail = [&](const char* what) {
+    const int e = errno;
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return sys(what, e);
+  };
+  if (owner_uid && *owner_uid != ::geteuid() &&
+      ::fchown(fd, *owner_uid, static_cast<gid_t>(-1)) != 0)
+    return fail("fchown to the client's uid");
+  // As large as the mapping, so every slot offset is an offset in it; no
+  // page is taken until an extent is claimed.
+  if (::ftruncate(fd, static_cast<off_t>(map_len_)) != 0) return fail("ftruncate");
+  if (extents_.empty()) extents_.resize((slot_end_ + extent_ - 1) / extent_);
+  arena_id a;
+  if (!free_arena_ids_.empty()) {
+    a = free_arena_ids_.back();
+    free_arena_ids_.pop_back();
+  } else {
+    a = static_cast<arena_id>(arenas_.size());
+    arenas_.emplace_back();
+    by_len_.emplace_back();
+  }
+  arenas_[a] = arena_rec{std::move(name), fd, true, 0};
+  return a;
+}
+
+bool slot_pool::close_arena(arena_id a) {
+  if (a == anonymous_arena || !arena_open(a)) return false;
+  arena_rec& r = arenas_[a];
+  ::shm_unlink(r.name.c_str());
+  r.open = false;
+  for (size_t i = 0; i < extents_.size(); ++i)
+    if (extents_[i].arena == a && extents_[i].slots == 0) (void)move_extent(i, anonymous_arena);
+  if (r.extents == 0) {
+    ::close(r.fd);
+    r = arena_rec{};
+    free_arena_ids_.push_back(a);
+  }
+  return true;
+}
+
+bool slot_pool::move_extent(size_t i, arena_id to) {
+  const arena_id from = extents_[i].arena;
+  const size_t off = i * extent_;
+  const size_t len = extent_len(i);
+  // The mapping covers whole pages past the last slot_align unit.
+  const size_t map_len = std::min(extent_, map_len_ - off);
+  void* at = base_ + off;
+  void* got = to == anonymous_arena
+                ? ::mmap(at, map_len, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0)
+                : ::mmap(at, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                         arenas_[to].fd, static_cast<off_t>(off));
+  if (got == MAP_FAILED) return false;
+#ifdef MADV_HUGEPAGE
+  if (to == anonymous_arena && hugepages_) (void)::madvise(at, map_len, MADV_HUGEPAGE);
+#endif
+  if (to != anonymous_arena &&
+      ::posix_fallocate(arenas_[to].fd, static_cast<off_t>(off), static_cast<off_t>(map_len)) != 0) {
+    // /dev/shm cannot hold it: give the range back to where it was.
+    if (from == anonymous_arena)
+      (void)::mmap(at, map_len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    else
+      (void)::mmap(at, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                   arenas_[from].fd, static_cast<off_t>(off));
+    return false;
+  }
+  if (from != anonymous_arena)
+    (void)::fallocate(arenas_[from].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      static_cast<off_t>(off), static_cast<off_t>(map_len));
+  // Take the extent's free space out of the old arena's runs (arena 0's run
+  // may be longer than the extent: split it), then give it to the new one.
+  auto it = std::prev(runs_.upper_bound(off));
+  const size_t r_off = it->first, r_len = it->second;
+  drop_run(it);
+  if (r_off < off) add_run(r_off, off - r_off);
+  if (r_off + r_len > off + len) add_run(off + len, r_off + r_len - (off + len));
+  extents_[i].arena = to;
+  extents_[i].slots = 0;
+  --arenas_[from].extents;
+  ++arenas_[to].extents;
+  insert_free(off, len);
+  if (from != anonymous_arena && !arenas_[from].open && arenas_[from].extents == 0) {
+    ::close(arenas_[from].fd);
+    arenas_[from] = arena_rec{};
+    free_arena_ids_.push_back(from);
+  }
+  return true;
+}
+
+bool slot_pool::claim_extent(arena_id a, size_t stride) {
+  // A free aligned extent inside one of arena 0's runs.
+  for (auto it = lens(anonymous_arena).lower_bound({stride, 0});
+       it != lens(anonymous_arena).end(); ++it) {
+    const size_t lo = it->second, hi = it->second + it->first;
+    for (size_t e = round_up(lo, extent_); e < hi && e < slot_end_; e += extent_) {
+      const size_t i = e / extent_;
+      if (e + extent_len(i) > hi) break;
+      if (extent_len(i) >= stride) return move_extent(i, a);
+    }
+  }
+  // An empty extent of another arena, a closed one's first.
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < extents_.size(); ++i) {
+      const auto& x = extents_[i];
+      if (x.arena == anonymous_arena || x.arena == a || x.slots != 0) continue;
+      if ((pass == 0) == arenas_[x.arena].open) continue;
+      if (extent_len(i) >= stride) return move_extent(i, a);
+    }
+  return false;
+}
+
+bool slot_pool::reclaim_for_anonymous(size_t stride) {
+  bool moved = false;
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < extents_.size(); ++i) {
+      const auto& x = extents_[i];
+      if (x.arena == anonymous_arena || x.slots != 0) continue;
+      if ((pass == 0) == arenas_[x.arena].open) continue;
+      if (!move_extent(i, anonymous_arena)) continue;
+      moved = true;
+      if (lens(anonymous_arena).lower_bound({stride, 0}) != lens(anonymous_arena).end())
+        return true;
+    }
+  return moved;
 }
 
 size_t slot_pool::largest_free_run() const {
-  return by_len_.empty() ? 0 : by_len_.rbegin()->first;
+  size_t best = 0;
+  for (const auto& l : by_len_)
+    if (!l.empty()) best = std::max(best, l.rbegin()->first);
+  return best;
 }
 
 } // namespace kvs

@@ -12,6 +12,28 @@
 // run fits is the index's business (chunk_index::reserve); the pool answers
 // the question it needs: how long a run would freeing this slot open?
 //
+// Arenas (issue #46, engine-driven without the staging copy). Arena 0 is the
+// anonymous mapping above. open_arena() adds a shared-memory object of the
+// mapping's size (sparse) that one set of engine-driven clients maps whole;
+// slots of that arena are carved from extents (pool_options::extent_bytes,
+// aligned) mapped from the object at their own offset, so a slot's pool
+// offset is its offset in the object: the engine writes and reads L1 slots
+// in place. An extent belongs to one arena at a time; an arena claims a
+// whole free extent of arena 0 (or an empty one of another arena) when none
+// of its own has room, and the bytes of an extent that changes arena are
+// dropped from the old object (FALLOC_FL_PUNCH_HOLE: its clients then read
+// zeros there, never another arena's chunk). Arena 0's runs may span
+// extents; another arena's never leave their extent, so no slot larger
+// than an extent lives outside arena 0. An open arena keeps its emptied
+// extents (their pages stay resident for its next stores) until another
+// arena needs them; a closed one (close_arena: its name unlinked) gives
+// them back to arena 0 as they empty. With no arena opened, the pool is
+// exactly the single anonymous region it always was.
+//
+// A client may shrink its arena's object (it opens it read-write): reads
+// and writes of such an arena's slots by the sidecar belong under the
+// SIGBUS guard (gpu/fault_guard.hpp), as the staging copies are.
+//
 // Single-threaded: the store actor owns it. data(slot) stays valid for the
 // pool's lifetime; whether the bytes in it are still the chunk's is the
 // index's business (locks), not timing.
@@ -24,6 +46,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -47,7 +70,14 @@ struct pool_options {
   /// number of these long. 256 keeps slots friendly to DMA and vectorized
   /// copies.
   size_t slot_align = 256;
+  /// Arenas other than 0 own whole extents of this many bytes (rounded up
+  /// to the mapping alignment; clipped to the capacity). A chunk larger
+  /// than an extent can only live in arena 0.
+  size_t extent_bytes = size_t{256} << 20;
 };
+
+using arena_id = uint32_t;
+inline constexpr arena_id anonymous_arena = 0;
 
 class slot_pool {
 public:
@@ -60,10 +90,31 @@ public:
 
   /// O(log runs). A slot of at least `bytes` bytes, or invalid_slot when no
   /// free run is that long (or bytes is 0 or larger than the region).
-  slot_id alloc(size_t bytes);
+  slot_id alloc(size_t bytes) { return alloc(bytes, anonymous_arena); }
+  /// A slot in arena `a` (invalid_slot also for an arena not open, or a
+  /// chunk larger than an extent outside arena 0). May move a free extent
+  /// to `a` (remapping it: O(extents + runs)).
+  slot_id alloc(size_t bytes, arena_id a);
   /// O(log runs). Returns false (and changes nothing) for an invalid or free
-  /// slot. The slot's run merges with free neighbours.
+  /// slot. The slot's run merges with free neighbours of its arena.
   bool free(slot_id s);
+
+  // --- arenas -----------------------------------------------------------------
+  /// Creates the shared-memory object `name` ("/kvsidecar.…", O_EXCL, mode
+  /// 0600, owned by `owner_uid` when given and not ours), as large as the
+  /// mapping and sparse: an extent's pages are reserved (posix_fallocate)
+  /// when the arena claims it. Error kind "arena" naming the call and why.
+  expected<arena_id> open_arena(std::string name, std::optional<uint32_t> owner_uid = {});
+  /// Unlinks the arena's name (its clients keep their mappings); its slots
+  /// stay valid, its extents go back to arena 0 as they empty. False for an
+  /// arena not open.
+  bool close_arena(arena_id a);
+  bool arena_open(arena_id a) const { return a < arenas_.size() && arenas_[a].open; }
+  const std::string& arena_name(arena_id a) const { return arenas_[a].name; }
+  /// Extents arena `a` holds now.
+  size_t arena_extents(arena_id a) const { return a < arenas_.size() ? arenas_[a].extents : 0; }
+  arena_id arena_of(slot_id s) const { return arena_at(slots_[s].offset); }
+  size_t extent_bytes() const { return extent_; }
 
   std::byte* data(slot_id s) const { return base_ + slots_[s].offset; }
   size_t offset(slot_id s) const { return slots_[s].offset; }
@@ -77,7 +128,12 @@ public:
 
   /// Length of the free run that freeing `s` (in use) would leave: its own
   /// bytes plus the free runs right before and after it.
-  size_t run_if_freed(slot_id s) const;
+  /// With `a`: the run arena `a` could use, that is the slot's own merged
+  /// run when it is `a`'s; a whole extent when freeing it empties an extent
+  /// another arena may take (or, in arena 0, leaves a free aligned extent);
+  /// 0 otherwise.
+  size_t run_if_freed(slot_id s) const { return run_if_freed(s, arena_of(s)); }
+  size_t run_if_freed(slot_id s, arena_id a) const;
   /// The longest free run (0 when full).
   size_t largest_free_run() const;
 
@@ -116,6 +172,29 @@ private:
   slot_pool() = default;
   void add_run(size_t offset, size_t len);
   void drop_run(std::map<size_t, size_t>::iterator it);
+  /// Adds [offset, offset + len) of arena arena_at(offset) as free, merged
+  /// with the neighbouring runs it may merge with.
+  void insert_free(size_t offset, size_t len);
+  /// Do runs at these two offsets belong together (same arena; outside
+  /// arena 0, the same extent)?
+  bool mergeable(size_t a, size_t b) const;
+  /// The merged free run freeing `s` would leave: [first, second).
+  std::pair<size_t, size_t> merged_if_freed(slot_id s) const;
+  arena_id arena_at(size_t offset) const {
+    return extents_.empty() ? anonymous_arena : extents_[offset / extent_].arena;
+  }
+  size_t extent_len(size_t i) const { return std::min(extent_, slot_end_ - i * extent_); }
+  /// Moves empty extent i (all of it one free run) to arena `to`: remaps
+  /// it, drops the old object's pages. False (nothing changed) when the
+  /// kernel refuses.
+  bool move_extent(size_t i, arena_id to);
+  /// Gives `a` one more extent: a free aligned one of arena 0, else an empty
+  /// one of another arena (closed arenas first).
+  bool claim_extent(arena_id a, size_t stride);
+  /// Gives arena 0 back empty extents of other arenas until a run of
+  /// `stride` fits (closed arenas first).
+  bool reclaim_for_anonymous(size_t stride);
+  std::set<std::pair<size_t, size_t>>& lens(arena_id a) { return by_len_[a]; }
 
   struct slot_rec {
     size_t offset = 0;
@@ -131,7 +210,24 @@ private:
   std::vector<slot_rec> slots_;
   std::vector<slot_id> free_ids_;          // recycled slot ids
   std::map<size_t, size_t> runs_;          // free runs: offset -> length
-  std::set<std::pair<size_t, size_t>> by_len_;  // (length, offset): best fit
+  // Per arena: (length, offset) of its free runs, for best fit.
+  std::vector<std::set<std::pair<size_t, size_t>>> by_len_;
+  struct arena_rec {
+    std::string name;
+    int fd = -1;          // -1: arena 0, or a closed arena with no extent left
+    bool open = false;
+    size_t extents = 0;
+  };
+  std::vector<arena_rec> arenas_;     // [0]: the anonymous region
+  std::vector<arena_id> free_arena_ids_;
+  struct extent_rec {
+    arena_id arena = anonymous_arena;
+    uint32_t slots = 0;   // slots in use (counted outside arena 0 only)
+  };
+  std::vector<extent_rec> extents_;   // empty until an arena opens
+  size_t extent_ = 0;
+  size_t slot_end_ = 0;               // slots are carved from [0, slot_end_)
+  bool hugepages_ = false;
   size_t used_count_ = 0;
   size_t bytes_used_ = 0;
   std::atomic<size_t> high_water_{0}; // written by the owner, read by the prefault thread

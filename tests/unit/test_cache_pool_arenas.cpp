@@ -1,0 +1,258 @@
+// Arenas of the L1 pool (cache/slot_pool.hpp): extents of one anonymous
+// region remapped from per-client shared-memory objects, so an engine-driven
+// client writes L1 slots in place while no client maps another's chunks.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cache/chunk_index.hpp"
+#include "cache/slot_pool.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace kvs;
+
+namespace {
+
+constexpr size_t k_page = 4096;
+constexpr size_t k_extent = 16 * k_page; // 64 KiB
+
+std::unique_ptr<slot_pool> make(size_t extents, size_t extent = k_extent) {
+  pool_options o;
+  o.capacity_bytes = extents * extent;
+  o.hugepages = false;
+  o.slot_align = 256;
+  o.extent_bytes = extent;
+  auto p = slot_pool::create(o);
+  REQUIRE(p);
+  return std::move(*p);
+}
+
+std::string name_for(int n) {
+  return "/kvs_test_arena_" + std::to_string(getpid()) + "_" + std::to_string(n);
+}
+
+/// What a client sees: the arena's object, mapped whole, as an engine does.
+struct client_view {
+  uint8_t* base = nullptr;
+  size_t size = 0;
+  explicit client_view(const std::string& name) {
+    const int fd = shm_open(name.c_str(), O_RDWR, 0);
+    REQUIRE(fd >= 0);
+    struct stat st {};
+    REQUIRE(fstat(fd, &st) == 0);
+    size = static_cast<size_t>(st.st_size);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(p != MAP_FAILED);
+    base = static_cast<uint8_t*>(p);
+  }
+  ~client_view() { munmap(base, size); }
+};
+
+bool all_bytes(const uint8_t* p, size_t n, uint8_t v) {
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] != v) return false;
+  return true;
+}
+
+} // namespace
+
+TEST_CASE("an arena's slot is the same bytes in L1 and in the client's mapping, at its offset") {
+  auto pool = make(4);
+  auto a = pool->open_arena(name_for(1));
+  REQUIRE(a);
+  CHECK(*a != anonymous_arena);
+  client_view engine(name_for(1));
+  CHECK(engine.size >= pool->capacity_bytes());
+
+  const slot_id s = pool->alloc(5000, *a);
+  REQUIRE(s != invalid_slot);
+  CHECK(pool->arena_of(s) == *a);
+  CHECK(pool->arena_extents(*a) == 1);
+  CHECK(pool->offset(s) % k_extent == 0); // carved from the start of its extent
+  // The engine writes at the offset it is handed; L1 holds those bytes.
+  std::memset(engine.base + pool->offset(s), 0x5a, 5000);
+  CHECK(all_bytes(reinterpret_cast<uint8_t*>(pool->data(s)), 5000, 0x5a));
+  // And the other way round (a retrieve handed out in place).
+  std::memset(pool->data(s), 0x33, 5000);
+  CHECK(all_bytes(engine.base + pool->offset(s), 5000, 0x33));
+}
+
+TEST_CASE("arena slots stay inside the arena's extents; arena 0 never lands in them") {
+  auto pool = make(4);
+  auto a = pool->open_arena(name_for(2));
+  REQUIRE(a);
+  const slot_id x = pool->alloc(10000, *a);
+  const slot_id y = pool->alloc(10000, *a);
+  REQUIRE(x != invalid_slot);
+  REQUIRE(y != invalid_slot);
+  const size_t ext = pool->offset(x) / k_extent;
+  CHECK(pool->offset(y) / k_extent == ext); // the same extent first
+  // Arena 0 fills the other three extents and nothing more.
+  std::vector<slot_id> anon;
+  for (;;) {
+    const slot_id s = pool->alloc(8192);
+    if (s == invalid_slot) break;
+    CHECK(pool->arena_of(s) == anonymous_arena);
+    CHECK(pool->offset(s) / k_extent != ext);
+    anon.push_back(s);
+  }
+  CHECK(anon.size() == 3 * (k_extent / 8192));
+  // The arena's extent still has room for its own slots only.
+  CHECK(pool->alloc(8192, *a) != invalid_slot);
+  // A chunk longer than an extent never goes to an arena.
+  CHECK(pool->alloc(k_extent + 256, *a) == invalid_slot);
+}
+
+TEST_CASE("an extent that changes arena shows neither arena's bytes to the other") {
+  auto pool = make(1); // one extent: every arena competes for it
+  auto a = pool->open_arena(name_for(3));
+  auto b = pool->open_arena(name_for(4));
+  REQUIRE(a);
+  REQUIRE(b);
+  client_view va(name_for(3));
+  client_view vb(name_for(4));
+  const slot_id s = pool->alloc(k_extent, *a);
+  REQUIRE(s != invalid_slot);
+  std::memset(pool->data(s), 0xa1, k_extent);
+  CHECK(all_bytes(va.base, k_extent, 0xa1));
+  // b cannot take it while a's chunk lives there.
+  CHECK(pool->run_if_freed(s, *b) == k_extent);
+  CHECK(pool->alloc(256, *b) == invalid_slot);
+  REQUIRE(pool->free(s));
+  // Emptied, a keeps it (its pages stay resident) until b needs it.
+  CHECK(pool->arena_extents(*a) == 1);
+  const slot_id t = pool->alloc(256, *b);
+  REQUIRE(t != invalid_slot);
+  CHECK(pool->arena_extents(*a) == 0);
+  CHECK(pool->arena_extents(*b) == 1);
+  // a's object lost those pages (its client reads zeros, not b's chunk);
+  // b's slot starts as zeros, not a's chunk.
+  std::memset(pool->data(t), 0xb2, 256);
+  CHECK(all_bytes(va.base, k_extent, 0));
+  CHECK(all_bytes(vb.base, 256, 0xb2));
+  CHECK(all_bytes(vb.base + 256, k_extent - 256, 0));
+}
+
+TEST_CASE("arena 0 takes back emptied extents when it runs out; closed arenas first") {
+  auto pool = make(3);
+  auto a = pool->open_arena(name_for(5));
+  auto b = pool->open_arena(name_for(6));
+  REQUIRE(a);
+  REQUIRE(b);
+  const slot_id sa = pool->alloc(k_extent, *a);
+  const slot_id sb = pool->alloc(k_extent, *b);
+  const slot_id s0 = pool->alloc(k_extent);
+  REQUIRE(sa != invalid_slot);
+  REQUIRE(sb != invalid_slot);
+  REQUIRE(s0 != invalid_slot);
+  CHECK(pool->alloc(256) == invalid_slot);
+  REQUIRE(pool->free(sa));
+  REQUIRE(pool->free(sb));
+  REQUIRE(pool->close_arena(*b));
+  // A closed arena's emptied extent went back at once; the open one's stays.
+  CHECK(pool->arena_extents(*a) == 1);
+  // Its name is gone: no new client can map it.
+  errno = 0;
+  CHECK(shm_open(name_for(6).c_str(), O_RDWR, 0) < 0);
+  CHECK(errno == ENOENT);
+  const slot_id t = pool->alloc(k_extent);
+  REQUIRE(t != invalid_slot);
+  CHECK(pool->arena_of(t) == anonymous_arena);
+  CHECK(pool->arena_extents(*a) == 1);
+  // Now a's empty one.
+  const slot_id u = pool->alloc(k_extent);
+  REQUIRE(u != invalid_slot);
+  CHECK(pool->arena_extents(*a) == 0);
+  CHECK(pool->bytes_used() == 3 * k_extent);
+}
+
+TEST_CASE("a closed arena's chunks stay readable; its extent returns when the last one goes") {
+  auto pool = make(2);
+  auto a = pool->open_arena(name_for(7));
+  REQUIRE(a);
+  const slot_id s = pool->alloc(1000, *a);
+  REQUIRE(s != invalid_slot);
+  std::memset(pool->data(s), 0x77, 1000);
+  REQUIRE(pool->close_arena(*a));
+  CHECK_FALSE(pool->arena_open(*a));
+  CHECK(pool->alloc(1000, *a) == invalid_slot); // closed: no new slot
+  CHECK(all_bytes(reinterpret_cast<uint8_t*>(pool->data(s)), 1000, 0x77));
+  CHECK(pool->arena_extents(*a) == 1);
+  REQUIRE(pool->free(s));
+  CHECK(pool->arena_extents(*a) == 0);
+  // The whole region is arena 0's again, one run.
+  CHECK(pool->largest_free_run() == 2 * k_extent);
+  // The arena id is reused by the next arena.
+  auto b = pool->open_arena(name_for(8));
+  REQUIRE(b);
+  CHECK(*b == *a);
+}
+
+TEST_CASE("open_arena: a name taken is an error naming it") {
+  auto pool = make(1);
+  auto a = pool->open_arena(name_for(9));
+  REQUIRE(a);
+  auto again = pool->open_arena(name_for(9));
+  REQUIRE_FALSE(again);
+  CHECK(again.error_value().kind == "arena");
+  CHECK(again.error_value().detail.find(name_for(9)) != std::string::npos);
+}
+
+TEST_CASE("run_if_freed: what freeing a slot opens for another arena") {
+  auto pool = make(2);
+  auto a = pool->open_arena(name_for(10));
+  REQUIRE(a);
+  const slot_id x = pool->alloc(k_extent / 2);  // arena 0: extent 0
+  const slot_id y = pool->alloc(k_extent / 2);
+  REQUIRE(x != invalid_slot);
+  REQUIRE(y != invalid_slot);
+  // Freeing x leaves half an extent free in extent 0: nothing for `a`.
+  CHECK(pool->run_if_freed(x, *a) == 0);
+  CHECK(pool->run_if_freed(x) == k_extent / 2); // y is in use right after it
+  REQUIRE(pool->free(y));
+  CHECK(pool->run_if_freed(x) == 2 * k_extent); // arena 0's runs span extents
+  // Now x alone holds extent 0: freeing it opens a whole aligned extent.
+  CHECK(pool->run_if_freed(x, *a) == k_extent);
+}
+
+TEST_CASE("the index evicts least recently used chunks until the arena has an extent") {
+  auto pool = make(4);
+  auto a = pool->open_arena(name_for(11));
+  REQUIRE(a);
+  index_options io;
+  io.evict_high = 1.0;
+  io.evict_low = 1.0;
+  chunk_index idx(*pool, io);
+  const auto now = cache_clock::now();
+  // Arena 0 full of quarter-extent chunks.
+  uint64_t h = 1;
+  for (; h <= 16; ++h) {
+    auto r = idx.reserve({h, 0}, k_extent / 4, now);
+    REQUIRE(r.status == reserve_status::reserved);
+    REQUIRE(idx.commit({h, 0}));
+  }
+  auto r = idx.reserve({100, 0}, k_extent / 2, now, 0, *a);
+  REQUIRE(r.status == reserve_status::reserved);
+  CHECK(r.arena == *a);
+  CHECK(pool->arena_of(r.slot) == *a);
+  // The four oldest chunks (one extent) went, no more.
+  REQUIRE(r.evicted.size() == 4);
+  for (uint64_t k = 0; k < 4; ++k) CHECK(r.evicted[k].hash == k + 1);
+  REQUIRE(idx.commit({100, 0}));
+  auto info = idx.find({100, 0});
+  REQUIRE(info);
+  CHECK(info->arena == *a);
+  CHECK(idx.check_invariants());
+  // A chunk larger than an extent is refused for the arena, with why.
+  auto big = idx.reserve({101, 0}, k_extent + 256, now, 0, *a);
+  CHECK(big.status == reserve_status::no_space);
+  CHECK(big.reason == no_space_reason::chunk_too_large);
+  CHECK(big.detail.find("arena extent") != std::string::npos);
+}
