@@ -107,8 +107,14 @@ status slot_pool::prefault(size_t offset, size_t len) const {
   // the whole call, and a low-priority caller preempted inside a long one
   // stalls every thread that maps memory meanwhile (measured: a 64 MiB call
   // at nice 19 on a loaded machine made lookups 0.9 -> 120 ms).
+  // Extents mapped from an arena's object were reserved when claimed
+  // (posix_fallocate) and may be shrunk by their client: left alone.
+  const std::atomic<int>* arena_fds = extent_fd_view_.load(std::memory_order_acquire);
   for (size_t done = 0; done < len; done += k_huge_page) {
     const size_t piece = std::min(k_huge_page, len - done);
+    if (arena_fds != nullptr && extent_ != 0 && (offset + done) / extent_ < extents_count_ &&
+        arena_fds[(offset + done) / extent_].load(std::memory_order_acquire) >= 0)
+      continue;
     const int e = populate_write(base_ + offset + done, piece);
     if (e == EINVAL)
       return make_error("unsupported", "MADV_POPULATE_WRITE needs Linux 5.14 or later");
@@ -121,6 +127,7 @@ status slot_pool::prefault(size_t offset, size_t len) const {
 }
 
 slot_pool::~slot_pool() {
+  if (heal_added_) arena_heal_remove(&heal_);
   for (auto& a : arenas_) {
     if (a.open && a.fd >= 0) ::shm_unlink(a.name.c_str());
     if (a.fd >= 0) ::close(a.fd);
@@ -253,7 +260,8 @@ size_t slot_pool::run_if_freed(slot_id s, arena_id a) const {
 
 // --- arenas ----------------------------------------------------------------------
 
-expected<arena_id> slot_pool::open_arena(std::string name, std::optional<uint32_t> owner_uid) {
+expected<arena_id> slot_pool::open_arena(std::string name, std::optional<uint32_t> owner_uid,
+                                         uint64_t extra_bytes) {
   auto sys = [&](const char* what, int e) {
     return make_error("arena", std::string(what) + "('" + name + "'): " + std::strerror(e));
   };
@@ -271,8 +279,27 @@ expected<arena_id> slot_pool::open_arena(std::string name, std::optional<uint32_
     return fail("fchown to the client's uid");
   // As large as the mapping, so every slot offset is an offset in it; no
   // page is taken until an extent is claimed.
-  if (::ftruncate(fd, static_cast<off_t>(map_len_)) != 0) return fail("ftruncate");
-  if (extents_.empty()) extents_.resize((slot_end_ + extent_ - 1) / extent_);
+  const uint64_t size = map_len_ + extra_bytes;
+  if (size < map_len_ || size > (uint64_t{1} << 46)) {
+    errno = EOVERFLOW;
+    return fail("ftruncate");
+  }
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) return fail("ftruncate");
+  if (extents_.empty()) {
+    const size_t n = (slot_end_ + extent_ - 1) / extent_;
+    extents_.resize(n);
+    extent_fd_.reset(new std::atomic<int>[n]);
+    extent_size_.reset(new std::atomic<uint64_t>[n]);
+    for (size_t i = 0; i < n; ++i) {
+      extent_fd_[i].store(-1, std::memory_order_relaxed);
+      extent_size_[i].store(0, std::memory_order_relaxed);
+    }
+    heal_ = arena_heal_table{reinterpret_cast<uintptr_t>(base_), map_len_, extent_, n,
+                             extent_fd_.get(), extent_size_.get()};
+    heal_added_ = arena_heal_add(&heal_);
+    extents_count_ = n;
+    extent_fd_view_.store(extent_fd_.get(), std::memory_order_release);
+  }
   arena_id a;
   if (!free_arena_ids_.empty()) {
     a = free_arena_ids_.back();
@@ -282,7 +309,7 @@ expected<arena_id> slot_pool::open_arena(std::string name, std::optional<uint32_
     arenas_.emplace_back();
     by_len_.emplace_back();
   }
-  arenas_[a] = arena_rec{std::move(name), fd, true, 0};
+  arenas_[a] = arena_rec{std::move(name), fd, true, 0, size};
   return a;
 }
 
@@ -340,6 +367,9 @@ bool slot_pool::move_extent(size_t i, arena_id to) {
   if (r_off + r_len > off + len) add_run(off + len, r_off + r_len - (off + len));
   extents_[i].arena = to;
   extents_[i].slots = 0;
+  extent_size_[i].store(to == anonymous_arena ? 0 : arenas_[to].object_size,
+                        std::memory_order_release);
+  extent_fd_[i].store(to == anonymous_arena ? -1 : arenas_[to].fd, std::memory_order_release);
   --arenas_[from].extents;
   ++arenas_[to].extents;
   insert_free(off, len);

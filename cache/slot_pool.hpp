@@ -39,6 +39,7 @@
 // index's business (locks), not timing.
 #pragma once
 
+#include "cache/arena_heal.hpp"
 #include "core/error.hpp"
 
 #include <atomic>
@@ -104,7 +105,14 @@ public:
   /// 0600, owned by `owner_uid` when given and not ours), as large as the
   /// mapping and sparse: an extent's pages are reserved (posix_fallocate)
   /// when the arena claims it. Error kind "arena" naming the call and why.
-  expected<arena_id> open_arena(std::string name, std::optional<uint32_t> owner_uid = {});
+  /// `extra_bytes`: the object is that much longer than the mapping (page
+  /// multiple): room its clients' staging slots take after the L1 offsets
+  /// (gpu/staging_pool.hpp maps it). A fault in an arena extent of an
+  /// object its client shrank is healed (cache/arena_heal.hpp).
+  expected<arena_id> open_arena(std::string name, std::optional<uint32_t> owner_uid = {},
+                                uint64_t extra_bytes = 0);
+  /// The arena object's size (the mapping plus its extra bytes).
+  uint64_t arena_size(arena_id a) const { return arenas_[a].object_size; }
   /// Unlinks the arena's name (its clients keep their mappings); its slots
   /// stay valid, its extents go back to arena 0 as they empty. False for an
   /// arena not open.
@@ -217,7 +225,17 @@ private:
     int fd = -1;          // -1: arena 0, or a closed arena with no extent left
     bool open = false;
     size_t extents = 0;
+    uint64_t object_size = 0;
   };
+  // What the SIGBUS healer reads (another thread, a signal handler): per
+  // extent, the object mapped there and its size. Allocated with extents_.
+  std::unique_ptr<std::atomic<int>[]> extent_fd_;
+  std::unique_ptr<std::atomic<uint64_t>[]> extent_size_;
+  arena_heal_table heal_{};
+  bool heal_added_ = false;
+  /// Read by the prefault thread: set once, when the first arena opens.
+  std::atomic<const std::atomic<int>*> extent_fd_view_{nullptr};
+  size_t extents_count_ = 0; // written before extent_fd_view_ is published
   std::vector<arena_rec> arenas_;     // [0]: the anonymous region
   std::vector<arena_id> free_arena_ids_;
   struct extent_rec {

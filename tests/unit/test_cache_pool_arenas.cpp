@@ -3,10 +3,12 @@
 // client writes L1 slots in place while no client maps another's chunks.
 #include <doctest/doctest.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "cache/arena_heal.hpp"
 #include "cache/chunk_index.hpp"
 #include "cache/slot_pool.hpp"
 
@@ -255,4 +257,37 @@ TEST_CASE("the index evicts least recently used chunks until the arena has an ex
   CHECK(big.status == reserve_status::no_space);
   CHECK(big.reason == no_space_reason::chunk_too_large);
   CHECK(big.detail.find("arena extent") != std::string::npos);
+}
+
+TEST_CASE("a client shrinking its arena costs the sidecar nothing but that arena's bytes") {
+  auto pool = make(2);
+  auto a = pool->open_arena(name_for(12), std::nullopt, 2 * k_page);
+  REQUIRE(a);
+  CHECK(pool->arena_size(*a) == 2 * k_extent + 2 * k_page);
+  const slot_id s = pool->alloc(8192, *a);
+  const slot_id t = pool->alloc(8192); // arena 0: untouched by any of this
+  REQUIRE(s != invalid_slot);
+  REQUIRE(t != invalid_slot);
+  std::memset(pool->data(s), 0x11, 8192);
+  std::memset(pool->data(t), 0x22, 8192);
+  {
+    const int fd = shm_open(name_for(12).c_str(), O_RDWR, 0);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, 0) == 0); // what a hostile engine may do
+    close(fd);
+  }
+  const uint64_t healed = arena_heal_count();
+  // The sidecar reads the slot (an L2 write-back would): no SIGBUS, zeros.
+  CHECK(all_bytes(reinterpret_cast<uint8_t*>(pool->data(s)), 8192, 0));
+  CHECK(arena_heal_count() > healed);
+  // The object is whole again; the sidecar can write the slot too.
+  struct stat st {};
+  const int fd = shm_open(name_for(12).c_str(), O_RDONLY, 0);
+  REQUIRE(fd >= 0);
+  REQUIRE(fstat(fd, &st) == 0);
+  close(fd);
+  CHECK(static_cast<uint64_t>(st.st_size) == pool->arena_size(*a));
+  std::memset(pool->data(s), 0x33, 8192);
+  CHECK(all_bytes(reinterpret_cast<uint8_t*>(pool->data(s)), 8192, 0x33));
+  CHECK(all_bytes(reinterpret_cast<uint8_t*>(pool->data(t)), 8192, 0x22));
 }
