@@ -92,6 +92,10 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   pool_options po;
   po.capacity_bytes = c.l1_size;
   po.populate = c.l1_prefault == l1_prefault_mode::start;
+  // Arena extents: at most an eighth of L1, so a few in-place instances
+  // and the copy-driven clients share it (slot_pool rounds it to 2 MiB).
+  po.extent_bytes = std::max<uint64_t>(std::min<uint64_t>(c.l1_arena_extent, c.l1_size / 8),
+                                       uint64_t{2} << 20);
   auto created = slot_pool::create(po);
   if (!created) {
     out.error = "cache.l1_size = " + std::to_string(c.l1_size) + " bytes: " + created.error_value().detail;
@@ -157,6 +161,9 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   rp.shm_allow_prefixes = c.shm_allow_prefixes;
   rp.engine_driven_slots = static_cast<uint32_t>(c.engine_driven_slots);
   rp.engine_driven_inline = c.engine_driven_inline;
+  // The CUDA backend pins L1 (cudaHostRegister): extents remapped under a
+  // pinned range would leave the GPU copying to pages no longer L1's.
+  rp.engine_driven_in_place = c.engine_driven_in_place && std::string{backend->name()} == "host";
   auto reg = sys.spawn(registry, rp);
 
   session_router_params rtp;

@@ -112,6 +112,11 @@ struct cache_config {
   /// name no pool, so LMCache 0.5.7 workers send and get the chunks in the
   /// messages (its inline transfer context); "shm" (default): a staging pool.
   bool engine_driven_inline = false;
+  /// cache.engine_driven_in_place: engine-driven instances write and read
+  /// L1 slots in their own arena (cache/slot_pool.hpp) instead of staging.
+  bool engine_driven_in_place = true;
+  /// cache.l1_arena_extent: the unit arenas take L1 in (clipped at start).
+  uint64_t l1_arena_extent = 0;
   /// LMCache's gRPC transport (actors/cache/grpc_bridge.hpp): "" = off,
   /// grpc://host:port or grpc+unix:///abs/path.
   std::string grpc_endpoint;

@@ -55,6 +55,8 @@ void read_cache_section(reader& r, loader& l, config& c) {
   k.engine_driven_slots = r.integer("cache.engine_driven_slots", 1, 65536);
   k.engine_driven_inline = r.one_of<bool>("cache.engine_driven_transfer",
                                           {{"shm", false}, {"inline", true}});
+  k.engine_driven_in_place = r.boolean("cache.engine_driven_in_place");
+  k.l1_arena_extent = r.size("cache.l1_arena_extent", 1 << 20);
   if (!l.error && k.events_rank >= c.events.dp_size)
     l.fail_at("cache.events_rank", "expected -1 or a dp rank below events.dp_size ("
                                      + std::to_string(c.events.dp_size) + "), got "

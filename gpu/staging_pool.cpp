@@ -24,6 +24,7 @@ error sys_error(const std::string& what, const std::string& name, int e) {
 
 struct copy_job {
   uint8_t* base;
+  uint64_t origin;
   uint64_t slot_bytes;
   const std::vector<uint64_t>* offsets;
   const std::vector<uint8_t*>* l1;
@@ -35,7 +36,7 @@ struct copy_job {
 void copy_slots(void* arg) {
   const auto* j = static_cast<const copy_job*>(arg);
   for (size_t i = 0; i < j->offsets->size(); ++i) {
-    uint8_t* slot = j->base + (*j->offsets)[i];
+    uint8_t* slot = j->base + ((*j->offsets)[i] - j->origin);
     const uint64_t n = j->lengths->empty() ? j->slot_bytes : (*j->lengths)[i];
     if (j->to_l1)
       std::memcpy((*j->l1)[i], slot, n);
@@ -64,7 +65,7 @@ status staging_pool::copy(const std::vector<uint64_t>& offsets, const std::vecto
                                        "' is not a slot handed out");
     if (l1[i] == nullptr) return make_error("staging", "L1 chunk " + std::to_string(i) + " is null");
   }
-  copy_job job{base_, slot_bytes_, &offsets, &l1, to_l1, &lengths};
+  copy_job job{base_, origin_, slot_bytes_, &offsets, &l1, to_l1, &lengths};
   const guarded_range range{base_, size_};
   const guard_result g = run_guarded(&range, 1, &copy_slots, &job);
   if (g.faulted)
@@ -152,9 +153,52 @@ expected<std::unique_ptr<staging_pool>> staging_pool::create(std::string name,
   return pool;
 }
 
+expected<std::unique_ptr<staging_pool>> staging_pool::open_in(std::string name, uint64_t origin,
+                                                               uint64_t slot_bytes,
+                                                               uint32_t slots) {
+  if (slot_bytes == 0 || slots == 0)
+    return make_error("staging", "a staging pool needs at least one slot of at least one byte");
+  uint64_t size = 0;
+  if (__builtin_mul_overflow(slot_bytes, uint64_t{slots}, &size) || size > (uint64_t{1} << 46))
+    return make_error("staging", std::to_string(slots) + " slots of " +
+                                     std::to_string(slot_bytes) + " bytes is too large");
+  if (origin % static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) != 0)
+    return make_error("staging", "origin " + std::to_string(origin) + " is not page-aligned");
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return sys_error("shm_open", name, errno);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < origin + size) {
+    close(fd);
+    return make_error("staging", "'" + name + "' is shorter than its staging slots end (" +
+                                     std::to_string(origin + size) + " bytes)");
+  }
+  if (int e = posix_fallocate(fd, static_cast<off_t>(origin), static_cast<off_t>(size)); e != 0) {
+    close(fd);
+    return make_error("staging", "posix_fallocate('" + name + "', " + std::to_string(size) +
+                                     " bytes): " + std::strerror(e) +
+                                     " (is /dev/shm large enough? cache.engine_driven_slots "
+                                     "sets the slots per instance)");
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(origin));
+  const int e = errno;
+  close(fd);
+  if (p == MAP_FAILED) return sys_error("mmap", name, e);
+  std::unique_ptr<staging_pool> pool(new staging_pool());
+  pool->name_ = std::move(name);
+  pool->owns_name_ = false;
+  pool->origin_ = origin;
+  pool->base_ = static_cast<uint8_t*>(p);
+  pool->size_ = size;
+  pool->slot_bytes_ = slot_bytes;
+  pool->taken_.assign(slots, false);
+  pool->free_.reserve(slots);
+  for (uint32_t s = slots; s > 0; --s) pool->free_.push_back(s - 1);
+  return pool;
+}
+
 staging_pool::~staging_pool() {
   if (base_ != nullptr) munmap(base_, size_);
-  if (!name_.empty()) shm_unlink(name_.c_str());
+  if (owns_name_ && !name_.empty()) shm_unlink(name_.c_str());
 }
 
 std::vector<uint64_t> staging_pool::take(uint32_t n) {
@@ -163,12 +207,14 @@ std::vector<uint64_t> staging_pool::take(uint32_t n) {
     const uint32_t s = free_.back();
     free_.pop_back();
     taken_[s] = true;
-    out.push_back(uint64_t{s} * slot_bytes_);
+    out.push_back(origin_ + uint64_t{s} * slot_bytes_);
   }
   return out;
 }
 
 bool staging_pool::is_taken(uint64_t offset) const {
+  if (offset < origin_) return false;
+  offset -= origin_;
   if (offset % slot_bytes_ != 0) return false;
   const uint64_t s = offset / slot_bytes_;
   return s < taken_.size() && taken_[s];
@@ -184,7 +230,7 @@ status staging_pool::give(const std::vector<uint64_t>& offsets) {
         return make_error("staging", "offset " + std::to_string(offsets[i]) + " given twice");
   }
   for (uint64_t o : offsets) {
-    const auto s = static_cast<uint32_t>(o / slot_bytes_);
+    const auto s = static_cast<uint32_t>((o - origin_) / slot_bytes_);
     taken_[s] = false;
     free_.push_back(s);
   }

@@ -40,7 +40,17 @@ public:
   staging_pool(const staging_pool&) = delete;
   staging_pool& operator=(const staging_pool&) = delete;
 
+  /// The same slots inside an L1 arena's object (cache/slot_pool.hpp
+  /// open_arena with extra_bytes): [origin, origin + slots * slot_bytes)
+  /// of the object `name`, which the store created and unlinks. Offsets
+  /// (take, give, copy) are offsets in the whole object, as the engine
+  /// sees it. Error kinds as create().
+  static expected<std::unique_ptr<staging_pool>> open_in(std::string name, uint64_t origin,
+                                                         uint64_t slot_bytes, uint32_t slots);
+
   const std::string& name() const { return name_; }
+  /// Where the slots start in the object (0 unless open_in).
+  uint64_t origin() const { return origin_; }
   uint64_t size() const { return size_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
   uint32_t slots() const { return static_cast<uint32_t>(taken_.size()); }
@@ -54,7 +64,7 @@ public:
   /// Whether `offset` is a slot currently taken.
   bool is_taken(uint64_t offset) const;
   /// The slot's bytes; `offset` must be a taken slot's.
-  uint8_t* at(uint64_t offset) const { return base_ + offset; }
+  uint8_t* at(uint64_t offset) const { return base_ + (offset - origin_); }
   /// Copies one slot's bytes between taken slot offsets[i] and l1[i]
   /// (to_l1: slot -> l1). Every offset is checked before a byte moves; the
   /// copy runs under the SIGBUS guard (gpu/fault_guard.hpp), because the
@@ -68,6 +78,8 @@ public:
 private:
   staging_pool() = default;
   std::string name_;
+  bool owns_name_ = true; ///< unlinks name_ when destroyed (not open_in's)
+  uint64_t origin_ = 0;
   uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
   uint64_t slot_bytes_ = 0;

@@ -182,11 +182,15 @@ struct store_reserve {
 struct reserved_chunk {
   size_t position = 0;      ///< index into store_reserve::hashes
   uint8_t* slot = nullptr;  ///< where the copy writes
+  uint64_t offset = 0;      ///< the slot's L1 offset: its offset in the instance's arena
 };
 /// Refused (unregistered instance, no space in L1): a caf::error instead.
 struct store_reserve_reply {
   std::vector<reserved_chunk> chunks; ///< to copy (chunks already present are left out)
   size_t slot_bytes = 0; ///< usable bytes of every reserved slot
+  /// The slots are in the instance's L1 arena (an engine-driven instance
+  /// writing in place): the engine writes them at their offsets, no copy.
+  bool in_place = false;
 };
 
 /// STORE step 2: the copy finished (commit) or failed (abort). Committed
@@ -222,6 +226,9 @@ struct store_acquire {
   size_t begin = 0; ///< absolute chunk index of hashes[0]
   std::vector<uint64_t> hashes;
   uint8_t format = chunk_format_kv_2ltd; ///< a chunk stored in another format is refused
+  /// The engine-driven instance reading (-1: none): the reply says which
+  /// chunks are in its L1 arena, to be read in place.
+  int64_t instance_id = -1;
 };
 /// Refused (not found by the request's lookup, not in L1): a caf::error
 /// instead, and nothing stays pinned.
@@ -229,6 +236,10 @@ struct store_acquire_reply {
   uint64_t ticket = 0;           ///< give back with store_release
   std::vector<uint8_t*> slots;   ///< one per hash
   size_t slot_bytes = 0;         ///< the smallest of their usable sizes
+  /// With store_acquire::instance_id: per hash, 1 when the chunk is in that
+  /// instance's arena, and its L1 offset (the offset in the arena object).
+  std::vector<uint8_t> in_place{};
+  std::vector<uint64_t> offsets{};
 };
 /// RETRIEVE step 2: the copy is over; release what acquire pinned.
 struct store_release {
@@ -249,10 +260,22 @@ struct store_configure {
   std::vector<uint8_t> group_formats{}; ///< chunk_format of each group's L1 entries
   std::string model{};
   int64_t world_size = 0;
+  /// An engine-driven instance that writes and reads L1 in place
+  /// (cache.engine_driven_in_place): the store opens an L1 arena for it
+  /// (cache/slot_pool.hpp), owned by `owner_uid` when known, with
+  /// `arena_extra_bytes` after the L1 offsets for its staging slots.
+  bool arena = false;
+  std::optional<uint32_t> owner_uid{};
+  uint64_t arena_extra_bytes = 0;
 };
 /// Refused (a chunk does not fit in L1): a caf::error instead.
 struct store_configure_reply {
   size_t slot_bytes = 0; ///< the instance's slot size after the call
+  /// With store_configure::arena: the arena object's name and size, and
+  /// where its extra bytes (the staging slots) start.
+  std::string arena_name{};
+  uint64_t arena_size = 0;
+  uint64_t arena_origin = 0;
 };
 
 // -- gpu transfer --------------------------------------------------------------
@@ -322,6 +345,11 @@ struct gpu_stage_open {
   bool inline_data = false;
   /// A multi-group (hybrid) registration (always inline); empty: one group.
   stage_groups groups{};
+  /// The instance's L1 arena (store_configure_reply): the staging slots go
+  /// inside its object from arena_origin, and the engine maps the arena.
+  std::string arena_name{};
+  uint64_t arena_origin = 0;
+  uint64_t arena_size = 0;
 };
 struct gpu_stage_opened {
   std::string shm_name;
@@ -347,6 +375,9 @@ struct gpu_stage_taken {
   /// chunks from and into the request's and reply's data.
   bool inline_data = false;
   stage_groups groups{}; ///< a multi-group instance's groups; null: one group
+  /// The instance writes and reads its L1 arena in place: stores need no
+  /// slot; retrieves need one only for chunks outside its arena.
+  bool in_place = false;
 };
 /// Copies slot_bytes between staging slot offsets[i] and L1 slot l1[i]
 /// (to_l1: staging -> L1, commit_store; else L1 -> staging,

@@ -254,15 +254,25 @@ caf::result<gpu_stage_opened> on_stage_open(self_ptr self, gpu_stage_open& op) {
                           + " bytes, more than cache.l1_size ("
                           + std::to_string(st.p.staging_limit_bytes)
                           + "); lower cache.engine_driven_slots or raise cache.l1_size");
-  auto pool = staging_pool::create(staging_pool_name(op.instance_id), op.slot_bytes,
-                                   op.slots, op.owner_uid);
+  const bool in_place = !op.arena_name.empty();
+  auto pool = in_place ? staging_pool::open_in(op.arena_name, op.arena_origin, op.slot_bytes,
+                                               op.slots)
+                       : staging_pool::create(staging_pool_name(op.instance_id), op.slot_bytes,
+                                              op.slots, op.owner_uid);
   if (!pool)
     return to_caf_error("open_failed", to_string(pool.error_value()));
-  gpu_stage_opened out{pool.value()->name(), pool.value()->size()};
-  KVS_INFO(st.label, "staging pool {} for instance {}: {} slots of {} KiB", out.shm_name,
-           op.instance_id, op.slots, op.slot_bytes >> 10);
+  gpu_stage_opened out{pool.value()->name(), in_place ? op.arena_size : pool.value()->size()};
+  if (in_place)
+    KVS_INFO(st.label, "instance {} writes L1 in place: arena {} of {} bytes, {} staging slots "
+                       "of {} KiB at {} (for chunks stored by other instances)",
+             op.instance_id, out.shm_name, out.pool_size, op.slots, op.slot_bytes >> 10,
+             op.arena_origin);
+  else
+    KVS_INFO(st.label, "staging pool {} for instance {}: {} slots of {} KiB", out.shm_name,
+             op.instance_id, op.slots, op.slot_bytes >> 10);
   st.staged[op.instance_id] = {std::move(pool.value()), std::move(op.chunk_shape),
-                               std::move(op.dtype), op.format, op.slot_bytes, std::move(op.groups)};
+                               std::move(op.dtype), op.format, op.slot_bytes, std::move(op.groups),
+                               in_place};
   return out;
 }
 
@@ -275,13 +285,16 @@ caf::result<gpu_stage_taken> on_stage_take(self_ptr self, gpu_stage_take& t) {
   auto& in = i->second;
   gpu_stage_taken out;
   out.inline_data = !in.pool;
-  if (in.pool && (!in.groups || t.group_slots))
+  // A hybrid instance's slots, and an in-place one's (it needs them only
+  // for chunks outside its arena), are taken once the session counted them.
+  if (in.pool && ((!in.groups && !in.in_place) || t.group_slots))
     out.offsets = in.pool->take(t.count);
   out.slot_bytes = in.slot_bytes;
   out.chunk_shape = in.chunk_shape;
   out.dtype = in.dtype;
   out.format = in.format;
   out.groups = in.groups;
+  out.in_place = in.in_place;
   return out;
 }
 

@@ -64,6 +64,7 @@ struct gpu_transfer_state {
     uint8_t format = 0;
     uint64_t slot_bytes = 0; ///< one chunk's bytes
     stage_groups groups{};   ///< a multi-group (hybrid) instance's groups
+    bool in_place = false;   ///< its pool lies in its L1 arena's object
   };
 
   gpu_transfer_params p;

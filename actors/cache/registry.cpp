@@ -336,58 +336,73 @@ void on_register_engine_driven(self_ptr self, const mp_call& call,
     pool_slots = static_cast<uint32_t>(
       std::min<uint64_t>(uint64_t{pool_slots} * groups->size(), UINT32_MAX));
   }
+  // Writing L1 in place (cache.engine_driven_in_place): the store opens
+  // the instance's L1 arena first, with room after the L1 offsets for its
+  // staging slots (chunks stored by others are still copied through them).
+  if (st.p.engine_driven_in_place && !st.p.engine_driven_inline) {
+    conf.arena = true;
+    conf.owner_uid = call.peer_uid;
+    const uint64_t page = 4096;
+    conf.arena_extra_bytes = (pool_slot * pool_slots + page - 1) / page * page;
+  }
   gpu_stage_open op{r.instance_id,    pool_slot,  pool_slots,
                     own.chunk_shape,  own.dtype,  own.format,
                     call.peer_uid,    st.p.engine_driven_inline,
                     groups};
-  self->request(st.p.gpu, caf::infinite, std::move(op))
-    .then([self, call, r, conf, groups, fail, pinged](gpu_stage_opened& opened) {
-      self->request(self->state.p.store, caf::infinite, conf)
-        .then([self, call, r, groups, fail, pinged, opened](store_configure_reply&) {
-          auto& st = self->state;
-          registry_state::instance in;
-          in.model = r.model_name;
-          in.world_size = r.world_size;
-          in.engine = "engine_driven";
-          in.last_seen = registry_state::clock::now();
-          in.pinged = pinged;
-          in.engine_driven = true;
-          in.shm_name = opened.shm_name;
-          in.pool_size = opened.pool_size;
-          st.instances[r.instance_id] = std::move(in);
-          ++st.registered;
-          if (groups) {
-            KVS_INFO(st.label,
-                     "instance {} registered (engine-driven, a hybrid model of {} groups): "
-                     "model {}, world_size {}, {}; {}",
-                     r.instance_id, groups->size(), r.model_name, r.world_size,
-                     describe_groups(*groups),
-                     opened.shm_name.empty()
-                       ? std::string("inline transfers (the chunks travel in the messages)")
-                       : fmt::format("staging pool {} of {} bytes", opened.shm_name,
-                                     opened.pool_size));
-          } else {
-            KVS_INFO(st.label,
-                     "instance {} registered (engine-driven): model {}, world_size {}, {} layers, "
-                     "hidden {}, {}, {} chunks ({}), {}",
-                     r.instance_id, r.model_name, r.world_size, r.num_layers, r.hidden_dim_size,
-                     r.dtype_str, r.use_mla ? "one plane [NL, T, H]" : "K and V [2, NL, T, H]",
-                     r.use_mla ? "single_plane" : "KV_2LTD",
-                     opened.shm_name.empty()
-                       ? std::string("inline transfers (no pool: the chunks travel in the messages)")
-                       : fmt::format("staging pool {} of {} bytes", opened.shm_name,
-                                     opened.pool_size));
-          }
-          self->send(st.bridge, make_reply(call, encode_reply_engine_driven_context(
-                                                   opened.shm_name, opened.pool_size,
-                                                   null_block_id_for(r))));
-        },
-        [self, id = r.instance_id, fail](caf::error& err) {
-          self->send(self->state.p.gpu, gpu_close{id});
-          fail(from_caf_error(err).detail);
-        });
-    },
-    [fail](caf::error& err) { fail(from_caf_error(err).detail); });
+  auto registered = [self, call, r, groups, pinged](const gpu_stage_opened& opened,
+                                                    bool in_place) {
+    auto& st = self->state;
+    registry_state::instance in;
+    in.model = r.model_name;
+    in.world_size = r.world_size;
+    in.engine = "engine_driven";
+    in.last_seen = registry_state::clock::now();
+    in.pinged = pinged;
+    in.engine_driven = true;
+    in.shm_name = opened.shm_name;
+    in.pool_size = opened.pool_size;
+    st.instances[r.instance_id] = std::move(in);
+    ++st.registered;
+    const std::string where =
+      opened.shm_name.empty()
+        ? std::string("inline transfers (no pool: the chunks travel in the messages)")
+        : fmt::format("{} {} of {} bytes", in_place ? "L1 arena (written in place)" : "staging pool",
+                      opened.shm_name, opened.pool_size);
+    if (groups) {
+      KVS_INFO(st.label,
+               "instance {} registered (engine-driven, a hybrid model of {} groups): "
+               "model {}, world_size {}, {}; {}",
+               r.instance_id, groups->size(), r.model_name, r.world_size,
+               describe_groups(*groups), where);
+    } else {
+      KVS_INFO(st.label,
+               "instance {} registered (engine-driven): model {}, world_size {}, {} layers, "
+               "hidden {}, {}, {} chunks ({}), {}",
+               r.instance_id, r.model_name, r.world_size, r.num_layers, r.hidden_dim_size,
+               r.dtype_str, r.use_mla ? "one plane [NL, T, H]" : "K and V [2, NL, T, H]",
+               r.use_mla ? "single_plane" : "KV_2LTD", where);
+    }
+    self->send(st.bridge, make_reply(call, encode_reply_engine_driven_context(
+                                             opened.shm_name, opened.pool_size,
+                                             null_block_id_for(r))));
+  };
+  self->request(st.p.store, caf::infinite, conf)
+    .then(
+      [self, op, registered, fail, id = r.instance_id](store_configure_reply& conf_reply) mutable {
+        const bool in_place = !conf_reply.arena_name.empty();
+        op.arena_name = conf_reply.arena_name;
+        op.arena_origin = conf_reply.arena_origin;
+        op.arena_size = conf_reply.arena_size;
+        self->request(self->state.p.gpu, caf::infinite, std::move(op))
+          .then([registered, in_place](gpu_stage_opened& opened) { registered(opened, in_place); },
+                [self, id, fail](caf::error& err) {
+                  // The store forgets the instance (and closes its arena).
+                  self->request(self->state.p.store, caf::infinite, store_configure{id, 0})
+                    .then([](store_configure_reply&) {}, [](caf::error&) {});
+                  fail(from_caf_error(err).detail);
+                });
+      },
+      [fail](caf::error& err) { fail(from_caf_error(err).detail); });
 }
 
 // -- The ops the op table routes to the registry ------------------------------

@@ -23,6 +23,9 @@ struct registry_params {
   std::vector<std::string> shm_allow_prefixes; ///< cache.shm_allow_prefixes
   uint32_t engine_driven_slots = 16; ///< cache.engine_driven_slots: staging chunks per instance
   bool engine_driven_inline = false; ///< cache.engine_driven_transfer = "inline": no pool
+  /// cache.engine_driven_in_place (host backend only): an engine-driven
+  /// instance gets an L1 arena and writes / reads L1 slots without a copy.
+  bool engine_driven_in_place = false;
 };
 
 struct registry_state {

@@ -59,6 +59,11 @@ struct staged_transfer {
   /// instance's (`grouped`) inline commit_store carries every group's data.
   stage_groups groups;
   bool grouped = false;
+  /// The instance writes and reads its L1 arena in place: a store's engine
+  /// wrote the reserved slots themselves (commit copies nothing); a
+  /// retrieve's chunks stay pinned by `tickets` until commit_retrieve.
+  bool in_place = false;
+  std::vector<uint64_t> tickets;
 };
 
 struct session_state {

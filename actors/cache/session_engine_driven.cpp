@@ -27,7 +27,13 @@
 //    commit_store (its data names its chunks).
 //
 // The engine copies its own pages into / out of the staging slots in
-// between (gpu/staging_pool.hpp). LMCache's failure values answer every
+// between (gpu/staging_pool.hpp). An instance that writes L1 in place
+// (cache.engine_driven_in_place: its registration named its L1 arena,
+// cache/slot_pool.hpp) skips both copies: prepare_store hands out the
+// reserved L1 slots themselves and commit_store only commits; prepare_retrieve
+// hands out the offsets of the chunks in its own arena, pinned until
+// commit_retrieve, and copies only chunks stored by others into staging
+// slots at the end of the same object. LMCache's failure values answer every
 // step that cannot be served: a store that cannot be staged hands out no
 // slots (the engine then skips it, as for chunks already stored).
 #include "actors/cache/session_steps.hpp"
@@ -93,6 +99,9 @@ void release_staged(self_ptr self, staged_transfer& t) {
   if (!t.offsets.empty())
     self->send(st.p.gpu, gpu_stage_give{t.instance_id, std::move(t.offsets)});
   t.offsets.clear();
+  for (auto ticket : t.tickets)
+    self->send(st.p.store, store_release{ticket});
+  t.tickets.clear();
   finish_groups(self, t.reserved, false);
 }
 
@@ -125,6 +134,7 @@ struct transfer {
   stage_groups groups;   ///< the instance's (one: a single-group instance)
   bool grouped = false;  ///< a hybrid instance: the wire names each slot's group
   bool inline_data = false;
+  bool in_place = false;         ///< writes / reads its L1 arena directly
   std::vector<uint64_t> offsets; ///< the staging slots taken
   uint32_t total = 0;            ///< slots needed: one per group's chunk
   size_t max_chunks = 0;         ///< store_reserve::max_chunks of each group
@@ -141,6 +151,7 @@ struct transfer {
   std::vector<std::vector<size_t>> want;
   std::vector<store_finish> fins;             ///< one per group with reserved chunks
   std::vector<std::vector<uint8_t*>> slots;   ///< per fins entry: the L1 slots
+  std::vector<std::vector<uint64_t>> l1_offsets; ///< per fins entry: their L1 offsets
   std::vector<std::vector<size_t>> positions; ///< per fins entry: index into want[group]
   /// The step once every group's reservation answered.
   void (*reserved)(self_ptr, const std::shared_ptr<transfer>&) = nullptr;
@@ -160,6 +171,7 @@ struct transfer {
     groups = groups_of(t);
     grouped = t.groups != nullptr;
     inline_data = t.inline_data;
+    in_place = t.in_place && !t.inline_data;
   }
   /// Group g's request failed: the first failure is why the run fails.
   void fail(uint32_t g, const std::string& detail) {
@@ -209,10 +221,14 @@ void group_reserved(self_ptr self, const part_ptr& part, store_reserve_reply& re
   fin.group = g;
   fin.grouped = t.grouped;
   std::vector<uint8_t*> slots;
+  std::vector<uint64_t> offsets;
   std::vector<size_t> positions;
+  if (t.in_place && !res.in_place && !res.chunks.empty())
+    t.fail(g, "the store reserved outside the instance's L1 arena");
   for (const auto& c : res.chunks) {
     const size_t rel = t.want[g][c.position];
     slots.push_back(c.slot);
+    offsets.push_back(c.offset);
     positions.push_back(c.position);
     if (g == 0) {
       add_chunk(fin, *t.k, t.hashes, t.l2_names, t.begin + rel, cs);
@@ -226,6 +242,7 @@ void group_reserved(self_ptr self, const part_ptr& part, store_reserve_reply& re
   if (!fin.hashes.empty()) {
     t.fins.push_back(std::move(fin));
     t.slots.push_back(std::move(slots));
+    t.l1_offsets.push_back(std::move(offsets));
     t.positions.push_back(std::move(positions));
   }
   if (--t.left == 0)
@@ -296,6 +313,7 @@ void store_reserved(self_ptr self, const transfer_ptr& tp) {
   s.instance_id = p.instance;
   s.groups = p.groups;
   s.grouped = p.grouped;
+  s.in_place = p.in_place && !p.inline_data;
   std::vector<shm_slot_desc> descs;
   std::vector<uint64_t> chunk_indices, group_ids;
   size_t k = 0; // the staging slot of the next reserved chunk (inline: none)
@@ -310,6 +328,11 @@ void store_reserved(self_ptr self, const transfer_ptr& tp) {
       group_ids.push_back(g);
       if (p.inline_data)
         continue;
+      if (s.in_place) {
+        // The engine writes the L1 slot itself, at its offset in the arena.
+        descs.push_back({p.l1_offsets[f][i], sg.slot_bytes, sg.chunk_shape, sg.dtype});
+        continue;
+      }
       s.offsets.push_back(p.offsets[k]);
       descs.push_back({p.offsets[k++], sg.slot_bytes, sg.chunk_shape, sg.dtype});
     }
@@ -404,6 +427,18 @@ void store_staged(self_ptr self, const transfer_ptr& t, gpu_stage_taken& taken) 
       }
   }
   t->reserved = store_reserved;
+  if (t->in_place) {
+    // L1 slots are reserved in the instance's arena: no staging slot, no
+    // limit but L1's.
+    if (!taken.offsets.empty())
+      self->send(st.p.gpu, gpu_stage_give{r.instance_id, std::move(taken.offsets)});
+    if (t->total == 0) {
+      store_nothing(self, t);
+      return;
+    }
+    reserve_groups(self, t);
+    return;
+  }
   if (t->grouped) {
     if (t->total == 0) {
       store_nothing(self, t);
@@ -647,6 +682,83 @@ void retrieve_copy_failed(self_ptr self, const transfer_ptr& t, const caf::error
   retrieve_refused(self, t, "copy into the staging slots failed: " + from_caf_error(err).detail);
 }
 
+// -- In place: the chunks in the instance's arena are handed out where they
+// are (pinned until commit_retrieve); the others are copied into staging
+// slots at the end of the arena's object.
+
+bool chunk_in_place(const store_acquire_reply& a, size_t j) {
+  return j < a.in_place.size() && a.in_place[j] != 0;
+}
+
+void retrieve_answer_in_place(self_ptr self, const transfer_ptr& t) {
+  auto& st = self->state;
+  std::vector<shm_slot_desc> descs;
+  std::vector<uint64_t> group_ids, chunk_indices;
+  size_t k = 0; // the staging slot of the next chunk stored by another instance
+  for (uint32_t g = 0; g < t->groups->size(); ++g) {
+    const auto& sg = (*t->groups)[g];
+    const auto& a = *t->acquired[g];
+    for (size_t j = 0; j < a.slots.size(); ++j) {
+      const uint64_t off = chunk_in_place(a, j) ? a.offsets[j] : t->offsets[k++];
+      descs.push_back({off, sg.slot_bytes, sg.chunk_shape, sg.dtype});
+      group_ids.push_back(g);
+      chunk_indices.push_back(t->first[g] + j);
+    }
+  }
+  staged_transfer s;
+  s.instance_id = t->instance;
+  s.in_place = true;
+  s.offsets = std::move(t->offsets);
+  for (auto& a : t->acquired)
+    s.tickets.push_back(a->ticket); // the engine reads them in place until commit_retrieve
+  t->acquired.clear();
+  st.staged[t->key] = std::move(s);
+  reply(self, t->call,
+        t->grouped ? encode_reply_prepare_retrieve_groups(descs, group_ids, chunk_indices)
+                   : encode_reply_prepare_retrieve(true, descs));
+  prepared(self);
+}
+
+void retrieve_foreign_copied(self_ptr self, const transfer_ptr& t, gpu_copy_done&) {
+  retrieve_answer_in_place(self, t);
+}
+
+void retrieve_foreign_slots(self_ptr self, const transfer_ptr& t, gpu_stage_taken& slots) {
+  t->offsets = std::move(slots.offsets);
+  gpu_stage_copy cp{t->instance, false, {}, {}, false};
+  for (uint32_t g = 0; g < t->groups->size(); ++g) {
+    const auto& a = *t->acquired[g];
+    for (size_t j = 0; j < a.slots.size(); ++j)
+      if (!chunk_in_place(a, j)) {
+        cp.l1.push_back(a.slots[j]);
+        cp.lengths.push_back((*t->groups)[g].slot_bytes);
+      }
+  }
+  if (t->offsets.size() < cp.l1.size()) {
+    retrieve_refused(self, t,
+                     std::to_string(t->offsets.size()) + " staging slots free for "
+                       + std::to_string(cp.l1.size())
+                       + " chunks stored by other instances (cache.engine_driven_slots)");
+    return;
+  }
+  cp.offsets = t->offsets;
+  ask<gpu_copy_done>(self, self->state.p.gpu, std::move(cp), t, retrieve_foreign_copied,
+                     retrieve_copy_failed);
+}
+
+void retrieve_in_place(self_ptr self, const transfer_ptr& t) {
+  uint32_t foreign = 0;
+  for (const auto& a : t->acquired)
+    for (size_t j = 0; j < a->slots.size(); ++j)
+      foreign += chunk_in_place(*a, j) ? 0 : 1;
+  if (foreign == 0) {
+    retrieve_answer_in_place(self, t);
+    return;
+  }
+  ask<gpu_stage_taken>(self, self->state.p.gpu, gpu_stage_take{t->instance, foreign, true}, t,
+                       retrieve_foreign_slots, retrieve_not_staged);
+}
+
 /// Every group's chunks are pinned: answer inline, or copy them into the
 /// staging slots and answer with those.
 void retrieve_acquired(self_ptr self, const transfer_ptr& tp) {
@@ -678,6 +790,10 @@ void retrieve_acquired(self_ptr self, const transfer_ptr& tp) {
     release_tickets(self, p);
     reply(self, p.call, encode_reply_prepare_retrieve_inline(data));
     prepared(self);
+    return;
+  }
+  if (p.in_place) {
+    retrieve_in_place(self, tp);
     return;
   }
   gpu_stage_copy cp{p.instance, false, p.offsets, {}, false};
@@ -713,7 +829,8 @@ void acquire_groups(self_ptr self, const transfer_ptr& t) {
   t->acquired.resize(groups.size());
   for (uint32_t g = 0; g < groups.size(); ++g) {
     store_acquire q{group_session(st.p.request_id, g), static_cast<int32_t>(*t->k->worker_id),
-                    t->begin + t->first[g], {}, groups[g].format};
+                    t->begin + t->first[g], {}, groups[g].format,
+                    t->in_place ? t->instance : int64_t{-1}};
     for (size_t c = t->begin + t->first[g]; c < t->end; ++c)
       q.hashes.push_back(group_hash(hashes[c], g));
     ask<store_acquire_reply>(self, st.p.store, std::move(q),
@@ -745,8 +862,8 @@ void retrieve_staged(self_ptr self, const transfer_ptr& t, gpu_stage_taken& take
     t->first.push_back(first);
     t->total += static_cast<uint32_t>(n - first);
   }
-  if (t->inline_data)
-    acquire_groups(self, t);
+  if (t->inline_data || t->in_place) // in place: staging slots only for what is not
+    acquire_groups(self, t);         // in the arena, counted once acquired
   else if (t->grouped) // a hybrid instance's slots are taken once its groups are known
     ask<gpu_stage_taken>(self, st.p.gpu, gpu_stage_take{t->instance, t->total, true}, t,
                          retrieve_slots_taken, retrieve_not_staged);
@@ -791,6 +908,13 @@ void on_commit_store(self_ptr self, mp_call& call) {
     ask<gpu_stage_taken>(self, st.p.gpu, gpu_stage_take{r.instance_id, 0},
                          start_transfer(call, r.key, r.instance_id, 0, 0), inline_commit_staged,
                          inline_commit_not_staged);
+    return;
+  }
+  if (i != st.staged.end() && i->second.in_place && !i->second.reserved.empty()) {
+    // The engine wrote the L1 slots themselves: commit them.
+    finish_groups(self, i->second.reserved, true);
+    st.staged.erase(i);
+    reply(self, call, encode_reply_bool(true));
     return;
   }
   if (i == st.staged.end() || i->second.offsets.empty()) {

@@ -9,6 +9,7 @@
 #include "actors/cache/sweep.hpp"
 #include "cache/group_lookup.hpp"
 #include "config/config.hpp"
+#include "gpu/staging_pool.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 
 #include <algorithm>
@@ -190,11 +191,14 @@ caf::result<store_reserve_reply> on_reserve(self_ptr self, store_reserve& q) {
   }
   auto now = cache_clock::now();
   std::vector<chunk_key> reserved;
+  const auto ar = st.arenas.find(q.instance_id);
+  const arena_id arena = ar == st.arenas.end() ? anonymous_arena : ar->second;
+  out.in_place = arena != anonymous_arena;
   for (size_t i = 0; i < q.hashes.size(); ++i) {
     if (q.max_chunks != 0 && reserved.size() >= q.max_chunks)
       break;
     chunk_key k{q.hashes[i], q.rank};
-    auto r = st.index->reserve(k, out.slot_bytes, now, q.format);
+    auto r = st.index->reserve(k, out.slot_bytes, now, q.format, arena);
     announce_removed(self, r.evicted);
     if (r.status == reserve_status::already_present)
       continue;
@@ -205,7 +209,7 @@ caf::result<store_reserve_reply> on_reserve(self_ptr self, store_reserve& q) {
                                    + (r.detail.empty() ? "" : " (" + r.detail + ")")});
     }
     reserved.push_back(k);
-    out.chunks.push_back(reserved_chunk{i, reinterpret_cast<uint8_t*>(r.data)});
+    out.chunks.push_back(reserved_chunk{i, reinterpret_cast<uint8_t*>(r.data), r.offset});
   }
   nudge_l1_prefault(st.p.l1_prefault, *st.p.pool, st.prefault_nudged);
   return out;
@@ -283,6 +287,8 @@ caf::result<store_acquire_reply> on_acquire(self_ptr self, store_acquire& q) {
                  : "chunks " + std::to_string(found) + ".." + std::to_string(t.end - 1)
                      + " are past the " + std::to_string(found) + " its lookup found");
   }
+  const auto ar = q.instance_id < 0 ? st.arenas.end() : st.arenas.find(q.instance_id);
+  const bool has_arena = ar != st.arenas.end();
   for (size_t i = 0; i < q.hashes.size(); ++i) {
     chunk_key k{q.hashes[i], q.rank};
     auto e = st.index->find(k);
@@ -313,6 +319,10 @@ caf::result<store_acquire_reply> on_acquire(self_ptr self, store_acquire& q) {
     st.l1_keys.read(k);
     out.slots.push_back(reinterpret_cast<uint8_t*>(e->data));
     out.slot_bytes = std::min(out.slot_bytes, e->bytes);
+    if (has_arena) {
+      out.in_place.push_back(e->arena == ar->second ? 1 : 0);
+      out.offsets.push_back(e->offset);
+    }
   }
   if (out.slots.empty())
     out.slot_bytes = 0;
@@ -350,6 +360,46 @@ void forget_groups(store_state& st, int64_t instance) {
   st.group_instance_model.erase(m);
 }
 
+/// An instance's arena goes when it unregisters or registers again: its
+/// name is unlinked, its chunks stay (read by copy) until evicted.
+void close_arena(self_ptr self, int64_t instance) {
+  auto& st = self->state;
+  auto i = st.arenas.find(instance);
+  if (i == st.arenas.end())
+    return;
+  KVS_INFO(st.label, "instance {}'s L1 arena {} closed ({} extents still hold its chunks)",
+           instance, st.p.pool->arena_name(i->second), st.p.pool->arena_extents(i->second));
+  st.p.pool->close_arena(i->second);
+  st.arenas.erase(i);
+}
+
+/// An engine-driven instance writing in place: an L1 arena of its own. One
+/// that cannot have one (a chunk larger than an extent, /dev/shm refusing)
+/// gets none, and the registry falls back to a staging object.
+void open_arena(self_ptr self, const store_configure& c, store_configure_reply& out) {
+  auto& st = self->state;
+  auto& pool = *st.p.pool;
+  uint64_t largest = c.slot_bytes;
+  for (auto b : c.group_slot_bytes)
+    largest = std::max<uint64_t>(largest, b);
+  if (pool.stride_for(largest) > pool.extent_bytes()) {
+    KVS_WARN(st.label, "instance {}: chunks of {} bytes exceed an L1 arena extent of {} bytes: "
+                       "it stages through a copy instead of writing L1 in place",
+             c.instance_id, largest, pool.extent_bytes());
+    return;
+  }
+  auto a = pool.open_arena(staging_pool_name(c.instance_id), c.owner_uid, c.arena_extra_bytes);
+  if (!a) {
+    KVS_WARN(st.label, "instance {}: no L1 arena ({}): it stages through a copy instead",
+             c.instance_id, a.error_value().detail);
+    return;
+  }
+  st.arenas[c.instance_id] = *a;
+  out.arena_name = pool.arena_name(*a);
+  out.arena_size = pool.arena_size(*a);
+  out.arena_origin = pool.mapped_bytes();
+}
+
 /// REGISTER: the slot size of an instance (0: it unregistered).
 caf::result<store_configure_reply> on_configure(self_ptr self, store_configure& c) {
   // Every instance gets slots of its own chunk size from the one L1
@@ -359,6 +409,7 @@ caf::result<store_configure_reply> on_configure(self_ptr self, store_configure& 
   store_configure_reply out;
   auto usable = st.p.pool->capacity_bytes();
   forget_groups(st, c.instance_id);
+  close_arena(self, c.instance_id);
   for (auto b : c.group_slot_bytes)
     if (st.p.pool->stride_for(b) == 0 || st.p.pool->stride_for(b) > usable)
       return to_caf_error("l1_too_small", "a group's chunks of " + std::to_string(b)
@@ -388,6 +439,8 @@ caf::result<store_configure_reply> on_configure(self_ptr self, store_configure& 
       gm.groups = {c.group_windows, c.group_slot_bytes, c.group_formats};
       gm.instances.insert(c.instance_id);
     }
+    if (c.arena)
+      open_arena(self, c, out);
     // "N slots": how many chunks of this size alone would fill L1.
     KVS_INFO(st.label, "chunk slots of {} KiB: {} slots in L1 for instance {} ({} instances, "
                        "{} chunk sizes share L1)",
@@ -468,7 +521,9 @@ stats_snapshot snapshot(const store_state& st) {
     .counter("evicted", "kvsidecar_cache_evictions_total", st.evicted, "tier", "l1")
     .counter("refused", "kvsidecar_cache_store_refused_total", st.refused)
     .counter("reannounced", "kvsidecar_cache_reannounced_chunks_total", st.reannounced)
-    .counter("events_dropped", "kvsidecar_cache_events_dropped_total", st.events_dropped);
+    .counter("events_dropped", "kvsidecar_cache_events_dropped_total", st.events_dropped)
+    .gauge("arenas", "kvsidecar_cache_l1_arenas", st.arenas.size())
+    .counter("arena_heals", "kvsidecar_cache_l1_arena_heals_total", arena_heal_count());
   if (st.p.l2.actor) {
     auto& l2 = st.p.l2;
     s.counter("", "kvsidecar_cache_l2_prefetches_total", l2.prefetches)

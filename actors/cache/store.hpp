@@ -61,6 +61,10 @@ struct store_state {
   std::unordered_map<uint64_t, read_ticket> tickets;
   /// Registered instance -> bytes per chunk per rank (its slot size).
   std::unordered_map<int64_t, size_t> chunk_bytes;
+  /// Engine-driven instances writing L1 in place -> their L1 arena
+  /// (cache/slot_pool.hpp): their stores reserve slots there, their
+  /// retrieves read their own chunks there without a copy.
+  std::unordered_map<int64_t, arena_id> arenas;
   /// Registered instance -> the (model, world_size) it registered: an L2
   /// prefetch expects the chunk size of the model's own instances.
   std::unordered_map<int64_t, std::pair<std::string, int64_t>> instance_model;

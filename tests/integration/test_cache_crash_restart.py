@@ -78,29 +78,37 @@ class Engine:
                 os.unlink("/dev/shm/" + name)
 
 
-def server(cache_server, transport: str):
+def server(cache_server, transport: str, in_place: bool = True):
+    mode = {"cache.engine_driven_in_place": in_place}
     if transport == "zmq":
-        srv = cache_server()
+        srv = cache_server(overrides=mode)
         return srv, srv.endpoint
     url = f"grpc://127.0.0.1:{free_port_range(1)}"
-    srv = cache_server(overrides={"cache.grpc_endpoint": url})
+    srv = cache_server(overrides={**mode, "cache.grpc_endpoint": url})
     srv.wait_log(GRPC_BOUND)
     return srv, url
 
 
+@pytest.mark.parametrize("in_place", [True, False], ids=["in_place", "staged"])
 @pytest.mark.parametrize("transport", ["zmq", "grpc"])
 @pytest.mark.parametrize("release", ["0.5.6", "0.5.7"])
-def test_killed_engine_id_registers_again_at_once(cache_server, release, transport):
-    srv, url = server(cache_server, transport)
+def test_killed_engine_id_registers_again_at_once(cache_server, release, transport, in_place):
+    srv, url = server(cache_server, transport, in_place)
     inst = 4300 + (10 if release == "0.5.7" else 0) + (100 if transport == "grpc" else 0)
     old = Engine(release, transport, url, inst, "hold")
     new = Engine(release, transport, url, inst, "restart")
     try:
         assert old.line().startswith("ready ")
         assert new.line() == "standby"
-        # The old engine holds its lookup's read locks and 3 staging slots.
+        # The old engine holds its lookup's read locks and 3 chunks it never
+        # committed: L1 slots of its arena reserved (in place), or 3 staging
+        # slots taken (staged; the L1 slots are reserved at commit).
         held = srv.wait_stats(lambda s: s["locks"] >= 1 and s["sessions"] >= 1, timeout=15)
-        srv.wait_stats(lambda s: s["staging_free"] == SLOTS - 3, actor="gpu_transfer", timeout=15)
+        if in_place:
+            srv.wait_stats(lambda s: s["reserved"] == 3, timeout=15)
+        else:
+            srv.wait_stats(lambda s: s["staging_free"] == SLOTS - 3, actor="gpu_transfer",
+                           timeout=15)
         # A live owner keeps its id: another connection is refused, naming why.
         new.tell()
         refused = new.line()

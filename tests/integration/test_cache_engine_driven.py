@@ -105,8 +105,11 @@ def store(c, st: Staging, instance: int, toks, rid, rng) -> dict[int, bytes]:
     return prep
 
 
+STAGED = {"cache.engine_driven_in_place": False}  # a staging object and a copy each way
+
+
 def test_engine_driven_store_then_retrieve_byte_for_byte(cache_server):
-    srv = cache_server()
+    srv = cache_server(overrides=STAGED)
     c = srv.client()
     reg, st = register(c, 4242)
     assert reg["pool_size"] == 16 * chunk_bytes()  # cache.engine_driven_slots chunks
@@ -180,7 +183,7 @@ def test_one_plane_chunks_are_never_read_as_two_plane_ones(cache_server):
 
 
 def test_engine_driven_refusals_answer_at_once(cache_server):
-    srv = cache_server()
+    srv = cache_server(overrides=STAGED)
     owner, other = srv.client(), srv.client()
     reg, st = register(owner, 9)
     toks = tokens(1, salt=9)
@@ -202,8 +205,10 @@ def test_engine_driven_refusals_answer_at_once(cache_server):
     for bad, text in ((payload(10, dtype_str="complex_thing"), "invalid dtype_str"),
                       (payload(10, num_physical_slots=128), "num_physical_slots 128"),
                       (payload(10, num_layers=0), "out of range"),
-                      # 16 chunks of 128 MiB: the sidecar's own memory, capped by cache.l1_size
-                      (payload(10, hidden_dim_size=65536), "more than cache.l1_size")):
+                      # a chunk of 128 MiB: more than the whole L1 (checked first)
+                      (payload(10, hidden_dim_size=65536), "do not fit in the L1 region"),
+                      # 16 chunks of 16 MiB: the staging pools are capped by cache.l1_size
+                      (payload(10, hidden_dim_size=8192), "more than cache.l1_size")):
         why = owner.failure(owner.submit("register_kv_cache_engine_driven_context", bad))
         assert text in why, why
     no_name = payload(10)
@@ -226,7 +231,7 @@ def test_staging_slots_bound_what_one_request_moves(cache_server):
     """cache.engine_driven_slots chunks per instance: a store needing more is
     cut to what is free (the rest is stored by a later request), a retrieve
     needing more misses; the slots come back at commit."""
-    srv = cache_server(overrides={"cache.engine_driven_slots": 2})
+    srv = cache_server(overrides={**STAGED, "cache.engine_driven_slots": 2})
     c = srv.client()
     reg, st = register(c, 5)
     assert reg["pool_size"] == 2 * chunk_bytes()
@@ -329,3 +334,122 @@ def test_inline_transfers_store_and_retrieve_byte_for_byte(cache_server):
     srv2.wait_idle()
     srv2.wait_stats(lambda s: s["staging_free"] == 16, actor="gpu_transfer")
     st.close()
+
+
+# --- cache.engine_driven_in_place (the default): the engine writes and reads L1 in its arena ---
+
+def copies(srv) -> tuple[int, int]:
+    """(staging copies, copies) the transfer actor has made so far."""
+    s = srv.wait_stats(lambda s: True, actor="gpu_transfer", mark=srv.mark())
+    return s["staged_copies"], s["copies"]
+
+
+def test_in_place_the_engine_writes_and_reads_l1_slots_with_no_copy(cache_server):
+    srv = cache_server()
+    c = srv.client()
+    reg, arena = register(c, 77)
+    srv.wait_log(r"instance 77 registered \(engine-driven\).*L1 arena \(written in place\)")
+    # The object is the L1 offsets (64 MiB) and 16 staging slots after them.
+    l1 = 64 << 20
+    assert reg["pool_size"] == l1 + 16 * chunk_bytes()
+    assert arena.size == reg["pool_size"] and arena.mode == 0o600 and arena.uid == os.geteuid()
+    toks = tokens(3, salt=77)
+    rng = random.Random(77)
+    prep = c.call("prepare_store", key(toks, 0, 3 * CHUNK, "w"), 77)
+    slots = prep["context"]["slots"]
+    assert prep["context"]["chunk_indices"] == [0, 1, 2]
+    assert all(s["offset"] + s["length"] <= l1 for s in slots)  # L1 slots, not staging
+    written = [rng.randbytes(chunk_bytes()) for _ in slots]
+    for s, data in zip(slots, written):
+        arena.write(s, data)
+    assert c.call("commit_store", key(toks, 0, 3 * CHUNK, "w"), 77, b"") is True
+    c.call("end_session", "w")
+    # Read back in place: the very slots the store wrote, nothing copied.
+    assert lookup(c, toks, "r") == 3
+    got = c.call("prepare_retrieve", key(toks, 0, 3 * CHUNK, "r"), 77)
+    assert got["success"] is True
+    assert [s["offset"] for s in got["context"]["slots"]] == [s["offset"] for s in slots]
+    assert [arena.read(s) for s in got["context"]["slots"]] == written
+    # Pinned while the engine reads: read locks held until commit_retrieve.
+    srv.wait_stats(lambda s: s["locked_chunks"] == 3, mark=srv.mark())
+    assert c.call("commit_retrieve", key(toks, 0, 3 * CHUNK, "r"), 77) is True
+    c.call("end_session", "r")
+    srv.wait_idle()
+    assert copies(srv) == (0, 0)
+    # The chunks are L1's: a copy-driven reader would get these bytes (the
+    # L1 stats count them), and unregistering keeps them but removes the name.
+    srv.wait_stats(lambda s: s["chunks"] == 3 and s["arenas"] == 1, mark=srv.mark())
+    assert c.call("unregister_kv_cache_engine_driven_context", 77) is None
+    srv.wait_stats(lambda s: s["chunks"] == 3 and s["arenas"] == 0, mark=srv.mark())
+    assert not os.path.exists("/dev/shm/" + reg["shm_name"].lstrip("/"))
+    arena.close()
+
+
+def test_in_place_arenas_never_show_one_instance_another_ones_chunks(cache_server):
+    """Two instances (two engines): B's retrieve of A's chunks is copied into
+    B's staging slots; B's object holds nothing of A's at A's offsets."""
+    srv = cache_server()
+    a, b = srv.client(), srv.client()
+    _, arena_a = register(a, 1)
+    _, arena_b = register(b, 2)
+    l1 = 64 << 20
+    toks = tokens(2, salt=12)
+    rng = random.Random(12)
+    prep = a.call("prepare_store", key(toks, 0, 2 * CHUNK, "w"), 1)
+    slots = prep["context"]["slots"]
+    written = [rng.randbytes(chunk_bytes()) for _ in slots]
+    for s, data in zip(slots, written):
+        arena_a.write(s, data)
+    assert a.call("commit_store", key(toks, 0, 2 * CHUNK, "w"), 1, b"") is True
+    a.call("end_session", "w")
+    for s in slots:  # B maps its own object: zeros where A's chunks are
+        assert arena_b.read(s) == bytes(chunk_bytes())
+    assert lookup(b, toks, "r") == 2
+    got = b.call("prepare_retrieve", key(toks, 0, 2 * CHUNK, "r"), 2)
+    assert got["success"] is True
+    rslots = got["context"]["slots"]
+    assert all(s["offset"] >= l1 for s in rslots)  # B's staging slots, after the L1 offsets
+    assert [arena_b.read(s) for s in rslots] == written
+    assert b.call("commit_retrieve", key(toks, 0, 2 * CHUNK, "r"), 2) is True
+    b.call("end_session", "r")
+    srv.wait_idle()
+    assert copies(srv)[0] == 1  # one staging copy, of both chunks
+    srv.wait_stats(lambda s: s["staging_free"] == 32, actor="gpu_transfer", mark=srv.mark())
+    arena_a.close()
+    arena_b.close()
+
+
+def test_in_place_an_engine_truncating_its_arena_hurts_only_its_own_chunks(cache_server):
+    """A hostile engine shrinks its arena object to nothing: the sidecar heals
+    the mapping when it next touches those chunks (another instance reading
+    them gets zeros), and serves everyone else as before."""
+    srv = cache_server()
+    a, b = srv.client(), srv.client()
+    _, arena_a = register(a, 31)
+    _, arena_b = register(b, 32)
+    rng = random.Random(31)
+    toks_a, toks_b = tokens(1, salt=31), tokens(1, salt=32)
+    for c, arena, inst, toks in ((a, arena_a, 31, toks_a), (b, arena_b, 32, toks_b)):
+        prep = c.call("prepare_store", key(toks, 0, CHUNK, "w"), inst)
+        arena.write(prep["context"]["slots"][0], rng.randbytes(chunk_bytes()))
+        assert c.call("commit_store", key(toks, 0, CHUNK, "w"), inst, b"") is True
+        c.call("end_session", "w")
+    os.ftruncate(arena_a.fd, 0)
+    # B reads A's chunk: the copy touches A's vanished pages.
+    assert lookup(b, toks_a, "r") == 1
+    got = b.call("prepare_retrieve", key(toks_a, 0, CHUNK, "r"), 32)
+    assert got["success"] is True
+    assert arena_b.read(got["context"]["slots"][0]) == bytes(chunk_bytes())
+    assert b.call("commit_retrieve", key(toks_a, 0, CHUNK, "r"), 32) is True
+    srv.wait_stats(lambda s: s["arena_heals"] >= 1, mark=srv.mark())
+    assert os.fstat(arena_a.fd).st_size == arena_a.size  # grown back
+    # B's own chunk is intact and still read in place.
+    assert lookup(b, toks_b, "r2") == 1
+    got = b.call("prepare_retrieve", key(toks_b, 0, CHUNK, "r2"), 32)
+    assert got["success"] is True and got["context"]["slots"][0]["offset"] < (64 << 20)
+    assert b.call("commit_retrieve", key(toks_b, 0, CHUNK, "r2"), 32) is True
+    for rid in ("r", "r2"):
+        b.call("end_session", rid)
+    srv.wait_idle()
+    arena_a.close()
+    arena_b.close()

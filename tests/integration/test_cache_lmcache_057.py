@@ -332,7 +332,7 @@ def _hybrid_groups(ct):
                            window_chunks=1))
 
 
-@pytest.mark.parametrize("transfer", ["shm", "inline"])
+@pytest.mark.parametrize("transfer", ["in_place", "shm", "inline"])
 def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server, transfer):
     """A hybrid-KV worker (group_layouts with a full-attention group and a
     sliding-window group of one chunk's window, as LMCache 0.5.7's vLLM
@@ -343,7 +343,9 @@ def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server, tr
     every chunk; the window: its last chunk), the retrieve returns each
     group's in-window suffix byte for byte, and what does not match a group
     is refused."""
-    srv = cache_server(overrides={"cache.engine_driven_transfer": transfer})
+    srv = cache_server(overrides={
+        "cache.engine_driven_transfer": "inline" if transfer == "inline" else "shm",
+        "cache.engine_driven_in_place": transfer == "in_place"})
     client = lmc.create_request_client(srv.endpoint, context=srv.ctx)
     ct = lmc.custom_types
     full, swa = _hybrid_groups(ct)
@@ -357,8 +359,11 @@ def test_057_hybrid_model_groups_store_lookup_and_retrieve(lmc, cache_server, tr
         if transfer == "inline":
             assert (reply.shm_name, reply.pool_size) == ("", 0)
         else:
-            # 16 slots per group, each as long as the largest group's chunk.
-            assert reply.shm_name.startswith("/kvsidecar.") and reply.pool_size == 2 * 16 * full_n
+            # 16 slots per group, each as long as the largest group's chunk
+            # (in place: after the L1 offsets, page-aligned).
+            slots = 2 * 16 * full_n
+            want = (64 << 20) + (slots + 4095) // 4096 * 4096 if transfer == "in_place" else slots
+            assert reply.shm_name.startswith("/kvsidecar.") and reply.pool_size == want
             staging = Staging(reply.shm_name, reply.pool_size)
         srv.wait_log(r"instance 81 registered \(engine-driven, a hybrid model of 2 groups\)")
 
