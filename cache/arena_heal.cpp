@@ -1,5 +1,7 @@
 #include "cache/arena_heal.hpp"
 
+#include "core/sigbus_chain.hpp"
+
 #include <csignal>
 #include <mutex>
 
@@ -16,21 +18,6 @@ std::atomic<uint64_t> g_healed{0};
 struct sigaction g_previous {};
 std::once_flag g_installed;
 
-void pass_on(int sig, siginfo_t* info, void* uctx) {
-  const struct sigaction& prev = g_previous;
-  if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
-    prev.sa_sigaction(sig, info, uctx);
-    return;
-  }
-  if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
-    prev.sa_handler(sig);
-    return;
-  }
-  // Default action: the faulting instruction re-runs and dies of it.
-  signal(SIGBUS, SIG_DFL);
-  if (info == nullptr || info->si_code <= 0)
-    raise(SIGBUS);
-}
 
 /// Grows the object behind `addr` back when it was shrunk; true when the
 /// access can be re-run.
@@ -58,16 +45,10 @@ bool heal(uintptr_t addr) {
 void on_sigbus(int sig, siginfo_t* info, void* uctx) {
   if (info != nullptr && info->si_code > 0 && heal(reinterpret_cast<uintptr_t>(info->si_addr)))
     return;
-  pass_on(sig, info, uctx);
+  sigbus_pass_on(g_previous, sig, info, uctx);
 }
 
-void install() {
-  struct sigaction sa {};
-  sa.sa_sigaction = on_sigbus;
-  sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGBUS, &sa, &g_previous);
-}
+void install() { sigbus_install(on_sigbus, &g_previous); }
 
 } // namespace
 

@@ -340,12 +340,19 @@ bool slot_pool::move_extent(size_t i, arena_id to) {
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0)
                 : ::mmap(at, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
                          arenas_[to].fd, static_cast<off_t>(off));
-  if (got == MAP_FAILED) return false;
+  if (got == MAP_FAILED) {
+    arena_error_ = std::string("remapping an L1 extent: ") + std::strerror(errno);
+    return false;
+  }
 #ifdef MADV_HUGEPAGE
   if (to == anonymous_arena && hugepages_) (void)::madvise(at, map_len, MADV_HUGEPAGE);
 #endif
+  int fe = 0;
   if (to != anonymous_arena &&
-      ::posix_fallocate(arenas_[to].fd, static_cast<off_t>(off), static_cast<off_t>(map_len)) != 0) {
+      (fe = ::posix_fallocate(arenas_[to].fd, static_cast<off_t>(off),
+                              static_cast<off_t>(map_len))) != 0) {
+    arena_error_ = "reserving " + std::to_string(map_len) + " bytes of '" + arenas_[to].name +
+                   "' in /dev/shm: " + std::strerror(fe) + " (is /dev/shm large enough?)";
     // /dev/shm cannot hold it: give the range back to where it was.
     if (from == anonymous_arena)
       (void)::mmap(at, map_len, PROT_READ | PROT_WRITE,
@@ -365,6 +372,7 @@ bool slot_pool::move_extent(size_t i, arena_id to) {
   drop_run(it);
   if (r_off < off) add_run(r_off, off - r_off);
   if (r_off + r_len > off + len) add_run(off + len, r_off + r_len - (off + len));
+  arena_error_.clear();
   extents_[i].arena = to;
   extents_[i].slots = 0;
   extent_size_[i].store(to == anonymous_arena ? 0 : arenas_[to].object_size,

@@ -123,6 +123,10 @@ public:
   size_t arena_extents(arena_id a) const { return a < arenas_.size() ? arenas_[a].extents : 0; }
   arena_id arena_of(slot_id s) const { return arena_at(slots_[s].offset); }
   size_t extent_bytes() const { return extent_; }
+  /// Why the last extent an arena tried to claim could not be had (the
+  /// kernel refused the remap, or /dev/shm could not hold it); "" after a
+  /// claim that worked.
+  const std::string& arena_error() const { return arena_error_; }
 
   std::byte* data(slot_id s) const { return base_ + slots_[s].offset; }
   size_t offset(slot_id s) const { return slots_[s].offset; }
@@ -246,6 +250,7 @@ private:
   size_t extent_ = 0;
   size_t slot_end_ = 0;               // slots are carved from [0, slot_end_)
   bool hugepages_ = false;
+  std::string arena_error_;
   size_t used_count_ = 0;
   size_t bytes_used_ = 0;
   std::atomic<size_t> high_water_{0}; // written by the owner, read by the prefault thread

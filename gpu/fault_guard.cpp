@@ -1,5 +1,7 @@
 #include "gpu/fault_guard.hpp"
 
+#include "core/sigbus_chain.hpp"
+
 #include <atomic>
 #include <csetjmp>
 #include <csignal>
@@ -25,24 +27,6 @@ __attribute__((tls_model("initial-exec"))) thread_local guard_frame* t_frame = n
 struct sigaction g_previous {};
 std::once_flag g_installed;
 
-/// A SIGBUS that is not ours: behave as if our handler were not there.
-void pass_on(int sig, siginfo_t* info, void* uctx) {
-  const struct sigaction& prev = g_previous;
-  if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
-    prev.sa_sigaction(sig, info, uctx);
-    return;
-  }
-  if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
-    prev.sa_handler(sig);
-    return;
-  }
-  // Default action. A fault re-executes the faulting instruction on return
-  // and dies of it now (with a core and the right address); a SIGBUS sent
-  // with kill() has no instruction to re-run, so raise it again.
-  signal(SIGBUS, SIG_DFL);
-  if (info == nullptr || info->si_code <= 0)
-    raise(SIGBUS);
-}
 
 void on_sigbus(int sig, siginfo_t* info, void* uctx) {
   guard_frame* f = t_frame;
@@ -58,16 +42,10 @@ void on_sigbus(int sig, siginfo_t* info, void* uctx) {
       }
     }
   }
-  pass_on(sig, info, uctx);
+  sigbus_pass_on(g_previous, sig, info, uctx);
 }
 
-void install() {
-  struct sigaction sa {};
-  sa.sa_sigaction = on_sigbus;
-  sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGBUS, &sa, &g_previous);
-}
+void install() { sigbus_install(on_sigbus, &g_previous); }
 
 } // namespace
 

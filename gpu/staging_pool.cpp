@@ -45,7 +45,26 @@ void copy_slots(void* arg) {
   }
 }
 
+/// Bytes of `slots` slots of `slot_bytes`, or why that is no pool.
+expected<uint64_t> pool_bytes(uint64_t slot_bytes, uint32_t slots) {
+  if (slot_bytes == 0 || slots == 0)
+    return make_error("staging", "a staging pool needs at least one slot of at least one byte");
+  uint64_t size = 0;
+  if (__builtin_mul_overflow(slot_bytes, uint64_t{slots}, &size) || size > (uint64_t{1} << 46))
+    return make_error("staging", std::to_string(slots) + " slots of " +
+                                     std::to_string(slot_bytes) + " bytes is too large");
+  return size;
+}
+
 } // namespace
+
+staging_pool::staging_pool(std::string name, uint8_t* base, uint64_t size, uint64_t slot_bytes,
+                           uint32_t slots)
+    : name_(std::move(name)), base_(base), size_(size), slot_bytes_(slot_bytes) {
+  taken_.assign(slots, false);
+  free_.reserve(slots);
+  for (uint32_t s = slots; s > 0; --s) free_.push_back(s - 1);
+}
 
 status staging_pool::copy(const std::vector<uint64_t>& offsets, const std::vector<uint8_t*>& l1,
                           bool to_l1, const std::vector<uint64_t>& lengths) const {
@@ -112,12 +131,8 @@ expected<std::unique_ptr<staging_pool>> staging_pool::create(std::string name,
                                                               uint64_t slot_bytes,
                                                               uint32_t slots,
                                                               std::optional<uint32_t> owner_uid) {
-  if (slot_bytes == 0 || slots == 0)
-    return make_error("staging", "a staging pool needs at least one slot of at least one byte");
-  uint64_t size = 0;
-  if (__builtin_mul_overflow(slot_bytes, uint64_t{slots}, &size) || size > (uint64_t{1} << 46))
-    return make_error("staging", std::to_string(slots) + " slots of " +
-                                     std::to_string(slot_bytes) + " bytes is too large");
+  auto size = pool_bytes(slot_bytes, slots);
+  if (!size) return size.error_value();
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return sys_error("shm_open", name, errno);
   auto fail = [&](const char* what) {
@@ -128,71 +143,54 @@ expected<std::unique_ptr<staging_pool>> staging_pool::create(std::string name,
   };
   if (owner_uid && *owner_uid != geteuid() && fchown(fd, *owner_uid, static_cast<gid_t>(-1)) != 0)
     return fail("fchown to the client's uid");
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) return fail("ftruncate");
+  if (ftruncate(fd, static_cast<off_t>(*size)) != 0) return fail("ftruncate");
   // Reserve the pages now: tmpfs grants a sparse object of any size, and the
   // engine would die of SIGBUS on its first write past what /dev/shm holds.
-  if (int e = posix_fallocate(fd, 0, static_cast<off_t>(size)); e != 0) {
+  if (int e = posix_fallocate(fd, 0, static_cast<off_t>(*size)); e != 0) {
     close(fd);
     shm_unlink(name.c_str());
-    return make_error("staging", "posix_fallocate('" + name + "', " + std::to_string(size) +
+    return make_error("staging", "posix_fallocate('" + name + "', " + std::to_string(*size) +
                                      " bytes): " + std::strerror(e) +
                                      " (is /dev/shm large enough? cache.engine_driven_slots "
                                      "sets the slots per instance)");
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return fail("mmap");
   close(fd);
-  std::unique_ptr<staging_pool> pool(new staging_pool());
-  pool->name_ = std::move(name);
-  pool->base_ = static_cast<uint8_t*>(p);
-  pool->size_ = size;
-  pool->slot_bytes_ = slot_bytes;
-  pool->taken_.assign(slots, false);
-  pool->free_.reserve(slots);
-  for (uint32_t s = slots; s > 0; --s) pool->free_.push_back(s - 1);
-  return pool;
+  return std::unique_ptr<staging_pool>(
+    new staging_pool(std::move(name), static_cast<uint8_t*>(p), *size, slot_bytes, slots));
 }
 
 expected<std::unique_ptr<staging_pool>> staging_pool::open_in(std::string name, uint64_t origin,
                                                                uint64_t slot_bytes,
                                                                uint32_t slots) {
-  if (slot_bytes == 0 || slots == 0)
-    return make_error("staging", "a staging pool needs at least one slot of at least one byte");
-  uint64_t size = 0;
-  if (__builtin_mul_overflow(slot_bytes, uint64_t{slots}, &size) || size > (uint64_t{1} << 46))
-    return make_error("staging", std::to_string(slots) + " slots of " +
-                                     std::to_string(slot_bytes) + " bytes is too large");
+  auto size = pool_bytes(slot_bytes, slots);
+  if (!size) return size.error_value();
   if (origin % static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) != 0)
     return make_error("staging", "origin " + std::to_string(origin) + " is not page-aligned");
   const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return sys_error("shm_open", name, errno);
   struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < origin + size) {
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < origin + *size) {
     close(fd);
     return make_error("staging", "'" + name + "' is shorter than its staging slots end (" +
-                                     std::to_string(origin + size) + " bytes)");
+                                     std::to_string(origin + *size) + " bytes)");
   }
-  if (int e = posix_fallocate(fd, static_cast<off_t>(origin), static_cast<off_t>(size)); e != 0) {
+  if (int e = posix_fallocate(fd, static_cast<off_t>(origin), static_cast<off_t>(*size)); e != 0) {
     close(fd);
-    return make_error("staging", "posix_fallocate('" + name + "', " + std::to_string(size) +
+    return make_error("staging", "posix_fallocate('" + name + "', " + std::to_string(*size) +
                                      " bytes): " + std::strerror(e) +
                                      " (is /dev/shm large enough? cache.engine_driven_slots "
                                      "sets the slots per instance)");
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(origin));
+  void* p = mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(origin));
   const int e = errno;
   close(fd);
   if (p == MAP_FAILED) return sys_error("mmap", name, e);
-  std::unique_ptr<staging_pool> pool(new staging_pool());
-  pool->name_ = std::move(name);
+  std::unique_ptr<staging_pool> pool(
+    new staging_pool(std::move(name), static_cast<uint8_t*>(p), *size, slot_bytes, slots));
   pool->owns_name_ = false;
   pool->origin_ = origin;
-  pool->base_ = static_cast<uint8_t*>(p);
-  pool->size_ = size;
-  pool->slot_bytes_ = slot_bytes;
-  pool->taken_.assign(slots, false);
-  pool->free_.reserve(slots);
-  for (uint32_t s = slots; s > 0; --s) pool->free_.push_back(s - 1);
   return pool;
 }
 

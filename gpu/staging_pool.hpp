@@ -76,7 +76,9 @@ public:
               bool to_l1, const std::vector<uint64_t>& lengths = {}) const;
 
 private:
-  staging_pool() = default;
+  /// `base` maps `size` bytes: `slots` slots of `slot_bytes`, all free.
+  staging_pool(std::string name, uint8_t* base, uint64_t size, uint64_t slot_bytes,
+               uint32_t slots);
   std::string name_;
   bool owns_name_ = true; ///< unlinks name_ when destroyed (not open_in's)
   uint64_t origin_ = 0;

@@ -205,8 +205,11 @@ caf::result<store_reserve_reply> on_reserve(self_ptr self, store_reserve& q) {
     if (r.status == reserve_status::no_space) {
       for (auto& rk : reserved)
         st.index->abort(rk);
+      const auto& why = st.p.pool->arena_error();
       return refuse({"no_space", std::string{"no space in L1: "} + to_string(r.reason)
-                                   + (r.detail.empty() ? "" : " (" + r.detail + ")")});
+                                   + (r.detail.empty() ? "" : " (" + r.detail + ")")
+                                   + (arena == anonymous_arena || why.empty() ? ""
+                                                                              : "; " + why)});
     }
     reserved.push_back(k);
     out.chunks.push_back(reserved_chunk{i, reinterpret_cast<uint8_t*>(r.data), r.offset});

@@ -149,3 +149,40 @@ TEST_CASE("staging pool: objects of sidecars that are gone are removed, live one
   CHECK(shm_exists(other));                 // not a staging name: never touched
   shm_unlink(other.c_str());
 }
+
+TEST_CASE("staging pool inside an L1 arena's object: offsets are the object's, the name not ours") {
+  // What the store's open_arena leaves: an object longer than L1 (here
+  // 1 MiB of "L1" then 4 slots of 64 KiB).
+  const std::string name = staging_pool_name(7);
+  const uint64_t origin = 1 << 20, slot = 64 << 10;
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(ftruncate(fd, static_cast<off_t>(origin + 4 * slot)) == 0);
+  {
+    auto too_far = staging_pool::open_in(name, origin, slot, 5);
+    REQUIRE_FALSE(too_far);
+    CHECK(too_far.error_value().detail.find("shorter than its staging slots end") !=
+          std::string::npos);
+    auto pool = staging_pool::open_in(name, origin, slot, 4);
+    REQUIRE(pool);
+    auto& p = **pool;
+    CHECK(p.origin() == origin);
+    auto taken = p.take(4);
+    REQUIRE(taken.size() == 4);
+    for (auto off : taken) CHECK((off >= origin && (off - origin) % slot == 0));
+    CHECK_FALSE(p.is_taken(0)); // an L1 offset is never a staging slot
+    // L1 -> the slot; the engine sees it at that offset of the whole object.
+    std::vector<uint8_t> l1(slot, 0x6b);
+    REQUIRE(p.copy({taken[2]}, {l1.data()}, false));
+    void* m = mmap(nullptr, origin + 4 * slot, PROT_READ, MAP_SHARED, fd, 0);
+    REQUIRE(m != MAP_FAILED);
+    CHECK(static_cast<uint8_t*>(m)[taken[2]] == 0x6b);
+    CHECK(static_cast<uint8_t*>(m)[taken[2] + slot - 1] == 0x6b);
+    munmap(m, origin + 4 * slot);
+    REQUIRE(p.give(taken));
+  }
+  // The store owns the name: the pool leaves it.
+  CHECK(shm_exists(name));
+  close(fd);
+  shm_unlink(name.c_str());
+}
