@@ -27,14 +27,13 @@ using msgpack_io::writer;
 
 namespace {
 
-/// A row: the op (or the kv-event subscription) and its message's step.
+/// A row: the op (subscribe_kv_events included) and its message's step.
 /// The row's functions are kept type-erased (a function pointer converts to
 /// another function pointer type and back unchanged); `run` is the step for
 /// the row's message type, which casts them back.
 struct request_row {
   using erased = void (*)();
   mp_op op;
-  bool subscribe;
   erased frames;
   erased shows_057;
   expected<frames_t> (*run)(const request_row&, std::string_view, client_release);
@@ -49,8 +48,8 @@ expected<frames_t> run_row(const request_row& row, std::string_view bytes, clien
 
 template <class Msg>
 request_row row(mp_op op, void (*frames)(const Msg&, arg_frames&) = nullptr,
-                bool (*shows_057)(const Msg&) = nullptr, bool subscribe = false) {
-  return {op, subscribe, reinterpret_cast<request_row::erased>(frames),
+                bool (*shows_057)(const Msg&) = nullptr) {
+  return {op, reinterpret_cast<request_row::erased>(frames),
           reinterpret_cast<request_row::erased>(shows_057), &run_row<Msg>};
 }
 
@@ -267,19 +266,18 @@ const request_row rows[] = {
   row<pb::ServerModuleCallRequest>(mp_op::server_module_affinity_call, server_module_call),
   // KVEventService (0.5.7; 0.5.6's ObservabilityService): server streaming.
   row<pb::SubscribeKvEventsRequest>(
-    mp_op::noop,
+    mp_op::subscribe_kv_events,
     [](const auto& r, arg_frames& a) {
       a.sint(r.instance_id());
       a.str(r.model_name());
       a.sint(r.cursor());
       a.sint(r.max_events());
-    },
-    nullptr, true),
+    }),
 };
 
 const request_row* find_row(const grpc_method& m) {
   for (const auto& r : rows)
-    if (r.subscribe == m.subscribe && r.op == m.op)
+    if (r.op == m.op)
       return &r;
   return nullptr;
 }

@@ -82,6 +82,11 @@ struct row {
     r.last_arg_057 = true;
     return *this;
   }
+  /// A stream the engine bridge serves, not a request (no decoder).
+  constexpr row& streamed() {
+    r.streamed = true;
+    return *this;
+  }
   constexpr row& decode(status (*f)(const lmcache_wire::op_args&, mp_request_body&)) {
     r.decode = f;
     return *this;
@@ -233,6 +238,9 @@ constexpr mp_op_row rows[] = {
   row(mp_op::server_module_affinity_call, "server_module_affinity_call")
     .only_in(client_release::v0_5_7).args({"request"}).decode(body::server_module_call)
     .grpc(nullptr, "/lmcache.mp.ExtensionService/ServerModuleAffinityCall"),
+  row(mp_op::subscribe_kv_events, "subscribe_kv_events")
+    .args({"instance_id", "model_name", "cursor", "max_events"}).streamed()
+    .grpc("/lmcache.mp.ObservabilityService/SubscribeKvEvents", "/lmcache.mp.KVEventService/SubscribeKvEvents"),
 };
 // clang-format on
 

@@ -62,7 +62,12 @@ struct mp_op_row {
   /// every default), older releases never do.
   bool last_arg_057 = false;
   const char* arg_names[7] = {};
-  /// The body decoder entry (lmcache_body_decode.hpp).
+  /// The op opens a stream the engine bridge serves (subscribe_kv_events:
+  /// its on_subscribe, lmcache_kv_events.hpp decodes the arguments), not a
+  /// request: decode_mp_request refuses it ("unsupported_op") and the row
+  /// has no `decode`; streamed_row() finds it for the bridge instead.
+  bool streamed = false;
+  /// The body decoder entry (lmcache_body_decode.hpp); nullptr only when streamed.
   status (*decode)(const lmcache_wire::op_args&, mp_request_body&) = nullptr;
   /// The release a decoded body shows beyond its key's token form, or
   /// nullptr (register_kv_cache_engine_driven_context: its group_layouts).
@@ -99,6 +104,10 @@ const mp_op_row& op_row(mp_op op);
 /// The row of a snake_case name / a legacy id (either table), or nullptr.
 const mp_op_row* op_row_by_name(std::string_view name);
 const mp_op_row* op_row_by_id(int64_t id);
+
+/// The row of a streamed op (subscribe_kv_events) when `op_frame` names
+/// one, else nullptr (every other op is a request: decode_mp_request).
+const mp_op_row* streamed_row(std::string_view op_frame);
 
 /// Every row, for walking the table.
 struct mp_op_rows {

@@ -81,6 +81,10 @@ enum class mp_op : uint8_t {
   /// 0.5.6+: a server module method; 0.5.7 adds the affinity variant.
   server_module_call = 201,
   server_module_affinity_call = 202,
+  /// 0.5.6+ (advertised as "kv_event_stream"): a stream of KVEventBatch
+  /// frames, not a request and reply; its row is `streamed` and the engine
+  /// bridge serves it (lmcache_kv_events.hpp).
+  subscribe_kv_events = 203,
 };
 
 /// The LMCache client release a request shows itself to come from, read

@@ -363,10 +363,11 @@ void engine_bridge::serve(std::string identity, const std::vector<std::string_vi
   // subscribe_kv_events and its stream control frames (lmcache_wire/lmcache_kv_events.hpp).
   if (args.size() == 3 && args[1].empty() && streams_.control(identity, args[0], args[2]))
     return;
-  if (args.size() >= 2 && is_subscribe_kv_events_op(args[1])) {
-    on_subscribe(identity, args);
-    return;
-  }
+  if (args.size() >= 2)
+    if (const auto* streamed = streamed_row(args[1])) {
+      open_stream(*streamed, identity, args);
+      return;
+    }
   auto res = decode_mp_request(args);
   if (!res) {
     const error& err = res.error_value();
@@ -423,6 +424,31 @@ void engine_bridge::serve(std::string identity, const std::vector<std::string_vi
   if (op_row(call.request->op).instance_use == mp_instance_use::registers)
     call.peer_pid = peer_pid(first_frame, grpc_peer);
   route(std::move(call));
+}
+
+const engine_bridge::stream_handler engine_bridge::stream_handlers_[] = {
+  {mp_op::subscribe_kv_events, &engine_bridge::on_subscribe},
+};
+
+bool bridge_streams(mp_op op) {
+  for (const auto& h : engine_bridge::stream_handlers_)
+    if (h.op == op)
+      return true;
+  return false;
+}
+
+void engine_bridge::open_stream(const mp_op_row& row, const std::string& identity,
+                                const std::vector<std::string_view>& args) {
+  for (const auto& h : stream_handlers_)
+    if (h.op == row.op) {
+      (this->*h.open)(identity, args);
+      return;
+    }
+  // A streamed row with no handler here: a failure, never silence.
+  KVS_ERROR(label(), "op {} is streamed but has no stream handler", row.name);
+  send_reply(mp_reply{identity, std::string{args[0]},
+                      encode_mp_failure_op(std::string(row.name) + ": no handler for this stream"),
+                      std::nullopt});
 }
 
 void engine_bridge::on_subscribe(const std::string& identity,
