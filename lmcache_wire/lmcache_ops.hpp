@@ -1,14 +1,15 @@
 // The LMCache op table: one row per op kvsidecar serves, read by every layer
 // instead of a switch on the op. A row says how the op is named and numbered
-// per client release, how its arguments decode (the body decoder's entry,
-// lmcache_body_decode.cpp), where its request id and worker instance are, who
-// serves it and who acks it, and LMCache's failure value for it. The rows are
-// in lmcache_ops.cpp; docs/ARCHITECTURE.md "Op -> files" lists where each
-// op's handler is (checked by tests/unit/test_grpc_op_table.cpp).
+// per client release, its request struct (whose `wire_args()` give the
+// argument names and the generic body decoder, lmcache_body_decode.hpp),
+// where its request id and worker instance are, who serves it and who acks
+// it, and LMCache's failure value for it. The rows are in lmcache_ops.cpp;
+// docs/ARCHITECTURE.md "LMCache ops → files" lists where each op's handler
+// is (checked by tests/unit/test_grpc_op_table.cpp).
 //
-// Adding an op: its request struct (lmcache_protocol.hpp), its body decoder,
+// Adding an op: its request struct with its wire_args() (lmcache_protocol.hpp),
 // its row, and one handler where the row's route points (docs/ARCHITECTURE.md
-// "LMCache ops -> files").
+// "Adding an LMCache op").
 //
 // No msgpack and no CAF here: actors include it freely.
 #pragma once
@@ -67,7 +68,8 @@ struct mp_op_row {
   /// request: decode_mp_request refuses it ("unsupported_op") and the row
   /// has no `decode`; streamed_row() finds it for the bridge instead.
   bool streamed = false;
-  /// The body decoder entry (lmcache_body_decode.hpp); nullptr only when streamed.
+  /// The body decoder (lmcache_body_decode.hpp's decode_args<Req>, set by
+  /// the row's body<Req>()); nullptr only when streamed.
   status (*decode)(const lmcache_wire::op_args&, mp_request_body&) = nullptr;
   /// The release a decoded body shows beyond its key's token form, or
   /// nullptr (register_kv_cache_engine_driven_context: its group_layouts).
