@@ -1,10 +1,13 @@
 // One row per op: how its reply body (msgpack, None) is read into its RPC's
 // response message. Everything else a reply goes through, whether a body is
 // needed, the message and its serialization, is the one step of `run_row`;
-// the reading is over grpc_body_reader.hpp. Adding an op is adding its row.
+// the reading is over grpc_body_reader.hpp. An op whose response message
+// has no fields needs no row (grpc_generic.hpp).
 #include "lmcache_grpc/grpc_reply.hpp"
 
 #include "lmcache_grpc/grpc_body_reader.hpp"
+#include "lmcache_grpc/grpc_generic.hpp"
+#include "lmcache_wire/lmcache_ops.hpp"
 
 #include "engine_driven_service.pb.h"
 #include "extension_service.pb.h"
@@ -52,18 +55,9 @@ expected<std::string> run_row(const reply_row& row, body_reader& b, bool has_bod
   return out.SerializeAsString();
 }
 
-/// None-returning ops: the empty message, whatever (nothing) came.
-expected<std::string> run_none(const reply_row&, body_reader&, bool) {
-  return std::string{};
-}
-
 template <class Msg>
 reply_row row(mp_op op, status (*read)(body_reader&, Msg&), bool needs_body = true) {
   return {op, needs_body, reinterpret_cast<reply_row::erased>(read), &run_row<Msg>};
-}
-
-reply_row none(mp_op op) {
-  return {op, false, nullptr, &run_none};
 }
 
 // -- Readers more than one row has ----------------------------------------------
@@ -203,16 +197,11 @@ status server_module_call(body_reader& b, pb::ServerModuleCallResponse& out) {
   });
 }
 
-// query_prefetch_lookup_hits has no gRPC method: no row ("no reply transcoder").
+// The ops whose response message has fields. One whose response has none
+// (LMCache's None-returning ops) needs no row: it is the empty message
+// (grpc_generic.hpp). query_prefetch_lookup_hits has no gRPC method: no row
+// ("no reply transcoder").
 const reply_row rows[] = {
-  none(mp_op::register_kv_cache),
-  none(mp_op::unregister_kv_cache),
-  none(mp_op::lookup),
-  none(mp_op::free_lookup_locks),
-  none(mp_op::end_session),
-  none(mp_op::unregister_kv_cache_engine_driven_context),
-  none(mp_op::clear),
-  none(mp_op::report_block_allocation),
   row<pb::StoreResponse>(mp_op::store, event_result),
   row<pb::RetrieveResponse>(mp_op::retrieve, event_result),
   // QueryPrefetchStatusResponse: the same fields as WaitPrefetchStatusResponse.
@@ -268,8 +257,11 @@ const reply_row* find_row(mp_op op) {
 expected<std::string> grpc_response(const grpc_method& m, const std::optional<std::string>& body) {
   body_reader b{body ? std::string_view{*body} : std::string_view{}, op_name(m)};
   const auto* r = find_row(m.op);
-  if (!r)
+  if (!r) {
+    if (auto empty = grpc_generic_response(op_row(m.op)))
+      return std::move(*empty);
     return b.fail("no reply transcoder");
+  }
   return r->run(*r, b, body.has_value());
 }
 

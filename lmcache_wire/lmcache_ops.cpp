@@ -56,6 +56,30 @@ client_release engine_driven_release(const mp_request_body& b) {
                                                                : client_release::v0_5_6;
 }
 
+/// An argument's kind (mp_arg_kind), from its member's type and form.
+template <class T, class M>
+constexpr mp_arg_kind kind_of(const wire::field<T, M>& f) {
+  (void)f; // read for strings only
+  if constexpr (std::is_same_v<M, cache_key>)
+    return mp_arg_kind::key;
+  else if constexpr (std::is_same_v<M, int64_t>)
+    return mp_arg_kind::int64;
+  else if constexpr (std::is_same_v<M, std::optional<int64_t>>)
+    return mp_arg_kind::opt_int64;
+  else if constexpr (std::is_same_v<M, std::string>)
+    return f.how == wire::form::bin ? mp_arg_kind::bin : mp_arg_kind::str;
+  else if constexpr (std::is_same_v<M, bool>)
+    return mp_arg_kind::boolean;
+  else if constexpr (std::is_same_v<M, double>)
+    return mp_arg_kind::float64;
+  else
+    return mp_arg_kind::other;
+}
+template <class T>
+constexpr mp_arg_kind kind_of(const wire::as_map<T>&) {
+  return mp_arg_kind::other;
+}
+
 using use = mp_instance_use;
 using route = mp_route;
 
@@ -109,7 +133,8 @@ struct row {
   template <class Req>
   constexpr row& body() {
     uint8_t n = 0;
-    std::apply([&](const auto&... a) { ((r.arg_names[n++] = a.name), ...); }, Req::wire_args());
+    std::apply([&](const auto&... a) { ((r.arg_names[n] = a.name, r.arg_kinds[n] = kind_of(a), ++n), ...); },
+               Req::wire_args());
     r.min_args = r.max_args = n;
     r.decode = &lmcache_wire::decode_args<Req>;
     if constexpr (has_key<Req>::value)

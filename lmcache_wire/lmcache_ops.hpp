@@ -43,6 +43,20 @@ enum class mp_instance_use : uint8_t {
   uses,        ///< a copy on the instance's memory (refused when another owns it)
 };
 
+/// What an argument is, for the layers that carry arguments generically
+/// (the gRPC request transcoder writes a proto field of the argument's name
+/// as this): from the request struct's wire_args() (lmcache_ops.cpp).
+enum class mp_arg_kind : uint8_t {
+  other,     ///< a shape of its own: a layer that carries it needs its own code
+  key,       ///< the cache key (IPCCacheServerKey)
+  int64,     ///< int
+  opt_int64, ///< int | None
+  str,       ///< str
+  bin,       ///< bytes
+  boolean,   ///< bool
+  float64,   ///< float
+};
+
 /// One op's row. Rows are built field by field by name (lmcache_ops.cpp's
 /// `row` builder); a field a row does not name keeps the default here.
 struct mp_op_row {
@@ -63,6 +77,7 @@ struct mp_op_row {
   /// every default), older releases never do.
   bool last_arg_057 = false;
   const char* arg_names[7] = {};
+  mp_arg_kind arg_kinds[7] = {};
   /// The op opens a stream the engine bridge serves (subscribe_kv_events:
   /// its on_subscribe, lmcache_kv_events.hpp decodes the arguments), not a
   /// request: decode_mp_request refuses it ("unsupported_op") and the row

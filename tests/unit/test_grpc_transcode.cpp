@@ -383,3 +383,59 @@ TEST_CASE("grpc: every method's row makes frames the shared decoder reads as its
   }
   CHECK(methods == 33); // 15 shared, 8 of 0.5.6's services, 10 of 0.5.7's
 }
+
+TEST_CASE("grpc: a message of plain arguments needs no row: its fields by name, byte for byte") {
+  // These go through grpc_generic.hpp (their op row's arguments read off the
+  // message's fields); the frames must be what LMCache's ZeroMQ client sends.
+  auto frames = [](std::string_view path, const auto& msg, client_release rel) {
+    const auto* m = find_grpc_method(path);
+    REQUIRE(m != nullptr);
+    auto f = grpc_request_frames(*m, msg.SerializeAsString(), rel, 7);
+    REQUIRE_MESSAGE(f, (f ? "" : f.error_value().detail));
+    return std::vector<std::string>(f->begin() + 2, f->end()); // the arguments
+  };
+  const auto v57 = client_release::v0_5_7;
+  pb::PingRequest ping;
+  CHECK(frames("/lmcache.mp.ManagementService/Ping", ping, v57) == std::vector<std::string>{"\xc0"});
+  ping.set_instance_id(5);
+  CHECK(frames("/lmcache.mp.ManagementService/Ping", ping, v57) == std::vector<std::string>{"\x05"});
+  pb::ClearRequest clear;
+  CHECK(frames("/lmcache.mp.ManagementService/Clear", clear, v57) == std::vector<std::string>{"\xc2"});
+  clear.set_force(true);
+  CHECK(frames("/lmcache.mp.ManagementService/Clear", clear, v57) == std::vector<std::string>{"\xc3"});
+  pb::WaitPrefetchStatusRequest wait;
+  wait.set_request_id("r");
+  wait.set_timeout(1.5);
+  CHECK(frames("/lmcache.mp.LookupService/WaitPrefetchStatus", wait, v57) ==
+        std::vector<std::string>{"\xa1r", bytes({0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0})});
+  pb::NegotiateChunkSizeRequest neg;
+  neg.set_required_chunk_alignment(16);
+  CHECK(frames("/lmcache.mp.ManagementService/NegotiateChunkSize", neg, v57) ==
+        std::vector<std::string>{"\x10"});
+  pb::UnregisterKvCacheRequest unreg;
+  unreg.set_instance_id(-1);
+  CHECK(frames("/lmcache.mp.LMCacheDrivenService/UnregisterKvCache", unreg, v57) ==
+        std::vector<std::string>{"\xff"});
+  CHECK(frames("/lmcache.mp.ManagementService/GetChunkSize", pb::GetChunkSizeRequest{}, v57).empty());
+  pb::CommitStoreRequest commit;
+  *commit.mutable_key() = key(tokens_057, 5);
+  commit.set_instance_id(9);
+  commit.set_data("ab");
+  auto c = frames("/lmcache.mp.EngineDrivenService/CommitStore", commit, v57);
+  REQUIRE(c.size() == 3); // key, instance_id, data
+  CHECK(c[1] == "\x09");
+  CHECK(c[2] == bytes({0xc4, 2, 'a', 'b'}));
+  // The same key frame as a row-written message's (StoreRequest's first argument).
+  pb::StoreRequest store;
+  *store.mutable_key() = key(tokens_057, 5);
+  CHECK(frames("/lmcache.mp.LMCacheDrivenService/Store", store, v57)[0] == c[0]);
+
+  // A None-returning op's response is its empty message, whatever came.
+  for (const char* path : {"/lmcache.mp.LookupService/Lookup", "/lmcache.mp.ManagementService/Clear",
+                           "/lmcache.mp.LMCacheDrivenService/RegisterKvCache"}) {
+    CAPTURE(path);
+    auto r = grpc_response(*find_grpc_method(path), std::nullopt);
+    REQUIRE(r);
+    CHECK(r->empty());
+  }
+}
