@@ -519,13 +519,4 @@ std::string encode_reply_prepare_retrieve_groups(const std::vector<shm_slot_desc
                                                  const std::vector<uint64_t>& group_ids,
                                                  const std::vector<uint64_t>& chunk_indices);
 
-// The names the actors still use (renamed here so that `mp_` no longer also
-// means msgpack; the callers move over when the concurrent actor work is
-// merged, then these go).
-inline std::string encode_mp_int(int64_t v) { return encode_reply_int(v); }
-inline std::string encode_mp_bool(bool v) { return encode_reply_bool(v); }
-inline std::string encode_mp_str(std::string_view v) { return encode_reply_str(v); }
-inline std::string encode_mp_event_ok(std::string_view h, bool ok) { return encode_reply_event_ok(h, ok); }
-inline std::string encode_mp_str_list(const std::vector<std::string>& v) { return encode_reply_str_list(v); }
-
 } // namespace kvs

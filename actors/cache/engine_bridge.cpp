@@ -533,11 +533,11 @@ bool engine_bridge::claim_instance(const mp_call& call, const mp_op_row& row) {
 const engine_bridge::op_handler engine_bridge::handlers_[] = {
   {mp_op::get_chunk_size,
    [](engine_bridge& b, const mp_call& call) {
-     b.send_reply(make_reply(call, encode_mp_int(b.p_.chunk_size)));
+     b.send_reply(make_reply(call, encode_reply_int(b.p_.chunk_size)));
    }},
   {mp_op::noop,
    [](engine_bridge& b, const mp_call& call) {
-     b.send_reply(make_reply(call, encode_mp_str("OK")));
+     b.send_reply(make_reply(call, encode_reply_str("OK")));
    }},
   {mp_op::negotiate_chunk_size,
    [](engine_bridge& b, const mp_call& call) {
@@ -548,7 +548,7 @@ const engine_bridge::op_handler engine_bridge::handlers_[] = {
      const int64_t cs = b.p_.chunk_size;
      const int64_t a = std::get<negotiate_chunk_size_req>(req.body).required_chunk_alignment;
      if (a >= 1 && cs % a == 0) {
-       b.send_reply(make_reply(call, encode_mp_int(cs)));
+       b.send_reply(make_reply(call, encode_reply_int(cs)));
      } else {
        b.reject(hex(call.identity), hex(req.uid_frame), "negotiate_chunk_size",
                 error{"chunk_size", "alignment " + std::to_string(a)});
@@ -569,7 +569,7 @@ const engine_bridge::op_handler engine_bridge::handlers_[] = {
   {mp_op::get_experimental,
    [](engine_bridge& b, const mp_call& call) {
      // With the log on, LMCache's vLLM adapter opens subscribe_kv_events.
-     b.send_reply(make_reply(call, encode_mp_str_list(b.streams_.enabled()
+     b.send_reply(make_reply(call, encode_reply_str_list(b.streams_.enabled()
                                                         ? std::vector<std::string>{"kv_event_stream"}
                                                         : std::vector<std::string>{})));
    }},
@@ -587,7 +587,7 @@ const engine_bridge::op_handler engine_bridge::handlers_[] = {
          b.streams_.touch(*p.instance_id, clock::now());
        }
      }
-     b.send_reply(make_reply(call, encode_mp_bool(true)));
+     b.send_reply(make_reply(call, encode_reply_bool(true)));
    }},
 };
 
