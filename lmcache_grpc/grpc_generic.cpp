@@ -7,7 +7,9 @@
 #include "lmcache_grpc/grpc_key_frame.hpp"
 #include "lmcache_grpc/grpc_request_step.hpp"
 #include "lmcache_wire/lmcache_ops.hpp"
+#include "msgpack/msgpack_reader.hpp"
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 
 #include <climits>
@@ -88,10 +90,6 @@ const generic_op& generic_of(const mp_op_row& row) {
 
 } // namespace
 
-const gp::MethodDescriptor* grpc_rpc_of(const mp_op_row& row) {
-  return generic_of(row).rpc;
-}
-
 std::optional<expected<std::vector<std::string>>>
 grpc_generic_request(const mp_op_row& row, std::string_view bytes, client_release dialect) {
   const auto& g = generic_of(row);
@@ -158,11 +156,62 @@ grpc_generic_request(const mp_op_row& row, std::string_view bytes, client_releas
   return std::move(a).take();
 }
 
-std::optional<std::string> grpc_generic_response(const mp_op_row& row) {
+std::optional<expected<std::string>> grpc_generic_response(const mp_op_row& row,
+                                                           grpc_reply::body_reader& b,
+                                                           bool has_body) {
   const auto& g = generic_of(row);
-  if (g.rpc && g.rpc->output_type()->field_count() == 0)
+  if (!g.rpc)
+    return std::nullopt;
+  const gp::Descriptor* type = g.rpc->output_type();
+  if (type->field_count() == 0)
     return std::string{};
-  return std::nullopt;
+  const gp::FieldDescriptor* f = type->field(0);
+  using T = gp::FieldDescriptor;
+  if (type->field_count() != 1 || f->is_repeated() || f->cpp_type() == T::CPPTYPE_MESSAGE ||
+      f->cpp_type() == T::CPPTYPE_ENUM)
+    return std::nullopt;
+  std::unique_ptr<gp::Message> msg(gp::MessageFactory::generated_factory()->GetPrototype(type)->New());
+  const gp::Reflection* refl = msg->GetReflection();
+  if (!has_body) {
+    if (!f->has_presence())
+      return expected<std::string>{b.fail("no reply body")};
+    return msg->SerializeAsString();
+  }
+  auto it = b.next();
+  if (!it)
+    return expected<std::string>{it.error_value()};
+  using msgpack_io::value_type;
+  const auto kind = it->kind;
+  const char* want = nullptr;
+  if (kind == value_type::nil && f->has_presence()) {
+    // int | None: the optional field left unset.
+  } else if (f->cpp_type() == T::CPPTYPE_INT64 || f->cpp_type() == T::CPPTYPE_INT32) {
+    if (kind == value_type::uint || kind == value_type::sint) {
+      const int64_t v = grpc_reply::body_reader::as_int(*it);
+      if (f->cpp_type() == T::CPPTYPE_INT64)
+        refl->SetInt64(msg.get(), f, v);
+      else
+        refl->SetInt32(msg.get(), f, static_cast<int32_t>(v));
+    } else {
+      want = "int";
+    }
+  } else if (f->cpp_type() == T::CPPTYPE_BOOL) {
+    if (kind == value_type::boolean)
+      refl->SetBool(msg.get(), f, it->u != 0);
+    else
+      want = "bool";
+  } else if (f->cpp_type() == T::CPPTYPE_STRING) {
+    if (kind == value_type::str || kind == value_type::bin)
+      refl->SetString(msg.get(), f, std::string{grpc_reply::body_reader::as_view(*it)});
+    else
+      want = "str or bytes";
+  } else {
+    return std::nullopt;
+  }
+  if (want)
+    return expected<std::string>{b.fail(f->name() + ": expected " + want + ", got " +
+                                        msgpack_io::kind_name(kind))};
+  return msg->SerializeAsString();
 }
 
 } // namespace kvs

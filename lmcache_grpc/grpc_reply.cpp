@@ -2,7 +2,7 @@
 // response message. Everything else a reply goes through, whether a body is
 // needed, the message and its serialization, is the one step of `run_row`;
 // the reading is over grpc_body_reader.hpp. An op whose response message
-// has no fields needs no row (grpc_generic.hpp).
+// has no fields or one scalar field needs no row (grpc_generic.hpp).
 #include "lmcache_grpc/grpc_reply.hpp"
 
 #include "lmcache_grpc/grpc_body_reader.hpp"
@@ -83,46 +83,6 @@ status event_result(body_reader& b, Msg& msg) {
   return {};
 }
 
-template <class Msg>
-status chunk_size(body_reader& b, Msg& out) {
-  auto it = b.next(value_type::uint, "value");
-  if (!it)
-    return it.error_value();
-  out.set_chunk_size(body_reader::as_int(*it));
-  return {};
-}
-
-expected<bool> bool_value(body_reader& b) {
-  auto it = b.next(value_type::boolean, "value");
-  if (!it)
-    return it.error_value();
-  return it->u != 0;
-}
-
-/// A bool body into the response's `success`.
-template <class Msg>
-status success_value(body_reader& b, Msg& out) {
-  auto v = bool_value(b);
-  if (!v)
-    return v.error_value();
-  out.set_success(*v);
-  return {};
-}
-
-/// int | None: the optional field set or not (QueryPrefetchStatusResponse,
-/// WaitPrefetchStatusResponse).
-template <class Msg>
-status chunk_count(body_reader& b, Msg& out) {
-  auto it = b.next();
-  if (!it)
-    return it.error_value();
-  if (it->kind == value_type::uint || it->kind == value_type::sint)
-    out.set_chunk_count(body_reader::as_int(*it));
-  else if (it->kind != value_type::nil)
-    return b.fail("chunk_count: expected int or nil");
-  return {};
-}
-
 // Fields more than one map body has.
 template <class Msg>
 expected<bool> success(body_reader& b, Msg& out) {
@@ -197,37 +157,14 @@ status server_module_call(body_reader& b, pb::ServerModuleCallResponse& out) {
   });
 }
 
-// The ops whose response message has fields. One whose response has none
-// (LMCache's None-returning ops) needs no row: it is the empty message
-// (grpc_generic.hpp). query_prefetch_lookup_hits has no gRPC method: no row
-// ("no reply transcoder").
+// The ops whose response is more than one scalar field. One whose response
+// has no fields (LMCache's None-returning ops) or a single scalar field
+// (an int, bool, str or bytes body) needs no row (grpc_generic.hpp).
+// query_prefetch_lookup_hits has no gRPC method: no row ("no reply
+// transcoder").
 const reply_row rows[] = {
   row<pb::StoreResponse>(mp_op::store, event_result),
   row<pb::RetrieveResponse>(mp_op::retrieve, event_result),
-  // QueryPrefetchStatusResponse: the same fields as WaitPrefetchStatusResponse.
-  row<pb::QueryPrefetchStatusResponse>(mp_op::query_prefetch_status, chunk_count, false),
-  row<pb::QueryPrefetchStatusResponse>(mp_op::wait_prefetch_status, chunk_count, false),
-  row<pb::GetChunkSizeResponse>(mp_op::get_chunk_size, chunk_size),
-  row<pb::NegotiateChunkSizeResponse>(mp_op::negotiate_chunk_size, chunk_size),
-  row<pb::PingResponse>(mp_op::ping,
-                        [](body_reader& b, pb::PingResponse& out) -> status {
-                          auto v = bool_value(b);
-                          if (!v)
-                            return v.error_value();
-                          out.set_ok(*v);
-                          return {};
-                        }),
-  // CommitRetrieveResponse: the same field as CommitStoreResponse.
-  row<pb::CommitStoreResponse>(mp_op::commit_store, success_value),
-  row<pb::CommitStoreResponse>(mp_op::commit_retrieve, success_value),
-  row<pb::NoopResponse>(mp_op::noop,
-                        [](body_reader& b, pb::NoopResponse& out) -> status {
-                          auto it = b.next(value_type::str, "message");
-                          if (!it)
-                            return it.error_value();
-                          out.set_message(text(*it));
-                          return {};
-                        }),
   row<pb::GetExperimentalResponse>(
     mp_op::get_experimental,
     [](body_reader& b, pb::GetExperimentalResponse& out) -> status {
@@ -258,8 +195,8 @@ expected<std::string> grpc_response(const grpc_method& m, const std::optional<st
   body_reader b{body ? std::string_view{*body} : std::string_view{}, op_name(m)};
   const auto* r = find_row(m.op);
   if (!r) {
-    if (auto empty = grpc_generic_response(op_row(m.op)))
-      return std::move(*empty);
+    if (auto generic = grpc_generic_response(op_row(m.op), b, body.has_value()))
+      return std::move(*generic);
     return b.fail("no reply transcoder");
   }
   return r->run(*r, b, body.has_value());

@@ -321,6 +321,12 @@ TEST_CASE("every row with a gRPC method has its paths, request transcoder and re
       auto frames = grpc_request_frames(m, "", client_release::v0_5_6, 1);
       if (!frames)
         CHECK(frames.error_value().detail.find("no request transcoder") == std::string::npos);
+      // The reply transcoder exists (a row, or the generic shapes): None
+      // may be refused for want of a body, never for want of a transcoder.
+      // (A stream's replies are KVEventBatch frames: grpc_kv_event_batch.)
+      auto none = grpc_response(m, std::nullopt);
+      if (!none && !row.streamed)
+        CHECK(none.error_value().detail.find("no reply transcoder") == std::string::npos);
       // Every answer the table gives the op transcodes to its response.
       if (row.failure)
         CHECK(grpc_response(m, failure_body(row.op)).has_value());

@@ -16,6 +16,7 @@
 #include "lookup_service.pb.h"
 #include "management_service.pb.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -429,6 +430,51 @@ TEST_CASE("grpc: a message of plain arguments needs no row: its fields by name, 
   pb::StoreRequest store;
   *store.mutable_key() = key(tokens_057, 5);
   CHECK(frames("/lmcache.mp.LMCacheDrivenService/Store", store, v57)[0] == c[0]);
+
+  // A scalar body goes into the response's one field.
+  auto reply = [](std::string_view path, const std::optional<std::string>& body) {
+    return grpc_response(*find_grpc_method(path), body);
+  };
+  pb::GetChunkSizeResponse cs;
+  auto r1 = reply("/lmcache.mp.ManagementService/GetChunkSize", encode_reply_int(256));
+  REQUIRE(r1);
+  REQUIRE(cs.ParseFromString(*r1));
+  CHECK(cs.chunk_size() == 256);
+  pb::PingResponse pong;
+  auto r2 = reply("/lmcache.mp.ControllerService/Ping", encode_reply_bool(true));
+  REQUIRE(r2);
+  REQUIRE(pong.ParseFromString(*r2));
+  CHECK(pong.ok());
+  pb::NoopResponse noop;
+  auto r3 = reply("/lmcache.mp.ManagementService/Noop", encode_reply_str("OK"));
+  REQUIRE(r3);
+  REQUIRE(noop.ParseFromString(*r3));
+  CHECK(noop.message() == "OK");
+  auto r4 = reply("/lmcache.mp.EngineDrivenService/CommitRetrieve", encode_reply_bool(false));
+  REQUIRE(r4);
+  CHECK(r4->empty()); // success false: the default, nothing on the wire
+  // int | None: nil (or None) leaves the optional field unset.
+  pb::QueryPrefetchStatusResponse q;
+  auto r5 = reply("/lmcache.mp.LookupService/QueryPrefetchStatus", std::string("\xc0", 1));
+  REQUIRE(r5);
+  REQUIRE(q.ParseFromString(*r5));
+  CHECK_FALSE(q.has_chunk_count());
+  auto r6 = reply("/lmcache.mp.LookupService/WaitPrefetchStatus", std::nullopt);
+  REQUIRE(r6);
+  CHECK(r6->empty());
+  auto r7 = reply("/lmcache.mp.LookupService/QueryPrefetchStatus", encode_reply_int(0));
+  REQUIRE(r7);
+  REQUIRE(q.ParseFromString(*r7));
+  CHECK(q.has_chunk_count()); // 0 is an answer, not None
+  CHECK(q.chunk_count() == 0);
+  // A field without presence needs a body; a body of the wrong kind is a bug.
+  auto none = reply("/lmcache.mp.ManagementService/GetChunkSize", std::nullopt);
+  REQUIRE_FALSE(none);
+  CHECK(none.error_value().kind == "bad_reply");
+  CHECK(none.error_value().detail == "get_chunk_size: no reply body");
+  auto wrong = reply("/lmcache.mp.ManagementService/Ping", encode_reply_int(1));
+  REQUIRE_FALSE(wrong);
+  CHECK(wrong.error_value().detail == "ping: ok: expected bool, got int");
 
   // A None-returning op's response is its empty message, whatever came.
   for (const char* path : {"/lmcache.mp.LookupService/Lookup", "/lmcache.mp.ManagementService/Clear",
