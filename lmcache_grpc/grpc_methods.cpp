@@ -8,22 +8,18 @@ namespace kvs {
 
 namespace {
 
-/// The methods: each op row's gRPC paths (lmcache_wire/lmcache_ops.cpp),
-/// then SubscribeKvEvents, a server-streaming RPC with no MP op row.
+/// The methods: each op row's gRPC paths (lmcache_wire/lmcache_ops.cpp);
+/// a streamed row's (SubscribeKvEvents) are server-streaming RPCs.
 std::vector<grpc_method> build_methods() {
   std::vector<grpc_method> out;
   for (const auto& row : all_op_rows()) {
     if (row.grpc_path)
-      out.push_back({row.grpc_path, row.op, false, client_release::unknown});
+      out.push_back({row.grpc_path, row.op, row.streamed, client_release::unknown});
     if (row.grpc_path_056)
-      out.push_back({row.grpc_path_056, row.op, false, client_release::v0_5_6});
+      out.push_back({row.grpc_path_056, row.op, row.streamed, client_release::v0_5_6});
     if (row.grpc_path_057)
-      out.push_back({row.grpc_path_057, row.op, false, client_release::v0_5_7});
+      out.push_back({row.grpc_path_057, row.op, row.streamed, client_release::v0_5_7});
   }
-  out.push_back({"/lmcache.mp.ObservabilityService/SubscribeKvEvents", mp_op::noop, true,
-                 client_release::v0_5_6});
-  out.push_back({"/lmcache.mp.KVEventService/SubscribeKvEvents", mp_op::noop, true,
-                 client_release::v0_5_7});
   return out;
 }
 
@@ -47,7 +43,7 @@ grpc_method_rows all_grpc_methods() {
 }
 
 std::string_view op_name(const grpc_method& m) {
-  return m.subscribe ? std::string_view{"subscribe_kv_events"} : std::string_view{to_string(m.op)};
+  return to_string(m.op);
 }
 
 } // namespace kvs

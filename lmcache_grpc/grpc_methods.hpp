@@ -26,8 +26,8 @@ namespace kvs {
 
 struct grpc_method {
   std::string_view path;     ///< "/lmcache.mp.LookupService/Lookup"
-  mp_op op;                  ///< the MP op it carries (unused for subscribe)
-  bool subscribe = false;    ///< SubscribeKvEvents: a server-streaming RPC
+  mp_op op;                  ///< the MP op it carries
+  bool subscribe = false;    ///< its row is streamed (SubscribeKvEvents): a server-streaming RPC
   /// v0_5_6 / v0_5_7 for the release-specific services; unknown for the
   /// services both releases share.
   client_release release = client_release::unknown;

@@ -1,10 +1,13 @@
 // One row per op: how its reply body (msgpack, None) is read into its RPC's
 // response message. Everything else a reply goes through, whether a body is
 // needed, the message and its serialization, is the one step of `run_row`;
-// the reading is over grpc_body_reader.hpp. Adding an op is adding its row.
+// the reading is over grpc_body_reader.hpp. An op whose response message
+// has no fields or one scalar field needs no row (grpc_generic.hpp).
 #include "lmcache_grpc/grpc_reply.hpp"
 
 #include "lmcache_grpc/grpc_body_reader.hpp"
+#include "lmcache_grpc/grpc_generic.hpp"
+#include "lmcache_wire/lmcache_ops.hpp"
 
 #include "engine_driven_service.pb.h"
 #include "extension_service.pb.h"
@@ -52,18 +55,9 @@ expected<std::string> run_row(const reply_row& row, body_reader& b, bool has_bod
   return out.SerializeAsString();
 }
 
-/// None-returning ops: the empty message, whatever (nothing) came.
-expected<std::string> run_none(const reply_row&, body_reader&, bool) {
-  return std::string{};
-}
-
 template <class Msg>
 reply_row row(mp_op op, status (*read)(body_reader&, Msg&), bool needs_body = true) {
   return {op, needs_body, reinterpret_cast<reply_row::erased>(read), &run_row<Msg>};
-}
-
-reply_row none(mp_op op) {
-  return {op, false, nullptr, &run_none};
 }
 
 // -- Readers more than one row has ----------------------------------------------
@@ -86,46 +80,6 @@ status event_result(body_reader& b, Msg& msg) {
     return ok.error_value();
   out.set_success(ok->u != 0);
   *msg.mutable_result() = out;
-  return {};
-}
-
-template <class Msg>
-status chunk_size(body_reader& b, Msg& out) {
-  auto it = b.next(value_type::uint, "value");
-  if (!it)
-    return it.error_value();
-  out.set_chunk_size(body_reader::as_int(*it));
-  return {};
-}
-
-expected<bool> bool_value(body_reader& b) {
-  auto it = b.next(value_type::boolean, "value");
-  if (!it)
-    return it.error_value();
-  return it->u != 0;
-}
-
-/// A bool body into the response's `success`.
-template <class Msg>
-status success_value(body_reader& b, Msg& out) {
-  auto v = bool_value(b);
-  if (!v)
-    return v.error_value();
-  out.set_success(*v);
-  return {};
-}
-
-/// int | None: the optional field set or not (QueryPrefetchStatusResponse,
-/// WaitPrefetchStatusResponse).
-template <class Msg>
-status chunk_count(body_reader& b, Msg& out) {
-  auto it = b.next();
-  if (!it)
-    return it.error_value();
-  if (it->kind == value_type::uint || it->kind == value_type::sint)
-    out.set_chunk_count(body_reader::as_int(*it));
-  else if (it->kind != value_type::nil)
-    return b.fail("chunk_count: expected int or nil");
   return {};
 }
 
@@ -203,42 +157,14 @@ status server_module_call(body_reader& b, pb::ServerModuleCallResponse& out) {
   });
 }
 
-// query_prefetch_lookup_hits has no gRPC method: no row ("no reply transcoder").
+// The ops whose response is more than one scalar field. One whose response
+// has no fields (LMCache's None-returning ops) or a single scalar field
+// (an int, bool, str or bytes body) needs no row (grpc_generic.hpp).
+// query_prefetch_lookup_hits has no gRPC method: no row ("no reply
+// transcoder").
 const reply_row rows[] = {
-  none(mp_op::register_kv_cache),
-  none(mp_op::unregister_kv_cache),
-  none(mp_op::lookup),
-  none(mp_op::free_lookup_locks),
-  none(mp_op::end_session),
-  none(mp_op::unregister_kv_cache_engine_driven_context),
-  none(mp_op::clear),
-  none(mp_op::report_block_allocation),
   row<pb::StoreResponse>(mp_op::store, event_result),
   row<pb::RetrieveResponse>(mp_op::retrieve, event_result),
-  // QueryPrefetchStatusResponse: the same fields as WaitPrefetchStatusResponse.
-  row<pb::QueryPrefetchStatusResponse>(mp_op::query_prefetch_status, chunk_count, false),
-  row<pb::QueryPrefetchStatusResponse>(mp_op::wait_prefetch_status, chunk_count, false),
-  row<pb::GetChunkSizeResponse>(mp_op::get_chunk_size, chunk_size),
-  row<pb::NegotiateChunkSizeResponse>(mp_op::negotiate_chunk_size, chunk_size),
-  row<pb::PingResponse>(mp_op::ping,
-                        [](body_reader& b, pb::PingResponse& out) -> status {
-                          auto v = bool_value(b);
-                          if (!v)
-                            return v.error_value();
-                          out.set_ok(*v);
-                          return {};
-                        }),
-  // CommitRetrieveResponse: the same field as CommitStoreResponse.
-  row<pb::CommitStoreResponse>(mp_op::commit_store, success_value),
-  row<pb::CommitStoreResponse>(mp_op::commit_retrieve, success_value),
-  row<pb::NoopResponse>(mp_op::noop,
-                        [](body_reader& b, pb::NoopResponse& out) -> status {
-                          auto it = b.next(value_type::str, "message");
-                          if (!it)
-                            return it.error_value();
-                          out.set_message(text(*it));
-                          return {};
-                        }),
   row<pb::GetExperimentalResponse>(
     mp_op::get_experimental,
     [](body_reader& b, pb::GetExperimentalResponse& out) -> status {
@@ -268,8 +194,11 @@ const reply_row* find_row(mp_op op) {
 expected<std::string> grpc_response(const grpc_method& m, const std::optional<std::string>& body) {
   body_reader b{body ? std::string_view{*body} : std::string_view{}, op_name(m)};
   const auto* r = find_row(m.op);
-  if (!r)
+  if (!r) {
+    if (auto generic = grpc_generic_response(op_row(m.op), b, body.has_value()))
+      return std::move(*generic);
     return b.fail("no reply transcoder");
+  }
   return r->run(*r, b, body.has_value());
 }
 

@@ -2,10 +2,13 @@
 // LMCache's ZeroMQ client of the release sends the op's arguments
 // (mq_protocol / custom_types.py). Everything else a request goes through,
 // parse, the release check and the key, is the one step of
-// grpc_request_step.hpp. Adding an op is adding its row.
+// grpc_request_step.hpp. An op whose arguments are all plain needs no row
+// (grpc_generic.hpp).
 #include "lmcache_grpc/grpc_request_frames.hpp"
 
+#include "lmcache_grpc/grpc_generic.hpp"
 #include "lmcache_grpc/grpc_request_step.hpp"
+#include "lmcache_wire/lmcache_ops.hpp"
 #include "lmcache_wire/tensor_wrappers.hpp"
 
 #include "engine_driven_service.pb.h"
@@ -27,14 +30,13 @@ using msgpack_io::writer;
 
 namespace {
 
-/// A row: the op (or the kv-event subscription) and its message's step.
+/// A row: the op (subscribe_kv_events included) and its message's step.
 /// The row's functions are kept type-erased (a function pointer converts to
 /// another function pointer type and back unchanged); `run` is the step for
 /// the row's message type, which casts them back.
 struct request_row {
   using erased = void (*)();
   mp_op op;
-  bool subscribe;
   erased frames;
   erased shows_057;
   expected<frames_t> (*run)(const request_row&, std::string_view, client_release);
@@ -49,8 +51,8 @@ expected<frames_t> run_row(const request_row& row, std::string_view bytes, clien
 
 template <class Msg>
 request_row row(mp_op op, void (*frames)(const Msg&, arg_frames&) = nullptr,
-                bool (*shows_057)(const Msg&) = nullptr, bool subscribe = false) {
-  return {op, subscribe, reinterpret_cast<request_row::erased>(frames),
+                bool (*shows_057)(const Msg&) = nullptr) {
+  return {op, reinterpret_cast<request_row::erased>(frames),
           reinterpret_cast<request_row::erased>(shows_057), &run_row<Msg>};
 }
 
@@ -172,14 +174,15 @@ void server_module_call(const pb::ServerModuleCallRequest& r, arg_frames& a) {
   });
 }
 
-// The rows. A message with a key gets its key frame first (the step); the
-// row lists what follows. No row: the op is refused ("no request
-// transcoder"), e.g. query_prefetch_lookup_hits, which has no RPC.
+// The rows, for the messages with an argument of a shape of its own (lists,
+// records, wrappers, 0.5.7's extra lists, the stream). A message with a key
+// gets its key frame first (the step); the row lists what follows. A message
+// whose arguments are all plain (the key, ints, strs, bytes, bools, floats)
+// needs no row: grpc_generic.hpp writes it from its op row's arguments.
+// Neither: the op is refused ("no request transcoder").
 const request_row rows[] = {
   // LMCacheDrivenService
   row<pb::RegisterKvCacheRequest>(mp_op::register_kv_cache, register_kv_cache),
-  row<pb::UnregisterKvCacheRequest>(mp_op::unregister_kv_cache,
-                                    [](const auto& r, arg_frames& a) { a.sint(r.instance_id()); }),
   row<pb::StoreRequest>(mp_op::store,
                         [](const auto& r, arg_frames& a) {
                           a.sint(r.instance_id());
@@ -194,14 +197,6 @@ const request_row rows[] = {
                              a.sint(r.skip_first_n_tokens());
                            }),
   // LookupService
-  row<pb::LookupRequest>(mp_op::lookup, [](const auto& r, arg_frames& a) { a.sint(r.tp_size()); }),
-  row<pb::QueryPrefetchStatusRequest>(
-    mp_op::query_prefetch_status, [](const auto& r, arg_frames& a) { a.str(r.request_id()); }),
-  row<pb::WaitPrefetchStatusRequest>(mp_op::wait_prefetch_status,
-                                     [](const auto& r, arg_frames& a) {
-                                       a.str(r.request_id());
-                                       a.add([&](writer& w) { w.float64(r.timeout()); });
-                                     }),
   row<pb::FreeLookupLocksRequest>(
     mp_op::free_lookup_locks,
     [](const auto& r, arg_frames& a) {
@@ -213,14 +208,9 @@ const request_row rows[] = {
       });
     },
     [](const auto& r) { return r.extra_ranges_size() > 0; }),
-  row<pb::EndSessionRequest>(mp_op::end_session,
-                             [](const auto& r, arg_frames& a) { a.str(r.request_id()); }),
   // EngineDrivenService
   row<pb::RegisterKvCacheEngineDrivenContextRequest>(
     mp_op::register_kv_cache_engine_driven_context, register_engine_driven_context),
-  row<pb::UnregisterKvCacheEngineDrivenContextRequest>(
-    mp_op::unregister_kv_cache_engine_driven_context,
-    [](const auto& r, arg_frames& a) { a.sint(r.instance_id()); }),
   row<pb::PrepareStoreRequest>(
     mp_op::prepare_store,
     [](const auto& r, arg_frames& a) {
@@ -232,54 +222,25 @@ const request_row rows[] = {
       });
     },
     [](const auto& r) { return r.skipped_chunks_size() > 0; }),
-  row<pb::CommitStoreRequest>(mp_op::commit_store,
-                              [](const auto& r, arg_frames& a) {
-                                a.sint(r.instance_id());
-                                a.bin(r.data());
-                              }),
-  row<pb::PrepareRetrieveRequest>(mp_op::prepare_retrieve,
-                                  [](const auto& r, arg_frames& a) { a.sint(r.instance_id()); }),
-  row<pb::CommitRetrieveRequest>(mp_op::commit_retrieve,
-                                 [](const auto& r, arg_frames& a) { a.sint(r.instance_id()); }),
   // Management (0.5.7; 0.5.6's Controller / Debug / Observability services)
-  row<pb::ClearRequest>(mp_op::clear,
-                        [](const auto& r, arg_frames& a) {
-                          a.add([&](writer& w) { w.boolean(r.has_force() && r.force()); });
-                        }),
-  row<pb::GetChunkSizeRequest>(mp_op::get_chunk_size),
-  row<pb::NegotiateChunkSizeRequest>(
-    mp_op::negotiate_chunk_size,
-    [](const auto& r, arg_frames& a) { a.sint(r.required_chunk_alignment()); }),
-  row<pb::GetExperimentalRequest>(mp_op::get_experimental),
-  row<pb::NoopRequest>(mp_op::noop),
-  row<pb::PingRequest>(mp_op::ping,
-                       [](const auto& r, arg_frames& a) {
-                         a.add([&](writer& w) {
-                           if (r.has_instance_id())
-                             w.sint(r.instance_id());
-                           else
-                             w.nil();
-                         });
-                       }),
   row<pb::ReportBlockAllocationRequest>(mp_op::report_block_allocation, report_block_allocation),
   // Extension (0.5.7; 0.5.6's ControllerService has the first)
   row<pb::ServerModuleCallRequest>(mp_op::server_module_call, server_module_call),
   row<pb::ServerModuleCallRequest>(mp_op::server_module_affinity_call, server_module_call),
   // KVEventService (0.5.7; 0.5.6's ObservabilityService): server streaming.
   row<pb::SubscribeKvEventsRequest>(
-    mp_op::noop,
+    mp_op::subscribe_kv_events,
     [](const auto& r, arg_frames& a) {
       a.sint(r.instance_id());
       a.str(r.model_name());
       a.sint(r.cursor());
       a.sint(r.max_events());
-    },
-    nullptr, true),
+    }),
 };
 
 const request_row* find_row(const grpc_method& m) {
   for (const auto& r : rows)
-    if (r.subscribe == m.subscribe && r.op == m.op)
+    if (r.op == m.op)
       return &r;
   return nullptr;
 }
@@ -292,9 +253,10 @@ expected<std::vector<std::string>> grpc_request_frames(const grpc_method& m,
                                                       std::string_view bytes,
                                                       client_release dialect, uint64_t call_id) {
   const auto* r = find_row(m);
-  if (!r)
+  std::optional<expected<grpc_request::frames_t>> generic;
+  if (!r && !(generic = grpc_generic_request(op_row(m.op), bytes, dialect)))
     return grpc_bad_request(op_name(m), "no request transcoder");
-  auto args = r->run(*r, bytes, dialect);
+  auto args = r ? r->run(*r, bytes, dialect) : std::move(*generic);
   if (!args)
     return args.error_value();
   std::vector<std::string> out;

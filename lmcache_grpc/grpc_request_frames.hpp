@@ -4,7 +4,9 @@
 //
 // Every message takes one step, parse -> check -> key -> frames
 // (grpc_request_step.hpp); what is particular to a message is its row in
-// grpc_request_frames.cpp: the frames that follow its key.
+// grpc_request_frames.cpp: the frames that follow its key. A message of
+// plain arguments has no row: its op row's arguments are read off its
+// fields by name (grpc_generic.hpp).
 //
 // The one field the releases encode differently is IpcCacheServerKey field
 // 4: 0.5.6 `repeated int64 token_ids` (packed varints), 0.5.7 `bytes

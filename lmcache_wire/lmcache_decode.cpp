@@ -36,7 +36,6 @@ constexpr foreign_op k_foreign_ops[] = {
     {31, "p2p_unlock_objects"},
     {33, "cb_protocol_handshake"},
     {0, "cb_reorder_plan"},
-    {0, "subscribe_kv_events"},
 };
 
 
@@ -69,7 +68,11 @@ expected<const mp_op_row*> decode_op(std::string_view frame) {
   }
   if (it.kind == mk::str) {
     std::string_view name(reinterpret_cast<const char*>(it.ptr), it.len);
-    if (const auto* row = op_row_by_name(name)) return row;
+    if (const auto* row = op_row_by_name(name)) {
+      // A stream is the engine bridge's (streamed_row), never a request.
+      if (row->streamed) return error{"unsupported_op", "op '" + std::string(name) + "' is not served as a request (it is a stream)"};
+      return row;
+    }
     for (const auto& f : k_foreign_ops)
       if (name == f.name) return error{"unsupported_op", "op '" + std::string(name) + "' is not served"};
     return error{"unknown_op", "unknown op name '" + shown(name) + "'"};
@@ -111,6 +114,15 @@ expected<client_release> release_shown(const mp_op_row& row, const mp_request& r
 }
 
 } // namespace
+
+const mp_op_row* streamed_row(std::string_view op_frame) {
+  if (op_frame.empty()) return nullptr; // stream control (ack / cancel)
+  cursor c(op_frame);
+  item it;
+  if (c.next(it) || !c.at_end() || it.kind != mk::str) return nullptr; // streams travel by name
+  const auto* row = op_row_by_name(std::string_view(reinterpret_cast<const char*>(it.ptr), it.len));
+  return row && row->streamed ? row : nullptr;
+}
 
 const char* to_string(client_release r) {
   switch (r) {

@@ -13,7 +13,7 @@ std::string encode_mp_failure_op(std::string_view why) {
     auto u = static_cast<unsigned char>(c);
     text += (u >= 0x20 && u < 0x7f) ? c : '?';
   }
-  return encode_mp_str(text);
+  return encode_reply_str(text);
 }
 
 } // namespace kvs

@@ -9,8 +9,6 @@ namespace kvs {
 
 namespace {
 
-constexpr std::string_view k_op_name = "subscribe_kv_events";
-
 error bad(size_t i, const char* name, const std::string& what) {
   return error{"bad_arg", "subscribe_kv_events arg " + std::to_string(i) + " '" + name
                             + "': " + what};
@@ -55,12 +53,6 @@ void put_str(msgpack::packer<msgpack::sbuffer>& pk, std::string_view s) {
 }
 
 } // namespace
-
-bool is_subscribe_kv_events_op(std::string_view op_frame) {
-  return op_frame.size() == 1 + k_op_name.size()
-         && static_cast<unsigned char>(op_frame[0]) == (0xa0 | k_op_name.size())
-         && op_frame.substr(1) == k_op_name;
-}
 
 expected<subscribe_kv_events_req>
 decode_subscribe_kv_events(const std::vector<std::string_view>& args) {

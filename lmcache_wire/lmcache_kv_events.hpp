@@ -2,7 +2,8 @@
 // KVEventBatch frames of the stream (lmcache/v1/multiprocess/custom_types.py
 // KVEventRecord / KVEventBatch; transport/base.py subscribe_kv_events).
 //
-// The op is routed by name only (no legacy id). Arguments: instance_id: int,
+// The op is routed by name only (no legacy id); its op-table row is
+// `streamed` (lmcache_ops.cpp), which the engine bridge opens. Arguments: instance_id: int,
 // model_name: str, cursor: int (>= 0), max_events: int (1..1024). A batch is
 // a msgpack map {enabled, incarnation, next_cursor, lost, events}; a record
 // {seq, kind "stored"|"removed", medium "CPU", model_name, block_hashes:
@@ -26,9 +27,6 @@ struct subscribe_kv_events_req {
   int64_t cursor = 0;
   int64_t max_events = 0;
 };
-
-/// Is this op frame subscribe_kv_events (msgpack str)?
-bool is_subscribe_kv_events_op(std::string_view op_frame);
 
 /// The four argument frames (after uid and op). Errors: "arity", "bad_arg".
 expected<subscribe_kv_events_req>

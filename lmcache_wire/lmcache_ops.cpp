@@ -6,12 +6,13 @@
 
 #include <initializer_list>
 #include <iterator>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 namespace kvs {
 
 namespace {
-
-namespace body = lmcache_wire::body;
 
 // Where a request keeps its request id and instance (nothing when the body
 // is not the row's type: a hand-built request in a test).
@@ -31,6 +32,19 @@ std::optional<int64_t> instance_id(const mp_request_body& b) {
   return r ? std::optional<int64_t>(r->instance_id) : std::nullopt;
 }
 
+template <class T, class = void>
+struct has_key : std::false_type {};
+template <class T>
+struct has_key<T, std::void_t<decltype(std::declval<T&>().key.request_id)>> : std::true_type {};
+template <class T, class = void>
+struct has_request_id : std::false_type {};
+template <class T>
+struct has_request_id<T, std::void_t<decltype(std::declval<T&>().request_id)>> : std::true_type {};
+template <class T, class = void>
+struct has_instance_id : std::false_type {};
+template <class T>
+struct has_instance_id<T, std::void_t<decltype(std::declval<T&>().instance_id)>> : std::true_type {};
+
 // LMCache's failure values and unknown-job answers.
 std::string event_not_ok() { return encode_reply_event_ok("", false); } // (b"", False)
 std::string false_() { return encode_reply_bool(false); }
@@ -42,13 +56,39 @@ client_release engine_driven_release(const mp_request_body& b) {
                                                                : client_release::v0_5_6;
 }
 
+/// An argument's kind (mp_arg_kind), from its member's type and form.
+template <class T, class M>
+constexpr mp_arg_kind kind_of(const wire::field<T, M>& f) {
+  (void)f; // read for strings only
+  if constexpr (std::is_same_v<M, cache_key>)
+    return mp_arg_kind::key;
+  else if constexpr (std::is_same_v<M, int64_t>)
+    return mp_arg_kind::int64;
+  else if constexpr (std::is_same_v<M, std::optional<int64_t>>)
+    return mp_arg_kind::opt_int64;
+  else if constexpr (std::is_same_v<M, std::string>)
+    return f.how == wire::form::bin ? mp_arg_kind::bin : mp_arg_kind::str;
+  else if constexpr (std::is_same_v<M, bool>)
+    return mp_arg_kind::boolean;
+  else if constexpr (std::is_same_v<M, double>)
+    return mp_arg_kind::float64;
+  else
+    return mp_arg_kind::other;
+}
+template <class T>
+constexpr mp_arg_kind kind_of(const wire::as_map<T>&) {
+  return mp_arg_kind::other;
+}
+
 using use = mp_instance_use;
 using route = mp_route;
 
-/// Builds a row by naming its fields: row(op, name).id(20).args({...})...;
+/// Builds a row by naming its fields: row(op, name).id(20).body<clear_req>()...;
 /// what a row does not name keeps mp_op_row's default (no gRPC method, for one).
 struct row {
   mp_op_row r;
+  /// The body's instance, for instance() (set by body<Req>() when it has one).
+  std::optional<int64_t> (*body_instance)(const mp_request_body&) = nullptr;
   constexpr row(mp_op op, const char* name) : r{} {
     r.op = op;
     r.name = name;
@@ -63,7 +103,7 @@ struct row {
     r.only_in = v;
     return *this;
   }
-  /// Its arguments, by name, all required.
+  /// Its arguments, by name, all required (a streamed op: it has no request struct).
   constexpr row& args(std::initializer_list<const char*> names) {
     uint8_t n = 0;
     for (const char* a : names)
@@ -82,21 +122,37 @@ struct row {
     r.last_arg_057 = true;
     return *this;
   }
-  constexpr row& decode(status (*f)(const lmcache_wire::op_args&, mp_request_body&)) {
-    r.decode = f;
+  /// A stream the engine bridge serves, not a request (no decoder).
+  constexpr row& streamed() {
+    r.streamed = true;
+    return *this;
+  }
+  /// Its request struct: the arguments (names and count) from the struct's
+  /// wire_args(), the generic body decoder over them, and the request id
+  /// where the struct has one (its key's, or its own request_id).
+  template <class Req>
+  constexpr row& body() {
+    uint8_t n = 0;
+    std::apply([&](const auto&... a) { ((r.arg_names[n] = a.name, r.arg_kinds[n] = kind_of(a), ++n), ...); },
+               Req::wire_args());
+    r.min_args = r.max_args = n;
+    r.decode = &lmcache_wire::decode_args<Req>;
+    if constexpr (has_key<Req>::value)
+      r.request_id = &key_request_id<Req>;
+    else if constexpr (has_request_id<Req>::value)
+      r.request_id = &own_request_id<Req>;
+    if constexpr (has_instance_id<Req>::value)
+      body_instance = &instance_id<Req>;
     return *this;
   }
   constexpr row& release_of(client_release (*f)(const mp_request_body&)) {
     r.release_of = f;
     return *this;
   }
-  constexpr row& request_id(const std::string* (*f)(const mp_request_body&)) {
-    r.request_id = f;
-    return *this;
-  }
-  constexpr row& instance(std::optional<int64_t> (*f)(const mp_request_body&),
-                          mp_instance_use u = mp_instance_use::none) {
-    r.instance = f;
+  /// The body's instance_id is the worker instance it names (after body<Req>()),
+  /// and what the op does with it.
+  constexpr row& instance(mp_instance_use u = mp_instance_use::none) {
+    r.instance = body_instance;
     r.instance_use = u;
     return *this;
   }
@@ -135,104 +191,79 @@ struct row {
 
 // clang-format off
 constexpr mp_op_row rows[] = {
-  row(mp_op::register_kv_cache, "register_kv_cache").id(1)
-    .args({"instance_id", "kv_cache", "model_name", "world_size", "engine_type", "layout_hints",
-           "engine_group_infos"})
-    .decode(body::register_kv_cache)
-    .instance(instance_id<register_kv_cache_req>, use::registers).route(route::registry)
+  row(mp_op::register_kv_cache, "register_kv_cache").id(1).body<register_kv_cache_req>()
+    .instance(use::registers).route(route::registry)
     .grpc("/lmcache.mp.LMCacheDrivenService/RegisterKvCache"),
-  row(mp_op::unregister_kv_cache, "unregister_kv_cache").id(2).args({"instance_id"})
-    .decode(body::instance_only<unregister_kv_cache_req>)
-    .instance(instance_id<unregister_kv_cache_req>, use::unregisters).route(route::registry)
+  row(mp_op::unregister_kv_cache, "unregister_kv_cache").id(2).body<unregister_kv_cache_req>()
+    .instance(use::unregisters).route(route::registry)
     .grpc("/lmcache.mp.LMCacheDrivenService/UnregisterKvCache"),
-  row(mp_op::store, "store").id(6).args({"key", "instance_id", "block_ids", "event_ipc_handle"})
-    .decode(body::store).request_id(key_request_id<store_req>)
-    .instance(instance_id<store_req>, use::uses).route(route::new_session).failure(event_not_ok)
+  row(mp_op::store, "store").id(6).body<store_req>()
+    .instance(use::uses).route(route::new_session).failure(event_not_ok)
     .grpc("/lmcache.mp.LMCacheDrivenService/Store"),
-  row(mp_op::retrieve, "retrieve").id(7)
-    .args({"key", "instance_id", "block_ids", "event_ipc_handle", "skip_first_n_tokens"})
-    .decode(body::retrieve).request_id(key_request_id<retrieve_req>)
-    .instance(instance_id<retrieve_req>, use::uses).route(route::new_session)
-    .failure(event_not_ok)
+  row(mp_op::retrieve, "retrieve").id(7).body<retrieve_req>()
+    .instance(use::uses).route(route::new_session).failure(event_not_ok)
     .grpc("/lmcache.mp.LMCacheDrivenService/Retrieve"),
-  row(mp_op::lookup, "lookup").id(8).args({"key", "tp_size"})
-    .decode(body::lookup).request_id(key_request_id<lookup_req>)
+  row(mp_op::lookup, "lookup").id(8).body<lookup_req>()
     .route(route::new_session).router_acks()
     .grpc("/lmcache.mp.LookupService/Lookup"),
-  row(mp_op::query_prefetch_status, "query_prefetch_status").id(9).args({"request_id"})
-    .decode(body::request_id_only<query_prefetch_status_req>)
-    .request_id(own_request_id<query_prefetch_status_req>).route(route::session).unknown_job(zero)
+  row(mp_op::query_prefetch_status, "query_prefetch_status").id(9).body<query_prefetch_status_req>()
+    .route(route::session).unknown_job(zero)
     .grpc("/lmcache.mp.LookupService/QueryPrefetchStatus"),
-  row(mp_op::wait_prefetch_status, "wait_prefetch_status").id(10).args({"request_id", "timeout"})
-    .decode(body::wait_prefetch_status).request_id(own_request_id<wait_prefetch_status_req>)
+  row(mp_op::wait_prefetch_status, "wait_prefetch_status").id(10).body<wait_prefetch_status_req>()
     .route(route::session).unknown_job(zero)
     .grpc("/lmcache.mp.LookupService/WaitPrefetchStatus"),
-  row(mp_op::query_prefetch_lookup_hits, "query_prefetch_lookup_hits").id(11).args({"request_id"})
-    .decode(body::request_id_only<query_prefetch_lookup_hits_req>)
-    .request_id(own_request_id<query_prefetch_lookup_hits_req>).route(route::session),
-  row(mp_op::free_lookup_locks, "free_lookup_locks").id(12)
-    .args({"key", "tp_size", "extra_ranges"}).last_arg_057()
-    .decode(body::free_lookup_locks).request_id(key_request_id<free_lookup_locks_req>)
-    .route(route::session)
+  row(mp_op::query_prefetch_lookup_hits, "query_prefetch_lookup_hits").id(11)
+    .body<query_prefetch_lookup_hits_req>().route(route::session),
+  row(mp_op::free_lookup_locks, "free_lookup_locks").id(12).body<free_lookup_locks_req>()
+    .last_arg_057().route(route::session)
     .grpc("/lmcache.mp.LookupService/FreeLookupLocks"),
-  row(mp_op::end_session, "end_session").id(13).args({"request_id"})
-    .decode(body::request_id_only<end_session_req>).request_id(own_request_id<end_session_req>)
+  row(mp_op::end_session, "end_session").id(13).body<end_session_req>()
     .route(route::end_session)
     .grpc("/lmcache.mp.LookupService/EndSession"),
   row(mp_op::register_kv_cache_engine_driven_context, "register_kv_cache_engine_driven_context")
-    .id(14).args({"payload"})
-    .decode(body::register_engine_driven).release_of(engine_driven_release)
-    .instance(instance_id<register_engine_driven_req>, use::registers).route(route::registry)
+    .id(14).body<register_engine_driven_req>().release_of(engine_driven_release)
+    .instance(use::registers).route(route::registry)
     .grpc("/lmcache.mp.EngineDrivenService/RegisterKvCacheEngineDrivenContext"),
   row(mp_op::unregister_kv_cache_engine_driven_context, "unregister_kv_cache_engine_driven_context")
-    .id(15).args({"instance_id"})
-    .decode(body::instance_only<unregister_engine_driven_req>)
-    .instance(instance_id<unregister_engine_driven_req>, use::unregisters).route(route::registry)
+    .id(15).body<unregister_engine_driven_req>()
+    .instance(use::unregisters).route(route::registry)
     .grpc("/lmcache.mp.EngineDrivenService/UnregisterKvCacheEngineDrivenContext"),
-  row(mp_op::prepare_store, "prepare_store").id(16)
-    .args({"key", "instance_id", "skipped_chunks"}).last_arg_057()
-    .decode(body::prepare_store).request_id(key_request_id<prepare_store_req>)
-    .instance(instance_id<prepare_store_req>, use::uses).route(route::new_session)
+  row(mp_op::prepare_store, "prepare_store").id(16).body<prepare_store_req>().last_arg_057()
+    .instance(use::uses).route(route::new_session)
     .grpc("/lmcache.mp.EngineDrivenService/PrepareStore"),
-  row(mp_op::commit_store, "commit_store").id(17).args({"key", "instance_id", "data"})
-    .decode(body::commit_store).request_id(key_request_id<commit_store_req>)
-    .instance(instance_id<commit_store_req>, use::uses).route(route::new_session).failure(false_)
+  row(mp_op::commit_store, "commit_store").id(17).body<commit_store_req>()
+    .instance(use::uses).route(route::new_session).failure(false_)
     .grpc("/lmcache.mp.EngineDrivenService/CommitStore"),
-  row(mp_op::prepare_retrieve, "prepare_retrieve").id(18).args({"key", "instance_id"})
-    .decode(body::key_instance<prepare_retrieve_req>).request_id(key_request_id<prepare_retrieve_req>)
-    .instance(instance_id<prepare_retrieve_req>, use::uses).route(route::new_session)
-    .failure(prepare_retrieve_failed)
+  row(mp_op::prepare_retrieve, "prepare_retrieve").id(18).body<prepare_retrieve_req>()
+    .instance(use::uses).route(route::new_session).failure(prepare_retrieve_failed)
     .grpc("/lmcache.mp.EngineDrivenService/PrepareRetrieve"),
-  row(mp_op::commit_retrieve, "commit_retrieve").id(19).args({"key", "instance_id"})
-    .decode(body::key_instance<commit_retrieve_req>).request_id(key_request_id<commit_retrieve_req>)
-    .instance(instance_id<commit_retrieve_req>, use::uses).route(route::new_session)
-    .failure(false_)
+  row(mp_op::commit_retrieve, "commit_retrieve").id(19).body<commit_retrieve_req>()
+    .instance(use::uses).route(route::new_session).failure(false_)
     .grpc("/lmcache.mp.EngineDrivenService/CommitRetrieve"),
-  row(mp_op::clear, "clear").id(20).args({"force"}).optional_from(0)
-    .decode(body::clear).route(route::store_clear)
+  row(mp_op::clear, "clear").id(20).body<clear_req>().optional_from(0).route(route::store_clear)
     .grpc("/lmcache.mp.ControllerService/Clear", "/lmcache.mp.ManagementService/Clear"),
-  row(mp_op::get_chunk_size, "get_chunk_size").id(21).decode(body::none<get_chunk_size_req>)
+  row(mp_op::get_chunk_size, "get_chunk_size").id(21).body<get_chunk_size_req>()
     .grpc("/lmcache.mp.ControllerService/GetChunkSize", "/lmcache.mp.ManagementService/GetChunkSize"),
-  row(mp_op::ping, "ping").id(22).args({"instance_id"}).decode(body::ping)
-    .instance(instance_id<ping_req>)
+  row(mp_op::ping, "ping").id(22).body<ping_req>().instance()
     .grpc("/lmcache.mp.ControllerService/Ping", "/lmcache.mp.ManagementService/Ping"),
   row(mp_op::report_block_allocation, "report_block_allocation").id(23)
-    .args({"instance_id", "model_name", "records"}).decode(body::report_block_allocation)
+    .body<report_block_allocation_req>() // its instance_id is EngineCore's pid: no instance()
     .grpc("/lmcache.mp.ObservabilityService/ReportBlockAllocation", "/lmcache.mp.ManagementService/ReportBlockAllocation"),
-  row(mp_op::noop, "noop").id(24).decode(body::none<noop_req>)
+  row(mp_op::noop, "noop").id(24).body<noop_req>()
     .grpc("/lmcache.mp.DebugService/Noop", "/lmcache.mp.ManagementService/Noop"),
-  row(mp_op::get_experimental, "get_experimental").id(32, 40)
-    .decode(body::none<get_experimental_req>)
+  row(mp_op::get_experimental, "get_experimental").id(32, 40).body<get_experimental_req>()
     .grpc("/lmcache.mp.ControllerService/GetExperimental", "/lmcache.mp.ManagementService/GetExperimental"),
   row(mp_op::negotiate_chunk_size, "negotiate_chunk_size").only_in(client_release::v0_5_7)
-    .args({"required_chunk_alignment"}).decode(body::negotiate_chunk_size)
+    .body<negotiate_chunk_size_req>()
     .grpc(nullptr, "/lmcache.mp.ManagementService/NegotiateChunkSize"),
-  row(mp_op::server_module_call, "server_module_call").args({"request"})
-    .decode(body::server_module_call)
+  row(mp_op::server_module_call, "server_module_call").body<server_module_call_req>()
     .grpc("/lmcache.mp.ControllerService/ServerModuleCall", "/lmcache.mp.ExtensionService/ServerModuleCall"),
   row(mp_op::server_module_affinity_call, "server_module_affinity_call")
-    .only_in(client_release::v0_5_7).args({"request"}).decode(body::server_module_call)
+    .only_in(client_release::v0_5_7).body<server_module_call_req>()
     .grpc(nullptr, "/lmcache.mp.ExtensionService/ServerModuleAffinityCall"),
+  row(mp_op::subscribe_kv_events, "subscribe_kv_events")
+    .args({"instance_id", "model_name", "cursor", "max_events"}).streamed()
+    .grpc("/lmcache.mp.ObservabilityService/SubscribeKvEvents", "/lmcache.mp.KVEventService/SubscribeKvEvents"),
 };
 // clang-format on
 

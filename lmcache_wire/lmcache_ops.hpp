@@ -1,14 +1,15 @@
 // The LMCache op table: one row per op kvsidecar serves, read by every layer
 // instead of a switch on the op. A row says how the op is named and numbered
-// per client release, how its arguments decode (the body decoder's entry,
-// lmcache_body_decode.cpp), where its request id and worker instance are, who
-// serves it and who acks it, and LMCache's failure value for it. The rows are
-// in lmcache_ops.cpp; docs/ARCHITECTURE.md "Op -> files" lists where each
-// op's handler is (checked by tests/unit/test_grpc_op_table.cpp).
+// per client release, its request struct (whose `wire_args()` give the
+// argument names and the generic body decoder, lmcache_body_decode.hpp),
+// where its request id and worker instance are, who serves it and who acks
+// it, and LMCache's failure value for it. The rows are in lmcache_ops.cpp;
+// docs/ARCHITECTURE.md "LMCache ops → files" lists where each op's handler
+// is (checked by tests/unit/test_grpc_op_table.cpp).
 //
-// Adding an op: its request struct (lmcache_protocol.hpp), its body decoder,
+// Adding an op: its request struct with its wire_args() (lmcache_protocol.hpp),
 // its row, and one handler where the row's route points (docs/ARCHITECTURE.md
-// "LMCache ops -> files").
+// "Adding an LMCache op").
 //
 // No msgpack and no CAF here: actors include it freely.
 #pragma once
@@ -42,6 +43,20 @@ enum class mp_instance_use : uint8_t {
   uses,        ///< a copy on the instance's memory (refused when another owns it)
 };
 
+/// What an argument is, for the layers that carry arguments generically
+/// (the gRPC request transcoder writes a proto field of the argument's name
+/// as this): from the request struct's wire_args() (lmcache_ops.cpp).
+enum class mp_arg_kind : uint8_t {
+  other,     ///< a shape of its own: a layer that carries it needs its own code
+  key,       ///< the cache key (IPCCacheServerKey)
+  int64,     ///< int
+  opt_int64, ///< int | None
+  str,       ///< str
+  bin,       ///< bytes
+  boolean,   ///< bool
+  float64,   ///< float
+};
+
 /// One op's row. Rows are built field by field by name (lmcache_ops.cpp's
 /// `row` builder); a field a row does not name keeps the default here.
 struct mp_op_row {
@@ -62,7 +77,14 @@ struct mp_op_row {
   /// every default), older releases never do.
   bool last_arg_057 = false;
   const char* arg_names[7] = {};
-  /// The body decoder entry (lmcache_body_decode.hpp).
+  mp_arg_kind arg_kinds[7] = {};
+  /// The op opens a stream the engine bridge serves (subscribe_kv_events:
+  /// its on_subscribe, lmcache_kv_events.hpp decodes the arguments), not a
+  /// request: decode_mp_request refuses it ("unsupported_op") and the row
+  /// has no `decode`; streamed_row() finds it for the bridge instead.
+  bool streamed = false;
+  /// The body decoder (lmcache_body_decode.hpp's decode_args<Req>, set by
+  /// the row's body<Req>()); nullptr only when streamed.
   status (*decode)(const lmcache_wire::op_args&, mp_request_body&) = nullptr;
   /// The release a decoded body shows beyond its key's token form, or
   /// nullptr (register_kv_cache_engine_driven_context: its group_layouts).
@@ -99,6 +121,10 @@ const mp_op_row& op_row(mp_op op);
 /// The row of a snake_case name / a legacy id (either table), or nullptr.
 const mp_op_row* op_row_by_name(std::string_view name);
 const mp_op_row* op_row_by_id(int64_t id);
+
+/// The row of a streamed op (subscribe_kv_events) when `op_frame` names
+/// one, else nullptr (every other op is a request: decode_mp_request).
+const mp_op_row* streamed_row(std::string_view op_frame);
 
 /// Every row, for walking the table.
 struct mp_op_rows {

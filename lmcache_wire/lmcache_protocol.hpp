@@ -25,11 +25,13 @@
 #include "core/error.hpp"
 #include "core/layout_hints.hpp"
 #include "core/tensor_desc.hpp"
+#include "lmcache_wire/wire_fields.hpp"
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -81,6 +83,10 @@ enum class mp_op : uint8_t {
   /// 0.5.6+: a server module method; 0.5.7 adds the affinity variant.
   server_module_call = 201,
   server_module_affinity_call = 202,
+  /// 0.5.6+ (advertised as "kv_event_stream"): a stream of KVEventBatch
+  /// frames, not a request and reply; its row is `streamed` and the engine
+  /// bridge serves it (lmcache_kv_events.hpp).
+  subscribe_kv_events = 203,
 };
 
 /// The LMCache client release a request shows itself to come from, read
@@ -149,10 +155,23 @@ struct engine_group_info {
   int64_t sw_size_tokens = -1;
   int64_t extra_object_group_tag = 0;
   bool recurrent_state = false;
+  static constexpr const char* wire_name = "EngineGroupInfo";
+  static constexpr auto wire_fields() {
+    using T = engine_group_info;
+    return std::make_tuple(wire::arg("engine_group_id", &T::engine_group_id).needed(),
+                           wire::arg("layer_indices", &T::layer_indices),
+                           wire::arg("tokens_per_block", &T::tokens_per_block),
+                           wire::arg("sw_size_tokens", &T::sw_size_tokens),
+                           wire::arg("extra_object_group_tag", &T::extra_object_group_tag),
+                           wire::arg("recurrent_state", &T::recurrent_state));
+  }
 };
 
 // ---------------------------------------------------------------------------
-// Requests: one struct per op, fields in LMCache's argument order
+// Requests: one struct per op, fields in LMCache's argument order. Each
+// declares its arguments' wire names and members (`wire_args()`; a struct
+// sent as a msgpack map its `wire_fields()` and `wire_name`: wire_fields.hpp),
+// which is all the body decoder and the op table need of it.
 // ---------------------------------------------------------------------------
 
 struct register_kv_cache_req {
@@ -163,9 +182,17 @@ struct register_kv_cache_req {
   engine_type engine = engine_type::vllm;
   layout_hints hints;
   std::vector<engine_group_info> groups; ///< empty = one group over all layers
+  static constexpr auto wire_args() {
+    using T = register_kv_cache_req;
+    return std::make_tuple(wire::arg("instance_id", &T::instance_id), wire::arg("kv_cache", &T::kv_caches),
+                           wire::arg("model_name", &T::model_name), wire::arg("world_size", &T::world_size),
+                           wire::arg("engine_type", &T::engine), wire::arg("layout_hints", &T::hints),
+                           wire::arg("engine_group_infos", &T::groups));
+  }
 };
 struct unregister_kv_cache_req {
   int64_t instance_id = 0;
+  static constexpr auto wire_args() { return std::make_tuple(wire::arg("instance_id", &unregister_kv_cache_req::instance_id)); }
 };
 /// `RegisterEngineDrivenContextPayload` (custom_types.py, a msgspec Struct
 /// encoded as a map): the chunk the engine gathers its pages into is
@@ -183,6 +210,16 @@ struct group_layout_desc {
   int64_t kv_size = 0;       ///< planes: 2 K/V, 1 single plane, 0: the payload's use_mla
   int64_t window_chunks = 0; ///< trailing chunks a hit needs; 0: the whole prefix
   bool recurrent = false;    ///< recurrent-state snapshots (Mamba/GDN)
+  static constexpr const char* wire_name = "GroupLayout";
+  static constexpr auto wire_fields() {
+    using T = group_layout_desc;
+    return std::make_tuple(wire::arg("num_layers", &T::num_layers).needed(),
+                           wire::arg("hidden_dim_size", &T::hidden_dim_size).needed(),
+                           wire::arg("dtype_str", &T::dtype_str).needed(),
+                           wire::arg("tokens_per_block", &T::tokens_per_block).needed(),
+                           wire::arg("window_tokens", &T::window_tokens), wire::arg("kv_size", &T::kv_size),
+                           wire::arg("window_chunks", &T::window_chunks), wire::arg("recurrent", &T::recurrent));
+  }
 };
 struct register_engine_driven_req {
   int64_t instance_id = 0;
@@ -197,9 +234,29 @@ struct register_engine_driven_req {
   /// 0.5.7's `group_layouts`: absent in 0.5.6 (nullopt), [] for
   /// single-group workers, one entry per group for hybrid models.
   std::optional<std::vector<group_layout_desc>> group_layouts;
+  /// One argument, the payload: this struct as a map.
+  static constexpr auto wire_args() {
+    return std::make_tuple(wire::as_map<register_engine_driven_req>{"payload"});
+  }
+  static constexpr const char* wire_name = "RegisterEngineDrivenContextPayload";
+  static constexpr auto wire_fields() {
+    using T = register_engine_driven_req;
+    return std::make_tuple(wire::arg("instance_id", &T::instance_id).needed(),
+                           wire::arg("model_name", &T::model_name).needed(),
+                           wire::arg("world_size", &T::world_size).needed(),
+                           wire::arg("block_size", &T::block_size).needed(),
+                           wire::arg("num_layers", &T::num_layers).needed(),
+                           wire::arg("hidden_dim_size", &T::hidden_dim_size).needed(),
+                           wire::arg("dtype_str", &T::dtype_str).needed(),
+                           wire::arg("use_mla", &T::use_mla).needed(),
+                           wire::arg("num_physical_slots", &T::num_physical_slots),
+                           // LMCache's own bound on groups (tensor_wire.py _MAX_GROUP_COUNT).
+                           wire::arg("group_layouts", &T::group_layouts).at_most(64, "groups"));
+  }
 };
 struct unregister_engine_driven_req {
   int64_t instance_id = 0;
+  static constexpr auto wire_args() { return std::make_tuple(wire::arg("instance_id", &unregister_engine_driven_req::instance_id)); }
 };
 /// prepare_store / prepare_retrieve / commit_retrieve: (key, instance_id).
 struct prepare_store_req {
@@ -208,6 +265,11 @@ struct prepare_store_req {
   /// 0.5.7: per engine group, chunk positions whose blocks are all the null
   /// block (multi-group workers only; single-group ones send []).
   std::vector<std::vector<int64_t>> skipped_chunks;
+  static constexpr auto wire_args() {
+    using T = prepare_store_req;
+    return std::make_tuple(wire::arg("key", &T::key), wire::arg("instance_id", &T::instance_id),
+                           wire::arg("skipped_chunks", &T::skipped_chunks, wire::form::nonneg));
+  }
 };
 struct commit_store_req {
   cache_key key;
@@ -215,20 +277,37 @@ struct commit_store_req {
   /// b"" when the engine wrote the handed-out buffers; otherwise a pickled
   /// list of torch tensors (LMCache's pickle strategy), which is not served.
   std::string cpu_data;
+  static constexpr auto wire_args() {
+    using T = commit_store_req;
+    return std::make_tuple(wire::arg("key", &T::key), wire::arg("instance_id", &T::instance_id),
+                           wire::arg("data", &T::cpu_data, wire::form::bin));
+  }
 };
 struct prepare_retrieve_req {
   cache_key key;
   int64_t instance_id = 0;
+  static constexpr auto wire_args() {
+    return std::make_tuple(wire::arg("key", &prepare_retrieve_req::key), wire::arg("instance_id", &prepare_retrieve_req::instance_id));
+  }
 };
 struct commit_retrieve_req {
   cache_key key;
   int64_t instance_id = 0;
+  static constexpr auto wire_args() {
+    return std::make_tuple(wire::arg("key", &commit_retrieve_req::key), wire::arg("instance_id", &commit_retrieve_req::instance_id));
+  }
 };
 struct store_req {
   cache_key key;
   int64_t instance_id = 0;
   std::vector<std::vector<int64_t>> block_ids; ///< one list per KV group
   std::string event_ipc_handle;                ///< cudaIpcEventHandle_t bytes (not length-checked)
+  static constexpr auto wire_args() {
+    using T = store_req;
+    return std::make_tuple(wire::arg("key", &T::key), wire::arg("instance_id", &T::instance_id),
+                           wire::arg("block_ids", &T::block_ids),
+                           wire::arg("event_ipc_handle", &T::event_ipc_handle, wire::form::bin));
+  }
 };
 struct retrieve_req {
   cache_key key;
@@ -239,54 +318,100 @@ struct retrieve_req {
   /// the SGLang seed sends a count of pages here (skip_prefix_n_blocks). The
   /// decoder carries the number; see docs/lmcache-mp-compat.md.
   int64_t skip_first_n = 0;
+  static constexpr auto wire_args() {
+    using T = retrieve_req;
+    return std::make_tuple(wire::arg("key", &T::key), wire::arg("instance_id", &T::instance_id),
+                           wire::arg("block_ids", &T::block_ids),
+                           wire::arg("event_ipc_handle", &T::event_ipc_handle, wire::form::bin),
+                           wire::arg("skip_first_n_tokens", &T::skip_first_n));
+  }
 };
 struct lookup_req {
   cache_key key;
   int64_t tp_size = 0; ///< ignored by LMCache
+  static constexpr auto wire_args() {
+    return std::make_tuple(wire::arg("key", &lookup_req::key), wire::arg("tp_size", &lookup_req::tp_size));
+  }
 };
 struct query_prefetch_status_req {
   std::string request_id;
+  static constexpr auto wire_args() { return std::make_tuple(wire::arg("request_id", &query_prefetch_status_req::request_id)); }
 };
 struct wait_prefetch_status_req {
   std::string request_id;
   double timeout_s = 0; ///< finite and >= 0 (int accepted, as msgspec does)
+  static constexpr auto wire_args() {
+    using T = wait_prefetch_status_req;
+    return std::make_tuple(wire::arg("request_id", &T::request_id), wire::arg("timeout", &T::timeout_s));
+  }
 };
 struct query_prefetch_lookup_hits_req {
   std::string request_id;
+  static constexpr auto wire_args() { return std::make_tuple(wire::arg("request_id", &query_prefetch_lookup_hits_req::request_id)); }
 };
 struct free_lookup_locks_req {
   cache_key key;
   int64_t tp_size = 0;
   /// 0.5.7: more [start, end) token ranges of abandoned lookups to free.
   std::vector<std::pair<int64_t, int64_t>> extra_ranges;
+  static constexpr auto wire_args() {
+    using T = free_lookup_locks_req;
+    return std::make_tuple(wire::arg("key", &T::key), wire::arg("tp_size", &T::tp_size),
+                           wire::arg("extra_ranges", &T::extra_ranges));
+  }
 };
 struct negotiate_chunk_size_req {
   int64_t required_chunk_alignment = 0;
+  static constexpr auto wire_args() {
+    return std::make_tuple(wire::arg("required_chunk_alignment", &negotiate_chunk_size_req::required_chunk_alignment));
+  }
 };
 /// `ServerModuleCallRequest{method: str, payload: bytes}`.
 struct server_module_call_req {
   std::string method;
   size_t payload_bytes = 0;
+  /// One argument, the request: this struct as a map.
+  static constexpr auto wire_args() { return std::make_tuple(wire::as_map<server_module_call_req>{"request"}); }
+  static constexpr const char* wire_name = "ServerModuleCallRequest";
+  static constexpr auto wire_fields() {
+    using T = server_module_call_req;
+    return std::make_tuple(wire::arg("method", &T::method).needed(),
+                           wire::arg("payload", &T::payload_bytes, wire::form::bin_size).needed());
+  }
 };
 struct end_session_req {
   std::string request_id;
+  static constexpr auto wire_args() { return std::make_tuple(wire::arg("request_id", &end_session_req::request_id)); }
 };
 struct clear_req {
   bool force = false; ///< 0.5.6 always sends it; older clients send no argument
+  static constexpr auto wire_args() { return std::make_tuple(wire::arg("force", &clear_req::force)); }
 };
-struct get_chunk_size_req {};
+struct get_chunk_size_req {
+  static constexpr auto wire_args() { return std::tuple<>{}; }
+};
 struct ping_req {
   std::optional<int64_t> instance_id; ///< nil from the scheduler's untracked prober
+  static constexpr auto wire_args() { return std::make_tuple(wire::arg("instance_id", &ping_req::instance_id)); }
 };
-struct noop_req {};
+struct noop_req {
+  static constexpr auto wire_args() { return std::tuple<>{}; }
+};
 /// report_block_allocation(instance_id, model_name, records): the records
 /// (BlockAllocationRecord maps) are checked to be an array and not kept.
 struct report_block_allocation_req {
   int64_t instance_id = 0; ///< EngineCore's pid, not a worker instance
   std::string model_name;
   uint32_t records = 0;
+  static constexpr auto wire_args() {
+    using T = report_block_allocation_req;
+    return std::make_tuple(wire::arg("instance_id", &T::instance_id), wire::arg("model_name", &T::model_name),
+                           wire::arg("records", &T::records, wire::form::count));
+  }
 };
-struct get_experimental_req {};
+struct get_experimental_req {
+  static constexpr auto wire_args() { return std::tuple<>{}; }
+};
 
 using mp_request_body =
     std::variant<register_kv_cache_req, unregister_kv_cache_req, store_req, retrieve_req,
@@ -393,14 +518,5 @@ std::string encode_reply_prepare_store_groups(const std::vector<shm_slot_desc>& 
 std::string encode_reply_prepare_retrieve_groups(const std::vector<shm_slot_desc>& slots,
                                                  const std::vector<uint64_t>& group_ids,
                                                  const std::vector<uint64_t>& chunk_indices);
-
-// The names the actors still use (renamed here so that `mp_` no longer also
-// means msgpack; the callers move over when the concurrent actor work is
-// merged, then these go).
-inline std::string encode_mp_int(int64_t v) { return encode_reply_int(v); }
-inline std::string encode_mp_bool(bool v) { return encode_reply_bool(v); }
-inline std::string encode_mp_str(std::string_view v) { return encode_reply_str(v); }
-inline std::string encode_mp_event_ok(std::string_view h, bool ok) { return encode_reply_event_ok(h, ok); }
-inline std::string encode_mp_str_list(const std::vector<std::string>& v) { return encode_reply_str_list(v); }
 
 } // namespace kvs

@@ -363,10 +363,11 @@ void engine_bridge::serve(std::string identity, const std::vector<std::string_vi
   // subscribe_kv_events and its stream control frames (lmcache_wire/lmcache_kv_events.hpp).
   if (args.size() == 3 && args[1].empty() && streams_.control(identity, args[0], args[2]))
     return;
-  if (args.size() >= 2 && is_subscribe_kv_events_op(args[1])) {
-    on_subscribe(identity, args);
-    return;
-  }
+  if (args.size() >= 2)
+    if (const auto* streamed = streamed_row(args[1])) {
+      open_stream(*streamed, identity, args);
+      return;
+    }
   auto res = decode_mp_request(args);
   if (!res) {
     const error& err = res.error_value();
@@ -423,6 +424,31 @@ void engine_bridge::serve(std::string identity, const std::vector<std::string_vi
   if (op_row(call.request->op).instance_use == mp_instance_use::registers)
     call.peer_pid = peer_pid(first_frame, grpc_peer);
   route(std::move(call));
+}
+
+const engine_bridge::stream_handler engine_bridge::stream_handlers_[] = {
+  {mp_op::subscribe_kv_events, &engine_bridge::on_subscribe},
+};
+
+bool bridge_streams(mp_op op) {
+  for (const auto& h : engine_bridge::stream_handlers_)
+    if (h.op == op)
+      return true;
+  return false;
+}
+
+void engine_bridge::open_stream(const mp_op_row& row, const std::string& identity,
+                                const std::vector<std::string_view>& args) {
+  for (const auto& h : stream_handlers_)
+    if (h.op == row.op) {
+      (this->*h.open)(identity, args);
+      return;
+    }
+  // A streamed row with no handler here: a failure, never silence.
+  KVS_ERROR(label(), "op {} is streamed but has no stream handler", row.name);
+  send_reply(mp_reply{identity, std::string{args[0]},
+                      encode_mp_failure_op(std::string(row.name) + ": no handler for this stream"),
+                      std::nullopt});
 }
 
 void engine_bridge::on_subscribe(const std::string& identity,
@@ -507,11 +533,11 @@ bool engine_bridge::claim_instance(const mp_call& call, const mp_op_row& row) {
 const engine_bridge::op_handler engine_bridge::handlers_[] = {
   {mp_op::get_chunk_size,
    [](engine_bridge& b, const mp_call& call) {
-     b.send_reply(make_reply(call, encode_mp_int(b.p_.chunk_size)));
+     b.send_reply(make_reply(call, encode_reply_int(b.p_.chunk_size)));
    }},
   {mp_op::noop,
    [](engine_bridge& b, const mp_call& call) {
-     b.send_reply(make_reply(call, encode_mp_str("OK")));
+     b.send_reply(make_reply(call, encode_reply_str("OK")));
    }},
   {mp_op::negotiate_chunk_size,
    [](engine_bridge& b, const mp_call& call) {
@@ -522,7 +548,7 @@ const engine_bridge::op_handler engine_bridge::handlers_[] = {
      const int64_t cs = b.p_.chunk_size;
      const int64_t a = std::get<negotiate_chunk_size_req>(req.body).required_chunk_alignment;
      if (a >= 1 && cs % a == 0) {
-       b.send_reply(make_reply(call, encode_mp_int(cs)));
+       b.send_reply(make_reply(call, encode_reply_int(cs)));
      } else {
        b.reject(hex(call.identity), hex(req.uid_frame), "negotiate_chunk_size",
                 error{"chunk_size", "alignment " + std::to_string(a)});
@@ -543,7 +569,7 @@ const engine_bridge::op_handler engine_bridge::handlers_[] = {
   {mp_op::get_experimental,
    [](engine_bridge& b, const mp_call& call) {
      // With the log on, LMCache's vLLM adapter opens subscribe_kv_events.
-     b.send_reply(make_reply(call, encode_mp_str_list(b.streams_.enabled()
+     b.send_reply(make_reply(call, encode_reply_str_list(b.streams_.enabled()
                                                         ? std::vector<std::string>{"kv_event_stream"}
                                                         : std::vector<std::string>{})));
    }},
@@ -561,7 +587,7 @@ const engine_bridge::op_handler engine_bridge::handlers_[] = {
          b.streams_.touch(*p.instance_id, clock::now());
        }
      }
-     b.send_reply(make_reply(call, encode_mp_bool(true)));
+     b.send_reply(make_reply(call, encode_reply_bool(true)));
    }},
 };
 

@@ -87,6 +87,19 @@ private:
   };
   static const op_handler handlers_[];
   friend bool bridge_answers(mp_op op);
+  /// The handler of each streamed op (row `streamed`: subscribe_kv_events),
+  /// given the frames after the identity (bridge_streams: every streamed
+  /// row has one, test_actor_op_handlers).
+  struct stream_handler {
+    mp_op op;
+    void (engine_bridge::*open)(const std::string& identity,
+                                const std::vector<std::string_view>& args);
+  };
+  static const stream_handler stream_handlers_[];
+  friend bool bridge_streams(mp_op op);
+  /// Opens the stream `row` names with its entry in `stream_handlers_`.
+  void open_stream(const mp_op_row& row, const std::string& identity,
+                   const std::vector<std::string_view>& args);
   /// server_module_call(s): LMCache's answer for an unknown method.
   void no_module(const mp_call& call);
   /// Binds or checks the instance `call` names, as its row's instance_use

@@ -12,6 +12,9 @@ namespace kvs {
 
 /// The engine bridge answers `op` itself (route bridge): engine_bridge.cpp.
 bool bridge_answers(mp_op op);
+/// The engine bridge opens `op`'s stream (rows `streamed`):
+/// engine_bridge.cpp's stream_handlers_.
+bool bridge_streams(mp_op op);
 /// The registry serves `op` (route registry): registry.cpp's k_steps.
 bool registry_serves(mp_op op);
 /// A session serves `op` (routes new_session, session, end_session):

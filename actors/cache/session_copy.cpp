@@ -15,7 +15,7 @@ namespace kvs::session_steps {
 namespace {
 
 void reply_copy(self_ptr self, const mp_call& call, const std::string& handle, bool ok) {
-  reply(self, call, encode_mp_event_ok(handle, ok));
+  reply(self, call, encode_reply_event_ok(handle, ok));
 }
 
 /// Which step failed: decides the log line and whether the engine was

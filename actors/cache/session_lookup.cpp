@@ -23,7 +23,7 @@ void answer_waiters(self_ptr self) {
   // the same job see "unknown" (0).
   bool first = true;
   for (auto& w : st.waiters) {
-    reply(self, w.call, encode_mp_int(first ? static_cast<int64_t>(*st.matched) : 0));
+    reply(self, w.call, encode_reply_int(first ? static_cast<int64_t>(*st.matched) : 0));
     first = false;
   }
   st.waiters.clear();
@@ -34,7 +34,7 @@ void answer_waiters(self_ptr self) {
 std::string take_matched(session_state& st) {
   auto n = st.matched ? static_cast<int64_t>(*st.matched) : 0;
   st.matched.reset();
-  return encode_mp_int(n);
+  return encode_reply_int(n);
 }
 
 } // namespace
@@ -122,7 +122,7 @@ void on_prefetch_deadline(self_ptr self) {
 
 void on_query_prefetch_lookup_hits(self_ptr self, mp_call& call) {
   auto& st = self->state;
-  reply(self, call, st.hits ? std::optional<std::string>{encode_mp_int(static_cast<int64_t>(*st.hits))}
+  reply(self, call, st.hits ? std::optional<std::string>{encode_reply_int(static_cast<int64_t>(*st.hits))}
                             : std::nullopt);
 }
 

@@ -104,8 +104,8 @@ struct server : fixture {
   }
 };
 
-const std::string stored_ok = encode_mp_event_ok("", true);
-const std::string copy_failed = encode_mp_event_ok("", false);
+const std::string stored_ok = encode_reply_event_ok("", true);
+const std::string copy_failed = encode_reply_event_ok("", false);
 
 } // namespace
 

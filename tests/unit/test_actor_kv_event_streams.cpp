@@ -5,6 +5,7 @@
 #include <msgpack.hpp>
 
 #include "actors/cache/kv_event_streams.hpp"
+#include "lmcache_wire/lmcache_ops.hpp"
 
 using namespace kvs;
 
@@ -191,9 +192,15 @@ TEST_CASE("subscribe_kv_events request: op name and arguments") {
     msgpack::pack(b, v);
     return std::string(b.data(), b.size());
   };
-  CHECK(is_subscribe_kv_events_op(enc(std::string("subscribe_kv_events"))));
-  CHECK_FALSE(is_subscribe_kv_events_op(enc(std::string("subscribe_kv_event"))));
-  CHECK_FALSE(is_subscribe_kv_events_op(enc(32)));
+  // The op frame resolves to the streamed row (which the engine bridge
+  // opens); other names, a request op and ids do not.
+  const auto* row = streamed_row(enc(std::string("subscribe_kv_events")));
+  REQUIRE(row != nullptr);
+  CHECK(row->op == mp_op::subscribe_kv_events);
+  CHECK(streamed_row(enc(std::string("subscribe_kv_event"))) == nullptr);
+  CHECK(streamed_row(enc(std::string("lookup"))) == nullptr);
+  CHECK(streamed_row(enc(32)) == nullptr);
+  CHECK(streamed_row("") == nullptr);
   std::vector<std::string> a{enc(7), enc(std::string("m")), enc(0), enc(64)};
   auto view = [](const std::vector<std::string>& v) {
     return std::vector<std::string_view>(v.begin(), v.end());

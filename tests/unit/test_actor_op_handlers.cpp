@@ -16,9 +16,15 @@ TEST_CASE("every row's route has a handler for its op, and no other actor serves
     const bool bridge = bridge_answers(row.op);
     const bool registry = registry_serves(row.op);
     const bool session = session_serves(row.op);
+    const bool streams = bridge_streams(row.op);
+    // A streamed row (subscribe_kv_events) is opened by the engine bridge's
+    // stream handler, and only there; every other op has no stream handler.
+    CHECK(streams == row.streamed);
+    if (row.streamed)
+      CHECK(row.route == mp_route::bridge);
     switch (row.route) {
       case mp_route::bridge:
-        CHECK(bridge);
+        CHECK(bridge != row.streamed); // a request handler, or a stream handler
         CHECK_FALSE(registry);
         CHECK_FALSE(session);
         break;

@@ -16,6 +16,7 @@
 #include "lookup_service.pb.h"
 #include "management_service.pb.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -382,4 +383,105 @@ TEST_CASE("grpc: every method's row makes frames the shared decoder reads as its
     }
   }
   CHECK(methods == 33); // 15 shared, 8 of 0.5.6's services, 10 of 0.5.7's
+}
+
+TEST_CASE("grpc: a message of plain arguments needs no row: its fields by name, byte for byte") {
+  // These go through grpc_generic.hpp (their op row's arguments read off the
+  // message's fields); the frames must be what LMCache's ZeroMQ client sends.
+  auto frames = [](std::string_view path, const auto& msg, client_release rel) {
+    const auto* m = find_grpc_method(path);
+    REQUIRE(m != nullptr);
+    auto f = grpc_request_frames(*m, msg.SerializeAsString(), rel, 7);
+    REQUIRE_MESSAGE(f, (f ? "" : f.error_value().detail));
+    return std::vector<std::string>(f->begin() + 2, f->end()); // the arguments
+  };
+  const auto v57 = client_release::v0_5_7;
+  pb::PingRequest ping;
+  CHECK(frames("/lmcache.mp.ManagementService/Ping", ping, v57) == std::vector<std::string>{"\xc0"});
+  ping.set_instance_id(5);
+  CHECK(frames("/lmcache.mp.ManagementService/Ping", ping, v57) == std::vector<std::string>{"\x05"});
+  pb::ClearRequest clear;
+  CHECK(frames("/lmcache.mp.ManagementService/Clear", clear, v57) == std::vector<std::string>{"\xc2"});
+  clear.set_force(true);
+  CHECK(frames("/lmcache.mp.ManagementService/Clear", clear, v57) == std::vector<std::string>{"\xc3"});
+  pb::WaitPrefetchStatusRequest wait;
+  wait.set_request_id("r");
+  wait.set_timeout(1.5);
+  CHECK(frames("/lmcache.mp.LookupService/WaitPrefetchStatus", wait, v57) ==
+        std::vector<std::string>{"\xa1r", bytes({0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0})});
+  pb::NegotiateChunkSizeRequest neg;
+  neg.set_required_chunk_alignment(16);
+  CHECK(frames("/lmcache.mp.ManagementService/NegotiateChunkSize", neg, v57) ==
+        std::vector<std::string>{"\x10"});
+  pb::UnregisterKvCacheRequest unreg;
+  unreg.set_instance_id(-1);
+  CHECK(frames("/lmcache.mp.LMCacheDrivenService/UnregisterKvCache", unreg, v57) ==
+        std::vector<std::string>{"\xff"});
+  CHECK(frames("/lmcache.mp.ManagementService/GetChunkSize", pb::GetChunkSizeRequest{}, v57).empty());
+  pb::CommitStoreRequest commit;
+  *commit.mutable_key() = key(tokens_057, 5);
+  commit.set_instance_id(9);
+  commit.set_data("ab");
+  auto c = frames("/lmcache.mp.EngineDrivenService/CommitStore", commit, v57);
+  REQUIRE(c.size() == 3); // key, instance_id, data
+  CHECK(c[1] == "\x09");
+  CHECK(c[2] == bytes({0xc4, 2, 'a', 'b'}));
+  // The same key frame as a row-written message's (StoreRequest's first argument).
+  pb::StoreRequest store;
+  *store.mutable_key() = key(tokens_057, 5);
+  CHECK(frames("/lmcache.mp.LMCacheDrivenService/Store", store, v57)[0] == c[0]);
+
+  // A scalar body goes into the response's one field.
+  auto reply = [](std::string_view path, const std::optional<std::string>& body) {
+    return grpc_response(*find_grpc_method(path), body);
+  };
+  pb::GetChunkSizeResponse cs;
+  auto r1 = reply("/lmcache.mp.ManagementService/GetChunkSize", encode_reply_int(256));
+  REQUIRE(r1);
+  REQUIRE(cs.ParseFromString(*r1));
+  CHECK(cs.chunk_size() == 256);
+  pb::PingResponse pong;
+  auto r2 = reply("/lmcache.mp.ControllerService/Ping", encode_reply_bool(true));
+  REQUIRE(r2);
+  REQUIRE(pong.ParseFromString(*r2));
+  CHECK(pong.ok());
+  pb::NoopResponse noop;
+  auto r3 = reply("/lmcache.mp.ManagementService/Noop", encode_reply_str("OK"));
+  REQUIRE(r3);
+  REQUIRE(noop.ParseFromString(*r3));
+  CHECK(noop.message() == "OK");
+  auto r4 = reply("/lmcache.mp.EngineDrivenService/CommitRetrieve", encode_reply_bool(false));
+  REQUIRE(r4);
+  CHECK(r4->empty()); // success false: the default, nothing on the wire
+  // int | None: nil (or None) leaves the optional field unset.
+  pb::QueryPrefetchStatusResponse q;
+  auto r5 = reply("/lmcache.mp.LookupService/QueryPrefetchStatus", std::string("\xc0", 1));
+  REQUIRE(r5);
+  REQUIRE(q.ParseFromString(*r5));
+  CHECK_FALSE(q.has_chunk_count());
+  auto r6 = reply("/lmcache.mp.LookupService/WaitPrefetchStatus", std::nullopt);
+  REQUIRE(r6);
+  CHECK(r6->empty());
+  auto r7 = reply("/lmcache.mp.LookupService/QueryPrefetchStatus", encode_reply_int(0));
+  REQUIRE(r7);
+  REQUIRE(q.ParseFromString(*r7));
+  CHECK(q.has_chunk_count()); // 0 is an answer, not None
+  CHECK(q.chunk_count() == 0);
+  // A field without presence needs a body; a body of the wrong kind is a bug.
+  auto none = reply("/lmcache.mp.ManagementService/GetChunkSize", std::nullopt);
+  REQUIRE_FALSE(none);
+  CHECK(none.error_value().kind == "bad_reply");
+  CHECK(none.error_value().detail == "get_chunk_size: no reply body");
+  auto wrong = reply("/lmcache.mp.ManagementService/Ping", encode_reply_int(1));
+  REQUIRE_FALSE(wrong);
+  CHECK(wrong.error_value().detail == "ping: ok: expected bool, got int");
+
+  // A None-returning op's response is its empty message, whatever came.
+  for (const char* path : {"/lmcache.mp.LookupService/Lookup", "/lmcache.mp.ManagementService/Clear",
+                           "/lmcache.mp.LMCacheDrivenService/RegisterKvCache"}) {
+    CAPTURE(path);
+    auto r = grpc_response(*find_grpc_method(path), std::nullopt);
+    REQUIRE(r);
+    CHECK(r->empty());
+  }
 }

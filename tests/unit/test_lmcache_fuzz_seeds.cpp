@@ -4,6 +4,7 @@
 #include "fuzz_seeds.hpp"
 
 #include "lmcache_wire/lmcache_kv_events.hpp"
+#include "lmcache_wire/lmcache_ops.hpp"
 #include "lmcache_wire/lmcache_protocol.hpp"
 #include "lmcache_wire/pickle_reader.hpp"
 #include "lmcache_wire/tensor_envelope.hpp"
@@ -47,8 +48,8 @@ TEST_CASE("fuzz_lmcache_decode seeds: every request and wrapper decodes") {
       auto frames = request_frames(in.substr(1));
       REQUIRE(frames.size() >= 2);
       ++requests;
-      if (kvs::is_subscribe_kv_events_op(frames[1])) {
-        // The bridge decodes this op itself, before decode_mp_request.
+      if (kvs::streamed_row(frames[1])) {
+        // A stream: the bridge decodes its arguments itself, before decode_mp_request.
         std::vector<std::string_view> args(frames.begin() + 2, frames.end());
         CHECK(kvs_seeds::decoded(kvs::decode_subscribe_kv_events(args)));
       } else {
