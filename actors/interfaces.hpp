@@ -229,4 +229,37 @@ using l2_actor = caf::typed_actor<
   caf::replies_to<l2_delete_objects>::with<l2_deleted>,    ///< DELETE /cache/objects (tier l2)
   caf::reacts_to<tick_atom>>::extend_with<stats_client_actor>; ///< a quota pass (every l2.quota_interval)
 
+// -- HTTP control plane ------------------------------------------------------
+
+/// admin (admin/admin_actor.hpp) — the backend of LMCache's HTTP API, on a
+/// thread of its own (detached: it hashes chunks with MD5). The HTTP server's
+/// `http-admin` thread parses a request into one of these calls
+/// (messages/admin_calls.hpp), asks with a deadline and writes back the
+/// http_answer. Answers from the health atomics and the effective config,
+/// asks the store, the L2 actor and the gpu-transfer actor (each within
+/// admin_store_timeout: 504 past it), keeps the prefetch jobs
+/// (POST /cache/prefetches: a store LOOKUP each) and orchestrates the clears
+/// of L1 and L2. `watch_atom`: the actors to ask from now on (null: that part
+/// is off), sent once the tree is up; calls before it answer 503 where they
+/// need one.
+using admin_actor = caf::typed_actor<
+  caf::reacts_to<watch_atom, store_actor, l2_actor, gpu_transfer_actor>,
+  caf::replies_to<admin_req::root>::with<http_answer>,
+  caf::replies_to<admin_req::healthcheck>::with<http_answer>,
+  caf::replies_to<admin_req::status>::with<http_answer>,
+  caf::replies_to<admin_req::config>::with<http_answer>,
+  caf::replies_to<admin_req::config_adapters>::with<http_answer>,
+  caf::replies_to<admin_req::version>::with<http_answer>,
+  caf::replies_to<admin_req::cache_clear>::with<http_answer>,
+  caf::replies_to<admin_req::quota_list>::with<http_answer>,
+  caf::replies_to<admin_req::quota_get>::with<http_answer>,
+  caf::replies_to<admin_req::quota_set>::with<http_answer>,
+  caf::replies_to<admin_req::quota_delete>::with<http_answer>,
+  caf::replies_to<admin_req::prefetch_submit>::with<http_answer>,
+  caf::replies_to<admin_req::prefetch_status>::with<http_answer>,
+  caf::replies_to<admin_req::objects_list>::with<http_answer>,
+  caf::replies_to<admin_req::objects_delete>::with<http_answer>,
+  caf::replies_to<admin_req::chunk_checksums>::with<http_answer>,
+  caf::replies_to<admin_req::block_checksums>::with<http_answer>>::extend_with<stats_client_actor>;
+
 } // namespace kvs

@@ -1,5 +1,5 @@
 // The control plane's requests to the store (GET /status, POST
-// /cache/clear, /quota...: admin/admin_routes.hpp, admin/admin_api.cpp).
+// /cache/clear, /quota...: admin/admin_routes.hpp, admin/admin_actor.cpp).
 // Answered on the store's own thread, between its other messages.
 #pragma once
 

@@ -17,6 +17,8 @@
 #include "messages/stats_snapshot.hpp"
 #include "messages/l2_messages.hpp"
 #include "messages/admin_messages.hpp"
+#include "messages/admin_calls.hpp"
+#include "messages/http_answer.hpp"
 #include "messages/checksum_messages.hpp"
 
 /// Gives message type `T` the next type id of the block and allows it in
@@ -134,5 +136,29 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   /// The HTTP control plane's requests to the store (messages/admin_messages.hpp).
   KVS_ADD_MESSAGE_TYPE(kvs::store_admin)
   KVS_ADD_MESSAGE_TYPE(kvs::store_admin_reply)
+
+  // -- HTTP control plane -----------------------------------------------------
+  /// One message per LMCache HTTP API operation (messages/admin_calls.hpp),
+  /// each answered by the admin actor with an http_answer.
+  KVS_ADD_MESSAGE_TYPE(kvs::http_answer)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::root)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::healthcheck)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::status)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::config)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::config_adapters)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::version)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::cache_clear)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::quota_list)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::quota_get)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::quota_set)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::quota_delete)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::prefetch_submit)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::prefetch_status)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::objects_list)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::objects_delete)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::chunk_checksums)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::block_checksums)
+  /// `watch_atom, store, l2, gpu`: the actors the admin actor asks from now on.
+  CAF_ADD_ATOM(kvsidecar, kvs, watch_atom, "watch")
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)
