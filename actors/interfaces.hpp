@@ -185,7 +185,17 @@ using store_actor = caf::typed_actor<
   caf::reacts_to<mp_call>, ///< clear
   caf::reacts_to<record_atom, caf::actor>, ///< where kv_event_records go (the engine bridge)
   caf::reacts_to<cleared_atom>,            ///< routers dropped L1's chunks: announce them again
-  caf::replies_to<store_admin>::with<store_admin_reply>, ///< the HTTP control plane
+  // The HTTP control plane (the admin actor), one message per operation:
+  caf::replies_to<store_status_query>::with<store_status>,   ///< GET /status
+  caf::replies_to<store_clear_l1>::with<uint64_t>,           ///< POST /cache/clear: chunks dropped
+  caf::replies_to<store_quota_list>::with<store_quota_reply>, ///< GET /quota
+  caf::replies_to<store_quota_get>::with<store_quota_reply>,  ///< GET /quota/{salt}
+  caf::replies_to<store_quota_set>::with<store_quota_reply>,  ///< PUT /quota/{salt}
+  caf::replies_to<store_quota_delete>::with<store_quota_reply>, ///< DELETE /quota/{salt}
+  caf::replies_to<store_list_objects>::with<store_objects_page>, ///< GET /cache/objects (l1)
+  caf::replies_to<store_delete_objects>::with<store_deleted>,    ///< DELETE /cache/objects (l1)
+  caf::replies_to<store_lock_chunks>::with<store_locked_chunks>, ///< POST /cache/checksums
+  caf::reacts_to<store_unlock_chunks>,                           ///< ... its locks back
   caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< lock and reservation expiry
 
 /// gpu_transfer — opens engine pools (CUDA IPC or host shared memory) once

@@ -116,7 +116,7 @@ http_answer config_adapters_answer(const config& cfg) {
 // -- GET /status ----------------------------------------------------------------
 
 /// `r`: the store's figures (null: the cache server is off).
-http_answer status_answer(const config& cfg, const store_admin_reply* r) {
+http_answer status_answer(const config& cfg, const store_status* r) {
   auto& h = health();
   bool healthy = h.alive.load() && h.ready.load() && !h.draining.load();
   json_writer w;
@@ -184,21 +184,23 @@ answer status_call(admin_self self) {
   if (!st.store)
     return store_missing(*st.p.cfg);
   auto rp = self->make_response_promise<http_answer>();
-  ask<store_admin_reply>(self, st.store, store_admin{}, "the store", rp,
-                         [rp, cfg = st.p.cfg](store_admin_reply& r) mutable {
-                           rp.deliver(status_answer(*cfg, &r));
-                         });
+  ask<store_status>(self, st.store, store_status_query{}, "the store", rp,
+                    [rp, cfg = st.p.cfg](store_status& r) mutable {
+                      rp.deliver(status_answer(*cfg, &r));
+                    });
   return rp;
 }
 
 // -- /quota ------------------------------------------------------------------
 
-http_answer quota_answer(store_admin::op what, const std::string& salt, double limit_gb,
-                         const store_admin_reply& r) {
+enum class quota_op { list, get, set, remove };
+
+http_answer quota_answer(quota_op what, const std::string& salt, double limit_gb,
+                         const store_quota_reply& r) {
   json_writer w;
   auto name = std::string{cache_salt_name(salt)};
   switch (what) {
-  case store_admin::op::quota_list:
+  case quota_op::list:
     w.begin_object().begin_object("users");
     for (auto& u : r.salts)
       w.begin_object(cache_salt_name(u.salt))
@@ -207,7 +209,7 @@ http_answer quota_answer(store_admin::op what, const std::string& salt, double l
         .end_object();
     w.end_object().end_object();
     break;
-  case store_admin::op::quota_get: {
+  case quota_op::get: {
     auto& u = r.salts.at(0);
     w.begin_object()
       .str("cache_salt", name)
@@ -217,7 +219,7 @@ http_answer quota_answer(store_admin::op what, const std::string& salt, double l
       .end_object();
     break;
   }
-  case store_admin::op::quota_set:
+  case quota_op::set:
     if (!r.ok)
       return http_error(400, "too many quotas: at most "
                                 + std::to_string(salt_quota_max_limits) + " salts have one");
@@ -225,7 +227,7 @@ http_answer quota_answer(store_admin::op what, const std::string& salt, double l
       .str("cache_salt", name)
       .num("limit_gb", limit_gb)
       .str("status", "ok")
-      .integer("evicted_chunks", r.removed)
+      .integer("evicted_chunks", r.evicted)
       .end_object();
     break;
   default:
@@ -238,29 +240,26 @@ http_answer quota_answer(store_admin::op what, const std::string& salt, double l
   return json(w);
 }
 
-/// GET|PUT|DELETE /quota[/{salt}]: `what` is the store's quota op.
-answer quota(admin_self self, store_admin::op what, const std::string& salt,
+/// GET|PUT|DELETE /quota[/{salt}]: `msg` is the store's message for `what`.
+template <class Msg>
+answer quota(admin_self self, quota_op what, Msg msg, const std::string& salt,
              uint64_t limit_bytes, double limit_gb) {
   auto& st = self->state;
   if (!st.store)
     return store_missing(*st.p.cfg);
-  store_admin q;
-  q.salt = salt;
-  q.limit_bytes = limit_bytes;
-  q.what = what;
   auto rp = self->make_response_promise<http_answer>();
   // l2.quota_mode = "isolated": the limits govern L2 as LMCache's do, and
   // the usage reported is L2's (LMCache's quota API reads its L2 adapters).
   l2_actor tier2 = st.p.cfg->l2.quota_isolated ? st.l2 : l2_actor{};
-  ask<store_admin_reply>(
-    self, st.store, std::move(q), "the store", rp,
-    [self, rp, what, salt, limit_bytes, limit_gb, tier2](store_admin_reply& r) mutable {
+  ask<store_quota_reply>(
+    self, st.store, std::move(msg), "the store", rp,
+    [self, rp, what, salt, limit_bytes, limit_gb, tier2](store_quota_reply& r) mutable {
       if (tier2) {
-        if (what == store_admin::op::quota_set && r.ok)
+        if (what == quota_op::set && r.ok)
           caf::anon_send(tier2, l2_quota_limit{salt, limit_bytes});
-        else if (what == store_admin::op::quota_delete)
+        else if (what == quota_op::remove)
           caf::anon_send(tier2, l2_quota_limit{salt, std::nullopt});
-        if (what == store_admin::op::quota_list || what == store_admin::op::quota_get) {
+        if (what == quota_op::list || what == quota_op::get) {
           ask<l2_usage>(self, tier2, l2_usage_atom_v, "the L2 actor", rp,
                         [rp, what, salt, limit_gb, r = std::move(r)](l2_usage& u) mutable {
                           auto& by_salt = u.bytes_by_salt;
@@ -323,10 +322,8 @@ answer clear(admin_self self, const admin_req::cache_clear& c) {
                   });
   };
   if (l1) {
-    store_admin q;
-    q.what = store_admin::op::clear_l1;
-    ask<store_admin_reply>(self, st.store, std::move(q), "the store", rp,
-                           [then_l2](store_admin_reply& r) mutable { then_l2(r.removed); });
+    ask<uint64_t>(self, st.store, store_clear_l1{}, "the store", rp,
+                  [then_l2](uint64_t removed) mutable { then_l2(removed); });
   } else {
     then_l2(0);
   }
@@ -446,14 +443,8 @@ void object_key(json_writer& w, const stored_object& o) {
     .end_object();
 }
 
-store_admin filter_of(const admin_req::objects_filter& c, store_admin::op what) {
-  store_admin q;
-  q.what = what;
-  q.by_model = c.by_model;
-  q.model = c.model;
-  q.by_salt = c.by_salt;
-  q.salt = c.salt;
-  return q;
+store_objects_filter filter_of(const admin_req::objects_filter& c) {
+  return store_objects_filter{c.by_model, c.by_salt, c.model, c.salt};
 }
 
 /// LMCache's EncodedObjectKey of an L2 object.
@@ -494,7 +485,7 @@ http_answer l2_objects_answer(const l2_objects_page& r) {
   return json(w);
 }
 
-http_answer l1_objects_answer(const store_admin_reply& r) {
+http_answer l1_objects_answer(const store_objects_page& r) {
   json_writer w;
   w.begin_object().str("adapter", "l1").boolean("shared", false).begin_array("entries");
   for (auto& o : r.objects) {
@@ -535,11 +526,9 @@ answer objects_list(admin_self self, const admin_req::objects_list& c) {
                          [rp](l2_objects_page& r) mutable { rp.deliver(l2_objects_answer(r)); });
     return rp;
   }
-  auto q = filter_of(c, store_admin::op::list_objects);
-  q.cursor = c.cursor;
-  q.limit = c.page_size;
-  ask<store_admin_reply>(self, st.store, std::move(q), "the store", rp,
-                         [rp](store_admin_reply& r) mutable { rp.deliver(l1_objects_answer(r)); });
+  store_list_objects q{filter_of(c), c.cursor, c.page_size};
+  ask<store_objects_page>(self, st.store, std::move(q), "the store", rp,
+                          [rp](store_objects_page& r) mutable { rp.deliver(l1_objects_answer(r)); });
   return rp;
 }
 
@@ -562,7 +551,8 @@ void l1_objects_delete(admin_self self, const admin_req::objects_delete& c,
     rp.deliver(store_missing(*st.p.cfg));
     return;
   }
-  auto q = filter_of(c, store_admin::op::delete_objects);
+  store_delete_objects q;
+  q.filter = filter_of(c);
   q.by_keys = c.by_keys;
   for (auto& k : c.keys) {
     stored_object n;
@@ -571,10 +561,10 @@ void l1_objects_delete(admin_self self, const admin_req::objects_delete& c,
     n.salt = k.salt;
     q.named.push_back(std::move(n));
   }
-  ask<store_admin_reply>(self, st.store, std::move(q), "the store", rp,
-                         [rp, l2_deleted_keys](store_admin_reply& r) mutable {
-                           rp.deliver(deleted_answer(r.removed + l2_deleted_keys, r.locked));
-                         });
+  ask<store_deleted>(self, st.store, std::move(q), "the store", rp,
+                     [rp, l2_deleted_keys](store_deleted& r) mutable {
+                       rp.deliver(deleted_answer(r.removed + l2_deleted_keys, r.locked));
+                     });
 }
 
 /// DELETE /cache/objects: "l2" (LMCache's default) by LMCache's keys through
@@ -645,28 +635,20 @@ answer checksums(admin_self self, const admin_req::chunk_checksums& c) {
     return digest({});
   if (!st.store)
     return store_missing(*st.p.cfg);
-  store_admin q;
-  q.what = store_admin::op::lock_chunks;
+  store_lock_chunks q;
   for (auto h : hashes)
     q.keys.push_back(chunk_key{h, static_cast<int32_t>(c.kv_rank)});
   auto rp = self->make_response_promise<http_answer>();
-  ask<store_admin_reply>(
-    self, st.store, std::move(q), "the store", rp,
-    [self, rp, digest](store_admin_reply& r) mutable {
-      auto a = digest(r.objects);
-      if (r.tokens.empty()) {
-        rp.deliver(std::move(a));
-        return;
-      }
-      store_admin u;
-      u.what = store_admin::op::unlock_chunks;
-      u.tokens = std::move(r.tokens);
-      // Answered once the locks are back; unanswered, they expire with
-      // cache.lock_ttl.
-      self->request(self->state.store, admin_store_timeout, std::move(u))
-        .then([rp, a](store_admin_reply&) mutable { rp.deliver(a); },
-              [rp, a](caf::error&) mutable { rp.deliver(a); });
-    });
+  ask<store_locked_chunks>(self, st.store, std::move(q), "the store", rp,
+                           [self, rp, digest](store_locked_chunks& r) mutable {
+                             auto a = digest(r.objects);
+                             // Before any later call of ours reaches the store (one
+                             // sender's messages keep their order).
+                             if (!r.tokens.empty())
+                               self->send(self->state.store,
+                                          store_unlock_chunks{std::move(r.tokens)});
+                             rp.deliver(std::move(a));
+                           });
   return rp;
 }
 
@@ -785,7 +767,6 @@ admin_actor::behavior_type admin(admin_self self, admin_params p) {
   log_lifecycle(self, st.label, "started: serving LMCache's HTTP control plane's calls");
   arm_stats(self, st.p.stats_interval);
   namespace req = admin_req;
-  using op = store_admin::op;
   return {
     [self](watch_atom, store_actor& store, l2_actor& l2, gpu_transfer_actor& gpu) {
       auto& st = self->state;
@@ -811,16 +792,17 @@ admin_actor::behavior_type admin(admin_self self, admin_params p) {
     }),
     counted<req::cache_clear>(self, [self](const req::cache_clear& c) { return clear(self, c); }),
     counted<req::quota_list>(self, [self](const req::quota_list&) {
-      return quota(self, op::quota_list, {}, 0, 0);
+      return quota(self, quota_op::list, store_quota_list{}, {}, 0, 0);
     }),
     counted<req::quota_get>(self, [self](const req::quota_get& c) {
-      return quota(self, op::quota_get, c.salt, 0, 0);
+      return quota(self, quota_op::get, store_quota_get{c.salt}, c.salt, 0, 0);
     }),
     counted<req::quota_set>(self, [self](const req::quota_set& c) {
-      return quota(self, op::quota_set, c.salt, c.limit_bytes, c.limit_gb);
+      return quota(self, quota_op::set, store_quota_set{c.salt, c.limit_bytes}, c.salt,
+                   c.limit_bytes, c.limit_gb);
     }),
     counted<req::quota_delete>(self, [self](const req::quota_delete& c) {
-      return quota(self, op::quota_delete, c.salt, 0, 0);
+      return quota(self, quota_op::remove, store_quota_delete{c.salt}, c.salt, 0, 0);
     }),
     counted<req::prefetch_submit>(self, [self](const req::prefetch_submit& c) {
       return prefetch(self, c);

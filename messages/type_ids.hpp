@@ -133,9 +133,23 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_objects_page)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_delete_objects)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_deleted)
-  /// The HTTP control plane's requests to the store (messages/admin_messages.hpp).
-  KVS_ADD_MESSAGE_TYPE(kvs::store_admin)
-  KVS_ADD_MESSAGE_TYPE(kvs::store_admin_reply)
+  /// The HTTP control plane's requests to the store, one per operation
+  /// (messages/admin_messages.hpp), and their replies.
+  KVS_ADD_MESSAGE_TYPE(kvs::store_status_query)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_status)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_clear_l1)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_quota_list)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_quota_get)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_quota_set)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_quota_delete)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_quota_reply)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_list_objects)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_objects_page)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_delete_objects)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_deleted)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_lock_chunks)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_locked_chunks)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_unlock_chunks)
 
   // -- HTTP control plane -----------------------------------------------------
   /// One message per LMCache HTTP API operation (messages/admin_calls.hpp),
