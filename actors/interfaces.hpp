@@ -135,6 +135,7 @@ using grpc_bridge_actor = bridge_actor;
 /// their sender).
 using session_router_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,
+  caf::reacts_to<bridge_atom, engine_bridge_actor>, ///< where replies go: kept, passed on
   caf::reacts_to<seen_atom, int64_t, bool>, ///< a PING: tells the registry
   caf::reacts_to<reaped_atom, int64_t>, ///< instance gone: end its sessions
   caf::reacts_to<gone_atom, int64_t>,   ///< its connection ended: end its sessions, drop it
@@ -158,6 +159,7 @@ using session_actor = caf::typed_actor<
 /// (heartbeat_timeout, or registration_grace for those that never pinged).
 using registry_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,                  ///< register / unregister
+  caf::reacts_to<bridge_atom, engine_bridge_actor>, ///< where replies go (from the router)
   caf::reacts_to<seen_atom, int64_t, bool>, ///< instance seen (true: it pinged)
   caf::reacts_to<gone_atom, int64_t>,       ///< its connection ended: drop it now
   caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< reaper round
@@ -183,7 +185,8 @@ using store_actor = caf::typed_actor<
   caf::reacts_to<store_release>,
   caf::replies_to<store_configure>::with<store_configure_reply>,
   caf::reacts_to<mp_call>, ///< clear
-  caf::reacts_to<record_atom, caf::actor>, ///< where kv_event_records go (the engine bridge)
+  caf::reacts_to<bridge_atom, engine_bridge_actor>, ///< where replies go (from the router)
+  caf::reacts_to<record_atom, engine_bridge_actor>, ///< where kv_event_records go
   caf::reacts_to<cleared_atom>,            ///< routers dropped L1's chunks: announce them again
   // The HTTP control plane (the admin actor), one message per operation:
   caf::replies_to<store_status_query>::with<store_status>,   ///< GET /status

@@ -114,6 +114,10 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_fetch_reply)
   CAF_ADD_ATOM(kvsidecar, kvs, recycle_atom, "recycle")
   CAF_ADD_ATOM(kvsidecar, kvs, prefault_atom, "prefault")
+  /// `bridge_atom, engine_bridge_actor`: the engine bridge introduces itself
+  /// (every request's reply goes to it) to the session router, which passes
+  /// it on to the registry and the store before routing them any request.
+  CAF_ADD_ATOM(kvsidecar, kvs, bridge_atom, "bridge")
   /// The gRPC bridge introduces itself to the engine bridge (its replies' way back).
   CAF_ADD_ATOM(kvsidecar, kvs, grpc_atom, "grpc")
   /// A rank published an AllBlocksCleared: the store announces its L1 again.

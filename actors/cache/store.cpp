@@ -421,8 +421,7 @@ void on_cleared(self_ptr self) {
 /// LMCache's CLEAR op: drops every unlocked chunk, as the HTTP clear does.
 void on_clear(self_ptr self, mp_call& call) {
   clear_l1(self, "LMCache CLEAR");
-  auto bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
-  self->send(bridge, make_reply(call, std::nullopt));
+  self->send(self->state.bridge, make_reply(call, std::nullopt));
 }
 
 /// Lock TTLs are enforced here, whatever sessions do (idle sessions are
@@ -529,9 +528,8 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     [self](store_delete_objects& q) -> store_deleted { return delete_objects(self, q); },
     [self](store_lock_chunks& q) -> store_locked_chunks { return lock_chunks(self, q); },
     [self](store_unlock_chunks& q) { unlock_chunks(self, q); },
-    [self](record_atom, caf::actor& sink) {
-      self->state.records_sink = caf::actor_cast<engine_bridge_actor>(std::move(sink));
-    },
+    [self](bridge_atom, engine_bridge_actor& bridge) { self->state.bridge = std::move(bridge); },
+    [self](record_atom, engine_bridge_actor& sink) { self->state.records_sink = std::move(sink); },
     [self, expiry](sweep_atom) { on_sweep(self, expiry); },
     [self](stats_atom) {
       l2_log_stats(self); // L2 hook

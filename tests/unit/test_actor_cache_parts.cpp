@@ -216,6 +216,7 @@ TEST_CASE_FIXTURE(fixture, "registry: registers through the transfer actor and t
   rp.store = st;
   rp.shm_allow_prefixes = cfg.cache.shm_allow_prefixes;
   auto reg = spawn(registry, rp);
+  caf::anon_send(reg, bridge_atom_v, bridge); // as the session router passes it on
   sched.run();
 
   register_kv_cache_req r;
