@@ -51,6 +51,10 @@ using ingest_bridge_actor = bridge_actor;
 
 // -- event relay -------------------------------------------------------------
 
+/// What a publisher tells after each AllBlocksCleared (the store and the L2
+/// actor take it; each announces its chunks again).
+using clear_listener_actor = caf::typed_actor<caf::reacts_to<cleared_atom>>;
+
 /// publisher[dp=r] — one per DP rank. Owns the rank's sequence number:
 /// assigns 0, 1, 2, … with no gaps, encodes each batch in the configured
 /// dialect (or passes the engine's bytes through), hands it to the PUB
@@ -66,12 +70,8 @@ using ingest_bridge_actor = bridge_actor;
 /// dropped the rank's CPU, DISK and SHARED chunks too.
 using publisher_actor = caf::typed_actor<
   caf::reacts_to<publish_atom, kv_event_batches>,
-  caf::reacts_to<cleared_atom, caf::actor>, ///< who to tell after an AllBlocksCleared
+  caf::reacts_to<cleared_atom, clear_listener_actor>, ///< who to tell after an AllBlocksCleared
   caf::reacts_to<tick_atom>>::extend_with<stats_client_actor>; ///< keep-alive check
-
-/// What a publisher tells after each AllBlocksCleared (the store and the L2
-/// actor take it; each announces its chunks again).
-using clear_listener_actor = caf::typed_actor<caf::reacts_to<cleared_atom>>;
 
 /// indexer[dp=r] — one per DP rank, on its own thread (actors/relay/indexer.hpp).
 /// `publish_atom, first_seq, held, batches`: what the publisher published,

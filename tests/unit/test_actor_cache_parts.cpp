@@ -274,7 +274,7 @@ publisher_actor::behavior_type fake_events(publisher_actor::pointer,
             for (auto& b : in.items)
               got->push_back(std::move(b));
           },
-          [](cleared_atom, caf::actor&) {}, [](tick_atom) {}, [](stats_atom) {},
+          [](cleared_atom, clear_listener_actor&) {}, [](tick_atom) {}, [](stats_atom) {},
           [](metrics_atom, const caf::actor&) {}};
 }
 
