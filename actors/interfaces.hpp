@@ -51,6 +51,10 @@ using ingest_bridge_actor = bridge_actor;
 
 // -- event relay -------------------------------------------------------------
 
+/// What a publisher tells after each AllBlocksCleared (the store and the L2
+/// actor take it; each announces its chunks again).
+using clear_listener_actor = caf::typed_actor<caf::reacts_to<cleared_atom>>;
+
 /// publisher[dp=r] — one per DP rank. Owns the rank's sequence number:
 /// assigns 0, 1, 2, … with no gaps, encodes each batch in the configured
 /// dialect (or passes the engine's bytes through), hands it to the PUB
@@ -66,12 +70,8 @@ using ingest_bridge_actor = bridge_actor;
 /// dropped the rank's CPU, DISK and SHARED chunks too.
 using publisher_actor = caf::typed_actor<
   caf::reacts_to<publish_atom, kv_event_batches>,
-  caf::reacts_to<cleared_atom, caf::actor>, ///< who to tell after an AllBlocksCleared
+  caf::reacts_to<cleared_atom, clear_listener_actor>, ///< who to tell after an AllBlocksCleared
   caf::reacts_to<tick_atom>>::extend_with<stats_client_actor>; ///< keep-alive check
-
-/// What a publisher tells after each AllBlocksCleared (the store and the L2
-/// actor take it; each announces its chunks again).
-using clear_listener_actor = caf::typed_actor<caf::reacts_to<cleared_atom>>;
 
 /// indexer[dp=r] — one per DP rank, on its own thread (actors/relay/indexer.hpp).
 /// `publish_atom, first_seq, held, batches`: what the publisher published,
@@ -135,6 +135,7 @@ using grpc_bridge_actor = bridge_actor;
 /// their sender).
 using session_router_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,
+  caf::reacts_to<bridge_atom, engine_bridge_actor>, ///< where replies go: kept, passed on
   caf::reacts_to<seen_atom, int64_t, bool>, ///< a PING: tells the registry
   caf::reacts_to<reaped_atom, int64_t>, ///< instance gone: end its sessions
   caf::reacts_to<gone_atom, int64_t>,   ///< its connection ended: end its sessions, drop it
@@ -158,6 +159,7 @@ using session_actor = caf::typed_actor<
 /// (heartbeat_timeout, or registration_grace for those that never pinged).
 using registry_actor = caf::typed_actor<
   caf::reacts_to<mp_call>,                  ///< register / unregister
+  caf::reacts_to<bridge_atom, engine_bridge_actor>, ///< where replies go (from the router)
   caf::reacts_to<seen_atom, int64_t, bool>, ///< instance seen (true: it pinged)
   caf::reacts_to<gone_atom, int64_t>,       ///< its connection ended: drop it now
   caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< reaper round
@@ -183,9 +185,20 @@ using store_actor = caf::typed_actor<
   caf::reacts_to<store_release>,
   caf::replies_to<store_configure>::with<store_configure_reply>,
   caf::reacts_to<mp_call>, ///< clear
-  caf::reacts_to<record_atom, caf::actor>, ///< where kv_event_records go (the engine bridge)
+  caf::reacts_to<bridge_atom, engine_bridge_actor>, ///< where replies go (from the router)
+  caf::reacts_to<record_atom, engine_bridge_actor>, ///< where kv_event_records go
   caf::reacts_to<cleared_atom>,            ///< routers dropped L1's chunks: announce them again
-  caf::replies_to<store_admin>::with<store_admin_reply>, ///< the HTTP control plane
+  // The HTTP control plane (the admin actor), one message per operation:
+  caf::replies_to<store_status_query>::with<store_status>,   ///< GET /status
+  caf::replies_to<store_clear_l1>::with<uint64_t>,           ///< POST /cache/clear: chunks dropped
+  caf::replies_to<store_quota_list>::with<store_quota_reply>, ///< GET /quota
+  caf::replies_to<store_quota_get>::with<store_quota_reply>,  ///< GET /quota/{salt}
+  caf::replies_to<store_quota_set>::with<store_quota_reply>,  ///< PUT /quota/{salt}
+  caf::replies_to<store_quota_delete>::with<store_quota_reply>, ///< DELETE /quota/{salt}
+  caf::replies_to<store_list_objects>::with<store_objects_page>, ///< GET /cache/objects (l1)
+  caf::replies_to<store_delete_objects>::with<store_deleted>,    ///< DELETE /cache/objects (l1)
+  caf::replies_to<store_lock_chunks>::with<store_locked_chunks>, ///< POST /cache/checksums
+  caf::reacts_to<store_unlock_chunks>,                           ///< ... its locks back
   caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< lock and reservation expiry
 
 /// gpu_transfer — opens engine pools (CUDA IPC or host shared memory) once
@@ -228,5 +241,38 @@ using l2_actor = caf::typed_actor<
   caf::replies_to<l2_list_objects>::with<l2_objects_page>, ///< GET /cache/objects (tier l2)
   caf::replies_to<l2_delete_objects>::with<l2_deleted>,    ///< DELETE /cache/objects (tier l2)
   caf::reacts_to<tick_atom>>::extend_with<stats_client_actor>; ///< a quota pass (every l2.quota_interval)
+
+// -- HTTP control plane ------------------------------------------------------
+
+/// admin (admin/admin_actor.hpp) — the backend of LMCache's HTTP API, on a
+/// thread of its own (detached: it hashes chunks with MD5). The HTTP server's
+/// `http-admin` thread parses a request into one of these calls
+/// (messages/admin_calls.hpp), asks with a deadline and writes back the
+/// http_answer. Answers from the health atomics and the effective config,
+/// asks the store, the L2 actor and the gpu-transfer actor (each within
+/// admin_store_timeout: 504 past it), keeps the prefetch jobs
+/// (POST /cache/prefetches: a store LOOKUP each) and orchestrates the clears
+/// of L1 and L2. `watch_atom`: the actors to ask from now on (null: that part
+/// is off), sent once the tree is up; calls before it answer 503 where they
+/// need one.
+using admin_actor = caf::typed_actor<
+  caf::reacts_to<watch_atom, store_actor, l2_actor, gpu_transfer_actor>,
+  caf::replies_to<admin_req::root>::with<http_answer>,
+  caf::replies_to<admin_req::healthcheck>::with<http_answer>,
+  caf::replies_to<admin_req::status>::with<http_answer>,
+  caf::replies_to<admin_req::config>::with<http_answer>,
+  caf::replies_to<admin_req::config_adapters>::with<http_answer>,
+  caf::replies_to<admin_req::version>::with<http_answer>,
+  caf::replies_to<admin_req::cache_clear>::with<http_answer>,
+  caf::replies_to<admin_req::quota_list>::with<http_answer>,
+  caf::replies_to<admin_req::quota_get>::with<http_answer>,
+  caf::replies_to<admin_req::quota_set>::with<http_answer>,
+  caf::replies_to<admin_req::quota_delete>::with<http_answer>,
+  caf::replies_to<admin_req::prefetch_submit>::with<http_answer>,
+  caf::replies_to<admin_req::prefetch_status>::with<http_answer>,
+  caf::replies_to<admin_req::objects_list>::with<http_answer>,
+  caf::replies_to<admin_req::objects_delete>::with<http_answer>,
+  caf::replies_to<admin_req::chunk_checksums>::with<http_answer>,
+  caf::replies_to<admin_req::block_checksums>::with<http_answer>>::extend_with<stats_client_actor>;
 
 } // namespace kvs

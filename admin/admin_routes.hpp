@@ -2,8 +2,8 @@
 // http_server, lmcache/v1/multiprocess/http_apis/ in 0.5.6 and 0.5.7), as
 // the paths and bodies kvsidecar's HTTP server accepts. Pure: a request
 // (method, path, query, body, Authorization) becomes either an admin_call
-// (admin/admin_calls.hpp: one type per operation) for the backend
-// (admin/admin_api.cpp asks the actors) or a finished answer -- a 400
+// (messages/admin_calls.hpp: one type per operation) for the backend
+// (admin/admin_actor.cpp asks the other actors) or a finished answer -- a 400
 // naming the bad parameter, a 401, a 404/405, or a 501 for what kvsidecar
 // does not have (DAX reconfiguration, run_script, Python thread dumps...).
 // Fuzzed with the JSON body reader (tests/fuzz/fuzz_http_admin).
@@ -22,7 +22,7 @@
 // (check_api_key, which the HTTP server applies to /metrics as well).
 #pragma once
 
-#include "admin/admin_calls.hpp"
+#include "messages/admin_calls.hpp"
 #include "http/http_answer.hpp"
 
 #include <cstddef>
@@ -65,7 +65,8 @@ admin_route route_admin(std::string_view method, std::string_view path, std::str
                         std::string_view body, std::string_view authorization,
                         const admin_policy& policy);
 
-/// Answers admin calls (admin/admin_api.cpp); called on the HTTP server's
+/// Answers admin calls (admin/admin_client.hpp: hands them to the admin
+/// actor and waits); called on the HTTP server's
 /// admin thread, one call at a time; may block up to its own deadline.
 class admin_backend {
 public:

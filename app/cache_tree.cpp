@@ -12,7 +12,6 @@
 #include "app/l2_backends.hpp"
 #include "log/log.hpp"
 
-#include <caf/actor_cast.hpp>
 #include <caf/send.hpp>
 
 #include <algorithm>
@@ -146,9 +145,9 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
   // After each AllBlocksCleared of its rank, the store announces L1 again,
   // the L2 actor what its tiers hold.
   if (events) {
-    caf::anon_send(events, cleared_atom_v, caf::actor_cast<caf::actor>(st));
+    caf::anon_send(events, cleared_atom_v, clear_listener_actor{st});
     if (sp.l2.actor)
-      caf::anon_send(events, cleared_atom_v, caf::actor_cast<caf::actor>(sp.l2.actor));
+      caf::anon_send(events, cleared_atom_v, clear_listener_actor{sp.l2.actor});
   }
 
   registry_params rp;

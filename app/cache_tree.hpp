@@ -22,7 +22,7 @@ struct cache_tree {
   std::vector<bridge_actor> input_bridges; ///< the engine bridge
   std::vector<stats_client_actor> workers; ///< session router, registry, store, gpu transfer
   gpu_transfer_actor gpu;                ///< drained at shutdown before the workers exit
-  store_actor store;                     ///< the HTTP control plane's (admin/admin_api.hpp)
+  store_actor store;                     ///< the HTTP control plane's (admin/admin_actor.hpp)
   l2_actor l2;                           ///< null without an L2 tier: the HTTP clear of "l2" asks it
   std::shared_ptr<std::atomic<bool>> refuse_copies; ///< set at shutdown: no new copy starts
   std::vector<std::string> summary;

@@ -24,8 +24,8 @@ observability start_observability(caf::actor_system& sys, const config& cfg,
     return o;
   o.collector = std::make_shared<stats_collector>(sys, scrape_timeout);
   std::string why;
-  o.admin = std::make_shared<admin_api>(sys, cfg);
-  auto policy = admin_api::policy_of(cfg);
+  o.admin = std::make_shared<admin_client>(sys, cfg);
+  auto policy = admin_policy_of(cfg);
   auto keys = load_api_keys(cfg.http.api_key_files, [](const char* n) { return std::getenv(n); });
   if (!keys) {
     // LMCache's server refuses to start on a bad key file too.
@@ -64,6 +64,8 @@ void watch_actors(observability& o, const actor_tree& t) {
   std::vector<stats_client_actor> all{t.input_bridges.begin(), t.input_bridges.end()};
   all.insert(all.end(), t.output_bridges.begin(), t.output_bridges.end());
   all.insert(all.end(), t.workers.begin(), t.workers.end());
+  if (o.admin)
+    all.push_back(o.admin->actor());
   o.collector->watch(std::move(all));
 }
 

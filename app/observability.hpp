@@ -3,7 +3,7 @@
 #pragma once
 
 #include "app/actor_tree.hpp"
-#include "admin/admin_api.hpp"
+#include "admin/admin_client.hpp"
 #include "config/config.hpp"
 #include "metrics/collector.hpp"
 #include "admin/admin_plane.hpp"
@@ -18,7 +18,7 @@ namespace kvs {
 
 struct observability {
   std::shared_ptr<stats_collector> collector;
-  std::shared_ptr<admin_api> admin; ///< LMCache's HTTP control plane
+  std::shared_ptr<admin_client> admin; ///< LMCache's HTTP control plane (its admin actor)
   std::unique_ptr<http_server> server;
   /// Set when [http] is enabled and the server could not start.
   std::string error;

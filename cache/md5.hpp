@@ -1,6 +1,6 @@
 // md5: RFC 1321 MD5 of a byte range, as lowercase hex, at once or fed in
 // pieces (md5_stream). Only for
-// POST /cache/checksums (admin/admin_api.cpp), which answers in LMCache's
+// POST /cache/checksums (the admin actor, admin/admin_actor.cpp), which answers in LMCache's
 // shape: LMCache hashes KV blocks with hashlib.md5, so operators compare
 // the same kind of digest. Not for anything that needs collision resistance.
 #pragma once

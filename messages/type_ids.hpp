@@ -17,6 +17,8 @@
 #include "messages/stats_snapshot.hpp"
 #include "messages/l2_messages.hpp"
 #include "messages/admin_messages.hpp"
+#include "messages/admin_calls.hpp"
+#include "messages/http_answer.hpp"
 #include "messages/checksum_messages.hpp"
 
 /// Gives message type `T` the next type id of the block and allows it in
@@ -112,6 +114,10 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_fetch_reply)
   CAF_ADD_ATOM(kvsidecar, kvs, recycle_atom, "recycle")
   CAF_ADD_ATOM(kvsidecar, kvs, prefault_atom, "prefault")
+  /// `bridge_atom, engine_bridge_actor`: the engine bridge introduces itself
+  /// (every request's reply goes to it) to the session router, which passes
+  /// it on to the registry and the store before routing them any request.
+  CAF_ADD_ATOM(kvsidecar, kvs, bridge_atom, "bridge")
   /// The gRPC bridge introduces itself to the engine bridge (its replies' way back).
   CAF_ADD_ATOM(kvsidecar, kvs, grpc_atom, "grpc")
   /// A rank published an AllBlocksCleared: the store announces its L1 again.
@@ -131,8 +137,46 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvsidecar, caf::first_custom_type_id)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_objects_page)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_delete_objects)
   KVS_ADD_MESSAGE_TYPE(kvs::l2_deleted)
-  /// The HTTP control plane's requests to the store (messages/admin_messages.hpp).
-  KVS_ADD_MESSAGE_TYPE(kvs::store_admin)
-  KVS_ADD_MESSAGE_TYPE(kvs::store_admin_reply)
+  /// The HTTP control plane's requests to the store, one per operation
+  /// (messages/admin_messages.hpp), and their replies.
+  KVS_ADD_MESSAGE_TYPE(kvs::store_status_query)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_status)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_clear_l1)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_quota_list)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_quota_get)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_quota_set)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_quota_delete)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_quota_reply)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_list_objects)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_objects_page)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_delete_objects)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_deleted)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_lock_chunks)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_locked_chunks)
+  KVS_ADD_MESSAGE_TYPE(kvs::store_unlock_chunks)
+
+  // -- HTTP control plane -----------------------------------------------------
+  /// One message per LMCache HTTP API operation (messages/admin_calls.hpp),
+  /// each answered by the admin actor with an http_answer.
+  KVS_ADD_MESSAGE_TYPE(kvs::http_answer)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::root)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::healthcheck)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::status)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::config)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::config_adapters)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::version)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::cache_clear)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::quota_list)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::quota_get)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::quota_set)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::quota_delete)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::prefetch_submit)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::prefetch_status)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::objects_list)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::objects_delete)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::chunk_checksums)
+  KVS_ADD_MESSAGE_TYPE(kvs::admin_req::block_checksums)
+  /// `watch_atom, store, l2, gpu`: the actors the admin actor asks from now on.
+  CAF_ADD_ATOM(kvsidecar, kvs, watch_atom, "watch")
 
 CAF_END_TYPE_ID_BLOCK(kvsidecar)

@@ -90,8 +90,12 @@ std::optional<std::string> engine_bridge::open() {
              p_.endpoint);
   watch(router_, ZMQ_POLLIN);
   monitor_index_ = watch(monitor_, ZMQ_POLLIN);
+  // Before any request reaches the router (one sender's messages keep
+  // their order), so no actor has to take the bridge from a sender.
+  auto me = caf::actor_cast<engine_bridge_actor>(this);
+  send(p_.router, bridge_atom_v, me);
   if (streams_.enabled())
-    send(p_.store, record_atom_v, caf::actor_cast<caf::actor>(this));
+    send(p_.store, record_atom_v, me);
   arm_sweep();
   return std::nullopt;
 }

@@ -488,9 +488,9 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<registry
   if (st.p.heartbeat_timeout.count() > 0)
     self->delayed_send(self, reap_every, sweep_atom_v);
   return {
+    [self](bridge_atom, engine_bridge_actor& bridge) { self->state.bridge = std::move(bridge); },
     [self](mp_call& call) {
       auto& st = self->state;
-      st.bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
       for (const auto& step : k_steps)
         if (step.op == call.request->op) {
           step.serve(self, call);

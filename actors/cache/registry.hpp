@@ -50,7 +50,7 @@ struct registry_state {
 
   registry_params p;
   std::string label;
-  engine_bridge_actor bridge; ///< learnt from the first request (delegated by the router)
+  engine_bridge_actor bridge; ///< the session router passes it on (bridge_atom)
   std::map<int64_t, instance> instances;
   uint64_t registered = 0;
   uint64_t reaped = 0;

@@ -261,9 +261,13 @@ session_router(session_router_actor::stateful_pointer<session_router_state> self
   auto every = sweep_interval(st.p.session_ttl);
   self->delayed_send(self, every, sweep_atom_v);
   return {
-    [self](mp_call& call) {
-      self->state.bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
-      route(self, call);
+    [self](mp_call& call) { route(self, call); },
+    [self](bridge_atom, engine_bridge_actor& bridge) {
+      auto& st = self->state;
+      st.bridge = bridge;
+      // Before any request this router delegates to them.
+      self->send(st.p.registry, bridge_atom_v, bridge);
+      self->send(st.p.store, bridge_atom_v, bridge);
     },
     [self](seen_atom, int64_t instance, bool pinged) {
       self->send(self->state.p.registry, seen_atom_v, instance, pinged);

@@ -39,7 +39,7 @@ struct session_router_state {
 
   session_router_params p;
   std::string label;
-  engine_bridge_actor bridge; ///< sender of every mp_call; replies go there
+  engine_bridge_actor bridge; ///< replies go there; it introduces itself (bridge_atom)
   std::unordered_map<std::string, session_entry> sessions;
   /// connection -> the request ids of the sessions it sent requests to
   /// (session_entry::peers the other way round).

@@ -6,6 +6,7 @@
 #include "actors/caf_error.hpp"
 #include "actors/cache/event_announce.hpp"
 #include "actors/cache/store_admin.hpp"
+#include "actors/cache/store_objects.hpp"
 #include "actors/cache/sweep.hpp"
 #include "cache/group_lookup.hpp"
 #include "config/config.hpp"
@@ -473,15 +474,10 @@ void on_cleared(self_ptr self) {
              st.announce_order.size(), dropped_suffix(dropped_before, st.events_dropped));
 }
 
-/// CLEAR: drops every unlocked chunk.
+/// LMCache's CLEAR op: drops every unlocked chunk, as the HTTP clear does.
 void on_clear(self_ptr self, mp_call& call) {
-  // CLEAR: drop every unlocked chunk.
-  auto& st = self->state;
-  auto removed = st.index->clear();
-  KVS_INFO(st.label, "clear: {} chunks dropped", removed.size());
-  announce_removed(self, removed);
-  auto bridge = caf::actor_cast<engine_bridge_actor>(self->current_sender());
-  self->send(bridge, make_reply(call, std::nullopt));
+  clear_l1(self, "LMCache CLEAR");
+  self->send(self->state.bridge, make_reply(call, std::nullopt));
 }
 
 /// Lock TTLs are enforced here, whatever sessions do (idle sessions are
@@ -580,10 +576,18 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     },
     [self](mp_call& call) { on_clear(self, call); },
     [self](cleared_atom) { on_cleared(self); },
-    [self](store_admin& q) -> store_admin_reply { return on_admin(self, q); },
-    [self](record_atom, caf::actor& sink) {
-      self->state.records_sink = caf::actor_cast<engine_bridge_actor>(std::move(sink));
-    },
+    [self](store_status_query) -> store_status { return status_of(self->state); },
+    [self](store_clear_l1) -> uint64_t { return clear_l1(self, "HTTP control plane"); },
+    [self](store_quota_list& q) -> store_quota_reply { return on_quota(self, q); },
+    [self](store_quota_get& q) -> store_quota_reply { return on_quota(self, q); },
+    [self](store_quota_set& q) -> store_quota_reply { return on_quota(self, q); },
+    [self](store_quota_delete& q) -> store_quota_reply { return on_quota(self, q); },
+    [self](store_list_objects& q) -> store_objects_page { return list_objects(self, q); },
+    [self](store_delete_objects& q) -> store_deleted { return delete_objects(self, q); },
+    [self](store_lock_chunks& q) -> store_locked_chunks { return lock_chunks(self, q); },
+    [self](store_unlock_chunks& q) { unlock_chunks(self, q); },
+    [self](bridge_atom, engine_bridge_actor& bridge) { self->state.bridge = std::move(bridge); },
+    [self](record_atom, engine_bridge_actor& sink) { self->state.records_sink = std::move(sink); },
     [self, expiry](sweep_atom) { on_sweep(self, expiry); },
     [self](stats_atom) {
       l2_log_stats(self); // L2 hook

@@ -84,6 +84,8 @@ struct store_state {
   /// subscribe_kv_events: where records go (null: nowhere), and the model of
   /// each committed rank-0 chunk (an eviction's record names it).
   engine_bridge_actor records_sink;
+  /// Where CLEAR's reply goes (the router passes it on from the bridge).
+  engine_bridge_actor bridge;
   std::vector<std::string> models;
   std::unordered_map<std::string, uint32_t> model_ids;
   std::unordered_map<uint64_t, uint32_t> chunk_model;

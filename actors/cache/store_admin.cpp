@@ -36,9 +36,10 @@ uint64_t quota_enforce(store_self self, const std::vector<std::string>& salts) {
   return gone.size();
 }
 
-uint64_t clear_l1(store_self self) {
+uint64_t clear_l1(store_self self, const char* who) {
   auto& st = self->state;
   auto removed = st.index->clear();
+  KVS_INFO(st.label, "clear ({}): {} chunks dropped", who, removed.size());
   announce_evicted(self, removed);
   return removed.size();
 }
@@ -58,81 +59,72 @@ std::vector<std::string> every_salt(const store_state& st) {
 
 } // namespace
 
-store_admin_reply on_admin(store_self self, store_admin& q) {
-  auto& st = self->state;
-  store_admin_reply out;
+store_status status_of(const store_state& st) {
+  store_status out;
   out.quota_isolated = st.quota.isolated();
-  switch (q.what) {
-  case store_admin::op::status: {
-    auto x = st.index->stats();
-    out.chunks = x.chunks;
-    out.reserved = x.reserved;
-    out.locked_chunks = x.locked_entries;
-    out.locks = x.outstanding_readers;
-    out.used_bytes = x.slot_bytes_used;
-    out.capacity_bytes = x.capacity_bytes;
-    out.sessions = st.ledger->session_count();
-    out.instances = st.chunk_bytes.size();
-    out.stored = st.stored;
-    out.evicted = st.evicted;
-    out.lookups = x.lookups;
-    out.hit_chunks = x.hit_chunks;
-    out.events_dropped = st.events_dropped;
-    out.reannounced = st.reannounced;
-    out.quota_evicted = st.quota_evicted;
-    if (st.p.l2.actor) {
-      auto& l2 = st.p.l2;
-      out.l2 = true;
-      out.l2_prefetches = l2.prefetches;
-      out.l2_prefetched_chunks = l2.prefetched_chunks;
-      out.l2_prefetch_failures = l2.prefetch_failures;
-      out.l2_write_skipped = l2.queued_skipped;
-      out.l2_queued_bytes = l2.queue->in_flight();
-    }
-    break;
+  auto x = st.index->stats();
+  out.chunks = x.chunks;
+  out.reserved = x.reserved;
+  out.locked_chunks = x.locked_entries;
+  out.locks = x.outstanding_readers;
+  out.used_bytes = x.slot_bytes_used;
+  out.capacity_bytes = x.capacity_bytes;
+  out.sessions = st.ledger->session_count();
+  out.instances = st.chunk_bytes.size();
+  out.stored = st.stored;
+  out.evicted = st.evicted;
+  out.lookups = x.lookups;
+  out.hit_chunks = x.hit_chunks;
+  out.events_dropped = st.events_dropped;
+  out.reannounced = st.reannounced;
+  out.quota_evicted = st.quota_evicted;
+  if (st.p.l2.actor) {
+    auto& l2 = st.p.l2;
+    out.l2 = true;
+    out.l2_prefetches = l2.prefetches;
+    out.l2_prefetched_chunks = l2.prefetched_chunks;
+    out.l2_prefetch_failures = l2.prefetch_failures;
+    out.l2_write_skipped = l2.queued_skipped;
+    out.l2_queued_bytes = l2.queue->in_flight();
   }
-  case store_admin::op::clear_l1:
-    out.removed = clear_l1(self);
-    KVS_INFO(st.label, "clear (HTTP control plane): {} chunks dropped", out.removed);
-    out.ok = true;
-    break;
-  case store_admin::op::list_objects:
-    list_objects(self, q, out);
-    break;
-  case store_admin::op::delete_objects:
-    delete_objects(self, q, out);
-    break;
-  case store_admin::op::lock_chunks:
-    lock_chunks(self, q, out);
-    break;
-  case store_admin::op::unlock_chunks:
-    unlock_chunks(self, q);
-    out.ok = true;
-    break;
-  case store_admin::op::quota_list:
-    out.salts = st.quota.limited();
-    out.ok = true;
-    break;
-  case store_admin::op::quota_get:
-    out.salts.push_back(st.quota.usage(q.salt));
-    out.ok = st.quota.limit(q.salt).has_value();
-    break;
-  case store_admin::op::quota_set:
-    out.ok = st.quota.set_limit(q.salt, q.limit_bytes);
-    if (out.ok) {
-      KVS_INFO(st.label, "quota of cache_salt \"{}\": {} bytes", cache_salt_name(q.salt),
-               q.limit_bytes);
-      out.removed = quota_enforce(self, every_salt(st));
-    }
-    out.salts.push_back(st.quota.usage(q.salt));
-    break;
-  case store_admin::op::quota_delete:
-    out.ok = st.quota.remove_limit(q.salt);
-    if (out.ok) {
-      KVS_INFO(st.label, "quota of cache_salt \"{}\" removed", cache_salt_name(q.salt));
-      out.removed = quota_enforce(self, every_salt(st));
-    }
-    break;
+  return out;
+}
+
+store_quota_reply on_quota(store_self self, const store_quota_list&) {
+  store_quota_reply out;
+  out.salts = self->state.quota.limited();
+  out.ok = true;
+  return out;
+}
+
+store_quota_reply on_quota(store_self self, const store_quota_get& q) {
+  auto& st = self->state;
+  store_quota_reply out;
+  out.salts.push_back(st.quota.usage(q.salt));
+  out.ok = st.quota.limit(q.salt).has_value();
+  return out;
+}
+
+store_quota_reply on_quota(store_self self, const store_quota_set& q) {
+  auto& st = self->state;
+  store_quota_reply out;
+  out.ok = st.quota.set_limit(q.salt, q.limit_bytes);
+  if (out.ok) {
+    KVS_INFO(st.label, "quota of cache_salt \"{}\": {} bytes", cache_salt_name(q.salt),
+             q.limit_bytes);
+    out.evicted = quota_enforce(self, every_salt(st));
+  }
+  out.salts.push_back(st.quota.usage(q.salt));
+  return out;
+}
+
+store_quota_reply on_quota(store_self self, const store_quota_delete& q) {
+  auto& st = self->state;
+  store_quota_reply out;
+  out.ok = st.quota.remove_limit(q.salt);
+  if (out.ok) {
+    KVS_INFO(st.label, "quota of cache_salt \"{}\" removed", cache_salt_name(q.salt));
+    out.evicted = quota_enforce(self, every_salt(st));
   }
   return out;
 }

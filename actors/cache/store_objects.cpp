@@ -17,7 +17,7 @@ std::string salt_of(const store_state& st, chunk_key k) {
   return s ? *s : std::string{};
 }
 
-bool matches(const store_state& st, const store_admin& q, chunk_key k) {
+bool matches(const store_state& st, const store_objects_filter& q, chunk_key k) {
   if (q.by_salt && salt_of(st, k) != q.salt)
     return false;
   return !q.by_model || model_of(st, k.hash) == q.model;
@@ -25,11 +25,12 @@ bool matches(const store_state& st, const store_admin& q, chunk_key k) {
 
 } // namespace
 
-void list_objects(store_self self, const store_admin& q, store_admin_reply& out) {
+store_objects_page list_objects(store_self self, const store_list_objects& q) {
   auto& st = self->state;
+  store_objects_page out;
   size_t next = st.index->scan(
     static_cast<size_t>(q.cursor), objects_scan_budget, [&](chunk_key k, const entry_info& e) {
-      if (!matches(st, q, k))
+      if (!matches(st, q.filter, k))
         return true;
       stored_object o;
       o.key = k;
@@ -42,11 +43,12 @@ void list_objects(store_self self, const store_admin& q, store_admin_reply& out)
     });
   out.done = next == SIZE_MAX;
   out.next_cursor = out.done ? 0 : next;
-  out.ok = true;
+  return out;
 }
 
-void delete_objects(store_self self, const store_admin& q, store_admin_reply& out) {
+store_deleted delete_objects(store_self self, const store_delete_objects& q) {
   auto& st = self->state;
+  store_deleted out;
   std::vector<chunk_key> match;
   if (q.by_keys) {
     // LMCache's keys: the chunk must be the one named, model and salt
@@ -62,7 +64,7 @@ void delete_objects(store_self self, const store_admin& q, store_admin_reply& ou
     }
   } else {
     st.index->scan(0, SIZE_MAX, [&](chunk_key k, const entry_info&) {
-      if (matches(st, q, k))
+      if (matches(st, q.filter, k))
         match.push_back(k);
       return true;
     });
@@ -76,19 +78,21 @@ void delete_objects(store_self self, const store_admin& q, store_admin_reply& ou
   }
   announce_evicted(self, gone); // BlockRemoved, records, quota accounting
   out.removed = gone.size();
-  out.ok = true;
   if (q.by_keys)
     KVS_INFO(st.label, "delete (HTTP control plane, {} keys): {} chunks dropped, {} locked",
              q.named.size(), out.removed, out.locked);
   else
     KVS_INFO(st.label, "delete (HTTP control plane, model {} salt {}): {} chunks dropped, {} locked",
-             q.by_model ? "\"" + q.model + "\"" : std::string{"any"},
-             q.by_salt ? "\"" + std::string{cache_salt_name(q.salt)} + "\"" : std::string{"any"},
+             q.filter.by_model ? "\"" + q.filter.model + "\"" : std::string{"any"},
+             q.filter.by_salt ? "\"" + std::string{cache_salt_name(q.filter.salt)} + "\""
+                              : std::string{"any"},
              out.removed, out.locked);
+  return out;
 }
 
-void lock_chunks(store_self self, const store_admin& q, store_admin_reply& out) {
+store_locked_chunks lock_chunks(store_self self, const store_lock_chunks& q) {
   auto& st = self->state;
+  store_locked_chunks out;
   auto now = cache_clock::now();
   for (auto& k : q.keys) {
     stored_object o;
@@ -105,10 +109,10 @@ void lock_chunks(store_self self, const store_admin& q, store_admin_reply& out) 
     }
     out.objects.push_back(std::move(o));
   }
-  out.ok = true;
+  return out;
 }
 
-void unlock_chunks(store_self self, const store_admin& q) {
+void unlock_chunks(store_self self, const store_unlock_chunks& q) {
   for (auto& t : q.tokens)
     self->state.index->unlock(t, 1); // a lock that expired meanwhile is a counted no-op
 }

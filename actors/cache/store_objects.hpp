@@ -14,9 +14,9 @@ namespace kvs {
 /// never holds the store for long whatever the filter matches.
 inline constexpr size_t objects_scan_budget = 1u << 20;
 
-void list_objects(store_self self, const store_admin& q, store_admin_reply& out);
-void delete_objects(store_self self, const store_admin& q, store_admin_reply& out);
-void lock_chunks(store_self self, const store_admin& q, store_admin_reply& out);
-void unlock_chunks(store_self self, const store_admin& q);
+store_objects_page list_objects(store_self self, const store_list_objects& q);
+store_deleted delete_objects(store_self self, const store_delete_objects& q);
+store_locked_chunks lock_chunks(store_self self, const store_lock_chunks& q);
+void unlock_chunks(store_self self, const store_unlock_chunks& q);
 
 } // namespace kvs

@@ -4,7 +4,6 @@
 #include "relay/fence.hpp"
 #include "events_wire/kv_event_codec.hpp"
 
-#include <caf/actor_cast.hpp>
 
 namespace kvs {
 
@@ -103,7 +102,7 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
     if (cleared) {
       ++st.clears;
       for (auto& a : st.clear_listeners)
-        self->send(caf::actor_cast<clear_listener_actor>(a), cleared_atom_v);
+        self->send(a, cleared_atom_v);
     }
   };
   // Seq 0 of every rank: a router that kept blocks from a previous sidecar
@@ -117,7 +116,7 @@ publisher(publisher_actor::stateful_pointer<publisher_state> self, publisher_par
     self->delayed_send(self, st.p.keepalive, tick_atom_v);
   return {
     [emit](publish_atom, kv_event_batches& in) { emit(in); },
-    [self](cleared_atom, caf::actor& listener) {
+    [self](cleared_atom, clear_listener_actor& listener) {
       self->state.clear_listeners.push_back(std::move(listener));
     },
     [self, emit](tick_atom) {

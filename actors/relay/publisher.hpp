@@ -47,7 +47,7 @@ struct publisher_state {
   bool quiet = true;       ///< nothing published since the last keep-alive check
   uint64_t clears = 0;     ///< AllBlocksCleared published while someone listens
   /// Told after each AllBlocksCleared (cache.events_rank's store and L2 actor).
-  std::vector<caf::actor> clear_listeners;
+  std::vector<clear_listener_actor> clear_listeners;
 };
 
 /// The stats line's and /metrics' view of the publisher.

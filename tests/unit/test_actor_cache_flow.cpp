@@ -25,7 +25,12 @@ struct server : fixture {
   int64_t uid = 100;
   const int64_t pages_per_chunk = chunk / engine_pools::kPage;
 
-  void start(session_router_params p) { router = spawn(session_router, std::move(p)); }
+  void start(session_router_params p) {
+    router = spawn(session_router, std::move(p));
+    // As the engine bridge does when it opens, before any request.
+    caf::anon_send(router, bridge_atom_v, bridge);
+    sched.run();
+  }
   void start() { start(router_params(reg, st, gpu)); }
 
   session_router_state& routing() { return state_of<session_router_state>(router); }

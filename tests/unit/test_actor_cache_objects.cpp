@@ -45,12 +45,11 @@ TEST_CASE_FIXTURE(fixture, "store objects: listed in pages, deleted by salt, loc
 
   // Pages of two add up to the five, each with its salt and model.
   std::map<uint64_t, stored_object> seen;
-  store_admin q;
-  q.what = store_admin::op::list_objects;
+  store_list_objects q;
   q.limit = 2;
   int pages = 0;
   for (bool done = false; !done && pages < 10; ++pages) {
-    auto r = ask<store_admin_reply>(st, q);
+    auto r = ask<store_objects_page>(st, q);
     REQUIRE(r.value);
     CHECK(r.value->objects.size() <= 2);
     for (auto& o : r.value->objects)
@@ -67,24 +66,22 @@ TEST_CASE_FIXTURE(fixture, "store objects: listed in pages, deleted by salt, loc
     CHECK(!o.locked);
   }
   // A filter: salt "" only, model "x" none.
-  store_admin by_salt;
-  by_salt.what = store_admin::op::list_objects;
+  store_list_objects by_salt;
   by_salt.limit = 100;
-  by_salt.by_salt = true;
-  auto empty_salt = ask<store_admin_reply>(st, by_salt);
+  by_salt.filter.by_salt = true;
+  auto empty_salt = ask<store_objects_page>(st, by_salt);
   REQUIRE(empty_salt.value);
   CHECK(empty_salt.value->objects.size() == 2);
-  store_admin by_model = by_salt;
-  by_model.by_salt = false;
-  by_model.by_model = true;
-  by_model.model = "x";
-  CHECK(ask<store_admin_reply>(st, by_model).value->objects.empty());
+  store_list_objects by_model = by_salt;
+  by_model.filter.by_salt = false;
+  by_model.filter.by_model = true;
+  by_model.filter.model = "x";
+  CHECK(ask<store_objects_page>(st, by_model).value->objects.empty());
 
   // Checksum locks: the bytes in place, read-locked until given back.
-  store_admin lock;
-  lock.what = store_admin::op::lock_chunks;
+  store_lock_chunks lock;
   lock.keys = {chunk_key{2, 0}, chunk_key{9, 0}};
-  auto locked = ask<store_admin_reply>(st, lock);
+  auto locked = ask<store_locked_chunks>(st, lock);
   REQUIRE(locked.value);
   REQUIRE(locked.value->objects.size() == 2);
   CHECK(locked.value->objects[0].found);
@@ -94,11 +91,10 @@ TEST_CASE_FIXTURE(fixture, "store objects: listed in pages, deleted by salt, loc
   CHECK(state.index->stats().outstanding_readers == 1);
 
   // Delete salt "a": chunk 2 is held, so it stays and is counted.
-  store_admin del;
-  del.what = store_admin::op::delete_objects;
-  del.by_salt = true;
-  del.salt = "a";
-  auto d = ask<store_admin_reply>(st, del);
+  store_delete_objects del;
+  del.filter.by_salt = true;
+  del.filter.salt = "a";
+  auto d = ask<store_deleted>(st, del);
   REQUIRE(d.value);
   CHECK(d.value->removed == 2);
   CHECK(d.value->locked == 1);
@@ -106,23 +102,20 @@ TEST_CASE_FIXTURE(fixture, "store objects: listed in pages, deleted by salt, loc
   CHECK(state.quota.usage("a").bytes == 8192);
   CHECK(state.quota.usage("").bytes == 2 * 8192);
 
-  store_admin unlock;
-  unlock.what = store_admin::op::unlock_chunks;
-  unlock.tokens = locked.value->tokens;
-  REQUIRE(ask<store_admin_reply>(st, unlock).value);
+  caf::anon_send(st, store_unlock_chunks{locked.value->tokens});
+  sched.run();
   CHECK(state.index->stats().outstanding_readers == 0);
   // Given back, it goes with the next delete; by key it must name its salt.
-  store_admin by_key;
-  by_key.what = store_admin::op::delete_objects;
+  store_delete_objects by_key;
   by_key.by_keys = true;
   stored_object wrong;
   wrong.key = chunk_key{2, 0};
   wrong.model = "org/m";
   wrong.salt = "b";
   by_key.named = {wrong};
-  CHECK(ask<store_admin_reply>(st, by_key).value->removed == 0);
+  CHECK(ask<store_deleted>(st, by_key).value->removed == 0);
   by_key.named[0].salt = "a";
-  CHECK(ask<store_admin_reply>(st, by_key).value->removed == 1);
+  CHECK(ask<store_deleted>(st, by_key).value->removed == 1);
   CHECK(state.quota.usage("a").bytes == 0);
   CHECK(state.index->stats().chunks == 2);
 }

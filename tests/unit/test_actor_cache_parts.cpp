@@ -216,6 +216,7 @@ TEST_CASE_FIXTURE(fixture, "registry: registers through the transfer actor and t
   rp.store = st;
   rp.shm_allow_prefixes = cfg.cache.shm_allow_prefixes;
   auto reg = spawn(registry, rp);
+  caf::anon_send(reg, bridge_atom_v, bridge); // as the session router passes it on
   sched.run();
 
   register_kv_cache_req r;
@@ -273,7 +274,7 @@ publisher_actor::behavior_type fake_events(publisher_actor::pointer,
             for (auto& b : in.items)
               got->push_back(std::move(b));
           },
-          [](cleared_atom, caf::actor&) {}, [](tick_atom) {}, [](stats_atom) {},
+          [](cleared_atom, clear_listener_actor&) {}, [](tick_atom) {}, [](stats_atom) {},
           [](metrics_atom, const caf::actor&) {}};
 }
 

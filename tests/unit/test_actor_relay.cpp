@@ -464,8 +464,9 @@ namespace {
 /// been handed when it was told of a clear. (A function with arguments:
 /// CAF 0.17 spawns an argument-less lambda through a null tuple, which
 /// UBSan reports.)
-caf::behavior clear_listener(caf::event_based_actor*, std::vector<size_t>* told,
-                             const std::vector<encoded_batch>* sent) {
+clear_listener_actor::behavior_type clear_listener(clear_listener_actor::pointer,
+                                                   std::vector<size_t>* told,
+                                                   const std::vector<encoded_batch>* sent) {
   return {[told, sent](cleared_atom) { told->push_back(sent->size()); }};
 }
 
@@ -480,7 +481,7 @@ TEST_CASE_FIXTURE(fixture, "publisher: tells its listeners after each AllBlocksC
   // been sent when it was told: the clear must already be numbered.
   std::vector<size_t> told;
   auto listener = sys.spawn(clear_listener, &told, &sent);
-  caf::anon_send(p, cleared_atom_v, caf::actor_cast<caf::actor>(listener));
+  caf::anon_send(p, cleared_atom_v, listener);
   sched.run();
   REQUIRE(sent.size() == 1); // the seq-0 fence, before anyone listened
   CHECK(told.empty());

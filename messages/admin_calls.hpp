@@ -1,5 +1,5 @@
 // admin_calls: one typed call per operation of LMCache's HTTP control
-// plane, as admin_routes makes them from a request and admin_api answers
+// plane, as admin_routes makes them from a request and the admin actor answers
 // them. Each carries only its own operation's parameters, already checked;
 // the type itself names the operation.
 #pragma once
