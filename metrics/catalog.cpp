@@ -99,6 +99,11 @@ constexpr metric_info catalog[] = {
   {"kvsidecar_cache_reserved_chunks", "Chunk slots reserved for stores in progress"},
   {"kvsidecar_cache_l1_used_bytes", "L1 bytes in use (slots of chunks and reservations)"},
   {"kvsidecar_cache_l1_capacity_bytes", "L1 capacity (cache.l1_size)"},
+  {"kvsidecar_cache_l1_arenas",
+   "L1 arenas open: engine-driven instances writing L1 in place (cache.engine_driven_in_place)"},
+  {"kvsidecar_cache_l1_arena_heals_total",
+   "faults in an L1 arena whose engine had truncated its object, healed (that engine's chunks "
+   "read as zeros)"},
   {"kvsidecar_cache_l1_usage_ratio", "L1 used / capacity"},
   {"kvsidecar_cache_locks", "Outstanding read locks on chunks"},
   {"kvsidecar_cache_locked_chunks", "Chunks with at least one read lock"},
