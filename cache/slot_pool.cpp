@@ -335,6 +335,17 @@ bool slot_pool::move_extent(size_t i, arena_id to) {
   // The mapping covers whole pages past the last slot_align unit.
   const size_t map_len = std::min(extent_, map_len_ - off);
   void* at = base_ + off;
+  // Reserve the new arena's pages before anything moves: when /dev/shm
+  // cannot hold them the extent stays where it was, untouched.
+  if (to != anonymous_arena) {
+    if (const int fe = ::posix_fallocate(arenas_[to].fd, static_cast<off_t>(off),
+                                         static_cast<off_t>(map_len));
+        fe != 0) {
+      arena_error_ = "reserving " + std::to_string(map_len) + " bytes of '" + arenas_[to].name +
+                     "' in /dev/shm: " + std::strerror(fe) + " (is /dev/shm large enough?)";
+      return false;
+    }
+  }
   void* got = to == anonymous_arena
                 ? ::mmap(at, map_len, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0)
@@ -342,26 +353,14 @@ bool slot_pool::move_extent(size_t i, arena_id to) {
                          arenas_[to].fd, static_cast<off_t>(off));
   if (got == MAP_FAILED) {
     arena_error_ = std::string("remapping an L1 extent: ") + std::strerror(errno);
+    if (to != anonymous_arena) // the pages reserved above go back
+      (void)::fallocate(arenas_[to].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                        static_cast<off_t>(off), static_cast<off_t>(map_len));
     return false;
   }
 #ifdef MADV_HUGEPAGE
   if (to == anonymous_arena && hugepages_) (void)::madvise(at, map_len, MADV_HUGEPAGE);
 #endif
-  int fe = 0;
-  if (to != anonymous_arena &&
-      (fe = ::posix_fallocate(arenas_[to].fd, static_cast<off_t>(off),
-                              static_cast<off_t>(map_len))) != 0) {
-    arena_error_ = "reserving " + std::to_string(map_len) + " bytes of '" + arenas_[to].name +
-                   "' in /dev/shm: " + std::strerror(fe) + " (is /dev/shm large enough?)";
-    // /dev/shm cannot hold it: give the range back to where it was.
-    if (from == anonymous_arena)
-      (void)::mmap(at, map_len, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-    else
-      (void)::mmap(at, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                   arenas_[from].fd, static_cast<off_t>(off));
-    return false;
-  }
   if (from != anonymous_arena)
     (void)::fallocate(arenas_[from].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                       static_cast<off_t>(off), static_cast<off_t>(map_len));
