@@ -199,7 +199,8 @@ using store_actor = caf::typed_actor<
   caf::replies_to<store_delete_objects>::with<store_deleted>,    ///< DELETE /cache/objects (l1)
   caf::replies_to<store_lock_chunks>::with<store_locked_chunks>, ///< POST /cache/checksums
   caf::reacts_to<store_unlock_chunks>,                           ///< ... its locks back
-  caf::reacts_to<sweep_atom>>::extend_with<stats_client_actor>; ///< lock and reservation expiry
+  caf::reacts_to<sweep_atom>,                                    ///< lock and reservation expiry
+  caf::reacts_to<prefault_atom, uint32_t>>::extend_with<stats_client_actor>; ///< an arena's next extent
 
 /// gpu_transfer — opens engine pools (CUDA IPC or host shared memory) once
 /// per instance and copies pages between them and L1 slots. For

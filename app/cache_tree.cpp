@@ -3,6 +3,7 @@
 #include "actors/cache/engine_bridge.hpp"
 #include "actors/cache/grpc_bridge.hpp"
 #include "actors/cache/gpu_transfer.hpp"
+#include "actors/cache/arena_prefault.hpp"
 #include "actors/cache/l1_prefault.hpp"
 #include "actors/cache/l2_tier.hpp"
 #include "actors/cache/registry.hpp"
@@ -26,6 +27,7 @@ std::shared_ptr<transfer_backend> pick_backend(const gpu_config& gpu, std::strin
   const std::string who = log::label("cache_server", "", 0);
   host_backend_options host;
   host.prefault = gpu.host_prefault;
+  host.copy_threads = static_cast<size_t>(gpu.host_copy_threads);
   if (wanted == gpu_backend::host) {
     KVS_INFO(who, "gpu.backend = \"host\": engine KV pools are host shared memory");
     return make_host_backend(host);
@@ -139,6 +141,10 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
                                   ? static_cast<size_t>(c.l1_prefault_ahead) : 0};
     sp.l1_prefault = sys.spawn<caf::detached>(l1_prefault, std::move(pp));
   }
+  // Engine-driven arenas (L1 written in place) get their next extent
+  // claimed and faulted in ahead of need.
+  if (c.engine_driven_in_place && std::string{backend->name()} == "host")
+    sp.arena_prefault = sys.spawn<caf::detached>(arena_prefault, pool);
   auto st = sys.spawn(store, sp);
   out.store = st;
   out.l2 = sp.l2.actor;

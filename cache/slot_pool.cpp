@@ -388,17 +388,21 @@ bool slot_pool::move_extent(size_t i, arena_id to) {
   return true;
 }
 
-bool slot_pool::claim_extent(arena_id a, size_t stride) {
-  // A free aligned extent inside one of arena 0's runs.
-  for (auto it = lens(anonymous_arena).lower_bound({stride, 0});
+std::optional<size_t> slot_pool::free_extent(size_t min_len) {
+  for (auto it = lens(anonymous_arena).lower_bound({min_len, 0});
        it != lens(anonymous_arena).end(); ++it) {
     const size_t lo = it->second, hi = it->second + it->first;
     for (size_t e = round_up(lo, extent_); e < hi && e < slot_end_; e += extent_) {
       const size_t i = e / extent_;
       if (e + extent_len(i) > hi) break;
-      if (extent_len(i) >= stride) return move_extent(i, a);
+      if (extent_len(i) >= min_len) return i;
     }
   }
+  return std::nullopt;
+}
+
+bool slot_pool::claim_extent(arena_id a, size_t stride) {
+  if (auto i = free_extent(stride)) return move_extent(*i, a);
   // An empty extent of another arena, a closed one's first.
   for (int pass = 0; pass < 2; ++pass)
     for (size_t i = 0; i < extents_.size(); ++i) {
@@ -408,6 +412,32 @@ bool slot_pool::claim_extent(arena_id a, size_t stride) {
       if (extent_len(i) >= stride) return move_extent(i, a);
     }
   return false;
+}
+
+std::optional<std::pair<size_t, size_t>> slot_pool::claim_ahead(arena_id a) {
+  if (a == anonymous_arena || !arena_open(a)) return std::nullopt;
+  size_t room = 0;
+  for (const auto& run : lens(a)) room += run.first;
+  if (room >= extent_) return std::nullopt;
+  // A whole one (the short last extent is not worth claiming ahead).
+  const auto i = free_extent(extent_);
+  if (!i || !move_extent(*i, a)) return std::nullopt;
+  const size_t off = *i * extent_;
+  return std::make_pair(off, std::min(extent_, map_len_ - off));
+}
+
+status slot_pool::prefault_extent(size_t offset, size_t len) const {
+  if (offset >= map_len_ || len == 0) return {};
+  len = std::min(len, map_len_ - offset);
+  // One huge page per call, as prefault() and for the same reason.
+  for (size_t done = 0; done < len; done += k_huge_page) {
+    const size_t piece = std::min(k_huge_page, len - done);
+    if (const int e = populate_write(base_ + offset + done, piece); e != 0)
+      return make_error(e == EINVAL ? "unsupported" : "mmap",
+                        "MADV_POPULATE_WRITE of " + std::to_string(piece) + " bytes at " +
+                          std::to_string(offset + done) + ": " + std::strerror(e));
+  }
+  return {};
 }
 
 bool slot_pool::reclaim_for_anonymous(size_t stride) {

@@ -181,6 +181,9 @@ struct gpu_config {
   /// Host backend: fault each registered pool's mapping in after
   /// registration, in the background (host_backend_options::prefault).
   bool host_prefault = true;
+  /// Host backend: threads a copy of 8 MiB or more is split over, the
+  /// transfer actor's included (host_backend_options::copy_threads).
+  int64_t host_copy_threads = 2;
 };
 
 /// CURVE on the router-facing PUB / replay sockets and the cache socket.

@@ -23,6 +23,7 @@ void read_sidecar_section(reader& r, loader& l, config& c) {
     "gpu.backend",
     {{"auto", gpu_backend::automatic}, {"cuda", gpu_backend::cuda}, {"host", gpu_backend::host}});
   c.gpu.host_prefault = r.boolean("gpu.host_prefault");
+  c.gpu.host_copy_threads = r.integer("gpu.host_copy_threads", 1, 16);
 
   c.http.enabled = r.boolean("http.enabled");
   c.http.listen = r.str("http.listen");

@@ -11,6 +11,7 @@
 #include "core/admit_budget.hpp"
 #include "core/populate.hpp"
 #include "core/thread_nice.hpp"
+#include "gpu/copy_crew.hpp"
 #include "gpu/copy_plan.hpp"
 #include "gpu/fault_guard.hpp"
 #include "gpu/transfer_backend.hpp"
@@ -190,13 +191,21 @@ struct copy_job {
   const host_pools* pools;
 };
 
-/// The page copies of one request. Runs under run_guarded: it may be
-/// abandoned at any memcpy, so it owns nothing and allocates nothing.
-void copy_pages(void* arg) {
+/// Below this many bytes a copy is not split: waking the crew (~tens of
+/// microseconds) would cost more than the second core saves.
+constexpr uint64_t split_copy_bytes = uint64_t{8} << 20;
+
+/// Part `part` of `parts` of the page copies of one request: a contiguous
+/// range of units, so the parts write disjoint bytes. Runs under
+/// run_guarded: it may be abandoned at any memcpy, so it owns nothing and
+/// allocates nothing.
+void copy_pages(void* arg, size_t part, size_t parts) {
   const auto* job = static_cast<const copy_job*>(arg);
   const copy_plan& p = *job->plan;
   const host_pools& hp = *job->pools;
-  for (uint64_t u = 0; u < p.total_units; ++u) {
+  const uint64_t first = p.total_units * part / parts;
+  const uint64_t last = p.total_units * (part + 1) / parts;
+  for (uint64_t u = first; u < last; ++u) {
     const block_copy::unit x = block_copy::unit_at(p.geo, u);
     const uint64_t chunk_index = p.chunk_index[x.chunk];
     if (!p.to_l1 && page_skipped(p.geo, p.skip_blocks, chunk_index, x.page)) continue;
@@ -237,7 +246,8 @@ void read_runs(void* arg) {
 class host_backend final : public transfer_backend {
 public:
   explicit host_backend(host_backend_options opts)
-    : opts_(opts), prefault_budget_(std::make_shared<admit_budget>(opts.prefault_max_bytes)) {}
+    : opts_(opts), prefault_budget_(std::make_shared<admit_budget>(opts.prefault_max_bytes)),
+      crew_(opts.copy_threads) {}
   const char* name() const override { return "host"; }
 
   expected<std::unique_ptr<opened_pools>> open(const std::vector<tensor_desc>& tensors,
@@ -309,8 +319,11 @@ public:
     auto plan = plan_copy(req, hp->layout());
     if (!plan) return plan.error_value();
     copy_job job{&plan.value(), hp};
-    const guard_result g =
-        run_guarded(hp->ranges.data(), hp->ranges.size(), &copy_pages, &job);
+    const copy_plan& p = plan.value();
+    const uint64_t bytes =
+        p.total_units * block_copy::runs_per_unit(p.geo) * block_copy::run_bytes(p.geo);
+    const guard_result g = crew_.run(hp->ranges.data(), hp->ranges.size(), &copy_pages, &job,
+                                     bytes >= split_copy_bytes ? crew_.threads() : 1);
     if (g.faulted) {
       const host_pools::mapping& m = hp->maps[g.range];
       return make_error("shm_truncated",
@@ -347,6 +360,7 @@ private:
   host_backend_options opts_;
   /// Shared with the pools it admitted: they may outlive the backend.
   std::shared_ptr<admit_budget> prefault_budget_;
+  copy_crew crew_; ///< splits a large copy over opts_.copy_threads threads
 };
 
 } // namespace

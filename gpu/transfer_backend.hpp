@@ -161,6 +161,10 @@ struct host_backend_options {
   /// objects would pass it is not prefaulted (its copies fault lazily, as
   /// with prefault off); its bytes count until its pools are released.
   int64_t prefault_max_bytes = int64_t{256} << 30;
+  /// gpu.host_copy_threads: a copy of 8 MiB or more is split over this many
+  /// threads, the transfer actor's included (gpu/copy_crew.hpp); 1 = the
+  /// actor's thread alone.
+  size_t copy_threads = 2;
 };
 
 std::unique_ptr<transfer_backend> make_host_backend(host_backend_options opts = {});

@@ -216,7 +216,23 @@ caf::result<store_reserve_reply> on_reserve(self_ptr self, store_reserve& q) {
     out.chunks.push_back(reserved_chunk{i, reinterpret_cast<uint8_t*>(r.data), r.offset});
   }
   nudge_l1_prefault(st.p.l1_prefault, *st.p.pool, st.prefault_nudged);
+  // The arena's next extent, once this answer is out (the reservation
+  // takes ~50 ms per 256 MiB): the engine gathers into these slots
+  // meanwhile, and its next store finds room reserved and faulted in.
+  if (arena != anonymous_arena && st.p.arena_prefault)
+    self->send(self, prefault_atom_v, static_cast<uint32_t>(arena));
   return out;
+}
+
+/// Claims arena `a`'s next extent ahead of need and has it faulted in
+/// (slot_pool::claim_ahead: free space only, nothing evicted).
+void claim_ahead(self_ptr self, uint32_t a) {
+  auto& st = self->state;
+  if (!st.p.arena_prefault)
+    return;
+  if (auto extent = st.p.pool->claim_ahead(a))
+    caf::anon_send(st.p.arena_prefault, prefault_atom_v, static_cast<uint64_t>(extent->first),
+                   static_cast<uint64_t>(extent->second));
 }
 
 /// STORE, step 2: commits (or aborts) the reserved chunks once copied; announces them.
@@ -399,6 +415,9 @@ void open_arena(self_ptr self, const store_configure& c, store_configure_reply& 
     return;
   }
   st.arenas[c.instance_id] = *a;
+  // Its first extent ahead of its first store.
+  if (st.p.arena_prefault)
+    self->send(self, prefault_atom_v, static_cast<uint32_t>(*a));
   out.arena_name = pool.arena_name(*a);
   out.arena_size = pool.arena_size(*a);
   out.arena_origin = pool.mapped_bytes();
@@ -559,6 +578,8 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
                             st.p.evict_low * 100, to_string(st.p.lock_ttl)));
   if (st.p.l1_prefault)
     self->link_to(st.p.l1_prefault); // the store's exit ends the fault-ahead
+  if (st.p.arena_prefault)
+    self->link_to(st.p.arena_prefault);
   arm_stats(self, st.p.stats_interval);
   // The lock and reservation sweep (on_sweep).
   auto expiry = sweep_interval(st.p.lock_ttl, max_lock_sweep_interval);
@@ -589,6 +610,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     [self](bridge_atom, engine_bridge_actor& bridge) { self->state.bridge = std::move(bridge); },
     [self](record_atom, engine_bridge_actor& sink) { self->state.records_sink = std::move(sink); },
     [self, expiry](sweep_atom) { on_sweep(self, expiry); },
+    [self](prefault_atom, uint32_t arena) { claim_ahead(self, arena); },
     [self](stats_atom) {
       l2_log_stats(self); // L2 hook
       log_stats(self, snapshot(self->state), self->state.p.stats_interval);

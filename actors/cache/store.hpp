@@ -37,6 +37,9 @@ struct store_params {
   /// The L1 fault-ahead (actors/cache/l1_prefault.hpp; null: none): the
   /// store links to it and nudges it as slots are handed out.
   caf::actor l1_prefault;
+  /// Faults in the extents engine-driven arenas claim ahead of need
+  /// (actors/cache/arena_prefault.hpp; null: arenas are not claimed ahead).
+  caf::actor arena_prefault;
   /// [coordinator] event_reporting: L1 placements and reads in LMCache's
   /// key form (store_coordinator.hpp); null: not reported.
   std::shared_ptr<cache_event_sink> coordinator;

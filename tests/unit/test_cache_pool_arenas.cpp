@@ -291,3 +291,94 @@ TEST_CASE("a client shrinking its arena costs the sidecar nothing but that arena
   CHECK(all_bytes(reinterpret_cast<uint8_t*>(pool->data(s)), 8192, 0x33));
   CHECK(all_bytes(reinterpret_cast<uint8_t*>(pool->data(t)), 8192, 0x22));
 }
+
+namespace {
+
+/// Pages of [p, p+n) resident in this process's page tables.
+size_t resident_pages(const void* p, size_t n) {
+  std::vector<unsigned char> v((n + k_page - 1) / k_page);
+  REQUIRE(mincore(const_cast<void*>(p), n, v.data()) == 0);
+  size_t r = 0;
+  for (unsigned char c : v) r += c & 1;
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("claim_ahead: an arena's next extent is reserved before it is needed, from free space only") {
+  auto pool = make(4);
+  auto a = pool->open_arena(name_for(20));
+  REQUIRE(a);
+  CHECK_FALSE(pool->claim_ahead(anonymous_arena));
+  // An open arena with no room gets a whole extent.
+  auto first = pool->claim_ahead(*a);
+  REQUIRE(first);
+  CHECK(first->first % k_extent == 0);
+  CHECK(first->second == k_extent);
+  CHECK(pool->arena_extents(*a) == 1);
+  // Its pages are the object's (reserved in /dev/shm at the claim).
+  {
+    const int fd = shm_open(name_for(20).c_str(), O_RDONLY, 0);
+    REQUIRE(fd >= 0);
+    struct stat st {};
+    REQUIRE(fstat(fd, &st) == 0);
+    close(fd);
+    CHECK(static_cast<size_t>(st.st_blocks) * 512 >= k_extent);
+  }
+  // One extent of room: nothing more ahead.
+  CHECK_FALSE(pool->claim_ahead(*a));
+  CHECK(pool->arena_extents(*a) == 1);
+  // The arena's next store lands in it; then the one after is claimed.
+  const slot_id s = pool->alloc(k_extent, *a);
+  REQUIRE(s != invalid_slot);
+  CHECK(pool->offset(s) == first->first);
+  auto second = pool->claim_ahead(*a);
+  REQUIRE(second);
+  CHECK(second->first != first->first);
+  CHECK(pool->arena_extents(*a) == 2);
+  // Arena 0 takes the rest, the extent claimed ahead included: an empty
+  // extent goes back to arena 0 when it needs room. Then there is no free
+  // extent, and claim_ahead evicts nothing and takes nothing: it gives up.
+  std::vector<slot_id> anon;
+  for (slot_id x; (x = pool->alloc(8192)) != invalid_slot;) anon.push_back(x);
+  CHECK(anon.size() == 3 * (k_extent / 8192));
+  CHECK(pool->arena_extents(*a) == 1);
+  CHECK_FALSE(pool->claim_ahead(*a));
+  CHECK(pool->arena_extents(*a) == 1);
+  // Room again: another arena's claim ahead gets it.
+  auto b = pool->open_arena(name_for(21));
+  REQUIRE(b);
+  for (slot_id x : anon) pool->free(x);
+  auto third = pool->claim_ahead(*b);
+  REQUIRE(third);
+  CHECK(pool->arena_of(pool->alloc(k_extent, *b)) == *b);
+}
+
+TEST_CASE("prefault_extent faults an arena extent in without changing a byte; a shrunk object stops it") {
+  auto pool = make(4);
+  auto a = pool->open_arena(name_for(22));
+  REQUIRE(a);
+  auto ext = pool->claim_ahead(*a);
+  REQUIRE(ext);
+  client_view engine(name_for(22));
+  // The engine writes the first page before the sidecar faults the extent in.
+  std::memset(engine.base + ext->first, 0x77, k_page);
+  const std::byte* in_l1 = pool->base() + ext->first;
+  CHECK(resident_pages(in_l1, ext->second) < ext->second / k_page);
+  REQUIRE(pool->prefault_extent(ext->first, ext->second));
+  CHECK(resident_pages(in_l1, ext->second) == ext->second / k_page);
+  CHECK(all_bytes(engine.base + ext->first, k_page, 0x77));
+  CHECK(all_bytes(engine.base + ext->first + k_page, ext->second - k_page, 0));
+  // A client shrinks its object: the next fault-in reports it (no SIGBUS).
+  auto other = pool->claim_ahead(*a);
+  REQUIRE(pool->alloc(k_extent, *a) != invalid_slot); // fill the first
+  other = pool->claim_ahead(*a);
+  REQUIRE(other);
+  const int fd = shm_open(name_for(22).c_str(), O_RDWR, 0);
+  REQUIRE(fd >= 0);
+  REQUIRE(ftruncate(fd, 0) == 0);
+  close(fd);
+  auto r = pool->prefault_extent(other->first, other->second);
+  REQUIRE_FALSE(r);
+  CHECK(r.error_value().kind == "mmap");
+}

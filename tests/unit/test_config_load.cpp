@@ -161,6 +161,10 @@ TEST_CASE("enums, ranges and cross-key rules") {
   CHECK_FALSE(ok("[gpu]\nhost_prefault = false\n").gpu.host_prefault);
   CHECK_FALSE(ok("", {"gpu.host_prefault=false"}).gpu.host_prefault);
   CHECK(error_of("[gpu]\nhost_prefault = \"on\"\n").key == "gpu.host_prefault");
+  CHECK(ok("").gpu.host_copy_threads == 2);
+  CHECK(ok("[gpu]\nhost_copy_threads = 1\n").gpu.host_copy_threads == 1);
+  CHECK(error_of("[gpu]\nhost_copy_threads = 0\n").key == "gpu.host_copy_threads");
+  CHECK(error_of("[gpu]\nhost_copy_threads = 17\n").key == "gpu.host_copy_threads");
   CHECK(error_of("[events]\ndp_size = 0\n").key == "events.dp_size");
   auto idx = error_of("[events]\n\nindex_max_blocks = 0\n");
   CHECK(idx.key == "events.index_max_blocks");

@@ -693,3 +693,107 @@ TEST_CASE("host backend: prefault holds at most prefault_max_bytes of live pools
   wait_prefault(*third.value());
   CHECK(third.value()->prefaulted_bytes() == f.k.size() + f.v.size());
 }
+
+// --- gpu.host_copy_threads: a copy of 8 MiB or more is split over a crew.
+
+namespace {
+
+/// Every page of big_pools (256 pages of K and of V: 8 MiB) to L1 and back,
+/// in a shuffled block order, through a backend of `threads` copy threads.
+/// Returns the L1 chunks; checks the pools came back byte for byte.
+std::vector<std::vector<uint8_t>> round_trip_all(size_t threads) {
+  big_pools f;
+  f.k.fill(3);
+  f.v.fill(4);
+  const auto k0 = f.k.snapshot(), v0 = f.v.snapshot();
+  host_backend_options o;
+  o.prefault = false;
+  o.copy_threads = threads;
+  auto backend = make_host_backend(o);
+  auto p = backend->open(f.tensors, f.layout);
+  REQUIRE_MESSAGE(p.has_value(), p.error_value().detail);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < big_pools::pages; ++i) ids.push_back((i * 97 + 13) % big_pools::pages);
+  const size_t chunks = ids.size() * big_pools::page / big_pools::chunk_tokens;
+  std::vector<std::vector<uint8_t>> slots(chunks, std::vector<uint8_t>(big_pools::chunk_bytes, 0));
+  auto request = [&](copy_direction d) {
+    copy_request r;
+    r.direction = d;
+    r.pools = p.value().get();
+    r.block_ids = {ids};
+    r.chunk_tokens = big_pools::chunk_tokens;
+    r.slot_bytes = big_pools::chunk_bytes;
+    for (size_t c = 0; c < slots.size(); ++c) r.chunks.push_back(l1_chunk{c, slots[c].data()});
+    return r;
+  };
+  auto s = backend->copy(request(copy_direction::to_l1));
+  REQUIRE_MESSAGE(s.has_value(), s.error_value().detail);
+  std::memset(f.k.data(), 0, f.k.size());
+  std::memset(f.v.data(), 0, f.v.size());
+  auto r = backend->copy(request(copy_direction::from_l1));
+  REQUIRE_MESSAGE(r.has_value(), r.error_value().detail);
+  CHECK(f.k.snapshot() == k0);
+  CHECK(f.v.snapshot() == v0);
+  backend->close(*p.value());
+  return slots;
+}
+
+} // namespace
+
+TEST_CASE("host backend: an 8 MiB copy split over two threads moves the same bytes as one") {
+  const auto one = round_trip_all(1);
+  const auto two = round_trip_all(2);
+  const auto four = round_trip_all(4);
+  REQUIRE(one.size() == 64);
+  CHECK(two == one);
+  CHECK(four == one);
+  // Not all zeros: the chunks hold the pattern.
+  size_t nonzero = 0;
+  for (uint8_t b : one[37]) nonzero += b != 0;
+  CHECK(nonzero > one[37].size() / 2);
+}
+
+TEST_CASE("host backend: a pool shrunk under a split copy fails that copy, the crew keeps working") {
+  big_pools f, other;
+  host_backend_options o;
+  o.prefault = false;
+  o.copy_threads = 2;
+  auto backend = make_host_backend(o);
+  auto p = backend->open(f.tensors, f.layout);
+  auto q = backend->open(other.tensors, other.layout);
+  REQUIRE_MESSAGE(p.has_value(), p.error_value().detail);
+  REQUIRE_MESSAGE(q.has_value(), q.error_value().detail);
+  // The engine shrinks V to half: the second half of the blocks (the crew
+  // thread's part of the copy) raises SIGBUS there.
+  f.v.truncate(f.v.size() / 2);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < big_pools::pages; ++i) ids.push_back(i);
+  std::vector<std::vector<uint8_t>> slots(64, std::vector<uint8_t>(big_pools::chunk_bytes, 0));
+  auto request = [&](opened_pools* pools, copy_direction d) {
+    copy_request r;
+    r.direction = d;
+    r.pools = pools;
+    r.block_ids = {ids};
+    r.chunk_tokens = big_pools::chunk_tokens;
+    r.slot_bytes = big_pools::chunk_bytes;
+    for (size_t c = 0; c < slots.size(); ++c) r.chunks.push_back(l1_chunk{c, slots[c].data()});
+    return r;
+  };
+  for (int round = 0; round < 3; ++round) {
+    for (auto d : {copy_direction::to_l1, copy_direction::from_l1}) {
+      auto bad = backend->copy(request(p.value().get(), d));
+      REQUIRE_FALSE(bad.has_value());
+      CHECK(bad.error_value().kind == "shm_truncated");
+      CHECK_MESSAGE(bad.error_value().detail.find("'" + f.v.name() + "' no longer backs byte") !=
+                        std::string::npos,
+                    bad.error_value().detail);
+    }
+    auto ok = backend->copy(request(q.value().get(), copy_direction::to_l1));
+    REQUIRE_MESSAGE(ok.has_value(), ok.error_value().detail);
+    // The last chunk starts with K's first token of page 252.
+    const size_t token = big_pools::heads * big_pools::dim * 2;
+    CHECK(std::memcmp(slots[63].data(), other.k.data() + 252 * big_pools::page * token, token) == 0);
+  }
+  backend->close(*p.value());
+  backend->close(*q.value());
+}
