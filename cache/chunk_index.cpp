@@ -335,11 +335,59 @@ slot_id chunk_index::make_room(size_t bytes, size_t stride, arena_id arena,
       return pool_.alloc(bytes, arena);
     }
   }
+  if (arena != anonymous_arena)
+    return evict_for_extent(bytes, stride, arena, r);
   while (s == invalid_slot && lru_head_ != npos) {
     evict(lru_head_, r);
     s = pool_.alloc(bytes, arena);
   }
   return s;
+}
+
+// Step 3 for an arena: its slots never leave one extent, so what it needs
+// is a whole extent (or its own run) freed, and evicting oldest first
+// could flush every unlocked chunk without freeing one (each extent
+// holding a locked or reserved chunk). So: an extent none of whose chunks
+// is pinned, the one holding the oldest chunk that lies in such an
+// extent, has all its chunks evicted; no such extent, nothing is evicted.
+slot_id chunk_index::evict_for_extent(size_t bytes, size_t stride, arena_id arena,
+                                      reserve_result& r) {
+  const size_t ext = pool_.extent_bytes();
+  const size_t n = pool_.extent_count();
+  if (ext == 0 || n == 0)
+    return invalid_slot;
+  auto extents_of = [&](uint32_t idx) {
+    const size_t off = pool_.offset(entries_[idx].slot);
+    return std::make_pair(off / ext, (off + pool_.slot_stride(entries_[idx].slot) - 1) / ext);
+  };
+  std::vector<bool> pinned(n, false);
+  for (uint32_t i = 0; i < entries_.size(); ++i) {
+    const entry& e = entries_[i];
+    if (e.at == where::free || e.at == where::lru || e.slot == invalid_slot)
+      continue;
+    const auto [lo, hi] = extents_of(i);
+    for (size_t x = lo; x <= hi && x < n; ++x)
+      pinned[x] = true;
+  }
+  for (uint32_t cur = lru_head_; cur != npos; cur = entries_[cur].next) {
+    const auto [lo, hi] = extents_of(cur);
+    for (size_t x = lo; x <= hi && x < n; ++x) {
+      if (pinned[x] || pool_.extent_length(x) < stride)
+        continue;
+      // Every chunk in extent x is unlocked and committed: all of them go.
+      std::vector<uint32_t> in_x;
+      for (uint32_t j = lru_head_; j != npos; j = entries_[j].next) {
+        const auto [a, b] = extents_of(j);
+        if (a <= x && x <= b)
+          in_x.push_back(j);
+      }
+      for (uint32_t j : in_x)
+        evict(j, r);
+      // Extent x is free now: the arena takes it (or grows its own run).
+      return pool_.alloc(bytes, arena);
+    }
+  }
+  return invalid_slot;
 }
 
 reserve_result chunk_index::reserve(chunk_key k, size_t bytes,
@@ -377,6 +425,12 @@ reserve_result chunk_index::reserve(chunk_key k, size_t bytes,
                                                       " bytes"
                                                  : std::string("no such arena open")));
   const slot_id s = make_room(bytes, stride, arena, r);
+  if (s == invalid_slot && arena != anonymous_arena)
+    return no_space(no_space_reason::all_pinned,
+                    "no L1 extent for arena " + std::to_string(arena) + ": every extent holds "
+                        "a read-locked or reserved chunk (" + std::to_string(locked_.size()) +
+                        " read-locked, " + std::to_string(reserved_.size()) +
+                        " reserved), so evicting would free none");
   if (s == invalid_slot)
     return no_space(no_space_reason::all_pinned,
                     "no free run of " + std::to_string(stride) + " bytes in L1: " +

@@ -26,7 +26,10 @@
 //      stay, so one model's large store does not flush a smaller model's
 //      chunks for nothing;
 //   3. if no single chunk qualifies (the room needs several neighbours to
-//      go), chunks go least-recently-used first until a run fits;
+//      go), chunks go least-recently-used first until a run fits; for an
+//      L1 arena (whose slots never leave one extent) every chunk of the
+//      extent holding the oldest chunk among extents with no locked or
+//      reserved chunk goes, and none when there is no such extent;
 //   4. if the LRU list is empty and nothing fits, no_space / all_pinned.
 // Step 2 walks the LRU list from its old end; it runs only when the
 // watermark step left no room, which with one chunk size means the oldest
@@ -275,6 +278,7 @@ private:
   void end_lock_lifetime(uint32_t idx);  // readers -> 0, back to the LRU
   void evict(uint32_t idx, reserve_result& r);
   slot_id make_room(size_t bytes, size_t stride, arena_id arena, reserve_result& r);
+  slot_id evict_for_extent(size_t bytes, size_t stride, arena_id arena, reserve_result& r);
 
   entry_info info(const entry& e) const;
   bool committed(uint64_t hash, int32_t rank) const;

@@ -123,6 +123,10 @@ public:
   size_t arena_extents(arena_id a) const { return a < arenas_.size() ? arenas_[a].extents : 0; }
   arena_id arena_of(slot_id s) const { return arena_at(slots_[s].offset); }
   size_t extent_bytes() const { return extent_; }
+  /// Extents L1 is cut into (0 until the first arena opens) and how long
+  /// extent i is (the last may be shorter).
+  size_t extent_count() const { return extents_.size(); }
+  size_t extent_length(size_t i) const { return extent_len(i); }
   /// Claims one more extent for arena `a` before it needs one (issue #46:
   /// an engine-driven store should find its slots reserved and resident,
   /// not reserve 256 MiB inside prepare_store): when `a` is open and has

@@ -63,6 +63,23 @@ bool all_bytes(const uint8_t* p, size_t n, uint8_t v) {
   return true;
 }
 
+/// Evict only what a new slot needs (watermarks 1.0).
+index_options full_watermarks() {
+  index_options io;
+  io.evict_high = 1.0;
+  io.evict_low = 1.0;
+  return io;
+}
+
+/// Arena 0 of a 4-extent pool full of quarter-extent chunks, hashes 1..16
+/// oldest first: extent e holds chunks 4e+1 .. 4e+4.
+void fill_with_quarters(chunk_index& idx, cache_clock::time_point now) {
+  for (uint64_t h = 1; h <= 16; ++h) {
+    REQUIRE(idx.reserve({h, 0}, k_extent / 4, now).status == reserve_status::reserved);
+    REQUIRE(idx.commit({h, 0}));
+  }
+}
+
 } // namespace
 
 TEST_CASE("an arena's slot is the same bytes in L1 and in the client's mapping, at its offset") {
@@ -228,18 +245,9 @@ TEST_CASE("the index evicts least recently used chunks until the arena has an ex
   auto pool = make(4);
   auto a = pool->open_arena(name_for(11));
   REQUIRE(a);
-  index_options io;
-  io.evict_high = 1.0;
-  io.evict_low = 1.0;
-  chunk_index idx(*pool, io);
+  chunk_index idx(*pool, full_watermarks());
   const auto now = cache_clock::now();
-  // Arena 0 full of quarter-extent chunks.
-  uint64_t h = 1;
-  for (; h <= 16; ++h) {
-    auto r = idx.reserve({h, 0}, k_extent / 4, now);
-    REQUIRE(r.status == reserve_status::reserved);
-    REQUIRE(idx.commit({h, 0}));
-  }
+  fill_with_quarters(idx, now);
   auto r = idx.reserve({100, 0}, k_extent / 2, now, 0, *a);
   REQUIRE(r.status == reserve_status::reserved);
   CHECK(r.arena == *a);
@@ -381,4 +389,41 @@ TEST_CASE("prefault_extent faults an arena extent in without changing a byte; a 
   auto r = pool->prefault_extent(other->first, other->second);
   REQUIRE_FALSE(r);
   CHECK(r.error_value().kind == "mmap");
+}
+
+TEST_CASE("an arena's eviction frees a whole unpinned extent, and evicts nothing when every extent is pinned") {
+  auto pool = make(4);
+  auto a = pool->open_arena(name_for(30));
+  REQUIRE(a);
+  chunk_index idx(*pool, full_watermarks());
+  const auto now = cache_clock::now();
+  fill_with_quarters(idx, now);
+  // A reader pins chunk 2 (extent 0) and chunk 7 (extent 1). The
+  // watermark (1.0) makes room for the new half extent's bytes first: the
+  // two oldest unlocked chunks, 1 and 3. Then the oldest unpinned extent
+  // is 2, whose chunks 9..12 go — chunks 4, 5, 6, 8 stay although older
+  // (evicting them would free no extent).
+  REQUIRE(idx.lock({2, 0}, 1, now));
+  REQUIRE(idx.lock({7, 0}, 1, now));
+  auto r = idx.reserve({100, 0}, k_extent / 2, now, 0, *a);
+  REQUIRE(r.status == reserve_status::reserved);
+  CHECK(pool->arena_of(r.slot) == *a);
+  std::vector<uint64_t> gone;
+  for (const auto& k : r.evicted) gone.push_back(k.hash);
+  CHECK(gone == std::vector<uint64_t>{1, 3, 9, 10, 11, 12});
+  CHECK(pool->offset(r.slot) / k_extent == 2);
+  REQUIRE(idx.commit({100, 0}));
+  // Pin extent 3 too (chunk 16) and fill the arena's extent: a chunk that
+  // needs another extent finds every extent pinned and evicts nothing.
+  REQUIRE(idx.lock({16, 0}, 1, now));
+  REQUIRE(idx.lock({100, 0}, 1, now));
+  REQUIRE(idx.reserve({101, 0}, k_extent / 2, now, 0, *a).status == reserve_status::reserved);
+  auto none = idx.reserve({102, 0}, k_extent / 2, now, 0, *a);
+  CHECK(none.status == reserve_status::no_space);
+  CHECK(none.reason == no_space_reason::all_pinned);
+  CHECK(none.evicted.empty());
+  CHECK_MESSAGE(none.detail.find("every extent holds a read-locked or reserved chunk") !=
+                  std::string::npos, none.detail);
+  for (uint64_t h : {4, 5, 6, 8, 13, 14, 15}) CHECK(idx.find({h, 0}));
+  CHECK(idx.check_invariants());
 }
