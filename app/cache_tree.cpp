@@ -141,9 +141,9 @@ cache_tree spawn_cache_tree(caf::actor_system& sys, zmq::context_t& ctx,
                                   ? static_cast<size_t>(c.l1_prefault_ahead) : 0};
     sp.l1_prefault = sys.spawn<caf::detached>(l1_prefault, std::move(pp));
   }
-  // Engine-driven arenas (L1 written in place) get their next extent
-  // claimed and faulted in ahead of need.
-  if (c.engine_driven_in_place && std::string{backend->name()} == "host")
+  // cache.l1_arena_ahead: engine-driven arenas (L1 written in place) get
+  // their next extent claimed and faulted in ahead of need.
+  if (c.l1_arena_ahead && c.engine_driven_in_place && std::string{backend->name()} == "host")
     sp.arena_prefault = sys.spawn<caf::detached>(arena_prefault, pool);
   auto st = sys.spawn(store, sp);
   out.store = st;

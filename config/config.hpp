@@ -117,6 +117,9 @@ struct cache_config {
   bool engine_driven_in_place = true;
   /// cache.l1_arena_extent: the unit arenas take L1 in (clipped at start).
   uint64_t l1_arena_extent = 0;
+  /// cache.l1_arena_ahead: each arena keeps its next extent claimed and
+  /// faulted in ahead of need (actors/cache/arena_prefault.hpp).
+  bool l1_arena_ahead = false;
   /// LMCache's gRPC transport (actors/cache/grpc_bridge.hpp): "" = off,
   /// grpc://host:port or grpc+unix:///abs/path.
   std::string grpc_endpoint;

@@ -57,6 +57,7 @@ void read_cache_section(reader& r, loader& l, config& c) {
                                           {{"shm", false}, {"inline", true}});
   k.engine_driven_in_place = r.boolean("cache.engine_driven_in_place");
   k.l1_arena_extent = r.size("cache.l1_arena_extent", 1 << 20);
+  k.l1_arena_ahead = r.boolean("cache.l1_arena_ahead");
   if (!l.error && k.events_rank >= c.events.dp_size)
     l.fail_at("cache.events_rank", "expected -1 or a dp rank below events.dp_size ("
                                      + std::to_string(c.events.dp_size) + "), got "

@@ -2,6 +2,9 @@
 // of need into L1's mapping, so the engine's gather into its next slots
 // takes minor page faults instead of allocating and zeroing 4 KiB at a time
 // (issue #46; slot_pool::claim_ahead / prefault_extent say what it saves).
+// Spawned with cache.l1_arena_ahead only: it moves the zeroing off the
+// engine's gather, which pays where the sidecar has a core the engine does
+// not use and costs where the gather already uses every core (README).
 //
 // The store claims an arena's next extent after it has answered the
 // prepare_store that filled the last one (and when the arena opens), then

@@ -453,3 +453,40 @@ def test_in_place_an_engine_truncating_its_arena_hurts_only_its_own_chunks(cache
     srv.wait_idle()
     arena_a.close()
     arena_b.close()
+
+
+def test_in_place_arena_ahead_claims_and_faults_in_the_next_extent(cache_server):
+    """cache.l1_arena_ahead: the arena's first extent is claimed and faulted
+    in when the instance registers, the store lands in it, and the store
+    that ate into it has the next one claimed; the bytes go through as
+    without the option."""
+    srv = cache_server(overrides={"cache.l1_arena_ahead": True, "sidecar.log_level": "debug"})
+    c = srv.client()
+    srv.wait_log(r"arena_prefault#\d+ started")
+    reg, arena = register(c, 78)
+    first = srv.wait_log(r"arena_prefault#\d+ extent at (\d+) MiB \((\d+) MiB\) faulted in")
+    lo, extent = int(first.group(1)) << 20, int(first.group(2)) << 20
+    assert extent == 8 << 20  # l1_size / 8 of the tests' 64 MiB
+    toks = tokens(3, salt=78)
+    rng = random.Random(78)
+    mark = srv.mark()
+    prep = c.call("prepare_store", key(toks, 0, 3 * CHUNK, "w"), 78)
+    slots = prep["context"]["slots"]
+    assert all(lo <= s["offset"] and s["offset"] + s["length"] <= lo + extent for s in slots)
+    # The store ate into the extent: the next one is claimed and faulted in.
+    second = srv.wait_log(r"arena_prefault#\d+ extent at (\d+) MiB \(8 MiB\) faulted in", mark=mark)
+    assert int(second.group(1)) << 20 != lo
+    written = [rng.randbytes(chunk_bytes()) for _ in slots]
+    for s, data in zip(slots, written):
+        arena.write(s, data)
+    assert c.call("commit_store", key(toks, 0, 3 * CHUNK, "w"), 78, b"") is True
+    c.call("end_session", "w")
+    assert lookup(c, toks, "r") == 3
+    got = c.call("prepare_retrieve", key(toks, 0, 3 * CHUNK, "r"), 78)
+    assert [arena.read(s) for s in got["context"]["slots"]] == written
+    assert c.call("commit_retrieve", key(toks, 0, 3 * CHUNK, "r"), 78) is True
+    c.call("end_session", "r")
+    srv.wait_idle()
+    assert copies(srv) == (0, 0)
+    assert reg["pool_size"] == arena.size
+    arena.close()

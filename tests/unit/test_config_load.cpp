@@ -162,6 +162,9 @@ TEST_CASE("enums, ranges and cross-key rules") {
   CHECK_FALSE(ok("", {"gpu.host_prefault=false"}).gpu.host_prefault);
   CHECK(error_of("[gpu]\nhost_prefault = \"on\"\n").key == "gpu.host_prefault");
   CHECK(ok("").gpu.host_copy_threads == 2);
+  CHECK_FALSE(ok("").cache.l1_arena_ahead);
+  CHECK(ok("[cache]\nl1_arena_ahead = true\n").cache.l1_arena_ahead);
+  CHECK(error_of("[cache]\nl1_arena_ahead = 1\n").key == "cache.l1_arena_ahead");
   CHECK(ok("[gpu]\nhost_copy_threads = 1\n").gpu.host_copy_threads == 1);
   CHECK(error_of("[gpu]\nhost_copy_threads = 0\n").key == "gpu.host_copy_threads");
   CHECK(error_of("[gpu]\nhost_copy_threads = 17\n").key == "gpu.host_copy_threads");
