@@ -60,8 +60,33 @@ using md5_detail::sines;
   KVS_MD5_QUAD(II, 52, 12, 3, 10, 1, 6, 10, 15, 21)                                                \
   KVS_MD5_QUAD(II, 56, 8, 15, 6, 13, 6, 10, 15, 21)                                                \
   KVS_MD5_QUAD(II, 60, 4, 11, 2, 9, 6, 10, 15, 21)
+/// One block: the steps, then the chaining addition.
+#define KVS_MD5_BLOCK                                                                              \
+  {                                                                                                \
+    const auto a0 = a, b0 = b, c0 = c, d0 = d;                                                     \
+    KVS_MD5_64_STEPS                                                                               \
+    a = ADD(a, a0);                                                                                \
+    b = ADD(b, b0);                                                                                \
+    c = ADD(c, c0);                                                                                \
+    d = ADD(d, d0);                                                                                \
+  }
 
-// -- AVX2: 8 lanes -------------------------------------------------------------
+/// A kernel over vectors of type V: the lanes' state in, `blocks` blocks
+/// (WORDS fills m[16] with word w of every lane's block k), the state out.
+#define KVS_MD5_KERNEL(V, LOAD, STORE, WORDS)                                                      \
+  auto* s = reinterpret_cast<V*>(state);                                                           \
+  V a = LOAD(s), b = LOAD(s + 1), c = LOAD(s + 2), d = LOAD(s + 3);                                \
+  for (size_t k = 0; k < blocks; ++k) {                                                            \
+    V m[16];                                                                                       \
+    WORDS(m, p, 64 * k);                                                                           \
+    KVS_MD5_BLOCK                                                                                  \
+  }                                                                                                \
+  STORE(s, a);                                                                                     \
+  STORE(s + 1, b);                                                                                 \
+  STORE(s + 2, c);                                                                                 \
+  STORE(s + 3, d);
+
+// -- 8 lanes in 256-bit vectors ------------------------------------------------
 
 #define KVS_AVX2 __attribute__((target("avx2")))
 
@@ -87,59 +112,63 @@ avx2_words(__m256i* m, const unsigned char* const* p, size_t off) {
   }
 }
 
-/// `Gather`: the message words by vpgatherqd instead (lane i's byte at
-/// p[0] + diff[i], so one base pointer moves for all lanes).
+/// The same words by vpgatherqd, four lanes a gather (lane i's word at
+/// p[0] + (p[i] - p[0]), so one base pointer serves all lanes). Slower than
+/// the loads (BENCHMARKS.md); kept as a measured path.
+KVS_AVX2 __attribute__((always_inline)) inline void
+avx2_gather_words(__m256i* m, const unsigned char* const* p, size_t off) {
+  auto diff = [p](int i) { return static_cast<long long>(p[i] - p[0]); };
+  const __m256i lo = _mm256_set_epi64x(diff(3), diff(2), diff(1), diff(0));
+  const __m256i hi = _mm256_set_epi64x(diff(7), diff(6), diff(5), diff(4));
+  for (int w = 0; w < 16; ++w) {
+    auto* base = reinterpret_cast<const int*>(p[0] + off + 4 * w);
+    m[w] = _mm256_set_m128i(_mm256_i64gather_epi32(base, hi, 1), _mm256_i64gather_epi32(base, lo, 1));
+  }
+}
+
+#define ADD(x, y) _mm256_add_epi32(x, y)
+#define K(i) _mm256_set1_epi32(static_cast<int>(sines[i]))
+
 template <bool Gather>
 KVS_AVX2 void avx2_kernel(uint32_t* state, const unsigned char* const* p, size_t blocks) {
-#define ADD(x, y) _mm256_add_epi32(x, y)
 #define ROTL(x, s) _mm256_or_si256(_mm256_slli_epi32(x, s), _mm256_srli_epi32(x, 32 - (s)))
-#define K(i) _mm256_set1_epi32(static_cast<int>(sines[i]))
 #define FF(x, y, z) _mm256_xor_si256(z, _mm256_and_si256(x, _mm256_xor_si256(y, z)))
 #define GG(x, y, z) _mm256_xor_si256(y, _mm256_and_si256(z, _mm256_xor_si256(x, y)))
 #define HH(x, y, z) _mm256_xor_si256(_mm256_xor_si256(x, y), z)
 #define II(x, y, z) _mm256_xor_si256(y, _mm256_or_si256(x, _mm256_xor_si256(z, ones)))
   const __m256i ones = _mm256_set1_epi32(-1);
-  auto* s = reinterpret_cast<__m256i*>(state);
-  __m256i a = _mm256_loadu_si256(s), b = _mm256_loadu_si256(s + 1);
-  __m256i c = _mm256_loadu_si256(s + 2), d = _mm256_loadu_si256(s + 3);
-  __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-  if (Gather) {
-    auto diff = [p](int i) { return static_cast<long long>(p[i] - p[0]); };
-    lo = _mm256_set_epi64x(diff(3), diff(2), diff(1), diff(0));
-    hi = _mm256_set_epi64x(diff(7), diff(6), diff(5), diff(4));
-  }
-  for (size_t k = 0; k < blocks; ++k) {
-    __m256i m[16];
-    if (Gather) {
-      for (int w = 0; w < 16; ++w) {
-        auto* base = reinterpret_cast<const int*>(p[0] + 64 * k + 4 * w);
-        m[w] = _mm256_set_m128i(_mm256_i64gather_epi32(base, hi, 1),
-                                _mm256_i64gather_epi32(base, lo, 1));
-      }
-    } else {
-      avx2_words(m, p, 64 * k);
-    }
-    const __m256i a0 = a, b0 = b, c0 = c, d0 = d;
-    KVS_MD5_64_STEPS
-    a = ADD(a, a0);
-    b = ADD(b, b0);
-    c = ADD(c, c0);
-    d = ADD(d, d0);
-  }
-  _mm256_storeu_si256(s, a);
-  _mm256_storeu_si256(s + 1, b);
-  _mm256_storeu_si256(s + 2, c);
-  _mm256_storeu_si256(s + 3, d);
-#undef ADD
+  KVS_MD5_KERNEL(__m256i, _mm256_loadu_si256, _mm256_storeu_si256,
+                 (Gather ? avx2_gather_words : avx2_words))
 #undef ROTL
-#undef K
 #undef FF
 #undef GG
 #undef HH
 #undef II
 }
 
-// -- AVX-512: 16 lanes, a rotate and three-input logic in one instruction each --
+// AVX-512VL: the same 8 lanes with AVX-512's rotate (vprold) and
+// three-input logic (vpternlogd, truth tables with (x, y, z) as its
+// (A, B, C): F = x ? y : z, G = z ? x : y, H = x ^ y ^ z, I = y ^ (x | ~z)).
+// For 8 streams or fewer (a `lmcache bench server` request has 8 chunks) it
+// beats 16 lanes half empty (BENCHMARKS.md, "MD5 in SIMD lanes").
+#define FF(x, y, z) TERNLOG(x, y, z, 0xca)
+#define GG(x, y, z) TERNLOG(x, y, z, 0xe4)
+#define HH(x, y, z) TERNLOG(x, y, z, 0x96)
+#define II(x, y, z) TERNLOG(x, y, z, 0x39)
+
+__attribute__((target("avx2,avx512f,avx512vl"))) void
+avx512vl_kernel(uint32_t* state, const unsigned char* const* p, size_t blocks) {
+#define ROTL(x, s) _mm256_rol_epi32(x, s)
+#define TERNLOG _mm256_ternarylogic_epi32
+  KVS_MD5_KERNEL(__m256i, _mm256_loadu_si256, _mm256_storeu_si256, avx2_words)
+#undef ROTL
+#undef TERNLOG
+}
+
+#undef ADD
+#undef K
+
+// -- AVX-512: 16 lanes in 512-bit vectors ------------------------------------------
 
 #define KVS_AVX512 __attribute__((target("avx512f")))
 
@@ -167,58 +196,38 @@ avx512_words(__m512i* m, const unsigned char* const* p, size_t off) {
   }
 }
 
+/// As avx2_gather_words, eight lanes a gather.
+KVS_AVX512 __attribute__((always_inline)) inline void
+avx512_gather_words(__m512i* m, const unsigned char* const* p, size_t off) {
+  long long diff[16];
+  for (int i = 0; i < 16; ++i)
+    diff[i] = static_cast<long long>(p[i] - p[0]);
+  const __m512i lo = _mm512_loadu_si512(diff), hi = _mm512_loadu_si512(diff + 8);
+  for (int w = 0; w < 16; ++w) {
+    const void* base = p[0] + off + 4 * w;
+    m[w] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_i64gather_epi32(lo, base, 1)),
+                              _mm512_i64gather_epi32(hi, base, 1), 1);
+  }
+}
+
 template <bool Gather>
 KVS_AVX512 void avx512_kernel(uint32_t* state, const unsigned char* const* p, size_t blocks) {
-  // vpternlogd's truth tables with (x, y, z) as its (A, B, C): F = x ? y : z,
-  // G = z ? x : y, H = x ^ y ^ z, I = y ^ (x | ~z).
 #define ADD(x, y) _mm512_add_epi32(x, y)
-#define ROTL(x, s) _mm512_rol_epi32(x, s)
 #define K(i) _mm512_set1_epi32(static_cast<int>(sines[i]))
-#define FF(x, y, z) _mm512_ternarylogic_epi32(x, y, z, 0xca)
-#define GG(x, y, z) _mm512_ternarylogic_epi32(x, y, z, 0xe4)
-#define HH(x, y, z) _mm512_ternarylogic_epi32(x, y, z, 0x96)
-#define II(x, y, z) _mm512_ternarylogic_epi32(x, y, z, 0x39)
-  auto* s = reinterpret_cast<__m512i*>(state);
-  __m512i a = _mm512_loadu_si512(s), b = _mm512_loadu_si512(s + 1);
-  __m512i c = _mm512_loadu_si512(s + 2), d = _mm512_loadu_si512(s + 3);
-  __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-  if (Gather) {
-    long long diff[16];
-    for (int i = 0; i < 16; ++i)
-      diff[i] = static_cast<long long>(p[i] - p[0]);
-    lo = _mm512_loadu_si512(diff);
-    hi = _mm512_loadu_si512(diff + 8);
-  }
-  for (size_t k = 0; k < blocks; ++k) {
-    __m512i m[16];
-    if (Gather) {
-      for (int w = 0; w < 16; ++w) {
-        const void* base = p[0] + 64 * k + 4 * w;
-        m[w] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_i64gather_epi32(lo, base, 1)),
-                                  _mm512_i64gather_epi32(hi, base, 1), 1);
-      }
-    } else {
-      avx512_words(m, p, 64 * k);
-    }
-    const __m512i a0 = a, b0 = b, c0 = c, d0 = d;
-    KVS_MD5_64_STEPS
-    a = ADD(a, a0);
-    b = ADD(b, b0);
-    c = ADD(c, c0);
-    d = ADD(d, d0);
-  }
-  _mm512_storeu_si512(s, a);
-  _mm512_storeu_si512(s + 1, b);
-  _mm512_storeu_si512(s + 2, c);
-  _mm512_storeu_si512(s + 3, d);
+#define ROTL(x, s) _mm512_rol_epi32(x, s)
+#define TERNLOG _mm512_ternarylogic_epi32
+  KVS_MD5_KERNEL(__m512i, _mm512_loadu_si512, _mm512_storeu_si512,
+                 (Gather ? avx512_gather_words : avx512_words))
 #undef ADD
-#undef ROTL
 #undef K
+#undef ROTL
+#undef TERNLOG
+}
+
 #undef FF
 #undef GG
 #undef HH
 #undef II
-}
 
 #endif // KVS_MD5_X86
 
@@ -371,6 +380,8 @@ bool cpu_has(md5_path path) {
   case md5_path::avx2:
   case md5_path::avx2_gather:
     return __builtin_cpu_supports("avx2");
+  case md5_path::avx512vl:
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
   case md5_path::avx512:
   case md5_path::avx512_gather:
     return __builtin_cpu_supports("avx512f");
@@ -403,6 +414,7 @@ size_t md5_lanes_of(md5_path path) {
     return 1;
   case md5_path::avx2:
   case md5_path::avx2_gather:
+  case md5_path::avx512vl:
     return 8;
   case md5_path::avx512:
   case md5_path::avx512_gather:
@@ -421,6 +433,8 @@ const char* md5_path_name(md5_path path) {
     return "avx2";
   case md5_path::avx2_gather:
     return "avx2_gather";
+  case md5_path::avx512vl:
+    return "avx512vl";
   case md5_path::avx512:
     return "avx512";
   case md5_path::avx512_gather:
@@ -439,8 +453,12 @@ md5_source md5_pieces(std::vector<md5_piece> pieces) {
 }
 
 std::vector<std::string> md5_hex_lanes(std::vector<md5_source> sources, md5_path path) {
-  if (path == md5_path::best)
+  if (path == md5_path::best) {
     path = md5_best_path();
+    // 16 lanes with half or more idle lose to 8 full ones (BENCHMARKS.md).
+    if (path == md5_path::avx512 && sources.size() <= 8 && cpu_has(md5_path::avx512vl))
+      path = md5_path::avx512vl;
+  }
   if (!md5_path_available(path))
     throw std::invalid_argument(std::string("md5_hex_lanes: this CPU cannot run the ") +
                                 md5_path_name(path) + " path");
@@ -450,6 +468,8 @@ std::vector<std::string> md5_hex_lanes(std::vector<md5_source> sources, md5_path
     return lanes_hex(sources, avx2_kernel<false>, 8);
   case md5_path::avx2_gather:
     return lanes_hex(sources, avx2_kernel<true>, 8);
+  case md5_path::avx512vl:
+    return lanes_hex(sources, avx512vl_kernel, 8);
   case md5_path::avx512:
     return lanes_hex(sources, avx512_kernel<false>, 16);
   case md5_path::avx512_gather:

@@ -20,17 +20,19 @@
 namespace kvs {
 
 enum class md5_path {
-  best,         ///< the fastest this CPU runs (measured: BENCHMARKS.md, "MD5 in SIMD lanes")
+  best,         ///< the fastest this CPU runs for the number of streams: avx512, but avx512vl
+                ///< for 8 streams or fewer; else avx2; else scalar (BENCHMARKS.md, "MD5 in SIMD lanes")
   scalar,       ///< md5_stream, one stream at a time
   avx2,         ///< 8 lanes, message words by 128-bit loads + in-register transpose
   avx2_gather,  ///< 8 lanes, message words by vpgatherqd
+  avx512vl,     ///< 8 lanes in 256-bit vectors (AVX-512VL), loads + transpose, vprold, vpternlogd
   avx512,       ///< 16 lanes (AVX-512F), loads + transpose, vprold, vpternlogd
   avx512_gather ///< 16 lanes, message words by vpgatherqd
 };
 
 /// Whether this CPU and build can run `path` (best and scalar: always).
 bool md5_path_available(md5_path path);
-/// The path `best` stands for on this CPU.
+/// The path `best` stands for on this CPU with more than 8 streams.
 md5_path md5_best_path();
 /// How many streams `path` hashes at once (scalar: 1; best: its path's).
 size_t md5_lanes_of(md5_path path);

@@ -1,5 +1,5 @@
 // md5_hex_lanes: every path this CPU runs (scalar, AVX2 with loads or
-// gathers, AVX-512 with loads or gathers) gives md5_stream's digest for
+// gathers, AVX-512VL, AVX-512 with loads or gathers) gives md5_stream's digest for
 // RFC 1321's vectors, lengths around the padding edges, streams of unequal
 // lengths sharing the lanes, and sources handing their bytes over in odd
 // pieces from one reused buffer.
@@ -19,8 +19,9 @@ using namespace kvs;
 
 namespace {
 
-const md5_path k_paths[] = {md5_path::best,   md5_path::scalar,        md5_path::avx2,
-                            md5_path::avx2_gather, md5_path::avx512, md5_path::avx512_gather};
+const md5_path k_paths[] = {md5_path::best,     md5_path::scalar, md5_path::avx2,
+                            md5_path::avx2_gather, md5_path::avx512vl, md5_path::avx512,
+                            md5_path::avx512_gather};
 
 std::vector<md5_path> runnable_paths() {
   std::vector<md5_path> out;
