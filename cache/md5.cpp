@@ -6,9 +6,9 @@
 
 namespace kvs {
 
-namespace {
+namespace md5_detail {
 
-constexpr uint32_t k_sines[64] = {
+const uint32_t sines[64] = {
   0xd76aa478, 0xe8c7b756, 0x242070db, 0xc1bdceee, 0xf57c0faf, 0x4787c62a, 0xa8304613, 0xfd469501,
   0x698098d8, 0x8b44f7af, 0xffff5bb1, 0x895cd7be, 0x6b901122, 0xfd987193, 0xa679438e, 0x49b40821,
   0xf61e2562, 0xc040b340, 0x265e5a51, 0xe9b6c7aa, 0xd62f105d, 0x02441453, 0xd8a1e681, 0xe7d3fbc8,
@@ -17,10 +17,17 @@ constexpr uint32_t k_sines[64] = {
   0x289b7ec6, 0xeaa127fa, 0xd4ef3085, 0x04881d05, 0xd9d4d039, 0xe6db99e5, 0x1fa27cf8, 0xc4ac5665,
   0xf4292244, 0x432aff97, 0xab9423a7, 0xfc93a039, 0x655b59c3, 0x8f0ccc92, 0xffeff47d, 0x85845dd1,
   0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1, 0xf7537e82, 0xbd3af235, 0x2ad7d2bb, 0xeb86d391};
-constexpr uint32_t k_shifts[64] = {7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22,
+const uint32_t shifts[64] = {7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22,
                                    5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20,
                                    4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23,
                                    6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21};
+
+} // namespace md5_detail
+
+namespace {
+
+using md5_detail::shifts;
+using md5_detail::sines;
 
 uint32_t rotl(uint32_t x, uint32_t c) {
   return (x << c) | (x >> (32 - c));
@@ -47,11 +54,11 @@ void block(uint32_t h[4], const unsigned char* p) {
       f = c ^ (b | ~d);
       g = (7 * i) % 16;
     }
-    f += a + k_sines[i] + m[g];
+    f += a + sines[i] + m[g];
     a = d;
     d = c;
     c = b;
-    b += rotl(f, k_shifts[i]);
+    b += rotl(f, shifts[i]);
   }
   h[0] += a;
   h[1] += b;
@@ -60,6 +67,35 @@ void block(uint32_t h[4], const unsigned char* p) {
 }
 
 } // namespace
+
+void md5_detail::compress(uint32_t h[4], const unsigned char* p, size_t blocks) {
+  for (; blocks > 0; --blocks, p += 64)
+    block(h, p);
+}
+
+size_t md5_detail::pad_tail(unsigned char out[128], const unsigned char* tail, size_t n,
+                            uint64_t total) {
+  std::memset(out, 0, 128);
+  if (n > 0)
+    std::memcpy(out, tail, n);
+  out[n] = 0x80;
+  size_t len = n + 1 + 8 <= 64 ? 64 : 128;
+  uint64_t bits = total * 8;
+  for (int i = 0; i < 8; ++i)
+    out[len - 8 + i] = static_cast<unsigned char>(bits >> (8 * i));
+  return len;
+}
+
+std::string md5_detail::hex(const uint32_t h[4]) {
+  static const char* digits = "0123456789abcdef";
+  std::string out(32, '0');
+  for (int i = 0; i < 16; ++i) {
+    auto byte = static_cast<unsigned char>(h[i / 4] >> (8 * (i % 4)));
+    out[i * 2] = digits[byte >> 4];
+    out[i * 2 + 1] = digits[byte & 15];
+  }
+  return out;
+}
 
 void md5_stream::update(const void* data, size_t n) {
   if (n == 0)
@@ -84,24 +120,10 @@ void md5_stream::update(const void* data, size_t n) {
 }
 
 std::string md5_stream::hex() {
-  // The tail, the 0x80 marker, zeros, and the bit length (little-endian).
-  unsigned char tail[128] = {};
-  std::memcpy(tail, buf_, buffered_);
-  tail[buffered_] = 0x80;
-  size_t tail_len = buffered_ + 1 + 8 <= 64 ? 64 : 128;
-  uint64_t bits = total_ * 8;
-  for (int i = 0; i < 8; ++i)
-    tail[tail_len - 8 + i] = static_cast<unsigned char>(bits >> (8 * i));
-  for (size_t i = 0; i < tail_len; i += 64)
-    block(h_, tail + i);
-  static const char* hex = "0123456789abcdef";
-  std::string out(32, '0');
-  for (int i = 0; i < 16; ++i) {
-    auto byte = static_cast<unsigned char>(h_[i / 4] >> (8 * (i % 4)));
-    out[i * 2] = hex[byte >> 4];
-    out[i * 2 + 1] = hex[byte & 15];
-  }
-  return out;
+  unsigned char tail[128];
+  size_t len = md5_detail::pad_tail(tail, buf_, buffered_, total_);
+  md5_detail::compress(h_, tail, len / 64);
+  return md5_detail::hex(h_);
 }
 
 std::string md5_hex(const void* data, size_t n) {

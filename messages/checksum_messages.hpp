@@ -1,8 +1,8 @@
 // POST /cache/checksums in LMCache's block-id form: the HTTP control plane
 // (admin/admin_actor.cpp) asks the gpu-transfer actor, which owns the
 // instance's opened pools, for one chunk's bytes at a time
-// (gpu/block_checksum.hpp reads them) and hashes them on its own thread
-// (admin/chunk_digests.hpp).
+// (gpu/block_checksum.hpp reads them) and hashes them on its own thread,
+// several chunks together in SIMD lanes (admin/chunk_digests.hpp).
 #pragma once
 
 #include <cstdint>

@@ -208,3 +208,31 @@ TEST_CASE("block checksums: LMCache's refusals and ours, each naming why") {
   CHECK(declined.status == 501);
   CHECK(declined.error == "checksum not supported for GPU KV format NL_X_NB_NH_BS_CS");
 }
+
+TEST_CASE("block checksums: chunks hashed together in SIMD lanes give each chunk's own digests") {
+  // 11 chunks (more than 8 lanes) of unequal sizes, float16 and bfloat16,
+  // one to four layers: on every path, as each chunk hashed alone.
+  std::vector<block_checksum_chunk> chunks(11);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    auto& c = chunks[i];
+    c.dtype = i % 3 == 0 ? "bfloat16" : "float16";
+    c.bytes.resize(1000 + i * 777);
+    for (size_t b = 0; b < c.bytes.size(); ++b)
+      c.bytes[b] = static_cast<uint8_t>(b * 31 + i);
+    for (size_t l = 1; l <= 1 + i % 4; ++l)
+      c.layer_end.push_back(c.bytes.size() * l / (1 + i % 4));
+  }
+  for (bool layerwise : {false, true}) {
+    CAPTURE(layerwise);
+    std::vector<std::vector<std::string>> want;
+    for (auto& c : chunks)
+      want.push_back(chunk_digests(&c, 1, layerwise, md5_path::scalar).front());
+    for (md5_path path : {md5_path::best, md5_path::scalar, md5_path::avx2, md5_path::avx2_gather,
+                          md5_path::avx512vl, md5_path::avx512, md5_path::avx512_gather}) {
+      if (!md5_path_available(path))
+        continue;
+      CAPTURE(md5_path_name(path));
+      CHECK(chunk_digests(chunks.data(), chunks.size(), layerwise, path) == want);
+    }
+  }
+}
