@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import statistics
@@ -155,10 +156,10 @@ def start_lmcache(a, mode: str, work: Path, tag: str) -> tuple[Server, str, str]
     return srv, f"tcp://127.0.0.1:{port}", f"http://127.0.0.1:{http}"
 
 
-def start_kvsidecar(a, mode: str, work: Path, tag: str,
-                    sets: tuple[str, ...] = ()) -> tuple[Server, str, str]:
+def start_kvsidecar(a, mode: str, work: Path, tag: str, sets: tuple[str, ...] = (),
+                    binary: Path | None = None) -> tuple[Server, str, str]:
     port, http = free_port(), free_port()
-    cmd = [str(a.kvsidecar), "--set", "events.enabled=false", "--set", "gpu.backend=host",
+    cmd = [str(binary or a.kvsidecar), "--set", "events.enabled=false", "--set", "gpu.backend=host",
            "--set", f"cache.endpoint=tcp://127.0.0.1:{port}",
            "--set", f"cache.l1_size={a.l1_gb}GiB", "--set", f"http.listen=127.0.0.1:{http}"]
     for kv in [*a.kvs_set, *sets]:
@@ -208,14 +209,21 @@ def bench(a, mode: str, rpc: str, http: str, out: Path) -> dict:
     env.pop("PYTHONPATH", None)
     if a.cli:
         env["PYTHONPATH"] = str(a.cli)
+    # The CLI's CPU (its gather/scatter and page faults in engine_driven
+    # mode): the children reaped while it runs are the CLI alone, the
+    # servers are reaped after.
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                        timeout=a.bench_timeout)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     out.with_suffix(".log").write_text(r.stdout + r.stderr)
     if r.returncode != 0 or not out.with_suffix(".json").is_file():
         raise RuntimeError(f"lmcache bench server exited {r.returncode}: {r.stderr[-2000:]}")
     res = json.loads(out.with_suffix(".json").read_text())
     log = r.stdout
     fig = {s: find_key(res, f"{s}_p50") for s, _ in STEPS}
+    fig["client_cpu_s"] = client_cpu
     fig["requests"] = find_key(res, "total_requests") or 0
     fig["checksum_ok"] = find_key(res, "checksum_ok") or 0
     fig["checksum_fail"] = find_key(res, "checksum_fail") or 0
@@ -246,6 +254,9 @@ def main() -> int:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VAL[,KEY=VAL]",
                     help="a kvsidecar with these --set values, named NAME in --servers "
                          "(e.g. off:cache.l1_prefault=off)")
+    ap.add_argument("--binary", action="append", default=[], metavar="NAME:PATH",
+                    help="another kvsidecar build, named NAME in --servers (an A/B of two "
+                         "builds side by side, e.g. before:/tmp/kvsidecar-old)")
     ap.add_argument("--end", type=int, default=20)
     ap.add_argument("--num-tokens", type=int, default=2048)
     ap.add_argument("--kvs-set", action="append", default=[],
@@ -277,9 +288,16 @@ def main() -> int:
         name, _, sets = v.partition(":")
         starters[name] = (lambda sets: lambda a, m, w, t: start_kvsidecar(a, m, w, t, sets))(
             tuple(x for x in sets.split(",") if x))
+    for b in a.binary:
+        name, _, path = b.partition(":")
+        if not os.access(path, os.X_OK):
+            sys.exit(f"--binary {b}: {path} is not an executable")
+        starters[name] = (lambda path: lambda a, m, w, t: start_kvsidecar(
+            a, m, w, t, binary=Path(path)))(path)
     unknown = [s for s in servers if s not in starters]
     if unknown:
-        sys.exit(f"--servers: {unknown} are neither lmcache, kvsidecar nor a --variant")
+        sys.exit(f"--servers: {unknown} are neither lmcache, kvsidecar, a --variant nor a "
+                 "--binary")
     runs = []  # dicts: server, mode, rep, figures | error
     for rep in range(a.reps):
         for mode in modes:
@@ -296,6 +314,7 @@ def main() -> int:
                             row[op.replace("copy_s_", "copy_ms_")] = n * 1000 / max(
                                 row["stored" if op.endswith("store") else "retrieved"], 1)
                     row.update(srv.figures())
+                    row["total_cpu_s"] = row["cpu_s"] + row["client_cpu_s"]
                 except Exception as e:  # recorded and reported, not retried
                     row["error"] = str(e)[-1500:]
                 finally:
@@ -330,6 +349,7 @@ def table(runs, modes, servers, a) -> str:
         rows = [(k, lbl, 2) for k, lbl in STEPS] + [
             ("start_s", "start (s)", 1), ("rss_ready_mib", "RSS ready (MiB)", 0),
             ("rss_peak_mib", "RSS peak (MiB)", 0), ("cpu_s", "server CPU (s)", 1),
+            ("client_cpu_s", "the CLI's CPU (s)", 1), ("total_cpu_s", "server + CLI CPU (s)", 1),
             ("copy_ms_store", "server's copy per store (ms)", 2),
             ("copy_ms_retrieve", "server's copy per retrieve (ms)", 2)]
         for key, label, d in rows:
