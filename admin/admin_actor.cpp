@@ -725,9 +725,29 @@ http_answer block_answer(const block_job& j) {
   return json(w);
 }
 
-/// Asks for the job's next chunk; answers after the last.
+/// Keeps a hashed chunk's bytes for the next read, within the bound.
+void keep_spare(admin_state& st, std::vector<uint8_t>&& bytes) {
+  if (bytes.capacity() == 0 || st.spare_bytes + bytes.capacity() > admin_checksum_max_bytes)
+    return;
+  st.spare_bytes += bytes.capacity();
+  st.spare_buffers.push_back(std::move(bytes));
+  st.spare_used = std::chrono::steady_clock::now();
+}
+
+/// Asks for the job's next chunk (read into a spare buffer when there is
+/// one); answers after the last.
 void next_block_chunk(admin_self self, std::shared_ptr<block_job> j) {
-  ask<block_checksum_chunk>(self, j->gpu, j->q, "the gpu-transfer actor", j->rp,
+  auto& st = self->state;
+  gpu_checksum_read q;
+  q.instance_id = j->q.instance_id;
+  q.query = j->q.query;
+  if (!st.spare_buffers.empty()) {
+    q.buffer = std::move(st.spare_buffers.back());
+    st.spare_buffers.pop_back();
+    st.spare_bytes -= q.buffer.capacity();
+    st.spare_used = std::chrono::steady_clock::now();
+  }
+  ask<block_checksum_chunk>(self, j->gpu, std::move(q), "the gpu-transfer actor", j->rp,
                             [self, j](block_checksum_chunk& r) {
                               if (r.status != 200) {
                                 j->rp.deliver(http_error(r.status, r.error));
@@ -739,6 +759,8 @@ void next_block_chunk(admin_self self, std::shared_ptr<block_job> j) {
                               if (last || j->batch.size() >= target) {
                                 auto d = chunk_digests(j->batch.data(), j->batch.size(),
                                                        j->call.layerwise);
+                                for (auto& c : j->batch)
+                                  keep_spare(self->state, std::move(c.bytes));
                                 j->batch.clear();
                                 for (auto& one : d)
                                   j->digests.push_back(std::move(one));
@@ -781,7 +803,8 @@ stats_snapshot snapshot(const admin_state& st) {
   s.actor = st.label;
   s.log_only("calls", static_cast<double>(st.calls))
     .log_only("prefetches_running", static_cast<double>(st.running))
-    .log_only("prefetch_jobs", static_cast<double>(st.jobs.size()));
+    .log_only("prefetch_jobs", static_cast<double>(st.jobs.size()))
+    .log_only("checksum_spare_bytes", static_cast<double>(st.spare_bytes));
   return s;
 }
 
@@ -850,6 +873,12 @@ admin_actor::behavior_type admin(admin_self self, admin_params p) {
       return block_checksums(self, c);
     }),
     [self](stats_atom) {
+      auto& st = self->state;
+      if (!st.spare_buffers.empty() &&
+          std::chrono::steady_clock::now() - st.spare_used > admin_spare_idle) {
+        st.spare_buffers.clear();
+        st.spare_bytes = 0;
+      }
       log_stats(self, snapshot(self->state), self->state.p.stats_interval);
     },
     [self](metrics_atom, const caf::actor& to) { send_snapshot(self, to, snapshot(self->state)); },

@@ -16,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace kvs {
 
@@ -30,6 +31,8 @@ inline constexpr size_t admin_kept_prefetches = 1024;
 /// MD5 here runs ~330 MiB/s, so under a second): the admin actor does it,
 /// and LMCache's /healthcheck waits behind it (/healthz and /readyz do not).
 inline constexpr uint64_t admin_checksum_max_bytes = 256ull << 20;
+/// Spare checksum buffers unused this long go back to the system.
+inline constexpr std::chrono::seconds admin_spare_idle{30};
 
 struct admin_params {
   const config* cfg = nullptr; ///< outlives the actor (run_sidecar's)
@@ -56,6 +59,14 @@ struct admin_state {
   uint64_t next_job = 1;
 
   uint64_t calls = 0; ///< calls answered or taken on
+
+  /// Block-id checksums: hashed chunks' buffers, handed to the next reads
+  /// (gpu_checksum_read::buffer) so a chunk's 32 MiB is not faulted in
+  /// afresh each time. At most admin_checksum_max_bytes; dropped by the
+  /// stats tick once unused for admin_spare_idle.
+  std::vector<std::vector<uint8_t>> spare_buffers;
+  uint64_t spare_bytes = 0;
+  std::chrono::steady_clock::time_point spare_used{};
 };
 
 using admin_self = admin_actor::stateful_pointer<admin_state>;

@@ -84,7 +84,8 @@ std::vector<plane_read> checksum_reads(const kv_layout& l, const int64_t* ids, u
 }
 
 block_checksum_chunk read_checksum_chunk(transfer_backend& backend, opened_pools& pools,
-                                         const block_checksum_query& q) {
+                                         const block_checksum_query& q,
+                                         std::vector<uint8_t> buffer) {
   block_checksum_chunk r;
   auto fail = [&r](int status, std::string why) {
     r.status = status;
@@ -119,6 +120,7 @@ block_checksum_chunk read_checksum_chunk(transfer_backend& backend, opened_pools
   const uint64_t first = q.chunk * per;
   const uint64_t count = std::min(per, n - first);
   auto runs = checksum_reads(l, q.block_ids.data() + first, count, &r.layer_end);
+  r.bytes = std::move(buffer); // read_planes overwrites every byte kept
   r.bytes.resize(checksum_chunk_bytes(l, count));
   if (auto st = backend.read_planes(pools, runs, r.bytes.data()); !st)
     return fail(500, "reading the instance's KV blocks failed: " + st.error_value().kind + ": " +

@@ -48,8 +48,10 @@ std::vector<plane_read> checksum_reads(const kv_layout& layout, const int64_t* i
                                        uint64_t count, std::vector<uint64_t>* layer_end);
 
 /// Validates `q` against the opened pools (LMCache's 400s and 501; a 413 past
-/// max_bytes; a 400 for a block id outside the pools) and reads its chunk through `backend`.
+/// max_bytes; a 400 for a block id outside the pools) and reads its chunk through `backend`,
+/// into `buffer`'s memory when it is given (its capacity reused, its bytes overwritten).
 block_checksum_chunk read_checksum_chunk(transfer_backend& backend, opened_pools& pools,
-                                         const block_checksum_query& q);
+                                         const block_checksum_query& q,
+                                         std::vector<uint8_t> buffer = {});
 
 } // namespace kvs

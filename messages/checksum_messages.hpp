@@ -36,6 +36,10 @@ struct block_checksum_chunk {
 struct gpu_checksum_read {
   int64_t instance_id = 0;
   block_checksum_query query;
+  /// Memory to read the chunk into: a hashed chunk's bytes given back, so
+  /// a read reuses pages already faulted in instead of a fresh 32 MiB
+  /// mapping per chunk (empty: a new allocation).
+  std::vector<uint8_t> buffer;
 };
 
 } // namespace kvs

@@ -132,7 +132,7 @@ caf::result<gpu_status_reply> on_open(self_ptr self, gpu_open& op) {
 /// for CUDA, on their stream after the copies before it); hashed by the
 /// HTTP side. Engine-driven instances have no registered KV to read:
 /// LMCache answers 404 for them too.
-block_checksum_chunk on_checksum_read(self_ptr self, const gpu_checksum_read& r) {
+block_checksum_chunk on_checksum_read(self_ptr self, gpu_checksum_read& r) {
   auto& st = self->state;
   auto i = st.instances.find(r.instance_id);
   if (i == st.instances.end() || !i->second.pools) {
@@ -141,7 +141,7 @@ block_checksum_chunk on_checksum_read(self_ptr self, const gpu_checksum_read& r)
     none.error = "instance_id " + std::to_string(r.instance_id) + " not registered";
     return none;
   }
-  return read_checksum_chunk(*st.p.backend, *i->second.pools, r.query);
+  return read_checksum_chunk(*st.p.backend, *i->second.pools, r.query, std::move(r.buffer));
 }
 
 void on_close(self_ptr self, gpu_close& c) {
@@ -424,7 +424,7 @@ gpu_transfer(gpu_transfer_actor::stateful_pointer<gpu_transfer_state> self,
     [self](gpu_stage_take& t) -> caf::result<gpu_stage_taken> { return on_stage_take(self, t); },
     [self](gpu_stage_copy& cp) -> caf::result<gpu_copy_done> { return on_stage_copy(self, cp); },
     [self](gpu_stage_give& g) { on_stage_give(self, g); },
-    [self](const gpu_checksum_read& r) { return on_checksum_read(self, r); },
+    [self](gpu_checksum_read& r) { return on_checksum_read(self, r); },
     [self](gpu_await& a) -> caf::result<gpu_copy_done> { return on_await(self, a); },
     [self](poll_atom) { on_poll(self); },
     [self](drain_atom) -> caf::result<uint64_t> { return on_drain(self); },

@@ -236,3 +236,26 @@ TEST_CASE("block checksums: chunks hashed together in SIMD lanes give each chunk
     }
   }
 }
+
+TEST_CASE("block checksums: a read into a given buffer reuses its memory and overwrites every byte") {
+  pools_fixture f({2, 8, 4, 2, 4}, 1, 3, vllm_kv_layout::nhd);
+  const std::vector<int64_t> ids{5, 1, 2, 7, 0};
+  auto fresh = f.read(ids, 2, 1);
+  REQUIRE(fresh.status == 200);
+  block_checksum_query q;
+  q.block_ids = ids;
+  q.chunk_blocks = 2;
+  q.chunk = 1;
+  q.max_bytes = 1 << 30;
+  // A larger buffer full of another chunk's bytes (what the admin hands back).
+  std::vector<uint8_t> buffer(fresh.bytes.size() * 3, 0xEE);
+  const uint8_t* memory = buffer.data();
+  auto again = read_checksum_chunk(*f.backend, *f.pools, q, std::move(buffer));
+  REQUIRE(again.status == 200);
+  CHECK(again.bytes.data() == memory); // no new allocation
+  CHECK(again.bytes == fresh.bytes);   // no byte of the old contents left
+  CHECK(again.layer_end == fresh.layer_end);
+  // A buffer too small grows as needed.
+  auto grown = read_checksum_chunk(*f.backend, *f.pools, q, std::vector<uint8_t>(3, 0xEE));
+  CHECK(grown.bytes == fresh.bytes);
+}
