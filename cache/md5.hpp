@@ -15,6 +15,25 @@
 
 namespace kvs {
 
+/// MD5's pieces, shared with cache/md5_lanes.cpp (its lanes run the same
+/// rounds in SIMD and must end exactly as md5_stream does).
+namespace md5_detail {
+
+inline constexpr uint32_t iv[4] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476};
+/// T[i] = floor(2^32 * |sin(i + 1)|).
+extern const uint32_t sines[64];
+
+/// Runs the block function over `blocks` 64-byte blocks at `p`.
+void compress(uint32_t h[4], const unsigned char* p, size_t blocks);
+/// The last `n` (< 64) bytes of a message of `total` bytes, padded: the
+/// 0x80 marker, zeros, the bit length (little-endian). Writes 64 or 128
+/// bytes to `out` and returns how many.
+size_t pad_tail(unsigned char out[128], const unsigned char* tail, size_t n, uint64_t total);
+/// The digest of the final state as 32 lowercase hex digits.
+std::string hex(const uint32_t h[4]);
+
+} // namespace md5_detail
+
 /// The MD5 of `n` bytes at `data`, 32 lowercase hex digits.
 std::string md5_hex(const void* data, size_t n);
 
@@ -27,30 +46,11 @@ public:
   std::string hex();
 
 private:
-  uint32_t h_[4] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476}; // md5_detail::iv
+  uint32_t h_[4] = {md5_detail::iv[0], md5_detail::iv[1], md5_detail::iv[2], md5_detail::iv[3]};
   unsigned char buf_[64] = {};
   size_t buffered_ = 0;
   uint64_t total_ = 0;
 };
 
-/// MD5's pieces, shared with cache/md5_lanes.cpp (its lanes run the same
-/// rounds in SIMD and must end exactly as md5_stream does).
-namespace md5_detail {
-
-inline constexpr uint32_t iv[4] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476};
-/// T[i] = floor(2^32 * |sin(i + 1)|), and each step's left rotation.
-extern const uint32_t sines[64];
-extern const uint32_t shifts[64];
-
-/// Runs the block function over `blocks` 64-byte blocks at `p`.
-void compress(uint32_t h[4], const unsigned char* p, size_t blocks);
-/// The last `n` (< 64) bytes of a message of `total` bytes, padded: the
-/// 0x80 marker, zeros, the bit length (little-endian). Writes 64 or 128
-/// bytes to `out` and returns how many.
-size_t pad_tail(unsigned char out[128], const unsigned char* tail, size_t n, uint64_t total);
-/// The digest of the final state as 32 lowercase hex digits.
-std::string hex(const uint32_t h[4]);
-
-} // namespace md5_detail
 
 } // namespace kvs

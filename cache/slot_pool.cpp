@@ -100,6 +100,10 @@ expected<std::unique_ptr<slot_pool>> slot_pool::create(const pool_options& opts)
 }
 
 status slot_pool::prefault(size_t offset, size_t len) const {
+  return populate(offset, len, true);
+}
+
+status slot_pool::populate(size_t offset, size_t len, bool skip_arenas) const {
   if (offset >= map_len_ || len == 0)
     return {};
   len = std::min(len, map_len_ - offset);
@@ -107,9 +111,11 @@ status slot_pool::prefault(size_t offset, size_t len) const {
   // the whole call, and a low-priority caller preempted inside a long one
   // stalls every thread that maps memory meanwhile (measured: a 64 MiB call
   // at nice 19 on a loaded machine made lookups 0.9 -> 120 ms).
-  // Extents mapped from an arena's object were reserved when claimed
-  // (posix_fallocate) and may be shrunk by their client: left alone.
-  const std::atomic<int>* arena_fds = extent_fd_view_.load(std::memory_order_acquire);
+  // prefault() leaves extents mapped from an arena's object alone: they
+  // were reserved when claimed (posix_fallocate) and may be shrunk by
+  // their client.
+  const std::atomic<int>* arena_fds =
+    skip_arenas ? extent_fd_view_.load(std::memory_order_acquire) : nullptr;
   for (size_t done = 0; done < len; done += k_huge_page) {
     const size_t piece = std::min(k_huge_page, len - done);
     if (arena_fds != nullptr && extent_ != 0 && (offset + done) / extent_ < extents_count_ &&
@@ -427,17 +433,7 @@ std::optional<std::pair<size_t, size_t>> slot_pool::claim_ahead(arena_id a) {
 }
 
 status slot_pool::prefault_extent(size_t offset, size_t len) const {
-  if (offset >= map_len_ || len == 0) return {};
-  len = std::min(len, map_len_ - offset);
-  // One huge page per call, as prefault() and for the same reason.
-  for (size_t done = 0; done < len; done += k_huge_page) {
-    const size_t piece = std::min(k_huge_page, len - done);
-    if (const int e = populate_write(base_ + offset + done, piece); e != 0)
-      return make_error(e == EINVAL ? "unsupported" : "mmap",
-                        "MADV_POPULATE_WRITE of " + std::to_string(piece) + " bytes at " +
-                          std::to_string(offset + done) + ": " + std::strerror(e));
-  }
-  return {};
+  return populate(offset, len, false);
 }
 
 bool slot_pool::reclaim_for_anonymous(size_t stride) {

@@ -226,6 +226,9 @@ private:
   /// Gives `a` one more extent: a free aligned one of arena 0, else an empty
   /// one of another arena (closed arenas first).
   bool claim_extent(arena_id a, size_t stride);
+  /// prefault() and prefault_extent(): MADV_POPULATE_WRITE a huge page per
+  /// call, skipping arena extents when `skip_arenas`.
+  status populate(size_t offset, size_t len, bool skip_arenas) const;
   /// A free aligned extent of arena 0 at least `min_len` long (inside one
   /// of its free runs), by index.
   std::optional<size_t> free_extent(size_t min_len);
